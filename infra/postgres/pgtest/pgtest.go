@@ -1,0 +1,227 @@
+// Package pgtest gives each test its own migrated PostgreSQL database, so tests can commit,
+// LISTEN and run in parallel. Databases are copied from a template migrated once per set of
+// migrations (named by their hash), then dropped when the test ends.
+//
+// The server is the one named by TEST_DATABASE_URL (a superuser; default
+// postgres://root@127.0.0.1:5432/postgres). Tests connect as app_user for everything RLS
+// applies to; the owner pool exists only for setup and for assertions that must see every row.
+package pgtest
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io/fs"
+	"net/url"
+	"os"
+	"sort"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/listingkit/listing/infra/postgres"
+	"github.com/listingkit/listing/sql"
+)
+
+// DefaultAdminURL is used when TEST_DATABASE_URL is unset.
+const DefaultAdminURL = "postgres://root@127.0.0.1:5432/postgres?sslmode=disable"
+
+// AppRole is the service's non-owner role, created by the migrations.
+const AppRole = "app_user"
+
+// DB is one isolated, migrated database.
+type DB struct {
+	Name string
+	// AppURL connects as app_user: RLS applies.
+	AppURL string
+	// OwnerURL connects as the administrator: RLS does not apply. Setup and assertions only.
+	OwnerURL string
+	// App is a pool on AppURL.
+	App *pgxpool.Pool
+	// Owner is a pool on OwnerURL.
+	Owner *pgxpool.Pool
+}
+
+// New creates an isolated database for t, migrated to the latest version, and drops it when
+// t ends. It skips t under -short.
+func New(t testing.TB) *DB {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("pgtest: database test skipped in -short mode")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+
+	admin := AdminURL()
+	tpl, err := ensureTemplate(ctx, admin)
+	if err != nil {
+		t.Fatalf("pgtest: template: %v", err)
+	}
+	name := "listing_test_" + randomHex(6)
+	if err := withAdmin(ctx, admin, func(conn *pgx.Conn) error {
+		return retryInUse(ctx, func() error {
+			_, err := conn.Exec(ctx, fmt.Sprintf("CREATE DATABASE %s TEMPLATE %s",
+				pgx.Identifier{name}.Sanitize(), pgx.Identifier{tpl}.Sanitize()))
+			return err
+		})
+	}); err != nil {
+		t.Fatalf("pgtest: create database: %v", err)
+	}
+	db := &DB{Name: name, OwnerURL: withDatabase(admin, name, ""), AppURL: withDatabase(admin, name, AppRole)}
+	t.Cleanup(func() {
+		if db.App != nil {
+			db.App.Close()
+		}
+		if db.Owner != nil {
+			db.Owner.Close()
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		_ = withAdmin(ctx, admin, func(conn *pgx.Conn) error {
+			_, err := conn.Exec(ctx, "DROP DATABASE IF EXISTS "+pgx.Identifier{name}.Sanitize()+" WITH (FORCE)")
+			return err
+		})
+	})
+	if db.App, err = postgres.Connect(ctx, postgres.PoolConfig{URL: db.AppURL, MaxConns: 60}); err != nil {
+		t.Fatalf("pgtest: app pool: %v", err)
+	}
+	if db.Owner, err = postgres.Connect(ctx, postgres.PoolConfig{URL: db.OwnerURL, MaxConns: 10}); err != nil {
+		t.Fatalf("pgtest: owner pool: %v", err)
+	}
+	return db
+}
+
+// AdminURL is the administrator URL of the test server.
+func AdminURL() string {
+	if u := os.Getenv("TEST_DATABASE_URL"); u != "" {
+		return u
+	}
+	return DefaultAdminURL
+}
+
+// withDatabase returns base with another database and, when user is set, another user (and
+// no password: the test server trusts local connections).
+func withDatabase(base, database, user string) string {
+	u, err := url.Parse(base)
+	if err != nil {
+		panic(fmt.Sprintf("pgtest: bad TEST_DATABASE_URL: %v", err))
+	}
+	u.Path = "/" + database
+	if user != "" {
+		u.User = url.User(user)
+	}
+	return u.String()
+}
+
+func withAdmin(ctx context.Context, admin string, fn func(*pgx.Conn) error) error {
+	conn, err := pgx.Connect(ctx, admin)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	return fn(conn)
+}
+
+// templateLockID serializes template creation across test processes.
+const templateLockID = 0x6c697374696e67 // "listing"
+
+// ensureTemplate returns the name of a template database migrated with the current
+// migrations, creating it under an advisory lock when missing.
+func ensureTemplate(ctx context.Context, admin string) (string, error) {
+	hash, err := migrationsHash()
+	if err != nil {
+		return "", err
+	}
+	name := "listing_tpl_" + hash
+	err = withAdmin(ctx, admin, func(conn *pgx.Conn) error {
+		if _, err := conn.Exec(ctx, "SELECT pg_advisory_lock($1)", templateLockID); err != nil {
+			return err
+		}
+		defer conn.Exec(context.WithoutCancel(ctx), "SELECT pg_advisory_unlock($1)", templateLockID)
+
+		var ready bool
+		err := conn.QueryRow(ctx, "SELECT datistemplate FROM pg_database WHERE datname = $1", name).Scan(&ready)
+		if err == nil && ready {
+			return nil
+		}
+		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+			return err
+		}
+		// Missing or half-made: build it again, and drop templates of older migration sets.
+		rows, err := conn.Query(ctx, "SELECT datname FROM pg_database WHERE datname LIKE 'listing_tpl_%'")
+		if err != nil {
+			return err
+		}
+		old, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil {
+			return err
+		}
+		for _, o := range old {
+			if _, err := conn.Exec(ctx, "ALTER DATABASE "+pgx.Identifier{o}.Sanitize()+" IS_TEMPLATE false"); err != nil {
+				return err
+			}
+			if _, err := conn.Exec(ctx, "DROP DATABASE "+pgx.Identifier{o}.Sanitize()+" WITH (FORCE)"); err != nil {
+				return err
+			}
+		}
+		if _, err := conn.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize()); err != nil {
+			return err
+		}
+		if _, err := postgres.Migrate(ctx, withDatabase(admin, name, ""), false); err != nil {
+			return err
+		}
+		_, err = conn.Exec(ctx, "ALTER DATABASE "+pgx.Identifier{name}.Sanitize()+" IS_TEMPLATE true")
+		return err
+	})
+	return name, err
+}
+
+func migrationsHash() (string, error) {
+	entries, err := fs.ReadDir(sql.Migrations, ".")
+	if err != nil {
+		return "", err
+	}
+	names := make([]string, 0, len(entries))
+	for _, e := range entries {
+		names = append(names, e.Name())
+	}
+	sort.Strings(names)
+	h := sha256.New()
+	for _, n := range names {
+		b, err := fs.ReadFile(sql.Migrations, n)
+		if err != nil {
+			return "", err
+		}
+		fmt.Fprintf(h, "%s\x00%d\x00", n, len(b))
+		h.Write(b)
+	}
+	return hex.EncodeToString(h.Sum(nil))[:16], nil
+}
+
+// retryInUse retries fn while the template is briefly in use by another session (55006).
+func retryInUse(ctx context.Context, fn func() error) error {
+	for {
+		err := fn()
+		var pgErr *pgconn.PgError
+		if err == nil || !errors.As(err, &pgErr) || pgErr.Code != "55006" {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}

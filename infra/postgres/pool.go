@@ -1,0 +1,51 @@
+package postgres
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// PoolConfig configures Connect.
+type PoolConfig struct {
+	// URL is the connection string of the service role (app_user). Required.
+	URL string
+	// MaxConns bounds the pool. Default 20.
+	MaxConns int32
+	// ConnectTimeout bounds each dial. Default 5s.
+	ConnectTimeout time.Duration
+}
+
+// Connect opens a pool and checks that the server answers. The caller closes the pool.
+func Connect(ctx context.Context, cfg PoolConfig) (*pgxpool.Pool, error) {
+	pc, err := pgxpool.ParseConfig(cfg.URL)
+	if err != nil {
+		return nil, fmt.Errorf("postgres.Connect: parse url: %w", redactURLError(err))
+	}
+	if cfg.MaxConns > 0 {
+		pc.MaxConns = cfg.MaxConns
+	} else {
+		pc.MaxConns = 20
+	}
+	if cfg.ConnectTimeout > 0 {
+		pc.ConnConfig.ConnectTimeout = cfg.ConnectTimeout
+	} else {
+		pc.ConnConfig.ConnectTimeout = 5 * time.Second
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, pc)
+	if err != nil {
+		return nil, fmt.Errorf("postgres.Connect: %w", err)
+	}
+	if err := pool.Ping(ctx); err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("postgres.Connect: ping: %w", err)
+	}
+	return pool, nil
+}
+
+// redactURLError drops the detail of a URL parse error, which may quote the password.
+func redactURLError(err error) error {
+	return fmt.Errorf("invalid connection string (details withheld: they may contain a password)")
+}

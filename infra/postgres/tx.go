@@ -1,0 +1,107 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/listingkit/listing/app/bus"
+)
+
+// Scope is the RLS context of a transaction. A zero WorkspaceID sets no workspace: workspace
+// tables then read as empty and refuse writes.
+type Scope struct {
+	WorkspaceID uuid.UUID
+	UserID      uuid.UUID
+}
+
+type txKey struct{}
+
+// scopedTx is what the context carries: the transaction and the scope it was opened with.
+type scopedTx struct {
+	tx    pgx.Tx
+	scope Scope
+}
+
+// ErrNoTx is returned by TxFromContext when the context carries no transaction: repositories
+// refuse to run outside the RLS transaction rather than fall back to the pool.
+var ErrNoTx = errors.New("postgres: no transaction in context")
+
+// TxFromContext returns the RLS transaction opened by InTx or the bus middleware, and its scope.
+func TxFromContext(ctx context.Context) (pgx.Tx, Scope, error) {
+	st, ok := ctx.Value(txKey{}).(*scopedTx)
+	if !ok {
+		return nil, Scope{}, ErrNoTx
+	}
+	return st.tx, st.scope, nil
+}
+
+// InTx runs fn in a READ COMMITTED transaction with the given RLS scope and commits when fn
+// returns nil. fn receives a context carrying the transaction (see TxFromContext). The
+// rollback runs with context.WithoutCancel so a cancelled request still releases its locks;
+// the commit error is returned, translated (see TranslateError). fn must not call external
+// systems: a transaction is held open while it runs.
+func InTx(ctx context.Context, pool *pgxpool.Pool, scope Scope, fn func(ctx context.Context, tx pgx.Tx) error) (err error) {
+	if _, _, err := TxFromContext(ctx); err == nil {
+		return errors.New("postgres.InTx: already inside a transaction")
+	}
+	tx, err := pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
+	if err != nil {
+		return fmt.Errorf("postgres.InTx: begin: %w", TranslateError(err))
+	}
+	defer func() {
+		if err != nil {
+			_ = tx.Rollback(context.WithoutCancel(ctx))
+		}
+	}()
+	if err := SetScope(ctx, tx, scope); err != nil {
+		return err
+	}
+	if err := fn(context.WithValue(ctx, txKey{}, &scopedTx{tx: tx, scope: scope}), tx); err != nil {
+		return err
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return fmt.Errorf("postgres.InTx: commit: %w", TranslateError(err))
+	}
+	return nil
+}
+
+// SetScope sets the RLS settings of tx for the rest of the transaction.
+func SetScope(ctx context.Context, tx pgx.Tx, scope Scope) error {
+	ws, user := "", ""
+	if scope.WorkspaceID != uuid.Nil {
+		ws = scope.WorkspaceID.String()
+	}
+	if scope.UserID != uuid.Nil {
+		user = scope.UserID.String()
+	}
+	if _, err := tx.Exec(ctx,
+		`SELECT set_config('app.workspace_id', $1, true), set_config('app.user_id', $2, true)`,
+		ws, user); err != nil {
+		return fmt.Errorf("postgres.SetScope: %w", TranslateError(err))
+	}
+	return nil
+}
+
+// TxMiddleware is the command-bus middleware that runs the rest of the chain in one RLS
+// transaction scoped to the invocation's actor. The chain's outcome is returned only when the
+// commit succeeded.
+func TxMiddleware(pool *pgxpool.Pool) bus.Middleware {
+	return func(ctx context.Context, inv bus.Invocation, next bus.Next) (bus.Outcome, error) {
+		var out bus.Outcome
+		err := InTx(ctx, pool, Scope{WorkspaceID: inv.Actor.WorkspaceID, UserID: inv.Actor.UserID},
+			func(ctx context.Context, _ pgx.Tx) error {
+				var err error
+				out, err = next(ctx)
+				return err
+			})
+		if err != nil {
+			return bus.Outcome{}, err
+		}
+		return out, nil
+	}
+}
