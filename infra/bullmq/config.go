@@ -1,0 +1,239 @@
+package bullmq
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/redis/go-redis/v9"
+)
+
+// DefaultPrefix is BullMQ's default key prefix.
+const DefaultPrefix = "bull"
+
+// DefaultRetention is the default RemoveOnCompleteAge and RemoveOnFailAge:
+// finished jobs stay (and keep deduplicating their jobId) for 7 days, longer
+// than the outbox's redelivery window.
+const DefaultRetention = 7 * 24 * time.Hour
+
+// Backoff types understood by Node.js BullMQ workers without a custom strategy.
+const (
+	BackoffFixed       = "fixed"
+	BackoffExponential = "exponential"
+)
+
+// Backoff is BullMQ's retry delay: fixed Delay, or exponential
+// round(2^attemptsMade * Delay). Delay is in milliseconds, as BullMQ stores it.
+type Backoff struct {
+	Type  string `json:"type"`
+	Delay int64  `json:"delay"`
+}
+
+// Config holds what publishers and consumers of one Redis share.
+type Config struct {
+	// Client is the Redis connection. Required. The caller owns it and closes
+	// it after closing every Publisher, Worker and Subscriber built on it.
+	Client redis.UniversalClient
+
+	// Prefix of every key. Default "bull". For Redis Cluster put a hash tag
+	// in the prefix ("{bull}") or in the queue names.
+	Prefix string
+
+	// Attempts a published job may take before it fails for good. Default 3.
+	Attempts int
+	// Backoff between attempts. Default {exponential, 1000 ms}.
+	Backoff Backoff
+	// RemoveOnCompleteAge keeps a completed job (and its jobId deduplication)
+	// this long. Default DefaultRetention; at least the outbox redelivery window.
+	RemoveOnCompleteAge time.Duration
+	// RemoveOnFailAge keeps a failed job this long. Default DefaultRetention.
+	RemoveOnFailAge time.Duration
+	// DedupTTL is the lifetime of the "de:<jobId>" key written with every job,
+	// which keeps deduplicating the jobId after the job hash is gone.
+	// Default DefaultRetention. Negative disables the de: key.
+	DedupTTL time.Duration
+}
+
+func (c *Config) setDefaults() {
+	if c.Prefix == "" {
+		c.Prefix = DefaultPrefix
+	}
+	if c.Attempts == 0 {
+		c.Attempts = 3
+	}
+	if c.Backoff.Type == "" {
+		c.Backoff = Backoff{Type: BackoffExponential, Delay: 1000}
+	}
+	if c.RemoveOnCompleteAge == 0 {
+		c.RemoveOnCompleteAge = DefaultRetention
+	}
+	if c.RemoveOnFailAge == 0 {
+		c.RemoveOnFailAge = DefaultRetention
+	}
+	if c.DedupTTL == 0 {
+		c.DedupTTL = DefaultRetention
+	}
+}
+
+// Validate reports the first invalid field. It does not change c.
+func (c Config) Validate() error {
+	if c.Client == nil {
+		return errors.New("bullmq: Config.Client is required")
+	}
+	if c.Prefix == "" {
+		return errors.New("bullmq: Config.Prefix is empty")
+	}
+	if c.Attempts < 1 {
+		return fmt.Errorf("bullmq: Config.Attempts must be >= 1, got %d", c.Attempts)
+	}
+	if c.Backoff.Type != BackoffFixed && c.Backoff.Type != BackoffExponential {
+		return fmt.Errorf("bullmq: Config.Backoff.Type must be %q or %q, got %q", BackoffFixed, BackoffExponential, c.Backoff.Type)
+	}
+	if c.Backoff.Delay < 0 {
+		return fmt.Errorf("bullmq: Config.Backoff.Delay must be >= 0, got %d", c.Backoff.Delay)
+	}
+	if c.RemoveOnCompleteAge < time.Second || c.RemoveOnFailAge < time.Second {
+		return errors.New("bullmq: Config.RemoveOnCompleteAge and RemoveOnFailAge must be at least 1s")
+	}
+	return nil
+}
+
+// PublisherConfig configures a Publisher.
+type PublisherConfig struct {
+	Config
+}
+
+func (c *PublisherConfig) setDefaults() { c.Config.setDefaults() }
+
+// Validate reports the first invalid field. It does not change c.
+func (c PublisherConfig) Validate() error { return c.Config.Validate() }
+
+// WorkerConfig configures a Worker.
+type WorkerConfig struct {
+	Config
+
+	// Queue to consume. Required.
+	Queue string
+	// Concurrency is how many jobs this worker runs at once. Default 1.
+	Concurrency int
+	// LockDuration of a taken job; renewed every LockDuration/2. Default 30s.
+	LockDuration time.Duration
+	// StalledInterval between stalled checks. Default 30s.
+	StalledInterval time.Duration
+	// MaxStalledCount is how often a job may stall before it fails.
+	// Default 1; set -1 to fail a job on its first stall (BullMQ's 0).
+	MaxStalledCount int
+	// DisableStalledCheck leaves stalled recovery to other workers.
+	DisableStalledCheck bool
+	// DrainDelay caps one blocking wait on the marker when the queue is
+	// empty, and so bounds how long Run takes to notice ctx is done. Default 1s.
+	DrainDelay time.Duration
+	// ShutdownTimeout is how long Run waits for running jobs once ctx is done
+	// before cancelling their contexts; jobs still running one more second
+	// later are left locked for stalled recovery. Default 10s.
+	ShutdownTimeout time.Duration
+	// Name is written to the job as processedBy ("pb"). Optional.
+	Name string
+	// Logger. Default watermill.NopLogger.
+	Logger watermill.LoggerAdapter
+}
+
+func (c *WorkerConfig) setDefaults() {
+	c.Config.setDefaults()
+	if c.Concurrency == 0 {
+		c.Concurrency = 1
+	}
+	if c.LockDuration == 0 {
+		c.LockDuration = 30 * time.Second
+	}
+	if c.StalledInterval == 0 {
+		c.StalledInterval = 30 * time.Second
+	}
+	if c.MaxStalledCount == 0 {
+		c.MaxStalledCount = 1
+	}
+	if c.DrainDelay == 0 {
+		c.DrainDelay = time.Second
+	}
+	if c.ShutdownTimeout == 0 {
+		c.ShutdownTimeout = 10 * time.Second
+	}
+	if c.Logger == nil {
+		c.Logger = watermill.NopLogger{}
+	}
+}
+
+// Validate reports the first invalid field. It does not change c.
+func (c WorkerConfig) Validate() error {
+	if err := c.Config.Validate(); err != nil {
+		return err
+	}
+	if c.Queue == "" {
+		return errors.New("bullmq: WorkerConfig.Queue is required")
+	}
+	if c.Concurrency < 1 {
+		return fmt.Errorf("bullmq: WorkerConfig.Concurrency must be >= 1, got %d", c.Concurrency)
+	}
+	if c.LockDuration < 10*time.Millisecond {
+		return errors.New("bullmq: WorkerConfig.LockDuration must be >= 10ms")
+	}
+	if c.StalledInterval < 10*time.Millisecond {
+		return errors.New("bullmq: WorkerConfig.StalledInterval must be >= 10ms")
+	}
+	if c.MaxStalledCount < -1 {
+		return errors.New("bullmq: WorkerConfig.MaxStalledCount must be >= -1")
+	}
+	if c.DrainDelay < time.Millisecond {
+		return errors.New("bullmq: WorkerConfig.DrainDelay must be >= 1ms")
+	}
+	if c.ShutdownTimeout < 0 {
+		return errors.New("bullmq: WorkerConfig.ShutdownTimeout must be >= 0")
+	}
+	return nil
+}
+
+// SubscriberConfig configures a Subscriber; every Subscribe call runs one
+// Worker on the topic's queue with these settings.
+type SubscriberConfig struct {
+	Config
+
+	// Concurrency of each subscription: messages handed out and not yet
+	// acked. Default 1.
+	Concurrency     int
+	LockDuration    time.Duration
+	StalledInterval time.Duration
+	MaxStalledCount int
+	DrainDelay      time.Duration
+	ShutdownTimeout time.Duration
+	Name            string
+}
+
+func (c *SubscriberConfig) setDefaults() {
+	c.Config.setDefaults()
+	if c.Concurrency == 0 {
+		c.Concurrency = 1
+	}
+}
+
+func (c SubscriberConfig) workerConfig(queue string, logger watermill.LoggerAdapter) WorkerConfig {
+	return WorkerConfig{
+		Config:          c.Config,
+		Queue:           queue,
+		Concurrency:     c.Concurrency,
+		LockDuration:    c.LockDuration,
+		StalledInterval: c.StalledInterval,
+		MaxStalledCount: c.MaxStalledCount,
+		DrainDelay:      c.DrainDelay,
+		ShutdownTimeout: c.ShutdownTimeout,
+		Name:            c.Name,
+		Logger:          logger,
+	}
+}
+
+// Validate reports the first invalid field. It does not change c.
+func (c SubscriberConfig) Validate() error {
+	w := c.workerConfig("topic", watermill.NopLogger{})
+	w.setDefaults()
+	return w.Validate()
+}

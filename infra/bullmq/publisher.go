@@ -1,0 +1,299 @@
+package bullmq
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/redis/go-redis/v9"
+)
+
+// ErrPublisherClosed is returned by Publish and Add after Close.
+var ErrPublisherClosed = errors.New("bullmq: publisher closed")
+
+// AddStatus tells what Add did with one job.
+type AddStatus int
+
+const (
+	// Created: the job was stored and is waiting.
+	Created AddStatus = iota + 1
+	// Duplicate: a job with this jobId exists (in any state); nothing written.
+	Duplicate
+	// Deduplicated: the job is gone but its de: key still lives; nothing written.
+	Deduplicated
+)
+
+func (s AddStatus) String() string {
+	switch s {
+	case Created:
+		return "created"
+	case Duplicate:
+		return "duplicate"
+	case Deduplicated:
+		return "deduplicated"
+	}
+	return "unknown"
+}
+
+// AddResult is the outcome for one job of an Add call.
+type AddResult struct {
+	ID     string
+	Status AddStatus
+}
+
+// Publisher adds standard BullMQ jobs. It is safe for concurrent use.
+type Publisher struct {
+	cfg    PublisherConfig
+	logger watermill.LoggerAdapter
+
+	mu     sync.RWMutex // held for reading by every Add; for writing by Close
+	closed bool
+}
+
+var _ message.Publisher = (*Publisher)(nil)
+
+// NewPublisher returns a Publisher. logger may be nil.
+func NewPublisher(cfg PublisherConfig, logger watermill.LoggerAdapter) (*Publisher, error) {
+	cfg.setDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("bullmq.NewPublisher: %w", err)
+	}
+	if logger == nil {
+		logger = watermill.NopLogger{}
+	}
+	return &Publisher{cfg: cfg, logger: logger}, nil
+}
+
+// Publish adds one job per message to the queue named topic, all in one
+// pipelined round trip: jobId = msg.UUID, job name = metadata
+// MetadataJobName, data = msg.Payload as given (it must be JSON for Node.js
+// workers to read it), the remaining metadata in the hash field "wm". A
+// jobId already present is not an error (the job is kept as it was). Publish
+// gives up when any message's context is done.
+func (p *Publisher) Publish(topic string, msgs ...*message.Message) error {
+	if len(msgs) == 0 {
+		return nil
+	}
+	jobs := make([]Job, len(msgs))
+	ctxs := make([]context.Context, len(msgs))
+	for i, m := range msgs {
+		jobs[i] = Job{ID: m.UUID, Name: m.Metadata.Get(MetadataJobName), Data: m.Payload, Metadata: m.Metadata}
+		ctxs[i] = m.Context()
+	}
+	ctx, cancel := mergeContexts(ctxs)
+	defer cancel()
+	res, err := p.Add(ctx, topic, jobs)
+	if err != nil {
+		return fmt.Errorf("bullmq.Publish: %w", err)
+	}
+	for _, r := range res {
+		if r.Status != Created {
+			p.logger.Debug("bullmq: job not added again", watermill.LogFields{"queue": topic, "job_id": r.ID, "status": r.Status.String()})
+		}
+	}
+	return nil
+}
+
+// mergeContexts returns a context cancelled when any of ctxs is done.
+func mergeContexts(ctxs []context.Context) (context.Context, context.CancelFunc) {
+	first := ctxs[0]
+	ctx, cancel := context.WithCancel(first)
+	var stops []func() bool
+	for _, c := range ctxs[1:] {
+		if c == first || c == context.Background() {
+			continue
+		}
+		if c.Err() != nil {
+			cancel()
+			break
+		}
+		stops = append(stops, context.AfterFunc(c, cancel))
+	}
+	return ctx, func() {
+		for _, s := range stops {
+			s()
+		}
+		cancel()
+	}
+}
+
+// Add adds jobs to queue in one pipelined round trip and reports, per job
+// and in order, whether it was created or was a duplicate. A Job's Opts, when
+// nil, come from the Config defaults; its ID must pass ValidateJobID. A
+// non-nil error means some jobs may have been added and others not: retrying
+// the whole call is safe, duplicates are reported as such.
+func (p *Publisher) Add(ctx context.Context, queue string, jobs []Job) ([]AddResult, error) {
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	if p.closed {
+		return nil, fmt.Errorf("bullmq.Add: %w", ErrPublisherClosed)
+	}
+	if queue == "" || strings.Contains(queue, ":") {
+		return nil, fmt.Errorf("bullmq.Add: invalid queue name %q", queue)
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("bullmq.Add: %w", err)
+	}
+	keys := newQueueKeys(p.cfg.Prefix, queue)
+	now := strconv.FormatInt(time.Now().UnixMilli(), 10)
+	calls := make([]scriptCall, len(jobs))
+	for i := range jobs {
+		c, err := p.addCall(keys, &jobs[i], now)
+		if err != nil {
+			return nil, fmt.Errorf("bullmq.Add: job %d: %w", i, err)
+		}
+		calls[i] = c
+	}
+	cmds, err := runPipelined(ctx, p.cfg.Client, calls)
+	if err != nil {
+		return nil, fmt.Errorf("bullmq.Add: %w", err)
+	}
+	out := make([]AddResult, len(jobs))
+	for i, cmd := range cmds {
+		v, err := cmd.Slice()
+		if err != nil {
+			return nil, fmt.Errorf("bullmq.Add: job %s: %w", jobs[i].ID, err)
+		}
+		code, _ := v[0].(int64)
+		id, _ := v[1].(string)
+		st := Created
+		switch code {
+		case 0:
+			st = Duplicate
+		case 2:
+			st = Deduplicated
+		}
+		out[i] = AddResult{ID: id, Status: st}
+	}
+	return out, nil
+}
+
+func (p *Publisher) addCall(keys queueKeys, j *Job, now string) (scriptCall, error) {
+	if err := ValidateJobID(j.ID); err != nil {
+		return scriptCall{}, err
+	}
+	opts := j.Opts
+	if opts == nil {
+		opts = p.defaultOptions(j.ID)
+	}
+	optsJSON, err := opts.marshal(j.ID)
+	if err != nil {
+		return scriptCall{}, err
+	}
+	var dedupID string
+	var ttl int64
+	if opts.Deduplication != nil {
+		dedupID = opts.Deduplication.ID
+		ttl = opts.Deduplication.TTL
+	}
+	var wm string
+	if len(j.Metadata) > 0 {
+		b, err := json.Marshal(j.Metadata)
+		if err != nil {
+			return scriptCall{}, err
+		}
+		wm = string(b)
+	}
+	dedupKey := keys.job(j.ID)
+	if dedupID != "" {
+		dedupKey = keys.dedup(dedupID)
+	}
+	data := j.Data
+	if data == nil {
+		data = []byte("{}")
+	}
+	return scriptCall{
+		script: addScript,
+		keys:   []string{keys.wait, keys.meta, keys.id, keys.active, keys.events, keys.marker, keys.job(j.ID), dedupKey},
+		args:   []any{j.ID, j.Name, data, optsJSON, now, ttl, dedupID, wm},
+	}, nil
+}
+
+func (p *Publisher) defaultOptions(id string) *JobOptions {
+	b := p.cfg.Backoff
+	o := &JobOptions{
+		Attempts:         p.cfg.Attempts,
+		Backoff:          &b,
+		RemoveOnComplete: &KeepJobs{Age: int64(p.cfg.RemoveOnCompleteAge / time.Second)},
+		RemoveOnFail:     &KeepJobs{Age: int64(p.cfg.RemoveOnFailAge / time.Second)},
+	}
+	if p.cfg.DedupTTL > 0 {
+		o.Deduplication = &Deduplication{ID: id, TTL: p.cfg.DedupTTL.Milliseconds()}
+	}
+	return o
+}
+
+// Close makes later Publish and Add calls fail and waits for running ones.
+// It does not close the Redis client. It is idempotent.
+func (p *Publisher) Close() error {
+	p.mu.Lock()
+	p.closed = true
+	p.mu.Unlock()
+	return nil
+}
+
+// scriptCall is one EVALSHA of a pipeline.
+type scriptCall struct {
+	script *redis.Script
+	keys   []string
+	args   []any
+}
+
+// runPipelined runs calls with EVALSHA in one pipeline. Calls answered with
+// NOSCRIPT (they did not run) are loaded and sent again in a second pipeline.
+func runPipelined(ctx context.Context, rdb redis.UniversalClient, calls []scriptCall) ([]*redis.Cmd, error) {
+	cmds := make([]*redis.Cmd, len(calls))
+	pipe := rdb.Pipeline()
+	for i, c := range calls {
+		cmds[i] = c.script.EvalSha(ctx, pipe, c.keys, c.args...)
+	}
+	_, _ = pipe.Exec(ctx)
+	var retry []int
+	for i, cmd := range cmds {
+		if err := cmd.Err(); err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
+			retry = append(retry, i)
+		} else if err != nil && !isScriptReplyError(err) {
+			return nil, err
+		}
+	}
+	if len(retry) == 0 {
+		return cmds, nil
+	}
+	loaded := map[*redis.Script]bool{}
+	for _, i := range retry {
+		s := calls[i].script
+		if loaded[s] {
+			continue
+		}
+		if err := s.Load(ctx, rdb).Err(); err != nil {
+			return nil, err
+		}
+		loaded[s] = true
+	}
+	pipe = rdb.Pipeline()
+	for _, i := range retry {
+		c := calls[i]
+		cmds[i] = c.script.EvalSha(ctx, pipe, c.keys, c.args...)
+	}
+	_, _ = pipe.Exec(ctx)
+	for _, i := range retry {
+		if err := cmds[i].Err(); err != nil && !isScriptReplyError(err) {
+			return nil, err
+		}
+	}
+	return cmds, nil
+}
+
+// isScriptReplyError reports whether err is Redis answering one command
+// (the connection is fine), as opposed to a network or context error.
+func isScriptReplyError(err error) bool {
+	var re redis.Error
+	return errors.As(err, &re) && err != redis.Nil
+}

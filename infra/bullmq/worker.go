@@ -1,0 +1,497 @@
+package bullmq
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/google/uuid"
+	"github.com/redis/go-redis/v9"
+)
+
+// HandlerFunc processes one job. It returns the job's return value (stored
+// as JSON in "returnvalue"; json.RawMessage is stored as given) and nil to
+// complete it; an error to fail this attempt (retried with the job's backoff
+// while attempts remain); Unrecoverable(err) to fail the job at once; or
+// ErrHandBack to put the job back without counting an attempt. ctx is
+// cancelled when the worker gives up waiting during shutdown.
+//
+// A job may run more than once (stalled recovery, redelivery): handlers
+// deduplicate on domain state.
+type HandlerFunc func(ctx context.Context, job *Job) (any, error)
+
+// Worker consumes one queue the way a Node.js BullMQ 6 Worker does, and can
+// run beside Node.js workers on the same queue. Run it once.
+type Worker struct {
+	cfg     WorkerConfig
+	keys    queueKeys
+	handler HandlerFunc
+	logger  watermill.LoggerAdapter
+	token   string
+	seq     atomic.Int64
+	running atomic.Bool
+
+	mu   sync.Mutex
+	held map[string]*Job // jobs this worker holds a lock on
+
+	inflight  atomic.Int64
+	slotFreed chan struct{}
+}
+
+// NewWorker returns a Worker for cfg.Queue.
+func NewWorker(cfg WorkerConfig, handler HandlerFunc) (*Worker, error) {
+	cfg.setDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("bullmq.NewWorker: %w", err)
+	}
+	if handler == nil {
+		return nil, errors.New("bullmq.NewWorker: handler is nil")
+	}
+	return &Worker{
+		cfg:       cfg,
+		keys:      newQueueKeys(cfg.Prefix, cfg.Queue),
+		handler:   handler,
+		logger:    cfg.Logger.With(watermill.LogFields{"queue": cfg.Queue}),
+		token:     uuid.NewString(),
+		held:      map[string]*Job{},
+		slotFreed: make(chan struct{}, 1),
+	}, nil
+}
+
+type finishKind int
+
+const (
+	finishComplete finishKind = iota
+	finishFail
+	finishRetry
+	finishHandBack
+)
+
+type finishReq struct {
+	job   *Job
+	kind  finishKind
+	value string // returnvalue JSON or failedReason
+	stack string // stacktrace JSON
+	delay int64
+	done  chan struct{}
+}
+
+// Run takes and processes jobs until ctx is done, then shuts down: it stops
+// taking jobs (within DrainDelay), waits up to ShutdownTimeout for running
+// handlers, then cancels their context and hands back those that return;
+// jobs whose handlers still run a second later stay locked until their lock
+// expires and the stalled check moves them back to wait. Run returns nil
+// after shutdown, or an error if the worker is already running.
+func (w *Worker) Run(ctx context.Context) error {
+	if !w.running.CompareAndSwap(false, true) {
+		return errors.New("bullmq.Worker.Run: already running")
+	}
+	defer w.running.Store(false)
+
+	base := context.WithoutCancel(ctx)
+	jobCtx, cancelJobs := context.WithCancel(base)
+	defer cancelJobs()
+	bgCtx, stopBg := context.WithCancel(base)
+	var bg sync.WaitGroup
+	finishCh := make(chan *finishReq, 2*w.cfg.Concurrency)
+
+	bg.Add(2)
+	go func() { defer bg.Done(); w.finisher(bgCtx, finishCh) }()
+	go func() { defer bg.Done(); w.renewer(bgCtx) }()
+	if !w.cfg.DisableStalledCheck {
+		bg.Add(1)
+		go func() { defer bg.Done(); w.stalledChecker(ctx) }()
+	}
+
+	var jobs sync.WaitGroup
+	w.fetchLoop(ctx, jobCtx, bgCtx, finishCh, &jobs)
+
+	done := make(chan struct{})
+	go func() { jobs.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(w.cfg.ShutdownTimeout):
+		cancelJobs()
+		select {
+		case <-done:
+		case <-time.After(time.Second):
+			w.logger.Error("bullmq: jobs left running at shutdown; stalled check will recover them", nil,
+				watermill.LogFields{"running": w.inflight.Load()})
+		}
+	}
+	stopBg()
+	bg.Wait()
+	return nil
+}
+
+func (w *Worker) fetchLoop(ctx, jobCtx, bgCtx context.Context, finishCh chan *finishReq, jobs *sync.WaitGroup) {
+	errDelay := 100 * time.Millisecond
+	for ctx.Err() == nil {
+		free := int64(w.cfg.Concurrency) - w.inflight.Load()
+		if free <= 0 {
+			select {
+			case <-w.slotFreed:
+			case <-ctx.Done():
+			}
+			continue
+		}
+		taken, next, limited, err := w.take(base(ctx), int(free))
+		if err != nil {
+			w.logger.Error("bullmq: take failed", err, nil)
+			sleepCtx(ctx, errDelay)
+			errDelay = min(errDelay*2, 5*time.Second)
+			continue
+		}
+		errDelay = 100 * time.Millisecond
+		if len(taken) == 0 {
+			if limited > 0 {
+				sleepCtx(ctx, min(limited, w.cfg.DrainDelay))
+				continue
+			}
+			timeout := w.cfg.DrainDelay
+			if next > 0 {
+				d := time.Until(time.UnixMilli(next))
+				if d <= 0 {
+					continue
+				}
+				timeout = min(timeout, d)
+			}
+			w.waitMarker(base(ctx), timeout)
+			continue
+		}
+		for _, j := range taken {
+			w.inflight.Add(1)
+			w.mu.Lock()
+			w.held[j.ID] = j
+			w.mu.Unlock()
+			jobs.Add(1)
+			go func() {
+				defer jobs.Done()
+				w.process(jobCtx, bgCtx, j, finishCh)
+			}()
+		}
+	}
+}
+
+func base(ctx context.Context) context.Context { return context.WithoutCancel(ctx) }
+
+func sleepCtx(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+	}
+}
+
+// waitMarker blocks on the queue's marker for at most timeout.
+func (w *Worker) waitMarker(ctx context.Context, timeout time.Duration) {
+	var err error
+	if timeout >= time.Second {
+		err = w.cfg.Client.BZPopMin(ctx, timeout.Truncate(time.Second), w.keys.marker).Err()
+	} else {
+		err = w.cfg.Client.Do(ctx, "BZPOPMIN", w.keys.marker, strconv.FormatFloat(timeout.Seconds(), 'f', 3, 64)).Err()
+	}
+	if err != nil && err != redis.Nil {
+		w.logger.Error("bullmq: waiting on marker failed", err, nil)
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// take moves up to n jobs to active under this worker's locks.
+func (w *Worker) take(ctx context.Context, n int) (jobs []*Job, nextDelayedMs int64, limited time.Duration, err error) {
+	k := w.keys
+	first := w.seq.Add(int64(n)) - int64(n)
+	now := time.Now().UnixMilli()
+	res, err := takeScript.Run(ctx, w.cfg.Client,
+		[]string{k.wait, k.active, k.prioritized, k.events, k.limiter, k.delayed, k.meta, k.pc, k.marker},
+		k.base, now, w.token, first, w.cfg.LockDuration.Milliseconds(), n, w.cfg.Name).Slice()
+	if err != nil {
+		return nil, 0, 0, fmt.Errorf("bullmq.take: %w", err)
+	}
+	flat, _ := res[0].([]any)
+	nextDelayedMs, _ = res[1].(int64)
+	ttl, _ := res[2].(int64)
+	for i := 0; i+2 < len(flat); i += 3 {
+		id, _ := flat[i].(string)
+		tok, _ := flat[i+1].(string)
+		hash, _ := flat[i+2].([]any)
+		j, perr := parseJob(id, tok, hash)
+		if perr != nil {
+			w.logger.Error("bullmq: job has unreadable fields", perr, watermill.LogFields{"job_id": id})
+		}
+		jobs = append(jobs, j)
+	}
+	return jobs, nextDelayedMs, time.Duration(ttl) * time.Millisecond, nil
+}
+
+func (w *Worker) process(jobCtx, bgCtx context.Context, j *Job, finishCh chan *finishReq) {
+	defer func() {
+		w.mu.Lock()
+		delete(w.held, j.ID)
+		w.mu.Unlock()
+		w.inflight.Add(-1)
+		select {
+		case w.slotFreed <- struct{}{}:
+		default:
+		}
+	}()
+	req := &finishReq{job: j, done: make(chan struct{})}
+	if j.deferred != "" {
+		w.failRequest(req, Unrecoverable(errors.New(j.deferred)))
+	} else {
+		res, err := w.call(jobCtx, j)
+		switch {
+		case err == nil:
+			req.kind = finishComplete
+			req.value = returnValueJSON(res)
+		case errors.Is(err, ErrHandBack) || (jobCtx.Err() != nil && errors.Is(err, context.Canceled)):
+			req.kind = finishHandBack
+		default:
+			w.failRequest(req, err)
+		}
+	}
+	select {
+	case finishCh <- req:
+	case <-bgCtx.Done():
+		return
+	}
+	select {
+	case <-req.done:
+	case <-bgCtx.Done():
+	}
+}
+
+func (w *Worker) call(ctx context.Context, j *Job) (res any, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("bullmq: handler panicked: %v", r)
+		}
+	}()
+	return w.handler(ctx, j)
+}
+
+func returnValueJSON(res any) string {
+	switch v := res.(type) {
+	case nil:
+		return "null"
+	case json.RawMessage:
+		if json.Valid(v) {
+			return string(v)
+		}
+	}
+	b, err := json.Marshal(res)
+	if err != nil {
+		return "null"
+	}
+	return string(b)
+}
+
+// failRequest decides between retry and final failure the way BullMQ's
+// Job.moveToFailed does.
+func (w *Worker) failRequest(req *finishReq, err error) {
+	j := req.job
+	reason := err.Error()
+	trace := append([]string{}, j.Stacktrace...)
+	trace = append(trace, reason)
+	if lim := j.Opts.StackTraceLimit; lim != nil {
+		if *lim == 0 {
+			trace = []string{}
+		} else if len(trace) > *lim {
+			trace = trace[len(trace)-*lim:]
+		}
+	}
+	b, _ := json.Marshal(trace)
+	req.value = reason
+	req.stack = string(b)
+	req.kind = finishFail
+	if !IsUnrecoverable(err) && j.AttemptsMade+1 < j.Opts.Attempts {
+		req.kind = finishRetry
+		req.delay = backoffDelay(j.Opts.Backoff, j.AttemptsMade)
+	}
+}
+
+// finisher writes finished jobs in pipelined batches.
+func (w *Worker) finisher(ctx context.Context, in chan *finishReq) {
+	batch := make([]*finishReq, 0, 256)
+	for {
+		batch = batch[:0]
+		select {
+		case r := <-in:
+			batch = append(batch, r)
+		case <-ctx.Done():
+			return
+		}
+	drain:
+		for len(batch) < cap(batch) {
+			select {
+			case r := <-in:
+				batch = append(batch, r)
+			default:
+				break drain
+			}
+		}
+		w.finishBatch(ctx, batch)
+		for _, r := range batch {
+			close(r.done)
+		}
+	}
+}
+
+func (w *Worker) finishBatch(ctx context.Context, batch []*finishReq) {
+	now := time.Now().UnixMilli()
+	calls := make([]scriptCall, len(batch))
+	for i, r := range batch {
+		calls[i] = w.finishCall(r, now)
+	}
+	var cmds []*redisCmd
+	var err error
+	delay := 100 * time.Millisecond
+	for attempt := 0; ; attempt++ {
+		cmds, err = runPipelined(base(ctx), w.cfg.Client, calls)
+		if err == nil || attempt == 4 {
+			break
+		}
+		w.logger.Error("bullmq: finishing jobs failed, retrying", err, nil)
+		sleepCtx(ctx, delay)
+		delay *= 2
+	}
+	if err != nil {
+		w.logger.Error("bullmq: finishing jobs failed; their locks expire and the stalled check retries them", err,
+			watermill.LogFields{"jobs": len(batch)})
+		return
+	}
+	for i, cmd := range cmds {
+		code, cerr := cmd.Int64()
+		if cerr == nil && code >= 0 {
+			continue
+		}
+		w.logger.Error("bullmq: finishing job failed", finishError(cerr, code),
+			watermill.LogFields{"job_id": batch[i].job.ID, "outcome": batch[i].kind})
+	}
+}
+
+type redisCmd = redis.Cmd
+
+func finishError(err error, code int64) error {
+	if err != nil {
+		return err
+	}
+	switch code {
+	case -1:
+		return errors.New("job missing")
+	case -2:
+		return errors.New("lock missing (expired: another worker may run the job)")
+	case -3:
+		return errors.New("job not in active")
+	case -6:
+		return errors.New("lock held by another worker")
+	}
+	return fmt.Errorf("code %d", code)
+}
+
+func (w *Worker) finishCall(r *finishReq, now int64) scriptCall {
+	k := w.keys
+	j := r.job
+	switch r.kind {
+	case finishRetry:
+		return scriptCall{script: retryScript,
+			keys: []string{k.wait, k.active, k.prioritized, k.events, k.stalled, k.meta, k.delayed, k.job(j.ID), k.lock(j.ID), k.marker, k.pc},
+			args: []any{j.ID, j.token, now, r.delay, r.value, r.stack}}
+	case finishHandBack:
+		return scriptCall{script: handBackScript,
+			keys: []string{k.wait, k.active, k.prioritized, k.events, k.stalled, k.meta, k.job(j.ID), k.lock(j.ID), k.marker},
+			args: []any{j.ID, j.token}}
+	}
+	target, field, keep := k.completed, "returnvalue", j.Opts.RemoveOnComplete
+	name := "completed"
+	if r.kind == finishFail {
+		target, field, keep, name = k.failed, "failedReason", j.Opts.RemoveOnFail, "failed"
+	}
+	count, age, limit := keep.keepArgs()
+	dedupKey := k.job(j.ID)
+	if j.dedupID != "" {
+		dedupKey = k.dedup(j.dedupID)
+	}
+	return scriptCall{script: finishScript,
+		keys: []string{k.wait, k.active, k.prioritized, k.events, k.stalled, k.meta, target, k.job(j.ID), k.lock(j.ID), dedupKey, k.marker},
+		args: []any{j.ID, j.token, now, name, field, r.value, count, age, limit, j.Opts.Attempts, r.stack, j.dedupID, k.base}}
+}
+
+// renewer extends the locks of held jobs every LockDuration/2.
+func (w *Worker) renewer(ctx context.Context) {
+	t := time.NewTicker(w.cfg.LockDuration / 2)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		w.mu.Lock()
+		held := make([]*Job, 0, len(w.held))
+		for _, j := range w.held {
+			held = append(held, j)
+		}
+		w.mu.Unlock()
+		for start := 0; start < len(held); start += 500 {
+			w.extend(ctx, held[start:min(start+500, len(held))])
+		}
+	}
+}
+
+func (w *Worker) extend(ctx context.Context, jobs []*Job) {
+	keys := make([]string, 1, len(jobs)+1)
+	keys[0] = w.keys.stalled
+	args := make([]any, 1, 2*len(jobs)+1)
+	args[0] = w.cfg.LockDuration.Milliseconds()
+	for _, j := range jobs {
+		keys = append(keys, w.keys.lock(j.ID))
+		args = append(args, j.token)
+	}
+	for _, j := range jobs {
+		args = append(args, j.ID)
+	}
+	res, err := extendScript.Run(base(ctx), w.cfg.Client, keys, args...).Int64Slice()
+	if err != nil {
+		w.logger.Error("bullmq: renewing locks failed", err, nil)
+		return
+	}
+	for i, ok := range res {
+		if ok == 0 {
+			w.logger.Error("bullmq: lost the lock of a running job", nil, watermill.LogFields{"job_id": jobs[i].ID})
+		}
+	}
+}
+
+// stalledChecker runs the stalled check now and every StalledInterval.
+func (w *Worker) stalledChecker(ctx context.Context) {
+	t := time.NewTicker(w.cfg.StalledInterval)
+	defer t.Stop()
+	maxStalled := w.cfg.MaxStalledCount
+	if maxStalled < 0 {
+		maxStalled = 0
+	}
+	for {
+		k := w.keys
+		ids, err := stalledScript.Run(base(ctx), w.cfg.Client,
+			[]string{k.stalled, k.wait, k.active, k.stalledChk, k.meta, k.marker, k.events},
+			maxStalled, k.base, time.Now().UnixMilli(), w.cfg.StalledInterval.Milliseconds()).StringSlice()
+		if err != nil {
+			w.logger.Error("bullmq: stalled check failed", err, nil)
+		} else if len(ids) > 0 {
+			w.logger.Info("bullmq: moved stalled jobs back to wait", watermill.LogFields{"job_ids": ids})
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
