@@ -1,0 +1,232 @@
+package bullmq_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/listingkit/listing/infra/bullmq"
+)
+
+type bundle struct {
+	rdb   *redis.Client
+	queue string
+	pub   *bullmq.Publisher
+	cfg   bullmq.Config
+}
+
+func setup(t *testing.T) bundle {
+	t.Helper()
+	t.Parallel()
+	rdb := newRedis(t)
+	q := newQueue(t, rdb, "bull")
+	cfg := baseConfig(rdb)
+	pub, err := bullmq.NewPublisher(bullmq.PublisherConfig{Config: cfg}, nil)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = pub.Close() })
+	return bundle{rdb: rdb, queue: q, pub: pub, cfg: cfg}
+}
+
+func (b bundle) key(s string) string { return "bull:" + b.queue + ":" + s }
+
+func (b bundle) add(t *testing.T, jobs ...bullmq.Job) []bullmq.AddResult {
+	t.Helper()
+	res, err := b.pub.Add(context.Background(), b.queue, jobs)
+	require.NoError(t, err)
+	return res
+}
+
+func (b bundle) worker(t *testing.T, mod func(*bullmq.WorkerConfig), h bullmq.HandlerFunc) *bullmq.Worker {
+	t.Helper()
+	wc := bullmq.WorkerConfig{Config: b.cfg, Queue: b.queue, DrainDelay: 200 * time.Millisecond}
+	if mod != nil {
+		mod(&wc)
+	}
+	w, err := bullmq.NewWorker(wc, h)
+	require.NoError(t, err)
+	return w
+}
+
+func (b bundle) finished(t *testing.T) int64 {
+	c, err := b.rdb.ZCard(context.Background(), b.key("completed")).Result()
+	require.NoError(t, err)
+	f, err := b.rdb.ZCard(context.Background(), b.key("failed")).Result()
+	require.NoError(t, err)
+	return c + f
+}
+
+func job(data behaviour, opts *bullmq.JobOptions) bullmq.Job {
+	id := uuid.NewString()
+	data.EventID = id
+	return bullmq.Job{ID: id, Name: "test.event", Data: mustJSON(data), Opts: opts}
+}
+
+func TestGoPublishGoWorker(t *testing.T) {
+	b := setup(t)
+	jobs := []bullmq.Job{
+		job(behaviour{}, nil),
+		job(behaviour{Behave: "failUntil", FailUntil: 1}, &bullmq.JobOptions{Attempts: 3, Backoff: &bullmq.Backoff{Type: "fixed", Delay: 50}}),
+		job(behaviour{Behave: "fail"}, &bullmq.JobOptions{Attempts: 2, Backoff: &bullmq.Backoff{Type: "exponential", Delay: 10}}),
+		job(behaviour{Behave: "unrecoverable"}, &bullmq.JobOptions{Attempts: 5}),
+	}
+	res := b.add(t, jobs...)
+	for i, r := range res {
+		assert.Equal(t, bullmq.Created, r.Status)
+		assert.Equal(t, jobs[i].ID, r.ID)
+	}
+	var starts atomic.Int64
+	runWorker(t, b.worker(t, func(c *bullmq.WorkerConfig) { c.Concurrency = 3 }, behaveHandler(func(*bullmq.Job) { starts.Add(1) })))
+	waitFor(t, 10*time.Second, "4 finished jobs", func() bool { return b.finished(t) == 4 })
+	ctx := context.Background()
+	h := b.rdb.HGetAll(ctx, b.key(jobs[0].ID)).Val()
+	assert.Equal(t, "1", h["atm"])
+	assert.JSONEq(t, `{"by":"go","id":"`+jobs[0].ID+`","attempt":0}`, h["returnvalue"])
+	h = b.rdb.HGetAll(ctx, b.key(jobs[1].ID)).Val()
+	assert.Equal(t, "2", h["atm"])
+	assert.Equal(t, "2", h["ats"])
+	h = b.rdb.HGetAll(ctx, b.key(jobs[2].ID)).Val()
+	assert.Equal(t, "2", h["atm"])
+	assert.Equal(t, "boom "+jobs[2].ID, h["failedReason"])
+	var st []string
+	require.NoError(t, json.Unmarshal([]byte(h["stacktrace"]), &st))
+	assert.Len(t, st, 2)
+	h = b.rdb.HGetAll(ctx, b.key(jobs[3].ID)).Val()
+	assert.Equal(t, "1", h["atm"])
+	assert.Equal(t, int64(6), starts.Load())
+}
+
+func TestHandBackOnShutdown(t *testing.T) {
+	b := setup(t)
+	j := job(behaviour{}, nil)
+	b.add(t, j)
+	started := make(chan struct{})
+	w := b.worker(t, func(c *bullmq.WorkerConfig) { c.ShutdownTimeout = 100 * time.Millisecond },
+		func(ctx context.Context, _ *bullmq.Job) (any, error) {
+			close(started)
+			<-ctx.Done()
+			return nil, ctx.Err()
+		})
+	stop := runWorker(t, w)
+	<-started
+	stop()
+	ctx := context.Background()
+	assert.Equal(t, []string{j.ID}, b.rdb.LRange(ctx, b.key("wait"), 0, -1).Val())
+	assert.Zero(t, b.rdb.LLen(ctx, b.key("active")).Val())
+	assert.Equal(t, "", b.rdb.HGet(ctx, b.key(j.ID), "atm").Val())
+	assert.Zero(t, b.rdb.Exists(ctx, b.key(j.ID)+":lock").Val())
+}
+
+func TestGracefulShutdownFinishesRunningJobs(t *testing.T) {
+	b := setup(t)
+	j := job(behaviour{}, nil)
+	b.add(t, j)
+	started := make(chan struct{})
+	w := b.worker(t, nil, func(ctx context.Context, _ *bullmq.Job) (any, error) {
+		close(started)
+		time.Sleep(300 * time.Millisecond)
+		return "done", nil
+	})
+	stop := runWorker(t, w)
+	<-started
+	stop()
+	assert.Equal(t, `"done"`, b.rdb.HGet(context.Background(), b.key(j.ID), "returnvalue").Val())
+}
+
+func TestPausedAndGlobalConcurrency(t *testing.T) {
+	b := setup(t)
+	ctx := context.Background()
+	require.NoError(t, b.rdb.HSet(ctx, b.key("meta"), "paused", "1").Err())
+	var jobs []bullmq.Job
+	for range 6 {
+		jobs = append(jobs, job(behaviour{SleepMs: 100}, nil))
+	}
+	b.add(t, jobs...)
+	assert.Zero(t, b.rdb.Exists(ctx, b.key("marker")).Val(), "no marker while paused")
+	var running, maxRunning atomic.Int64
+	var mu sync.Mutex
+	h := behaveHandler(func(*bullmq.Job) {
+		n := running.Add(1)
+		mu.Lock()
+		if n > maxRunning.Load() {
+			maxRunning.Store(n)
+		}
+		mu.Unlock()
+	})
+	w := b.worker(t, func(c *bullmq.WorkerConfig) { c.Concurrency = 4 }, func(ctx context.Context, j *bullmq.Job) (any, error) {
+		defer running.Add(-1)
+		return h(ctx, j)
+	})
+	runWorker(t, w)
+	time.Sleep(500 * time.Millisecond)
+	assert.Zero(t, b.finished(t), "paused queue")
+	require.NoError(t, b.rdb.HSet(ctx, b.key("meta"), "concurrency", "2").Err())
+	require.NoError(t, b.rdb.HDel(ctx, b.key("meta"), "paused").Err())
+	waitFor(t, 10*time.Second, "6 finished", func() bool { return b.finished(t) == 6 })
+	assert.LessOrEqual(t, maxRunning.Load(), int64(2))
+}
+
+func TestTrimByCountAndAge(t *testing.T) {
+	b := setup(t)
+	ctx := context.Background()
+	var jobs []bullmq.Job
+	for range 5 {
+		jobs = append(jobs, job(behaviour{}, &bullmq.JobOptions{Attempts: 1, RemoveOnComplete: &bullmq.KeepJobs{Count: 2}}))
+	}
+	b.add(t, jobs...)
+	runWorker(t, b.worker(t, nil, behaveHandler(nil)))
+	waitFor(t, 10*time.Second, "5 processed", func() bool {
+		return b.rdb.LLen(ctx, b.key("wait")).Val() == 0 && b.rdb.LLen(ctx, b.key("active")).Val() == 0
+	})
+	assert.Equal(t, int64(2), b.rdb.ZCard(ctx, b.key("completed")).Val())
+	assert.Equal(t, int64(2), b.rdb.Exists(ctx, b.key(jobs[0].ID), b.key(jobs[1].ID), b.key(jobs[2].ID), b.key(jobs[3].ID), b.key(jobs[4].ID)).Val())
+
+	aged := job(behaviour{}, &bullmq.JobOptions{Attempts: 1, RemoveOnComplete: &bullmq.KeepJobs{Age: 1}})
+	b.add(t, aged)
+	waitFor(t, 5*time.Second, "aged job done", func() bool { return b.rdb.ZScore(ctx, b.key("completed"), aged.ID).Err() == nil })
+	time.Sleep(1100 * time.Millisecond)
+	next := job(behaviour{}, &bullmq.JobOptions{Attempts: 1, RemoveOnComplete: &bullmq.KeepJobs{Age: 1}})
+	b.add(t, next)
+	waitFor(t, 5*time.Second, "aged job trimmed", func() bool { return b.rdb.Exists(ctx, b.key(aged.ID)).Val() == 0 })
+	assert.Error(t, b.rdb.ZScore(ctx, b.key("completed"), aged.ID).Err())
+}
+
+func TestAddRejectsBadIDs(t *testing.T) {
+	b := setup(t)
+	for _, id := range []string{"", "123", "0", "-5", "a:b"} {
+		_, err := b.pub.Add(context.Background(), b.queue, []bullmq.Job{{ID: id, Name: "x", Data: []byte("{}")}})
+		assert.Error(t, err, id)
+	}
+	assert.NoError(t, bullmq.ValidateJobID(uuid.NewString()))
+	assert.NoError(t, bullmq.ValidateJobID("12a"))
+}
+
+func TestPublishHonorsContext(t *testing.T) {
+	b := setup(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	_, err := b.pub.Add(ctx, b.queue, []bullmq.Job{job(behaviour{}, nil)})
+	assert.True(t, errors.Is(err, context.Canceled), err)
+	require.NoError(t, b.pub.Close())
+	_, err = b.pub.Add(context.Background(), b.queue, []bullmq.Job{job(behaviour{}, nil)})
+	assert.ErrorIs(t, err, bullmq.ErrPublisherClosed)
+}
+
+func TestConfigValidate(t *testing.T) {
+	t.Parallel()
+	assert.Error(t, bullmq.Config{}.Validate())
+	_, err := bullmq.NewWorker(bullmq.WorkerConfig{Config: bullmq.Config{Client: redis.NewClient(&redis.Options{})}}, func(context.Context, *bullmq.Job) (any, error) { return nil, nil })
+	assert.Error(t, err, "queue required")
+	c := bullmq.Config{Client: redis.NewClient(&redis.Options{}), Prefix: "bull", Attempts: 1, Backoff: bullmq.Backoff{Type: "linear"}, RemoveOnCompleteAge: time.Hour, RemoveOnFailAge: time.Hour}
+	assert.Error(t, c.Validate())
+	c.Backoff.Type = "fixed"
+	assert.NoError(t, c.Validate())
+}
