@@ -39,13 +39,9 @@ import (
 // Persist credentials only sealed by a CredentialCipher: SecretJSON gives the plaintext to
 // seal, ParseCredentials reads it back after Open. The zero value holds no key.
 type Credentials struct {
-	// A pointer, so that even reflection-based printing of an enclosing struct (which does
-	// not call methods on unexported fields) shows an address, never the key.
-	s *credentialSecret
-}
-
-type credentialSecret struct {
-	apiKey string
+	// A pointer to a string, so that even reflection-based printing of an enclosing struct
+	// (which does not call methods on unexported fields) shows an address, never the key.
+	apiKey *string
 }
 
 // maxAPIKeyLen bounds an accepted api_key.
@@ -70,7 +66,7 @@ func NewCredentials(apiKey string) (Credentials, error) {
 			return Credentials{}, ErrCredentialsInvalid
 		}
 	}
-	return Credentials{s: &credentialSecret{apiKey: apiKey}}, nil
+	return Credentials{apiKey: &apiKey}, nil
 }
 
 // ParseCredentials reads the JSON object {"api_key": "..."} (unknown fields are refused). It
@@ -93,14 +89,14 @@ func ParseCredentials(raw []byte) (Credentials, error) {
 
 // APIKey returns the secret. Call it only where the secret is sent (the Authorization header).
 func (c Credentials) APIKey() string {
-	if c.s == nil {
+	if c.apiKey == nil {
 		return ""
 	}
-	return c.s.apiKey
+	return *c.apiKey
 }
 
 // IsZero reports whether c holds no key.
-func (c Credentials) IsZero() bool { return c.s == nil || c.s.apiKey == "" }
+func (c Credentials) IsZero() bool { return c.apiKey == nil || *c.apiKey == "" }
 
 // SecretJSON returns the plaintext {"api_key": "..."} to seal with a CredentialCipher. The
 // caller must not log, store or return it unsealed.
@@ -110,7 +106,7 @@ func (c Credentials) SecretJSON() ([]byte, error) {
 	}
 	return json.Marshal(struct {
 		APIKey string `json:"api_key"`
-	}{c.s.apiKey})
+	}{*c.apiKey})
 }
 
 // String implements fmt.Stringer and always redacts.
