@@ -105,6 +105,9 @@ CREATE POLICY workspace_memberships_tenant ON workspace_memberships
 -- A user may list their own memberships (to choose a workspace) without a workspace context.
 CREATE POLICY workspace_memberships_self ON workspace_memberships FOR SELECT
   USING (user_id = app_user_id());
+-- ... and read the workspaces they belong to.
+CREATE POLICY workspaces_member ON workspaces FOR SELECT
+  USING (EXISTS (SELECT 1 FROM workspace_memberships m WHERE m.workspace_id = id AND m.user_id = app_user_id()));
 
 -- Idempotent requests (seed §2). The scope is (workspace, user, method, path, key).
 -- request_fingerprint is an HMAC-SHA256 made with the secret named by fingerprint_key_id.

@@ -1,0 +1,35 @@
+package port
+
+import (
+	"context"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/listingkit/listing/domain"
+)
+
+// Page asks for one page of a newest-first list. Cursor is opaque ("" = first page).
+type Page struct {
+	Limit  int
+	Cursor string
+}
+
+// Products stores products of the transaction's workspace. Every method runs in the
+// transaction carried by ctx.
+type Products interface {
+	Insert(ctx context.Context, p domain.Product) error
+	Get(ctx context.Context, id uuid.UUID) (domain.Product, error)
+	// Update loads the product under a row lock, lets fn change it and saves the result.
+	Update(ctx context.Context, id uuid.UUID, fn func(*domain.Product) error) (domain.Product, error)
+	List(ctx context.Context, page Page) (items []domain.Product, next string, err error)
+}
+
+// Transactor runs fn in one RLS transaction scoped to a workspace and user, committing when
+// fn returns nil. Queries and worker steps use it; commands get theirs from the bus.
+type Transactor interface {
+	InTx(ctx context.Context, workspaceID, userID uuid.UUID, fn func(ctx context.Context) error) error
+}
+
+// Clock tells the time; tests may fix it.
+type Clock func() time.Time

@@ -1,0 +1,168 @@
+package httpapi
+
+import (
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/go-chi/httprate"
+
+	"github.com/listingkit/listing/app/bus"
+	"github.com/listingkit/listing/app/commands"
+	"github.com/listingkit/listing/domain"
+)
+
+// authLimits rate-limits the auth endpoints per client address and per account (email).
+type authLimits struct {
+	address *httprate.RateLimiter
+	account *httprate.RateLimiter
+}
+
+func newAuthLimits(perMinute int) *authLimits {
+	onLimit := httprate.WithLimitHandler(func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, r, domain.ErrRateLimited)
+	})
+	return &authLimits{
+		address: httprate.NewRateLimiter(perMinute, time.Minute, httprate.WithKeyFuncs(httprate.KeyByIP), onLimit),
+		account: httprate.NewRateLimiter(perMinute, time.Minute, onLimit),
+	}
+}
+
+func (l *authLimits) perAddress(next http.Handler) http.Handler { return l.address.Handler(next) }
+
+// limitAccount applies the per-account limit; it reports false when it answered 429.
+func (l *authLimits) limitAccount(w http.ResponseWriter, r *http.Request, email string) bool {
+	key := strings.ToLower(strings.TrimSpace(email))
+	if key == "" {
+		return true
+	}
+	return !l.account.RespondOnLimit(w, r, "account:"+key)
+}
+
+type userJSON struct {
+	ID        string    `json:"id"`
+	Email     string    `json:"email"`
+	CreatedAt time.Time `json:"created_at"`
+}
+
+type workspaceJSON struct {
+	ID        string    `json:"id"`
+	Name      string    `json:"name"`
+	CreatedAt time.Time `json:"created_at"`
+}
+
+type sessionJSON struct {
+	User         *userJSON      `json:"user,omitempty"`
+	Workspace    *workspaceJSON `json:"workspace,omitempty"`
+	AccessToken  string         `json:"access_token"`
+	TokenType    string         `json:"token_type"`
+	ExpiresIn    int            `json:"expires_in"`
+	RefreshToken string         `json:"refresh_token"`
+}
+
+func sessionBody(s commands.Session) sessionJSON {
+	out := sessionJSON{AccessToken: s.AccessToken, TokenType: "Bearer", ExpiresIn: int(s.ExpiresIn.Seconds()), RefreshToken: s.RefreshToken}
+	if s.User.Email != "" {
+		out.User = &userJSON{ID: s.User.ID.String(), Email: s.User.Email, CreatedAt: s.User.CreatedAt}
+	}
+	return out
+}
+
+func workspaceBody(ws domain.Workspace) *workspaceJSON {
+	return &workspaceJSON{ID: ws.ID.String(), Name: ws.Name, CreatedAt: ws.CreatedAt}
+}
+
+func (s *Server) register(w http.ResponseWriter, r *http.Request) {
+	var in struct {
+		Email         string `json:"email"`
+		Password      string `json:"password"`
+		WorkspaceName string `json:"workspace_name"`
+	}
+	body, err := readBody(w, r, s.cfg.MaxBodyBytes)
+	if err == nil {
+		err = decodeStrict(body, &in)
+	}
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+	if !s.limits.limitAccount(w, r, in.Email) {
+		return
+	}
+	cmd := commands.NewRegisterUser(in.Email, in.Password, in.WorkspaceName)
+	reply, err := bus.Execute(r.Context(), s.app.Bus, s.app.Commands.RegisterUser, bus.Request[commands.RegisterUser]{
+		Command: cmd, Actor: bus.Actor{UserID: cmd.UserID, WorkspaceID: cmd.WorkspaceID},
+	})
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+	out := sessionBody(reply.Result.Session)
+	out.Workspace = workspaceBody(reply.Result.Workspace)
+	writeJSON(w, http.StatusCreated, out)
+}
+
+func (s *Server) login(w http.ResponseWriter, r *http.Request) {
+	var in struct {
+		Email    string `json:"email"`
+		Password string `json:"password"`
+	}
+	body, err := readBody(w, r, s.cfg.MaxBodyBytes)
+	if err == nil {
+		err = decodeStrict(body, &in)
+	}
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+	if !s.limits.limitAccount(w, r, in.Email) {
+		return
+	}
+	reply, err := bus.Execute(r.Context(), s.app.Bus, s.app.Commands.Login, bus.Request[commands.Login]{
+		Command: commands.Login{Email: in.Email, Password: in.Password},
+	})
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, sessionBody(reply.Result))
+}
+
+func (s *Server) refresh(w http.ResponseWriter, r *http.Request) {
+	var in struct {
+		RefreshToken string `json:"refresh_token"`
+	}
+	body, err := readBody(w, r, s.cfg.MaxBodyBytes)
+	if err == nil {
+		err = decodeStrict(body, &in)
+	}
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+	reply, err := bus.Execute(r.Context(), s.app.Bus, s.app.Commands.RefreshSession, bus.Request[commands.RefreshSession]{
+		Command: commands.RefreshSession{RefreshToken: in.RefreshToken},
+	})
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+	if reply.Result.Rejected != nil {
+		writeError(w, r, reply.Result.Rejected)
+		return
+	}
+	writeJSON(w, http.StatusOK, sessionBody(reply.Result.Session))
+}
+
+func (s *Server) listWorkspaces(w http.ResponseWriter, r *http.Request) {
+	list, err := s.app.Queries.Workspaces(r.Context(), userID(r.Context()))
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+	items := make([]*workspaceJSON, 0, len(list))
+	for _, ws := range list {
+		items = append(items, workspaceBody(ws))
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"items": items, "next_cursor": nil})
+}

@@ -1,0 +1,216 @@
+package httpapi
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/go-chi/chi/v5"
+	"github.com/google/uuid"
+
+	"github.com/listingkit/listing/app/bus"
+	"github.com/listingkit/listing/app/commands"
+	"github.com/listingkit/listing/app/port"
+	"github.com/listingkit/listing/app/query"
+	"github.com/listingkit/listing/domain"
+)
+
+type productInput struct {
+	Title       string   `json:"title"`
+	Description string   `json:"description"`
+	Price       string   `json:"price"`
+	Currency    string   `json:"currency"`
+	Images      []string `json:"images"`
+}
+
+func (in productInput) content() domain.ProductContent {
+	return domain.ProductContent{Title: in.Title, Description: in.Description, Price: in.Price, Currency: in.Currency, Images: in.Images}
+}
+
+type productJSON struct {
+	ID          string    `json:"id"`
+	Title       string    `json:"title"`
+	Description string    `json:"description"`
+	Price       string    `json:"price"`
+	Currency    string    `json:"currency"`
+	Images      []string  `json:"images"`
+	Revision    int       `json:"revision"`
+	CreatedAt   time.Time `json:"created_at"`
+	UpdatedAt   time.Time `json:"updated_at"`
+}
+
+func productBody(p domain.Product) productJSON {
+	return productJSON{ID: p.ID.String(), Title: p.Title, Description: p.Description, Price: p.Price,
+		Currency: p.Currency, Images: p.Images, Revision: p.Revision, CreatedAt: p.CreatedAt.UTC(), UpdatedAt: p.UpdatedAt.UTC()}
+}
+
+func etag(revision int) string { return `"` + strconv.Itoa(revision) + `"` }
+
+func (s *Server) scope(r *http.Request) query.Scope {
+	return query.Scope{WorkspaceID: workspaceID(r.Context()), UserID: userID(r.Context())}
+}
+
+func (s *Server) actor(r *http.Request) bus.Actor {
+	return bus.Actor{WorkspaceID: workspaceID(r.Context()), UserID: userID(r.Context())}
+}
+
+// createProduct: POST /v1/workspaces/{ws}/products, idempotent when a key is sent.
+func (s *Server) createProduct(w http.ResponseWriter, r *http.Request) {
+	var in productInput
+	body, err := readBody(w, r, s.cfg.MaxBodyBytes)
+	if err == nil {
+		err = decodeStrict(body, &in)
+	}
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+	ws := workspaceID(r.Context())
+	render := func(result any) (bus.Response, error) {
+		p := result.(domain.Product)
+		return jsonResponse(http.StatusCreated, map[string]any{"product": productBody(p)}, map[string]string{
+			"ETag":     etag(p.Revision),
+			"Location": fmt.Sprintf("/v1/workspaces/%s/products/%s", ws, p.ID),
+		})
+	}
+	idem, err := s.idempotency(r, body, false, render)
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+	reply, err := bus.Execute(r.Context(), s.app.Bus, s.app.Commands.CreateProduct, bus.Request[commands.CreateProduct]{
+		Command:     commands.CreateProduct{ProductID: uuid.New(), WorkspaceID: ws, Content: in.content()},
+		Actor:       s.actor(r),
+		Idempotency: idem,
+	})
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+	s.respond(w, r, reply.Response, reply.Replayed, idem != nil, reply.Result, render)
+}
+
+var errProductNotFound = domain.NewError(domain.KindNotFound, "PRODUCT_NOT_FOUND", "the product does not exist")
+
+func productID(r *http.Request) (uuid.UUID, error) {
+	id, err := uuid.Parse(chi.URLParam(r, "product_id"))
+	if err != nil {
+		return uuid.Nil, errProductNotFound
+	}
+	return id, nil
+}
+
+func notFoundAs(err error, nf *domain.Error) error {
+	if err != nil && errors.Is(err, domain.ErrNotFound) {
+		return nf
+	}
+	return err
+}
+
+func (s *Server) getProduct(w http.ResponseWriter, r *http.Request) {
+	id, err := productID(r)
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+	p, err := s.app.Queries.Product(r.Context(), s.scope(r), id)
+	if err != nil {
+		writeError(w, r, notFoundAs(err, errProductNotFound))
+		return
+	}
+	w.Header().Set("ETag", etag(p.Revision))
+	writeJSON(w, http.StatusOK, map[string]any{"product": productBody(p)})
+}
+
+func (s *Server) listProducts(w http.ResponseWriter, r *http.Request) {
+	page, err := pageOf(r)
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+	items, next, err := s.app.Queries.ProductList(r.Context(), s.scope(r), page)
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+	out := make([]productJSON, 0, len(items))
+	for _, p := range items {
+		out = append(out, productBody(p))
+	}
+	writeJSON(w, http.StatusOK, listBody(out, next))
+}
+
+// listBody is the list envelope: {"items": [...], "next_cursor": "…" | null}.
+func listBody[T any](items []T, next string) map[string]any {
+	var cursor any
+	if next != "" {
+		cursor = next
+	}
+	return map[string]any{"items": items, "next_cursor": cursor}
+}
+
+func pageOf(r *http.Request) (port.Page, error) {
+	q := r.URL.Query()
+	p := port.Page{Cursor: q.Get("cursor")}
+	if l := q.Get("limit"); l != "" {
+		n, err := strconv.Atoi(l)
+		if err != nil || n < 1 || n > 100 {
+			return p, domain.Invalid("limit", "must be an integer from 1 to 100")
+		}
+		p.Limit = n
+	}
+	return p, nil
+}
+
+// parseIfMatch reads If-Match: "<revision>" (a strong ETag of a positive integer).
+func parseIfMatch(r *http.Request) (int, error) {
+	values := r.Header.Values("If-Match")
+	if len(values) == 0 {
+		return 0, domain.ErrPreconditionRequired
+	}
+	v := strings.TrimSpace(values[0])
+	if len(values) != 1 || len(v) < 3 || v[0] != '"' || v[len(v)-1] != '"' {
+		return 0, domain.Invalid("If-Match", `must be a single "<revision>" as returned in ETag`)
+	}
+	n, err := strconv.Atoi(v[1 : len(v)-1])
+	if err != nil || n < 1 {
+		return 0, domain.Invalid("If-Match", `must be a single "<revision>" as returned in ETag`)
+	}
+	return n, nil
+}
+
+// saveProductDraft: PUT …/products/{id}/draft with If-Match (no idempotency, seed §5).
+func (s *Server) saveProductDraft(w http.ResponseWriter, r *http.Request) {
+	id, err := productID(r)
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+	revision, err := parseIfMatch(r)
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+	var in productInput
+	body, err := readBody(w, r, s.cfg.MaxBodyBytes)
+	if err == nil {
+		err = decodeStrict(body, &in)
+	}
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+	reply, err := bus.Execute(r.Context(), s.app.Bus, s.app.Commands.SaveProductDraft, bus.Request[commands.SaveProductDraft]{
+		Command: commands.SaveProductDraft{ProductID: id, ExpectedRevision: revision, Content: in.content()},
+		Actor:   s.actor(r),
+	})
+	if err != nil {
+		writeError(w, r, notFoundAs(err, errProductNotFound))
+		return
+	}
+	w.Header().Set("ETag", etag(reply.Result.Revision))
+	writeJSON(w, http.StatusOK, map[string]any{"product": productBody(reply.Result)})
+}

@@ -1,0 +1,180 @@
+// Package httpapi is the HTTP transport: routing, authentication, workspace membership,
+// strict JSON decoding, RFC 9457 problem responses, idempotency headers, health, metrics and
+// the OpenAPI document (openapi.yaml, served at /openapi.yaml and kept true by a test).
+//
+// Handlers decode and validate input, build a command and run it through the command bus;
+// they never open transactions or talk to the database themselves. Logs carry one line per
+// request with method, route pattern, status and timing — never bodies, query strings,
+// credentials or tokens.
+package httpapi
+
+import (
+	"context"
+	_ "embed"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"github.com/go-chi/chi/v5"
+	"github.com/google/uuid"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/listingkit/listing/app"
+	"github.com/listingkit/listing/app/port"
+)
+
+//go:embed openapi.yaml
+var openAPIDocument []byte
+
+// OpenAPIDocument returns the served OpenAPI document.
+func OpenAPIDocument() []byte { return openAPIDocument }
+
+// Config configures the HTTP layer.
+type Config struct {
+	// MaxBodyBytes bounds JSON request bodies (413 beyond). Default 1 MiB.
+	MaxBodyBytes int64
+	// AuthRatePerMinute bounds auth requests per client address and per account. Default 20.
+	AuthRatePerMinute int
+}
+
+func (c *Config) setDefaults() {
+	if c.MaxBodyBytes <= 0 {
+		c.MaxBodyBytes = 1 << 20
+	}
+	if c.AuthRatePerMinute <= 0 {
+		c.AuthRatePerMinute = 20
+	}
+}
+
+// IdempotencyPolicy is what the HTTP layer needs of the idempotency store: parsing the
+// Idempotency-Key header and the retention to advertise.
+type IdempotencyPolicy interface {
+	// ParseKey validates the Idempotency-Key header values (missing, repeated, not a UUID).
+	ParseKey(values []string) (uuid.UUID, error)
+	Retention() time.Duration
+}
+
+// ReadinessCheck reports whether a dependency is reachable.
+type ReadinessCheck struct {
+	Name  string
+	Check func(ctx context.Context) error
+}
+
+// Deps are the collaborators of the HTTP layer.
+type Deps struct {
+	App         *app.Application
+	Tokens      port.TokenIssuer
+	Idempotency IdempotencyPolicy
+	Ready       []ReadinessCheck
+	Registry    *prometheus.Registry
+	Logger      *slog.Logger
+	// Extra mounts routes owned by other packages (e.g. the local upload endpoint).
+	Extra func(r chi.Router)
+}
+
+// Server is the HTTP API.
+type Server struct {
+	cfg     Config
+	deps    Deps
+	app     *app.Application
+	log     *slog.Logger
+	metrics *Metrics
+	limits  *authLimits
+	handler http.Handler
+}
+
+// New builds the server and its routes.
+func New(cfg Config, deps Deps) (*Server, error) {
+	cfg.setDefaults()
+	if deps.Logger == nil {
+		deps.Logger = slog.Default()
+	}
+	s := &Server{cfg: cfg, deps: deps, app: deps.App, log: deps.Logger}
+	if deps.Registry != nil {
+		m, err := NewMetrics(deps.Registry)
+		if err != nil {
+			return nil, err
+		}
+		s.metrics = m
+	}
+	s.limits = newAuthLimits(cfg.AuthRatePerMinute)
+	s.handler = s.routes()
+	return s, nil
+}
+
+// ServeHTTP implements http.Handler.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.handler.ServeHTTP(w, r) }
+
+// Router returns the chi router, for route listings (the OpenAPI test walks it).
+func (s *Server) Router() chi.Routes { return s.handler.(chi.Routes) }
+
+func (s *Server) routes() http.Handler {
+	r := chi.NewRouter()
+	r.Use(withRequestID, s.observe)
+	r.NotFound(func(w http.ResponseWriter, r *http.Request) {
+		writeProblem(w, r, Problem{Status: http.StatusNotFound, Code: CodeNotFound, Detail: "no such route"})
+	})
+	r.MethodNotAllowed(func(w http.ResponseWriter, r *http.Request) {
+		writeProblem(w, r, Problem{Status: http.StatusMethodNotAllowed, Code: CodeMethodNotAllowed, Detail: "method not allowed on this route"})
+	})
+
+	r.Get("/healthz", s.healthz)
+	r.Get("/readyz", s.readyz)
+	if s.deps.Registry != nil {
+		r.Method(http.MethodGet, "/metrics", promhttp.HandlerFor(s.deps.Registry, promhttp.HandlerOpts{}))
+	}
+	r.Get("/openapi.yaml", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/yaml")
+		_, _ = w.Write(openAPIDocument)
+	})
+
+	r.Route("/v1", func(r chi.Router) {
+		r.Route("/auth", func(r chi.Router) {
+			r.Use(s.limits.perAddress)
+			r.Post("/register", s.register)
+			r.Post("/login", s.login)
+			r.Post("/refresh", s.refresh)
+		})
+		r.Group(func(r chi.Router) {
+			r.Use(s.authenticate)
+			r.Get("/workspaces", s.listWorkspaces)
+			r.Route("/workspaces/{workspace_id}", func(r chi.Router) {
+				r.Use(s.requireMember)
+				r.Post("/products", s.createProduct)
+				r.Get("/products", s.listProducts)
+				r.Get("/products/{product_id}", s.getProduct)
+				r.Put("/products/{product_id}/draft", s.saveProductDraft)
+			})
+		})
+		if s.deps.Extra != nil {
+			s.deps.Extra(r)
+		}
+	})
+	return r
+}
+
+func (s *Server) healthz(w http.ResponseWriter, _ *http.Request) {
+	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+}
+
+func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+	defer cancel()
+	checks := map[string]string{}
+	status := http.StatusOK
+	for _, c := range s.deps.Ready {
+		if err := c.Check(ctx); err != nil {
+			s.log.WarnContext(ctx, "readiness check failed", "check", c.Name, "err", err)
+			checks[c.Name] = "unavailable"
+			status = http.StatusServiceUnavailable
+		} else {
+			checks[c.Name] = "ok"
+		}
+	}
+	state := "ok"
+	if status != http.StatusOK {
+		state = "unavailable"
+	}
+	writeJSON(w, status, map[string]any{"status": state, "checks": checks})
+}
