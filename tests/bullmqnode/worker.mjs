@@ -2,6 +2,7 @@
 //   behave: "ok" (default) | "fail" | "unrecoverable" | "failUntil"
 //   failUntil: n  -> throws while job.attemptsMade < n
 //   sleepMs: n    -> waits n ms before finishing
+//   holdFirstMs: n -> on the first started attempt, waits n ms (kill tests)
 // Config (argv[2] JSON): queue, prefix, concurrency, lockDuration,
 // stalledInterval, maxStalledCount, drainDelay.
 // Prints JSON lines: {"ev":"ready"}, {"ev":"start",id,attemptsMade,name},
@@ -16,6 +17,7 @@ const worker = new Worker(
   async job => {
     emit({ ev: 'start', id: job.id, attemptsMade: job.attemptsMade, name: job.name });
     const d = job.data || {};
+    if (d.holdFirstMs && job.attemptsStarted <= 1) await sleep(d.holdFirstMs);
     if (d.sleepMs) await sleep(d.sleepMs);
     switch (d.behave) {
       case 'fail':
