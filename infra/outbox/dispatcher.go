@@ -1,0 +1,746 @@
+package outbox
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/listingkit/listing/infra/postgres"
+)
+
+// NotifyChannel is the PostgreSQL channel the outbox_events insert trigger (sql/003)
+// notifies with the workspace id as payload.
+const NotifyChannel = "outbox_events"
+
+// Event statuses (outbox_events.status).
+const (
+	StatusPending     = "pending"
+	StatusDispatching = "dispatching"
+	StatusDispatched  = "dispatched"
+	StatusDeadLetter  = "dead_letter"
+)
+
+// PublisherRouter chooses the watermill publisher of a destination (a BullMQ queue name, a
+// Redis stream, a GoChannel topic in tests). The destination is also the topic passed to
+// Publish. The Dispatcher never closes the publishers: their owner does, after Run returns.
+type PublisherRouter interface {
+	PublisherFor(destination string) (message.Publisher, error)
+}
+
+// PublisherRouterFunc adapts a function to PublisherRouter.
+type PublisherRouterFunc func(destination string) (message.Publisher, error)
+
+// PublisherFor implements PublisherRouter.
+func (f PublisherRouterFunc) PublisherFor(destination string) (message.Publisher, error) {
+	return f(destination)
+}
+
+// PublisherMap is a static PublisherRouter; an unknown destination is an error (the event
+// then backs off and ends in dead_letter like any failed delivery).
+type PublisherMap map[string]message.Publisher
+
+// PublisherFor implements PublisherRouter.
+func (m PublisherMap) PublisherFor(destination string) (message.Publisher, error) {
+	p, ok := m[destination]
+	if !ok || p == nil {
+		return nil, fmt.Errorf("outbox: no publisher for destination %q", destination)
+	}
+	return p, nil
+}
+
+// DispatcherConfig configures a Dispatcher. Zero values take the documented defaults.
+type DispatcherConfig struct {
+	// ID names this dispatcher in outbox_events.locked_by (with a per-claim suffix).
+	// Default: hostname:pid:random.
+	ID string
+	// BatchSize is the most events claimed from one workspace at once, and the largest
+	// Publish call. Default 500.
+	BatchSize int
+	// Concurrency is the number of workspace batches in flight at once. Default 4.
+	Concurrency int
+	// Lease is how long a claim stays valid (locked_until = now + Lease). After it, another
+	// dispatcher may claim and publish the events again. Default 30s; must exceed
+	// PublishTimeout.
+	Lease time.Duration
+	// PublishTimeout bounds one Publish call. Default 10s.
+	PublishTimeout time.Duration
+	// PollInterval is the period of workspace discovery (outbox_due_workspaces), the
+	// fallback when notifications are lost and the pick-up of retries whose backoff ended.
+	// Default 1s.
+	PollInterval time.Duration
+	// DisableListen turns LISTEN/NOTIFY wake-up off: only polling finds work. Default false.
+	DisableListen bool
+	// DiscoveryLimit is the most workspaces one discovery returns. Default 1000, max 10000.
+	DiscoveryLimit int
+	// MaxAttempts is the number of failed deliveries after which an event becomes
+	// dead_letter. Default 20.
+	MaxAttempts int
+	// BackoffBase is the delay after the first failure; it doubles per failure, with
+	// jitter, up to BackoffMax. Defaults 1s and 5m.
+	BackoffBase time.Duration
+	BackoffMax  time.Duration
+	// ShutdownTimeout bounds the marking or releasing of the in-flight batches after Run's
+	// context is cancelled. Default 10s.
+	ShutdownTimeout time.Duration
+	// MetricsInterval is the period of the gauge refresh (Ops.Stats). Default 15s; negative
+	// disables it.
+	MetricsInterval time.Duration
+	// ErrorMaxLen bounds the sanitized last_error. Default 500, max 1000.
+	ErrorMaxLen int
+}
+
+func (c *DispatcherConfig) setDefaults() {
+	if c.ID == "" {
+		host, _ := os.Hostname()
+		b := make([]byte, 4)
+		_, _ = rand.Read(b)
+		c.ID = fmt.Sprintf("%s:%d:%s", host, os.Getpid(), hex.EncodeToString(b))
+	}
+	setDefault(&c.BatchSize, 500)
+	setDefault(&c.Concurrency, 4)
+	setDefault(&c.Lease, 30*time.Second)
+	setDefault(&c.PublishTimeout, 10*time.Second)
+	setDefault(&c.PollInterval, time.Second)
+	setDefault(&c.DiscoveryLimit, 1000)
+	setDefault(&c.MaxAttempts, 20)
+	setDefault(&c.BackoffBase, time.Second)
+	setDefault(&c.BackoffMax, 5*time.Minute)
+	setDefault(&c.ShutdownTimeout, 10*time.Second)
+	setDefault(&c.MetricsInterval, 15*time.Second)
+	setDefault(&c.ErrorMaxLen, 500)
+}
+
+func setDefault[T comparable](p *T, v T) {
+	var zero T
+	if *p == zero {
+		*p = v
+	}
+}
+
+// Validate reports the first invalid field. It does not change c.
+func (c DispatcherConfig) Validate() error {
+	switch {
+	case c.ID == "" || len(c.ID) > 180:
+		return errors.New("outbox: DispatcherConfig.ID must have 1 to 180 bytes")
+	case c.BatchSize < 1 || c.BatchSize > 10000:
+		return fmt.Errorf("outbox: DispatcherConfig.BatchSize must be in [1, 10000], got %d", c.BatchSize)
+	case c.Concurrency < 1:
+		return fmt.Errorf("outbox: DispatcherConfig.Concurrency must be >= 1, got %d", c.Concurrency)
+	case c.PublishTimeout <= 0:
+		return errors.New("outbox: DispatcherConfig.PublishTimeout must be positive")
+	case c.Lease <= c.PublishTimeout:
+		return fmt.Errorf("outbox: DispatcherConfig.Lease (%s) must exceed PublishTimeout (%s)", c.Lease, c.PublishTimeout)
+	case c.PollInterval <= 0:
+		return errors.New("outbox: DispatcherConfig.PollInterval must be positive")
+	case c.DiscoveryLimit < 1 || c.DiscoveryLimit > 10000:
+		return fmt.Errorf("outbox: DispatcherConfig.DiscoveryLimit must be in [1, 10000], got %d", c.DiscoveryLimit)
+	case c.MaxAttempts < 1:
+		return fmt.Errorf("outbox: DispatcherConfig.MaxAttempts must be >= 1, got %d", c.MaxAttempts)
+	case c.BackoffBase <= 0 || c.BackoffMax < c.BackoffBase:
+		return errors.New("outbox: DispatcherConfig.BackoffBase must be positive and at most BackoffMax")
+	case c.ShutdownTimeout <= 0:
+		return errors.New("outbox: DispatcherConfig.ShutdownTimeout must be positive")
+	case c.ErrorMaxLen < 1 || c.ErrorMaxLen > 1000:
+		return fmt.Errorf("outbox: DispatcherConfig.ErrorMaxLen must be in [1, 1000], got %d", c.ErrorMaxLen)
+	}
+	return nil
+}
+
+// Dispatcher delivers committed outbox events to their destinations, at least once. See the
+// package documentation for the claim/lease protocol. A Dispatcher is started once with Run;
+// any number of Dispatchers (processes or goroutines) may run on one database.
+type Dispatcher struct {
+	cfg     DispatcherConfig
+	pool    *pgxpool.Pool
+	pubs    PublisherRouter
+	log     *slog.Logger
+	metrics *Metrics
+	ops     *Ops
+
+	queue    *wsQueue
+	wake     chan struct{}
+	claimSeq atomic.Uint64
+	running  atomic.Bool
+}
+
+// NewDispatcher returns a Dispatcher using pool (the app_user pool: RLS applies) and
+// publishers. logger may be nil (no logs); reg may be nil (metrics kept but not
+// registered). Metrics already registered on reg by another Dispatcher are shared.
+func NewDispatcher(cfg DispatcherConfig, pool *pgxpool.Pool, publishers PublisherRouter, logger *slog.Logger, reg prometheus.Registerer) (*Dispatcher, error) {
+	cfg.setDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("outbox.NewDispatcher: %w", err)
+	}
+	if pool == nil || publishers == nil {
+		return nil, errors.New("outbox.NewDispatcher: pool and publishers are required")
+	}
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	m, err := NewMetrics(reg)
+	if err != nil {
+		return nil, fmt.Errorf("outbox.NewDispatcher: %w", err)
+	}
+	return &Dispatcher{
+		cfg:     cfg,
+		pool:    pool,
+		pubs:    publishers,
+		log:     logger.With("component", "outbox.dispatcher", "dispatcher_id", cfg.ID),
+		metrics: m,
+		ops:     NewOps(pool),
+		queue:   newWSQueue(),
+		wake:    make(chan struct{}, 1),
+	}, nil
+}
+
+// Config returns the configuration with defaults applied.
+func (d *Dispatcher) Config() DispatcherConfig { return d.cfg }
+
+// Run dispatches until ctx is cancelled, then stops claiming, finishes or releases the
+// batches in flight (bounded by ShutdownTimeout) and returns nil. It returns an error only
+// when it cannot start. Run may be called once.
+func (d *Dispatcher) Run(ctx context.Context) error {
+	if !d.running.CompareAndSwap(false, true) {
+		return errors.New("outbox.Dispatcher.Run: already running")
+	}
+	d.log.Info("outbox dispatcher started", "batch_size", d.cfg.BatchSize, "concurrency", d.cfg.Concurrency,
+		"lease", d.cfg.Lease, "listen", !d.cfg.DisableListen)
+	var wg sync.WaitGroup
+	if !d.cfg.DisableListen {
+		wg.Go(func() { d.listen(ctx) })
+	}
+	if d.cfg.MetricsInterval > 0 {
+		wg.Go(func() { d.refreshGauges(ctx) })
+	}
+	for range d.cfg.Concurrency {
+		wg.Go(func() { d.work(ctx) })
+	}
+	d.feed(ctx)
+	wg.Wait()
+	d.log.Info("outbox dispatcher stopped")
+	return nil
+}
+
+// Wake asks the dispatcher to discover due workspaces now (tests, or a caller that knows it
+// just committed events).
+func (d *Dispatcher) Wake() {
+	select {
+	case d.wake <- struct{}{}:
+	default:
+	}
+}
+
+// feed discovers workspaces with due events at start, every PollInterval and on Wake.
+func (d *Dispatcher) feed(ctx context.Context) {
+	t := time.NewTicker(d.cfg.PollInterval)
+	defer t.Stop()
+	for {
+		if err := d.discover(ctx); err != nil && ctx.Err() == nil {
+			d.log.Warn("outbox discovery failed", "error", SanitizeError(err, d.cfg.ErrorMaxLen))
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		case <-d.wake:
+		}
+	}
+}
+
+func (d *Dispatcher) discover(ctx context.Context) error {
+	rows, err := d.pool.Query(ctx, `SELECT workspace_id FROM outbox_due_workspaces(now(), $1)`, d.cfg.DiscoveryLimit)
+	if err != nil {
+		return fmt.Errorf("outbox.Dispatcher.discover: %w", err)
+	}
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[uuid.UUID])
+	if err != nil {
+		return fmt.Errorf("outbox.Dispatcher.discover: %w", err)
+	}
+	d.queue.push(ids...)
+	return nil
+}
+
+// listen holds one connection with LISTEN outbox_events and queues each notified
+// workspace. After every (re)connection it triggers a discovery: notifications sent while
+// it was not listening are lost.
+func (d *Dispatcher) listen(ctx context.Context) {
+	retry := 100 * time.Millisecond
+	for ctx.Err() == nil {
+		err := d.listenOnce(ctx)
+		if ctx.Err() != nil {
+			return
+		}
+		d.log.Warn("outbox listen failed; polling until reconnected", "error", SanitizeError(err, d.cfg.ErrorMaxLen))
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(retry):
+		}
+		retry = min(retry*2, 10*time.Second)
+	}
+}
+
+func (d *Dispatcher) listenOnce(ctx context.Context) error {
+	pc, err := d.pool.Acquire(ctx)
+	if err != nil {
+		return fmt.Errorf("outbox.Dispatcher.listen: %w", err)
+	}
+	conn := pc.Hijack() // ours alone: a LISTENing session must not return to the pool
+	defer conn.Close(context.WithoutCancel(ctx))
+	if _, err := conn.Exec(ctx, "LISTEN "+NotifyChannel); err != nil {
+		return fmt.Errorf("outbox.Dispatcher.listen: %w", err)
+	}
+	d.Wake()
+	for {
+		n, err := conn.WaitForNotification(ctx)
+		if err != nil {
+			return fmt.Errorf("outbox.Dispatcher.listen: %w", err)
+		}
+		if ws, err := uuid.Parse(n.Payload); err == nil {
+			d.queue.push(ws)
+		}
+	}
+}
+
+// work takes workspaces from the queue, one batch each, until ctx is cancelled.
+func (d *Dispatcher) work(ctx context.Context) {
+	for {
+		ws, ok := d.queue.pop(ctx)
+		if !ok {
+			return
+		}
+		d.dispatchWorkspace(ctx, ws)
+	}
+}
+
+// claimed is one claimed outbox row.
+type claimed struct {
+	ID          uuid.UUID
+	EventType   string
+	Destination string
+	Payload     []byte
+	Metadata    map[string]string
+	CreatedAt   time.Time
+	Attempts    int
+}
+
+// dispatchWorkspace claims one batch of ws, requeues ws when the batch was full (fairness:
+// other queued workspaces get their batch first), publishes, and marks.
+func (d *Dispatcher) dispatchWorkspace(ctx context.Context, ws uuid.UUID) {
+	token := fmt.Sprintf("%s/%d", d.cfg.ID, d.claimSeq.Add(1))
+	rows, err := d.claim(ctx, ws, token, d.cfg.BatchSize)
+	if err != nil {
+		if ctx.Err() == nil {
+			d.log.Warn("outbox claim failed", "workspace_id", ws, "error", SanitizeError(err, d.cfg.ErrorMaxLen))
+		}
+		return
+	}
+	if len(rows) == 0 {
+		return
+	}
+	if len(rows) >= d.cfg.BatchSize {
+		d.queue.push(ws)
+	}
+	d.deliver(ctx, ws, token, rows)
+}
+
+// claim selects up to limit due rows of ws (expired leases first, then pending by
+// next_attempt_at) with FOR UPDATE SKIP LOCKED, marks them dispatching under token with a
+// lease, and commits. A reclaimed expired lease counts as an attempt.
+func (d *Dispatcher) claim(ctx context.Context, ws uuid.UUID, token string, limit int) ([]claimed, error) {
+	var out []claimed
+	err := postgres.InTx(ctx, d.pool, postgres.Scope{WorkspaceID: ws}, func(ctx context.Context, tx pgx.Tx) error {
+		lease := d.cfg.Lease.Milliseconds()
+		expired, err := tx.Query(ctx, `
+			WITH c AS (
+			  SELECT id FROM outbox_events
+			  WHERE workspace_id = $1 AND status = 'dispatching' AND locked_until <= now()
+			  ORDER BY locked_until LIMIT $2 FOR UPDATE SKIP LOCKED)
+			UPDATE outbox_events o
+			SET locked_by = $3, locked_until = now() + $4 * interval '1 millisecond',
+			    attempt_count = o.attempt_count + 1
+			FROM c WHERE o.id = c.id
+			RETURNING o.id, o.event_type, o.destination, o.event_payload, o.metadata, o.created_at, o.attempt_count`,
+			ws, limit, token, lease)
+		if err != nil {
+			return err
+		}
+		if out, err = collectClaimed(expired, out); err != nil {
+			return err
+		}
+		if len(out) >= limit {
+			return nil
+		}
+		pending, err := tx.Query(ctx, `
+			WITH c AS (
+			  SELECT id FROM outbox_events
+			  WHERE workspace_id = $1 AND status = 'pending' AND next_attempt_at <= now()
+			  ORDER BY next_attempt_at LIMIT $2 FOR UPDATE SKIP LOCKED)
+			UPDATE outbox_events o
+			SET status = 'dispatching', locked_by = $3, locked_until = now() + $4 * interval '1 millisecond'
+			FROM c WHERE o.id = c.id
+			RETURNING o.id, o.event_type, o.destination, o.event_payload, o.metadata, o.created_at, o.attempt_count`,
+			ws, limit-len(out), token, lease)
+		if err != nil {
+			return err
+		}
+		out, err = collectClaimed(pending, out)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("outbox.Dispatcher.claim: %w", err)
+	}
+	return out, nil
+}
+
+func collectClaimed(rows pgx.Rows, out []claimed) ([]claimed, error) {
+	defer rows.Close()
+	for rows.Next() {
+		var c claimed
+		if err := rows.Scan(&c.ID, &c.EventType, &c.Destination, &c.Payload, &c.Metadata, &c.CreatedAt, &c.Attempts); err != nil {
+			return nil, err
+		}
+		out = append(out, c)
+	}
+	return out, rows.Err()
+}
+
+// jobData is the job data of API.md "Jobs".
+type jobData struct {
+	EventID       string          `json:"event_id"`
+	WorkspaceID   string          `json:"workspace_id"`
+	EventType     string          `json:"event_type"`
+	Payload       json.RawMessage `json:"payload"`
+	OccurredAt    time.Time       `json:"occurred_at"`
+	CorrelationID string          `json:"correlation_id,omitempty"`
+	Trace         *traceContext   `json:"trace,omitempty"`
+}
+
+type traceContext struct {
+	TraceParent string `json:"traceparent,omitempty"`
+	TraceState  string `json:"tracestate,omitempty"`
+}
+
+// toMessage builds the delivered message: UUID = event id (the BullMQ jobId), payload = job
+// data JSON, metadata event_type (the job name), aggregate, correlation and trace.
+func toMessage(ws uuid.UUID, c claimed) (*message.Message, error) {
+	occurred := c.CreatedAt
+	if t, err := time.Parse(time.RFC3339Nano, c.Metadata[MetadataOccurredAt]); err == nil {
+		occurred = t
+	}
+	jd := jobData{
+		EventID:       c.ID.String(),
+		WorkspaceID:   ws.String(),
+		EventType:     c.EventType,
+		Payload:       c.Payload,
+		OccurredAt:    occurred.UTC(),
+		CorrelationID: c.Metadata[MetadataCorrelationID],
+	}
+	if tp, ts := c.Metadata[MetadataTraceParent], c.Metadata[MetadataTraceState]; tp != "" || ts != "" {
+		jd.Trace = &traceContext{TraceParent: tp, TraceState: ts}
+	}
+	b, err := json.Marshal(jd)
+	if err != nil {
+		return nil, err
+	}
+	msg := message.NewMessage(c.ID.String(), b)
+	for _, k := range []string{MetadataAggregateType, MetadataAggregateID, MetadataCorrelationID, MetadataTraceParent, MetadataTraceState} {
+		if v := c.Metadata[k]; v != "" {
+			msg.Metadata.Set(k, v)
+		}
+	}
+	msg.Metadata.Set(MetadataEventType, c.EventType)
+	msg.Metadata.Set("workspace_id", ws.String())
+	return msg, nil
+}
+
+// deliver publishes a claimed batch grouped by destination and records the outcome. When ctx
+// is already cancelled nothing is published: the claims are released.
+func (d *Dispatcher) deliver(ctx context.Context, ws uuid.UUID, token string, rows []claimed) {
+	bg := context.WithoutCancel(ctx)
+	if ctx.Err() != nil {
+		d.release(bg, ws, token, rows)
+		return
+	}
+	groups := map[string][]int{}
+	var order []string
+	for i, r := range rows {
+		if _, ok := groups[r.Destination]; !ok {
+			order = append(order, r.Destination)
+		}
+		groups[r.Destination] = append(groups[r.Destination], i)
+	}
+	errs := make([]error, len(rows))
+	for _, dest := range order {
+		idx := groups[dest]
+		pub, err := d.pubs.PublisherFor(dest)
+		if err != nil {
+			for _, i := range idx {
+				errs[i] = err
+			}
+			continue
+		}
+		d.publishGroup(bg, ws, pub, dest, rows, idx, errs)
+	}
+	var ok []uuid.UUID
+	var failed []claimed
+	var failErrs []error
+	for i, r := range rows {
+		if errs[i] == nil {
+			ok = append(ok, r.ID)
+			d.metrics.Published.WithLabelValues(r.Destination).Inc()
+		} else {
+			failed = append(failed, r)
+			failErrs = append(failErrs, errs[i])
+		}
+	}
+	d.metrics.Attempts.WithLabelValues("success").Add(float64(len(ok)))
+	d.metrics.Attempts.WithLabelValues("failure").Add(float64(len(failed)))
+	markCtx, cancel := context.WithTimeout(bg, d.cfg.ShutdownTimeout)
+	defer cancel()
+	if len(ok) > 0 {
+		if err := d.markDispatched(markCtx, ws, token, ok); err != nil {
+			d.log.Error("outbox mark dispatched failed; events will be published again after the lease",
+				"workspace_id", ws, "events", len(ok), "error", SanitizeError(err, d.cfg.ErrorMaxLen))
+		}
+	}
+	if len(failed) > 0 {
+		if err := d.markFailed(markCtx, ws, token, failed, failErrs); err != nil {
+			d.log.Error("outbox mark failed failed; events will be retried after the lease",
+				"workspace_id", ws, "events", len(failed), "error", SanitizeError(err, d.cfg.ErrorMaxLen))
+		}
+	}
+}
+
+// publishGroup publishes rows[idx] to dest in one call; when that fails and there is more
+// than one message, each message is published alone so that one failing event does not
+// fail the others. errs receives the per-row outcome.
+func (d *Dispatcher) publishGroup(ctx context.Context, ws uuid.UUID, pub message.Publisher, dest string, rows []claimed, idx []int, errs []error) {
+	msgs := make([]*message.Message, 0, len(idx))
+	okIdx := make([]int, 0, len(idx))
+	for _, i := range idx {
+		m, err := toMessage(ws, rows[i])
+		if err != nil {
+			errs[i] = err
+			continue
+		}
+		msgs = append(msgs, m)
+		okIdx = append(okIdx, i)
+	}
+	if len(msgs) == 0 {
+		return
+	}
+	publish := func(ms ...*message.Message) error {
+		pctx, cancel := context.WithTimeout(ctx, d.cfg.PublishTimeout)
+		defer cancel()
+		for _, m := range ms {
+			m.SetContext(pctx)
+		}
+		return safePublish(pub, dest, ms)
+	}
+	err := publish(msgs...)
+	if err == nil || len(msgs) == 1 {
+		for _, i := range okIdx {
+			errs[i] = err
+		}
+		return
+	}
+	for k, m := range msgs {
+		errs[okIdx[k]] = publish(m)
+	}
+}
+
+// safePublish turns a publisher panic into an error: a poison message must not stop the
+// dispatcher.
+func safePublish(pub message.Publisher, topic string, msgs []*message.Message) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("publisher panic: %v", r)
+		}
+	}()
+	return pub.Publish(topic, msgs...)
+}
+
+// markDispatched sets the published events dispatched, only where this claim still holds
+// them (locked_by = token), and observes the dispatch latency.
+func (d *Dispatcher) markDispatched(ctx context.Context, ws uuid.UUID, token string, ids []uuid.UUID) error {
+	var lat []float64
+	err := postgres.InTx(ctx, d.pool, postgres.Scope{WorkspaceID: ws}, func(ctx context.Context, tx pgx.Tx) error {
+		rows, err := tx.Query(ctx, `
+			UPDATE outbox_events
+			SET status = 'dispatched', dispatched_at = clock_timestamp(), locked_by = NULL, locked_until = NULL, last_error = NULL
+			WHERE id = ANY($1) AND locked_by = $2 AND status = 'dispatching'
+			RETURNING extract(epoch FROM dispatched_at - created_at)::float8`, ids, token)
+		if err != nil {
+			return err
+		}
+		lat, err = pgx.CollectRows(rows, pgx.RowTo[float64])
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("outbox.Dispatcher.markDispatched: %w", err)
+	}
+	for _, s := range lat {
+		d.metrics.Latency.Observe(s)
+	}
+	if lost := len(ids) - len(lat); lost > 0 {
+		d.log.Warn("outbox lease lost before marking; another dispatcher holds the events", "workspace_id", ws, "events", lost)
+	}
+	return nil
+}
+
+// markFailed records failed deliveries: attempt_count+1, back to pending with backoff, or
+// dead_letter past MaxAttempts, with a sanitized last_error.
+func (d *Dispatcher) markFailed(ctx context.Context, ws uuid.UUID, token string, rows []claimed, errs []error) error {
+	ids := make([]uuid.UUID, len(rows))
+	delays := make([]float64, len(rows))
+	msgs := make([]string, len(rows))
+	for i, r := range rows {
+		ids[i] = r.ID
+		delays[i] = backoff(d.cfg.BackoffBase, d.cfg.BackoffMax, r.Attempts+1).Seconds()
+		msgs[i] = SanitizeError(errs[i], d.cfg.ErrorMaxLen)
+	}
+	var dead int
+	err := postgres.InTx(ctx, d.pool, postgres.Scope{WorkspaceID: ws}, func(ctx context.Context, tx pgx.Tx) error {
+		res, err := tx.Query(ctx, `
+			UPDATE outbox_events o
+			SET attempt_count = o.attempt_count + 1,
+			    status = CASE WHEN o.attempt_count + 1 >= $4 THEN 'dead_letter' ELSE 'pending' END,
+			    next_attempt_at = now() + make_interval(secs => f.delay),
+			    last_error = f.err, locked_by = NULL, locked_until = NULL
+			FROM unnest($1::uuid[], $2::float8[], $3::text[]) AS f(id, delay, err)
+			WHERE o.id = f.id AND o.locked_by = $5 AND o.status = 'dispatching'
+			RETURNING o.status`, ids, delays, msgs, d.cfg.MaxAttempts, token)
+		if err != nil {
+			return err
+		}
+		st, err := pgx.CollectRows(res, pgx.RowTo[string])
+		for _, s := range st {
+			if s == StatusDeadLetter {
+				dead++
+			}
+		}
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("outbox.Dispatcher.markFailed: %w", err)
+	}
+	d.metrics.DeadLettered.Add(float64(dead))
+	d.log.Warn("outbox delivery failed", "workspace_id", ws, "events", len(rows), "dead_lettered", dead,
+		"first_event_id", rows[0].ID, "event_type", rows[0].EventType, "destination", rows[0].Destination, "error", msgs[0])
+	return nil
+}
+
+// release hands unpublished claims back (pending, no lock, attempt not counted).
+func (d *Dispatcher) release(ctx context.Context, ws uuid.UUID, token string, rows []claimed) {
+	ids := make([]uuid.UUID, len(rows))
+	for i, r := range rows {
+		ids[i] = r.ID
+	}
+	ctx, cancel := context.WithTimeout(ctx, d.cfg.ShutdownTimeout)
+	defer cancel()
+	err := postgres.InTx(ctx, d.pool, postgres.Scope{WorkspaceID: ws}, func(ctx context.Context, tx pgx.Tx) error {
+		_, err := tx.Exec(ctx, `
+			UPDATE outbox_events SET status = 'pending', locked_by = NULL, locked_until = NULL
+			WHERE id = ANY($1) AND locked_by = $2 AND status = 'dispatching'`, ids, token)
+		return err
+	})
+	if err != nil {
+		d.log.Warn("outbox release failed; the lease will expire", "workspace_id", ws, "events", len(ids),
+			"error", SanitizeError(fmt.Errorf("outbox.Dispatcher.release: %w", err), d.cfg.ErrorMaxLen))
+	}
+}
+
+// refreshGauges sets the pending, oldest-pending-age and dead-letter gauges every
+// MetricsInterval.
+func (d *Dispatcher) refreshGauges(ctx context.Context) {
+	t := time.NewTicker(d.cfg.MetricsInterval)
+	defer t.Stop()
+	for {
+		if st, err := d.ops.Stats(ctx); err == nil {
+			d.metrics.SetStats(st)
+		} else if ctx.Err() == nil {
+			d.log.Warn("outbox stats failed", "error", SanitizeError(err, d.cfg.ErrorMaxLen))
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// wsQueue is a FIFO of workspaces, each present at most once.
+type wsQueue struct {
+	mu     sync.Mutex
+	items  []uuid.UUID
+	queued map[uuid.UUID]struct{}
+	signal chan struct{}
+}
+
+func newWSQueue() *wsQueue {
+	return &wsQueue{queued: map[uuid.UUID]struct{}{}, signal: make(chan struct{}, 1)}
+}
+
+func (q *wsQueue) push(ids ...uuid.UUID) {
+	if len(ids) == 0 {
+		return
+	}
+	q.mu.Lock()
+	for _, id := range ids {
+		if _, ok := q.queued[id]; !ok {
+			q.queued[id] = struct{}{}
+			q.items = append(q.items, id)
+		}
+	}
+	q.mu.Unlock()
+	q.notify()
+}
+
+func (q *wsQueue) notify() {
+	select {
+	case q.signal <- struct{}{}:
+	default:
+	}
+}
+
+func (q *wsQueue) pop(ctx context.Context) (uuid.UUID, bool) {
+	for {
+		if ctx.Err() != nil {
+			return uuid.Nil, false
+		}
+		q.mu.Lock()
+		if len(q.items) > 0 {
+			id := q.items[0]
+			q.items[0] = uuid.Nil
+			q.items = q.items[1:]
+			delete(q.queued, id)
+			more := len(q.items) > 0
+			q.mu.Unlock()
+			if more {
+				q.notify()
+			}
+			return id, true
+		}
+		q.mu.Unlock()
+		select {
+		case <-ctx.Done():
+			return uuid.Nil, false
+		case <-q.signal:
+		}
+	}
+}

@@ -1,0 +1,58 @@
+// Package outbox is the transactional outbox of seed §3 and §4: the write side that records
+// domain events in outbox_events inside the business transaction, the Dispatcher that
+// delivers them to BullMQ queues (or any watermill publisher) at least once, the retention
+// Cleaner, and the operators' Ops.
+//
+// # Write side
+//
+// EventPublisher implements port.EventPublisher. Publish must run inside the RLS
+// transaction opened by postgres.InTx or the command bus (postgres.TxFromContext); it fails
+// without one, and without a workspace scope. For that transaction it builds a watermill-sql
+// Publisher on sql.TxFromPgx(tx) with SchemaAdapter, wrapped by forwarder.NewPublisher and
+// used through a cqrs.EventBus: each event becomes one outbox_events row with id = the
+// event's UUID (IdentifiedEvent, else a new UUIDv7; it is the BullMQ jobId), workspace_id =
+// the transaction's scope, destination from the Router (unknown event type: ErrUnroutable),
+// event_payload = the event's JSON, metadata = event type, aggregate, occurred_at and the
+// correlation id and trace context carried by ctx (WithCorrelationID, WithTraceContext).
+// Nothing here commits or rolls back: the rows commit with the business rows or not at all.
+// Event payloads hold IDs, versions and immutable snapshots only (see domain.Event).
+//
+// # Delivery (Dispatcher)
+//
+// Workspaces with due rows are found by outbox_due_workspaces (at start, every PollInterval)
+// and by LISTEN outbox_events (the insert trigger of sql/003 notifies the workspace id at
+// commit). A lost notification only delays delivery to the next poll. Workspaces wait in a
+// FIFO where each appears at most once; a worker takes one, and in an RLS transaction scoped
+// to it, as app_user, claims up to BatchSize due rows (pending with next_attempt_at ≤ now, or
+// dispatching with an expired lease) with FOR UPDATE SKIP LOCKED, sets them dispatching with
+// locked_by = a per-claim token and locked_until = now + Lease, and commits. A full batch puts
+// the workspace back at the end of the FIFO, so a backlog in one workspace delays another
+// workspace's events by at most one batch per busy workspace.
+//
+// The claimed rows are then published, grouped by destination, through the PublisherRouter:
+// message UUID = event id, payload = the job data of API.md ({event_id, workspace_id,
+// event_type, payload, occurred_at, correlation_id, trace}), metadata event_type = job name.
+// When a batch Publish fails, each message is published alone, so one failing event never
+// fails the others. Published rows are marked dispatched in one statement guarded by
+// locked_by = token: a dispatcher whose lease expired cannot overwrite a newer claim. Failed
+// rows get attempt_count+1 and go back to pending with exponential backoff with jitter
+// (BackoffBase doubling up to BackoffMax), or to dead_letter after MaxAttempts, with a
+// sanitized, bounded last_error (SanitizeError). A reclaimed expired lease also counts as an
+// attempt.
+//
+// # Guarantees
+//
+// Delivery is at least once: a dispatcher that dies after publishing and before marking
+// leaves the rows dispatching; after the lease expires another claim publishes them again
+// under the same id (BullMQ ignores a jobId it still holds). Consumers must deduplicate on
+// domain state. No order is guaranteed across batches. Any number of dispatchers may run on
+// one database. On shutdown (Run's context cancelled) a Dispatcher stops claiming, finishes
+// the publishes in flight and marks them, or releases claims it has not published yet
+// (pending, unlocked, no attempt counted).
+//
+// # Ownership
+//
+// The Dispatcher uses but never closes the pool and the publishers its router returns; the
+// caller closes them after Run returns. Cleaner and Ops only use the pool. Logs never
+// contain payloads; errors are wrapped with the operation (outbox.Dispatcher.claim: …).
+package outbox

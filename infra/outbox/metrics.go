@@ -1,0 +1,92 @@
+package outbox
+
+import (
+	"errors"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Metrics are the outbox's Prometheus collectors. The gauges come from Ops.Stats (refreshed
+// by the Dispatcher every MetricsInterval); the counters and the histogram are updated as
+// events are delivered.
+type Metrics struct {
+	// Pending is outbox_pending_events: events waiting for delivery (pending and dispatching).
+	Pending prometheus.Gauge
+	// OldestPendingAge is outbox_oldest_pending_age_seconds: age of the oldest pending event.
+	OldestPendingAge prometheus.Gauge
+	// DeadLetters is outbox_dead_letter_events: events in dead_letter now.
+	DeadLetters prometheus.Gauge
+	// Latency is outbox_dispatch_latency_seconds: created_at → dispatched.
+	Latency prometheus.Histogram
+	// Attempts is outbox_dispatch_attempts_total{result="success"|"failure"}.
+	Attempts *prometheus.CounterVec
+	// DeadLettered is outbox_dead_lettered_total: events moved to dead_letter.
+	DeadLettered prometheus.Counter
+	// Published is outbox_published_total{destination}.
+	Published *prometheus.CounterVec
+}
+
+// NewMetrics creates the collectors and registers them on reg (nil: not registered). A
+// collector already registered on reg (by another Dispatcher) is reused.
+func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
+	m := &Metrics{
+		Pending: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "outbox_pending_events", Help: "Outbox events not yet delivered (pending or dispatching).",
+		}),
+		OldestPendingAge: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "outbox_oldest_pending_age_seconds", Help: "Age of the oldest undelivered outbox event.",
+		}),
+		DeadLetters: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "outbox_dead_letter_events", Help: "Outbox events in dead_letter.",
+		}),
+		Latency: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "outbox_dispatch_latency_seconds",
+			Help:    "Time from an outbox event's insert to its dispatch.",
+			Buckets: []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 300, 1800},
+		}),
+		Attempts: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "outbox_dispatch_attempts_total", Help: "Delivery attempts of outbox events by result.",
+		}, []string{"result"}),
+		DeadLettered: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "outbox_dead_lettered_total", Help: "Outbox events moved to dead_letter.",
+		}),
+		Published: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "outbox_published_total", Help: "Outbox events published, by destination.",
+		}, []string{"destination"}),
+	}
+	if reg == nil {
+		return m, nil
+	}
+	var err error
+	m.Pending = register(reg, m.Pending, &err)
+	m.OldestPendingAge = register(reg, m.OldestPendingAge, &err)
+	m.DeadLetters = register(reg, m.DeadLetters, &err)
+	m.Latency = register(reg, m.Latency, &err)
+	m.Attempts = register(reg, m.Attempts, &err)
+	m.DeadLettered = register(reg, m.DeadLettered, &err)
+	m.Published = register(reg, m.Published, &err)
+	if err != nil {
+		return nil, err
+	}
+	return m, nil
+}
+
+func register[C prometheus.Collector](reg prometheus.Registerer, c C, errp *error) C {
+	if err := reg.Register(c); err != nil {
+		var are prometheus.AlreadyRegisteredError
+		if errors.As(err, &are) {
+			if existing, ok := are.ExistingCollector.(C); ok {
+				return existing
+			}
+		}
+		*errp = errors.Join(*errp, err)
+	}
+	return c
+}
+
+// SetStats sets the gauges from st.
+func (m *Metrics) SetStats(st Stats) {
+	m.Pending.Set(float64(st.ByStatus[StatusPending].Events + st.ByStatus[StatusDispatching].Events))
+	m.OldestPendingAge.Set(st.OldestPendingAge.Seconds())
+	m.DeadLetters.Set(float64(st.ByStatus[StatusDeadLetter].Events))
+}

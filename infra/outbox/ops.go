@@ -1,0 +1,282 @@
+package outbox
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/listingkit/listing/domain"
+	"github.com/listingkit/listing/infra/postgres"
+)
+
+// Ops is the operators' view of the outbox (`app outbox stats|list|show|redrive`). It runs
+// as app_user: Stats goes through the SECURITY DEFINER function outbox_stats (aggregates
+// only); every other call is scoped to one workspace by RLS.
+type Ops struct {
+	pool *pgxpool.Pool
+}
+
+// NewOps returns Ops on pool (the app_user pool).
+func NewOps(pool *pgxpool.Pool) *Ops { return &Ops{pool: pool} }
+
+// StatusStats aggregates the events of one status across workspaces.
+type StatusStats struct {
+	Events     int64
+	Workspaces int64
+	// Due counts pending events whose next attempt is due and dispatching events whose lease
+	// expired.
+	Due int64
+	// OldestCreatedAt is the creation time of the oldest event (zero when none).
+	OldestCreatedAt time.Time
+}
+
+// Stats is the outbox across all workspaces.
+type Stats struct {
+	At       time.Time
+	ByStatus map[string]StatusStats
+	// OldestPendingAge is the age of the oldest event not yet delivered (pending or
+	// dispatching); zero when none.
+	OldestPendingAge time.Duration
+}
+
+// Stats returns per-status counts and the oldest pending age across workspaces.
+func (o *Ops) Stats(ctx context.Context) (Stats, error) {
+	st := Stats{ByStatus: map[string]StatusStats{}}
+	if err := o.pool.QueryRow(ctx, `SELECT now()`).Scan(&st.At); err != nil {
+		return Stats{}, fmt.Errorf("outbox.Ops.Stats: %w", err)
+	}
+	rows, err := o.pool.Query(ctx, `
+		SELECT status, events, workspaces, due, oldest_created_at FROM outbox_stats($1)`, st.At)
+	if err != nil {
+		return Stats{}, fmt.Errorf("outbox.Ops.Stats: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var s string
+		var v StatusStats
+		var oldest *time.Time
+		if err := rows.Scan(&s, &v.Events, &v.Workspaces, &v.Due, &oldest); err != nil {
+			return Stats{}, fmt.Errorf("outbox.Ops.Stats: %w", err)
+		}
+		if oldest != nil {
+			v.OldestCreatedAt = *oldest
+		}
+		st.ByStatus[s] = v
+	}
+	if err := rows.Err(); err != nil {
+		return Stats{}, fmt.Errorf("outbox.Ops.Stats: %w", err)
+	}
+	for _, s := range []string{StatusPending, StatusDispatching} {
+		if v := st.ByStatus[s]; v.Events > 0 {
+			if age := st.At.Sub(v.OldestCreatedAt); age > st.OldestPendingAge {
+				st.OldestPendingAge = age
+			}
+		}
+	}
+	return st, nil
+}
+
+// EventSummary is one outbox row without its payload.
+type EventSummary struct {
+	ID            uuid.UUID  `json:"id"`
+	WorkspaceID   uuid.UUID  `json:"workspace_id"`
+	EventType     string     `json:"event_type"`
+	Destination   string     `json:"destination"`
+	AggregateType string     `json:"aggregate_type"`
+	AggregateID   string     `json:"aggregate_id"`
+	Status        string     `json:"status"`
+	AttemptCount  int        `json:"attempt_count"`
+	NextAttemptAt time.Time  `json:"next_attempt_at"`
+	LockedBy      string     `json:"locked_by,omitempty"`
+	LockedUntil   *time.Time `json:"locked_until,omitempty"`
+	LastError     string     `json:"last_error,omitempty"`
+	CreatedAt     time.Time  `json:"created_at"`
+	DispatchedAt  *time.Time `json:"dispatched_at,omitempty"`
+}
+
+// Redrive is one recorded redrive of an event.
+type Redrive struct {
+	By                   string    `json:"redriven_by"`
+	Reason               string    `json:"reason"`
+	At                   time.Time `json:"redriven_at"`
+	PreviousAttemptCount int       `json:"previous_attempt_count"`
+	PreviousLastError    string    `json:"previous_last_error,omitempty"`
+}
+
+// EventDetail is one outbox row with payload, metadata and redrive history. The payload
+// holds IDs and versions only (seed §3), so showing it to operators is safe.
+type EventDetail struct {
+	EventSummary
+	Payload  json.RawMessage   `json:"payload"`
+	Metadata map[string]string `json:"metadata"`
+	Redrives []Redrive         `json:"redrives"`
+}
+
+// ListParams selects events for List.
+type ListParams struct {
+	// WorkspaceID is required.
+	WorkspaceID uuid.UUID
+	// Status filters by status; empty lists every status.
+	Status string
+	// Limit defaults to 50, at most 1000.
+	Limit int
+	// Before lists events created before this cursor (the CreatedAt/ID of the last event of
+	// the previous page); zero starts at the newest.
+	BeforeCreatedAt time.Time
+	BeforeID        uuid.UUID
+}
+
+const summaryColumns = `id, workspace_id, event_type, destination, aggregate_type, aggregate_id, status,
+	attempt_count, next_attempt_at, coalesce(locked_by, ''), locked_until, coalesce(last_error, ''), created_at, dispatched_at`
+
+func scanSummary(row pgx.Row, e *EventSummary, extra ...any) error {
+	return row.Scan(append([]any{&e.ID, &e.WorkspaceID, &e.EventType, &e.Destination, &e.AggregateType, &e.AggregateID,
+		&e.Status, &e.AttemptCount, &e.NextAttemptAt, &e.LockedBy, &e.LockedUntil, &e.LastError, &e.CreatedAt,
+		&e.DispatchedAt}, extra...)...)
+}
+
+func validStatus(s string) bool {
+	switch s {
+	case StatusPending, StatusDispatching, StatusDispatched, StatusDeadLetter:
+		return true
+	}
+	return false
+}
+
+// List returns events of one workspace, newest first.
+func (o *Ops) List(ctx context.Context, p ListParams) ([]EventSummary, error) {
+	if p.WorkspaceID == uuid.Nil {
+		return nil, errors.New("outbox.Ops.List: workspace id is required")
+	}
+	if p.Status != "" && !validStatus(p.Status) {
+		return nil, fmt.Errorf("outbox.Ops.List: unknown status %q", p.Status)
+	}
+	if p.Limit <= 0 {
+		p.Limit = 50
+	}
+	p.Limit = min(p.Limit, 1000)
+	var out []EventSummary
+	err := postgres.InTx(ctx, o.pool, postgres.Scope{WorkspaceID: p.WorkspaceID}, func(ctx context.Context, tx pgx.Tx) error {
+		q := `SELECT ` + summaryColumns + ` FROM outbox_events
+			WHERE workspace_id = $1 AND ($2 = '' OR status = $2)
+			  AND ($3::timestamptz IS NULL OR (created_at, id) < ($3, $4))
+			ORDER BY created_at DESC, id DESC LIMIT $5`
+		var before *time.Time
+		if !p.BeforeCreatedAt.IsZero() {
+			before = &p.BeforeCreatedAt
+		}
+		rows, err := tx.Query(ctx, q, p.WorkspaceID, p.Status, before, p.BeforeID, p.Limit)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var e EventSummary
+			if err := scanSummary(rows, &e); err != nil {
+				return err
+			}
+			out = append(out, e)
+		}
+		return rows.Err()
+	})
+	if err != nil {
+		return nil, fmt.Errorf("outbox.Ops.List: %w", err)
+	}
+	return out, nil
+}
+
+// Show returns one event of a workspace; domain.ErrNotFound when the workspace has no such
+// event.
+func (o *Ops) Show(ctx context.Context, workspaceID, eventID uuid.UUID) (EventDetail, error) {
+	var e EventDetail
+	err := postgres.InTx(ctx, o.pool, postgres.Scope{WorkspaceID: workspaceID}, func(ctx context.Context, tx pgx.Tx) error {
+		row := tx.QueryRow(ctx, `SELECT `+summaryColumns+`, event_payload, metadata FROM outbox_events
+			WHERE workspace_id = $1 AND id = $2`, workspaceID, eventID)
+		if err := scanSummary(row, &e.EventSummary, &e.Payload, &e.Metadata); err != nil {
+			return postgres.TranslateError(err)
+		}
+		rows, err := tx.Query(ctx, `SELECT redriven_by, reason, redriven_at, previous_attempt_count, coalesce(previous_last_error, '')
+			FROM outbox_redrives WHERE workspace_id = $1 AND event_id = $2 ORDER BY redriven_at`, workspaceID, eventID)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var r Redrive
+			if err := rows.Scan(&r.By, &r.Reason, &r.At, &r.PreviousAttemptCount, &r.PreviousLastError); err != nil {
+				return err
+			}
+			e.Redrives = append(e.Redrives, r)
+		}
+		return rows.Err()
+	})
+	if err != nil {
+		return EventDetail{}, fmt.Errorf("outbox.Ops.Show: %w", err)
+	}
+	return e, nil
+}
+
+// RedriveParams selects dead letters of one workspace to send again.
+type RedriveParams struct {
+	// WorkspaceID is required.
+	WorkspaceID uuid.UUID
+	// EventIDs names the events; empty with All set redrives every dead letter of the
+	// workspace.
+	EventIDs []uuid.UUID
+	All      bool
+	// By names the operator (required, at most 200 bytes); Reason says why (required).
+	By     string
+	Reason string
+}
+
+// Redrive sets the selected dead_letter events back to pending, due now, with attempt_count
+// reset, and records who, when and why in outbox_redrives, in one transaction. Events not in
+// dead_letter are left alone. It returns the ids redriven.
+func (o *Ops) Redrive(ctx context.Context, p RedriveParams) ([]uuid.UUID, error) {
+	p.By, p.Reason = strings.TrimSpace(p.By), strings.TrimSpace(p.Reason)
+	switch {
+	case p.WorkspaceID == uuid.Nil:
+		return nil, errors.New("outbox.Ops.Redrive: workspace id is required")
+	case p.By == "" || len(p.By) > 200:
+		return nil, errors.New("outbox.Ops.Redrive: operator (by) is required, at most 200 bytes")
+	case p.Reason == "" || len(p.Reason) > 1000:
+		return nil, errors.New("outbox.Ops.Redrive: reason is required, at most 1000 bytes")
+	case len(p.EventIDs) == 0 && !p.All:
+		return nil, errors.New("outbox.Ops.Redrive: name events or set All")
+	}
+	var ids []uuid.UUID
+	err := postgres.InTx(ctx, o.pool, postgres.Scope{WorkspaceID: p.WorkspaceID}, func(ctx context.Context, tx pgx.Tx) error {
+		rows, err := tx.Query(ctx, `
+			WITH d AS (
+			  SELECT id, attempt_count, last_error FROM outbox_events
+			  WHERE workspace_id = $1 AND status = 'dead_letter' AND ($2 OR id = ANY($3))
+			  FOR UPDATE),
+			u AS (
+			  UPDATE outbox_events o SET status = 'pending', attempt_count = 0, next_attempt_at = now(),
+			         locked_by = NULL, locked_until = NULL
+			  FROM d WHERE o.id = d.id RETURNING o.id),
+			a AS (
+			  INSERT INTO outbox_redrives (id, workspace_id, event_id, redriven_by, reason, previous_attempt_count, previous_last_error)
+			  SELECT gen_random_uuid(), $1, d.id, $4, $5, d.attempt_count, d.last_error FROM d)
+			SELECT id FROM u`, p.WorkspaceID, p.All, p.EventIDs, p.By, p.Reason)
+		if err != nil {
+			return err
+		}
+		ids, err = pgx.CollectRows(rows, pgx.RowTo[uuid.UUID])
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("outbox.Ops.Redrive: %w", err)
+	}
+	return ids, nil
+}
+
+// ErrNotFound is domain.ErrNotFound, re-exported for callers of Show.
+var ErrNotFound = domain.ErrNotFound

@@ -1,0 +1,340 @@
+package outbox
+
+import (
+	"context"
+	stdsql "database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	wsql "github.com/ThreeDotsLabs/watermill-sql/v4/pkg/sql"
+	"github.com/ThreeDotsLabs/watermill/components/cqrs"
+	"github.com/ThreeDotsLabs/watermill/components/forwarder"
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/google/uuid"
+
+	"github.com/listingkit/listing/app/port"
+	"github.com/listingkit/listing/domain"
+	"github.com/listingkit/listing/infra/postgres"
+)
+
+// Metadata keys written on every outbox row (outbox_events.metadata) and on every dispatched
+// message. MetadataEventType equals infra/bullmq's MetadataJobName: it becomes the job name.
+const (
+	MetadataEventType     = "event_type"
+	MetadataAggregateType = "aggregate_type"
+	MetadataAggregateID   = "aggregate_id"
+	MetadataOccurredAt    = "occurred_at"
+	MetadataCorrelationID = "correlation_id"
+	MetadataTraceParent   = "traceparent"
+	MetadataTraceState    = "tracestate"
+)
+
+// forwarderTopic is the topic the forwarder publisher wraps every message for. Our schema
+// adapter accepts only it: the real destination travels inside the forwarder's envelope.
+const forwarderTopic = "outbox_events"
+
+// ErrUnroutable is returned by Publish for an event type the routing table does not know.
+var ErrUnroutable = errors.New("outbox: no destination for event type")
+
+// Router maps an event type to its destination: the BullMQ queue (job families) or the
+// stream (integration events) the dispatcher publishes it to.
+type Router interface {
+	Destination(eventType string) (string, error)
+}
+
+// Routes is a static routing table, event type → destination. It implements Router; an
+// unknown event type is an error wrapping ErrUnroutable.
+type Routes map[string]string
+
+// Destination implements Router.
+func (r Routes) Destination(eventType string) (string, error) {
+	d, ok := r[eventType]
+	if !ok || d == "" {
+		return "", fmt.Errorf("%w: %q", ErrUnroutable, eventType)
+	}
+	return d, nil
+}
+
+// IdentifiedEvent is implemented by events that carry their own id; Publish then uses it as
+// the outbox id (and BullMQ jobId) instead of a new UUIDv7.
+type IdentifiedEvent interface {
+	EventID() uuid.UUID
+}
+
+// PublisherConfig configures NewEventPublisher.
+type PublisherConfig struct {
+	// Routes maps every event type to its destination. Required.
+	Routes Router
+	// Logger for watermill's internals. Default: none.
+	Logger watermill.LoggerAdapter
+}
+
+// Validate reports the first invalid field. It does not change c.
+func (c PublisherConfig) Validate() error {
+	if c.Routes == nil {
+		return errors.New("outbox: PublisherConfig.Routes is required")
+	}
+	return nil
+}
+
+// EventPublisher implements port.EventPublisher: it records domain events in outbox_events
+// within the RLS transaction ctx carries (postgres.TxFromContext), through a watermill
+// cqrs.EventBus → forwarder.Publisher → watermill-sql Publisher built on that transaction
+// with SchemaAdapter. One watermill publisher is built per Publish call, for the one
+// transaction in ctx; nothing is committed or rolled back here: the owner of the transaction
+// decides. It is safe for concurrent use by different transactions.
+type EventPublisher struct {
+	cfg PublisherConfig
+}
+
+var _ port.EventPublisher = (*EventPublisher)(nil)
+
+// NewEventPublisher returns an EventPublisher.
+func NewEventPublisher(cfg PublisherConfig) (*EventPublisher, error) {
+	if cfg.Logger == nil {
+		cfg.Logger = watermill.NopLogger{}
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("outbox.NewEventPublisher: %w", err)
+	}
+	return &EventPublisher{cfg: cfg}, nil
+}
+
+// Publish inserts one outbox row per event in the transaction of ctx. It fails, writing
+// nothing more, when ctx carries no transaction or no workspace scope, or when an event type
+// has no route. Rows become visible to dispatchers when the transaction commits.
+func (p *EventPublisher) Publish(ctx context.Context, events ...domain.Event) error {
+	if len(events) == 0 {
+		return nil
+	}
+	bus, err := p.EventBus(ctx)
+	if err != nil {
+		return fmt.Errorf("outbox.EventPublisher.Publish: %w", err)
+	}
+	for _, ev := range events {
+		if ev == nil {
+			return errors.New("outbox.EventPublisher.Publish: nil event")
+		}
+		if err := bus.Publish(ctx, ev); err != nil {
+			return fmt.Errorf("outbox.EventPublisher.Publish: %s: %w", ev.EventType(), err)
+		}
+	}
+	return nil
+}
+
+// EventBus returns a watermill cqrs.EventBus bound to the transaction in ctx: what Publish
+// uses, for callers that want watermill's API. It must not outlive the transaction.
+func (p *EventPublisher) EventBus(ctx context.Context) (*cqrs.EventBus, error) {
+	tx, scope, err := postgres.TxFromContext(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if scope.WorkspaceID == uuid.Nil {
+		return nil, errors.New("outbox: transaction has no workspace scope")
+	}
+	// TxFromPgx keeps a nil context: never call Rollback/Commit on the wrapper (DESIGN.md).
+	sqlPub, err := wsql.NewPublisher(wsql.TxFromPgx(tx), wsql.PublisherConfig{
+		SchemaAdapter: SchemaAdapter{WorkspaceID: scope.WorkspaceID},
+	}, p.cfg.Logger)
+	if err != nil {
+		return nil, err
+	}
+	fwd := forwarder.NewPublisher(sqlPub, forwarder.PublisherConfig{ForwarderTopic: forwarderTopic})
+	return cqrs.NewEventBusWithConfig(fwd, cqrs.EventBusConfig{
+		GeneratePublishTopic: func(params cqrs.GenerateEventPublishTopicParams) (string, error) {
+			return p.cfg.Routes.Destination(params.EventName)
+		},
+		OnPublish: func(params cqrs.OnEventSendParams) error {
+			md := MetadataFromContext(params.Message.Context())
+			for k, v := range md {
+				params.Message.Metadata.Set(k, v)
+			}
+			return nil
+		},
+		Marshaler: EventMarshaler{},
+		Logger:    p.cfg.Logger,
+	})
+}
+
+// EventMarshaler is the cqrs marshaler of domain events: payload = JSON of the event,
+// UUID = the event's own id (IdentifiedEvent) or a new UUIDv7, name = EventType().
+type EventMarshaler struct{}
+
+var _ cqrs.CommandEventMarshaler = EventMarshaler{}
+
+// Marshal implements cqrs.CommandEventMarshaler.
+func (EventMarshaler) Marshal(v any) (*message.Message, error) {
+	ev, ok := v.(domain.Event)
+	if !ok {
+		return nil, fmt.Errorf("outbox: %T is not a domain.Event", v)
+	}
+	payload, err := json.Marshal(ev)
+	if err != nil {
+		return nil, fmt.Errorf("outbox: marshal %s: %w", ev.EventType(), err)
+	}
+	id := uuid.Nil
+	if ie, ok := ev.(IdentifiedEvent); ok {
+		id = ie.EventID()
+	}
+	if id == uuid.Nil {
+		if id, err = uuid.NewV7(); err != nil {
+			return nil, err
+		}
+	}
+	msg := message.NewMessage(id.String(), payload)
+	msg.Metadata.Set(MetadataEventType, ev.EventType())
+	msg.Metadata.Set(MetadataAggregateType, ev.AggregateType())
+	msg.Metadata.Set(MetadataAggregateID, ev.AggregateID())
+	msg.Metadata.Set(MetadataOccurredAt, time.Now().UTC().Format(time.RFC3339Nano))
+	return msg, nil
+}
+
+// Unmarshal implements cqrs.CommandEventMarshaler.
+func (EventMarshaler) Unmarshal(msg *message.Message, v any) error {
+	return json.Unmarshal(msg.Payload, v)
+}
+
+// Name implements cqrs.CommandEventMarshaler.
+func (EventMarshaler) Name(v any) string {
+	if ev, ok := v.(domain.Event); ok {
+		return ev.EventType()
+	}
+	return cqrs.FullyQualifiedStructName(v)
+}
+
+// NameFromMessage implements cqrs.CommandEventMarshaler.
+func (EventMarshaler) NameFromMessage(msg *message.Message) string {
+	return msg.Metadata.Get(MetadataEventType)
+}
+
+type metadataKey struct{}
+
+// WithCorrelationID returns ctx carrying a correlation id that Publish records in the
+// metadata of every event (and the dispatcher forwards in the job data).
+func WithCorrelationID(ctx context.Context, id string) context.Context {
+	return withMetadata(ctx, MetadataCorrelationID, id)
+}
+
+// WithTraceContext returns ctx carrying W3C trace context (traceparent, tracestate) that
+// Publish records beside each event.
+func WithTraceContext(ctx context.Context, traceparent, tracestate string) context.Context {
+	ctx = withMetadata(ctx, MetadataTraceParent, traceparent)
+	return withMetadata(ctx, MetadataTraceState, tracestate)
+}
+
+func withMetadata(ctx context.Context, k, v string) context.Context {
+	if v == "" {
+		return ctx
+	}
+	old := MetadataFromContext(ctx)
+	md := make(map[string]string, len(old)+1)
+	for ok, ov := range old {
+		md[ok] = ov
+	}
+	md[k] = v
+	return context.WithValue(ctx, metadataKey{}, md)
+}
+
+// MetadataFromContext returns the correlation and trace metadata carried by ctx (never nil).
+func MetadataFromContext(ctx context.Context) map[string]string {
+	if ctx == nil {
+		return map[string]string{}
+	}
+	md, _ := ctx.Value(metadataKey{}).(map[string]string)
+	if md == nil {
+		return map[string]string{}
+	}
+	return md
+}
+
+// SchemaAdapter is the watermill-sql SchemaAdapter of outbox_events, for publishing only. It
+// accepts messages wrapped by watermill's forwarder (topic "outbox_events"): the envelope's
+// UUID becomes outbox_events.id, its destination topic the destination, and its metadata the
+// event type and aggregate. WorkspaceID is the RLS scope of the transaction; the row policy
+// refuses any other. The subscriber side is not supported: the Dispatcher reads the table.
+type SchemaAdapter struct {
+	WorkspaceID uuid.UUID
+}
+
+var _ wsql.SchemaAdapter = SchemaAdapter{}
+
+// envelope mirrors the JSON of watermill's forwarder envelope.
+type envelope struct {
+	DestinationTopic string            `json:"destination_topic"`
+	UUID             string            `json:"uuid"`
+	Payload          []byte            `json:"payload"`
+	Metadata         map[string]string `json:"metadata"`
+}
+
+// InsertQuery implements wsql.SchemaAdapter.
+func (a SchemaAdapter) InsertQuery(params wsql.InsertQueryParams) (wsql.Query, error) {
+	if params.Topic != forwarderTopic {
+		return wsql.Query{}, fmt.Errorf("outbox: SchemaAdapter takes forwarder envelopes on topic %q, got %q", forwarderTopic, params.Topic)
+	}
+	if a.WorkspaceID == uuid.Nil {
+		return wsql.Query{}, errors.New("outbox: SchemaAdapter has no workspace")
+	}
+	if len(params.Msgs) == 0 {
+		return wsql.Query{}, errors.New("outbox: no messages")
+	}
+	var b strings.Builder
+	b.WriteString(`INSERT INTO outbox_events (id, workspace_id, event_type, destination, aggregate_type, aggregate_id, event_payload, metadata) VALUES `)
+	args := make([]any, 0, 8*len(params.Msgs))
+	for i, m := range params.Msgs {
+		var env envelope
+		if err := json.Unmarshal(m.Payload, &env); err != nil {
+			return wsql.Query{}, fmt.Errorf("outbox: message %s is not a forwarder envelope: %w", m.UUID, err)
+		}
+		id, err := uuid.Parse(env.UUID)
+		if err != nil {
+			return wsql.Query{}, fmt.Errorf("outbox: event id %q is not a UUID: %w", env.UUID, err)
+		}
+		eventType := env.Metadata[MetadataEventType]
+		if eventType == "" || env.DestinationTopic == "" {
+			return wsql.Query{}, fmt.Errorf("outbox: event %s lacks an event type or destination", id)
+		}
+		if !json.Valid(env.Payload) {
+			return wsql.Query{}, fmt.Errorf("outbox: event %s payload is not JSON", id)
+		}
+		md, err := json.Marshal(env.Metadata)
+		if err != nil {
+			return wsql.Query{}, err
+		}
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		n := len(args)
+		fmt.Fprintf(&b, "($%d, $%d, $%d, $%d, $%d, $%d, $%d::jsonb, $%d::jsonb)", n+1, n+2, n+3, n+4, n+5, n+6, n+7, n+8)
+		args = append(args, id, a.WorkspaceID, eventType, env.DestinationTopic,
+			env.Metadata[MetadataAggregateType], env.Metadata[MetadataAggregateID], string(env.Payload), string(md))
+	}
+	return wsql.Query{Query: b.String(), Args: args}, nil
+}
+
+var errPublishOnly = errors.New("outbox: SchemaAdapter is publish-only; the Dispatcher reads outbox_events")
+
+// SelectQuery implements wsql.SchemaAdapter; it always fails (publish-only).
+func (SchemaAdapter) SelectQuery(wsql.SelectQueryParams) (wsql.Query, error) {
+	return wsql.Query{}, errPublishOnly
+}
+
+// UnmarshalMessage implements wsql.SchemaAdapter; it always fails (publish-only).
+func (SchemaAdapter) UnmarshalMessage(wsql.UnmarshalMessageParams) (wsql.Row, error) {
+	return wsql.Row{}, errPublishOnly
+}
+
+// SchemaInitializingQueries implements wsql.SchemaAdapter: the schema is migrated by
+// sql/001 and sql/003, never created at publish time.
+func (SchemaAdapter) SchemaInitializingQueries(wsql.SchemaInitializingQueriesParams) ([]wsql.Query, error) {
+	return nil, nil
+}
+
+// SubscribeIsolationLevel implements wsql.SchemaAdapter: READ COMMITTED (watermill-sql maps
+// LevelDefault to SERIALIZABLE for pgx).
+func (SchemaAdapter) SubscribeIsolationLevel() stdsql.IsolationLevel {
+	return stdsql.LevelReadCommitted
+}
