@@ -1,0 +1,232 @@
+package idem
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/textproto"
+	"strconv"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/listingkit/listing/app/bus"
+	"github.com/listingkit/listing/domain"
+	"github.com/listingkit/listing/infra/postgres"
+)
+
+// Guard is the idempotency middleware with its configuration. It is safe for concurrent use.
+type Guard struct {
+	store  *Store
+	cfg    Config
+	fp     *Fingerprinter
+	stored map[string]bool
+}
+
+// New validates cfg (after defaults) and returns a Guard over store.
+func New(store *Store, cfg Config) (*Guard, error) {
+	if store == nil {
+		return nil, errors.New("idem.New: nil store")
+	}
+	cfg.setDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("idem.New: %w", err)
+	}
+	fp, err := NewFingerprinter(cfg.Keys)
+	if err != nil {
+		return nil, fmt.Errorf("idem.New: %w", err)
+	}
+	g := &Guard{store: store, cfg: cfg, fp: fp, stored: map[string]bool{}}
+	for _, h := range cfg.StoredHeaders {
+		g.stored[textproto.CanonicalMIMEHeaderKey(h)] = true
+	}
+	return g, nil
+}
+
+// Middleware is New(store, cfg).Middleware().
+func Middleware(store *Store, cfg Config) (bus.Middleware, error) {
+	g, err := New(store, cfg)
+	if err != nil {
+		return nil, err
+	}
+	return g.Middleware(), nil
+}
+
+// Retention is how long records are kept.
+func (g *Guard) Retention() time.Duration { return g.cfg.Retention }
+
+// RetentionHeader is the value of the Idempotency-Retention header: the retention in whole
+// seconds.
+func (g *Guard) RetentionHeader() string {
+	return strconv.FormatInt(int64(g.cfg.Retention/time.Second), 10)
+}
+
+// Fingerprinter is the guard's fingerprinter.
+func (g *Guard) Fingerprinter() *Fingerprinter { return g.fp }
+
+// Middleware returns the bus middleware. It must come after postgres.TxMiddleware in the chain
+// (inside the RLS transaction); it fails when the context carries no transaction.
+//
+// An invocation without Idempotency goes straight to next. Otherwise, in the transaction:
+//   - the scope's advisory lock is taken without waiting; when another transaction holds it,
+//     a completed record already committed is still replayed (or refused as reused), and
+//     anything else is answered at once with ErrRequestInProgress carrying RetryAfter;
+//   - a completed record with the same fingerprint is replayed: Outcome{Replayed: true,
+//     Response: stored}, next is not called;
+//   - a completed record with another fingerprint is ErrKeyReused;
+//   - an expired record counts as absent: it is deleted and the request executes;
+//   - otherwise an executing record is inserted, next runs, the result is rendered with
+//     Idempotency.Render, the record completes with that response, and Outcome.Response is
+//     exactly the stored response (status, stored headers, body). An error from next, from
+//     Render, or ErrResponseTooLarge is returned and the transaction rolls back with the record.
+func (g *Guard) Middleware() bus.Middleware {
+	return func(ctx context.Context, inv bus.Invocation, next bus.Next) (bus.Outcome, error) {
+		if inv.Idempotency == nil {
+			return next(ctx)
+		}
+		return g.run(ctx, inv, next)
+	}
+}
+
+func (g *Guard) run(ctx context.Context, inv bus.Invocation, next bus.Next) (bus.Outcome, error) {
+	req := inv.Idempotency
+	if req.Render == nil {
+		return bus.Outcome{}, fmt.Errorf("idem.Middleware %s: Idempotency.Render is nil", inv.Name)
+	}
+	_, txScope, err := postgres.TxFromContext(ctx)
+	if err != nil {
+		return bus.Outcome{}, fmt.Errorf("idem.Middleware %s: must run inside the RLS transaction: %w", inv.Name, err)
+	}
+	if txScope.WorkspaceID != inv.Actor.WorkspaceID || txScope.UserID != inv.Actor.UserID {
+		return bus.Outcome{}, fmt.Errorf("idem.Middleware %s: the transaction's scope is not the actor's", inv.Name)
+	}
+	scope := Scope{
+		WorkspaceID: inv.Actor.WorkspaceID, UserID: inv.Actor.UserID,
+		Method: req.Method, Path: req.Path, Key: req.Key,
+	}.normalized()
+	if err := scope.validate(); err != nil {
+		return bus.Outcome{}, fmt.Errorf("idem.Middleware %s: %w", inv.Name, err)
+	}
+	fp := g.fp.Fingerprint(scope.Method, scope.Path, req.Fingerprint)
+	id := newRecordID()
+
+	claim, err := g.store.Claim(ctx, scope, id, fp, g.cfg.Retention)
+	if err != nil {
+		return bus.Outcome{}, err
+	}
+	if !claim.Locked {
+		// Another transaction holds the scope. Only a completed, live record is final.
+		if r := claim.Existing; r != nil && r.Status == StatusCompleted && !r.Expired {
+			return g.answer(inv, scope, r)
+		}
+		g.cfg.Metrics.inProgress(inv.Name)
+		return bus.Outcome{}, ErrRequestInProgress.WithRetryAfter(g.cfg.RetryAfter)
+	}
+	// We hold the lock: nobody else can insert or complete this scope until we end. A record
+	// committed between the claim's snapshot and the lock is re-read with a fresh statement; an
+	// expired one is deleted and replaced. Only the cleanup can still remove a record under
+	// us, so the loop ends within a few turns.
+	if !claim.Inserted {
+		existing := claim.Existing
+		for attempt := 0; ; attempt++ {
+			if attempt == 3 {
+				g.cfg.Metrics.inProgress(inv.Name)
+				return bus.Outcome{}, ErrRequestInProgress.WithRetryAfter(g.cfg.RetryAfter)
+			}
+			if existing == nil {
+				if existing, err = g.store.Get(ctx, scope); err != nil {
+					return bus.Outcome{}, err
+				}
+			}
+			if existing != nil && !existing.Expired {
+				return g.answer(inv, scope, existing)
+			}
+			if existing != nil {
+				if err := g.store.DeleteExpiredRecord(ctx, existing.ID); err != nil {
+					return bus.Outcome{}, err
+				}
+			}
+			inserted, err := g.store.Insert(ctx, scope, id, fp, g.cfg.Retention)
+			if err != nil {
+				return bus.Outcome{}, err
+			}
+			if inserted {
+				break
+			}
+			existing = nil
+		}
+	}
+
+	g.cfg.Metrics.execution(inv.Name)
+	out, err := next(ctx)
+	if err != nil {
+		return bus.Outcome{}, err
+	}
+	resp, err := req.Render(out.Result)
+	if err != nil {
+		return bus.Outcome{}, fmt.Errorf("idem.Middleware %s: render: %w", inv.Name, err)
+	}
+	resp, err = g.storable(resp)
+	if err != nil {
+		return bus.Outcome{}, err
+	}
+	if err := g.store.Complete(ctx, id, resp); err != nil {
+		return bus.Outcome{}, err
+	}
+	out.Response = &resp
+	out.Replayed = false
+	return out, nil
+}
+
+// answer turns a visible record into a replay, ErrKeyReused or ErrRequestInProgress.
+func (g *Guard) answer(inv bus.Invocation, scope Scope, r *Record) (bus.Outcome, error) {
+	if r.Status != StatusCompleted || r.Response == nil {
+		g.cfg.Metrics.inProgress(inv.Name)
+		return bus.Outcome{}, ErrRequestInProgress.WithRetryAfter(g.cfg.RetryAfter)
+	}
+	same, err := g.fp.Verify(scope.Method, scope.Path, inv.Idempotency.Fingerprint, r.Fingerprint)
+	if err != nil {
+		return bus.Outcome{}, domain.NewError(domain.KindInternal, "INTERNAL",
+			"the stored idempotency record cannot be verified").WithCause(err)
+	}
+	if !same {
+		g.cfg.Metrics.conflict(inv.Name)
+		return bus.Outcome{}, ErrKeyReused
+	}
+	g.cfg.Metrics.replay(inv.Name)
+	resp := *r.Response
+	return bus.Outcome{Replayed: true, Response: &resp}, nil
+}
+
+// storable keeps the stored headers only, and refuses a response larger than the bound.
+func (g *Guard) storable(resp bus.Response) (bus.Response, error) {
+	if resp.Status < 100 || resp.Status > 599 {
+		return bus.Response{}, fmt.Errorf("idem.Middleware: rendered status %d is not an HTTP status", resp.Status)
+	}
+	out := bus.Response{Status: resp.Status, Header: make(map[string]string, len(resp.Header)), Body: resp.Body}
+	size := len(resp.Body)
+	for name, v := range resp.Header {
+		name = textproto.CanonicalMIMEHeaderKey(name)
+		if !g.stored[name] {
+			continue
+		}
+		out.Header[name] = v
+		size += len(name) + len(v)
+	}
+	if out.Body == nil {
+		out.Body = []byte{}
+	}
+	if size > g.cfg.MaxResponseBytes {
+		return bus.Response{}, ErrResponseTooLarge.WithCause(
+			fmt.Errorf("rendered response of %d bytes exceeds the %d-byte bound", size, g.cfg.MaxResponseBytes))
+	}
+	return out, nil
+}
+
+// newRecordID returns a time-ordered UUID (v7) for index locality, or a random one.
+func newRecordID() uuid.UUID {
+	if id, err := uuid.NewV7(); err == nil {
+		return id
+	}
+	return uuid.New()
+}
