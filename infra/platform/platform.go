@@ -1,0 +1,385 @@
+package platform
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/listingkit/listing/app/port"
+)
+
+// Config configures New.
+type Config struct {
+	// BaseURL of the gateway, PLATFORM_BASE_URL, e.g. "https://gateway.example.com" (paths
+	// /v1/... are appended). Required: cmd/app passes the marketplace sandbox's URL when
+	// PLATFORM_BASE_URL is unset.
+	BaseURL string
+	// Timeout bounds each call, reading the response included. PLATFORM_TIMEOUT. Default 15s.
+	Timeout time.Duration
+	// MaxRetryAfter caps a Retry-After the gateway asks for. Default 1h.
+	MaxRetryAfter time.Duration
+	// HTTPClient sends the requests. Default: a client with its own transport and no
+	// client-level timeout (Timeout applies through the context).
+	HTTPClient *http.Client
+	// UserAgent header. Default "listing-platform/1".
+	UserAgent string
+	// Logger gets one debug line per call. Default slog.Default().
+	Logger *slog.Logger
+}
+
+func (c *Config) setDefaults() {
+	if c.Timeout == 0 {
+		c.Timeout = 15 * time.Second
+	}
+	if c.MaxRetryAfter == 0 {
+		c.MaxRetryAfter = time.Hour
+	}
+	if c.HTTPClient == nil {
+		c.HTTPClient = &http.Client{Transport: http.DefaultTransport.(*http.Transport).Clone()}
+	}
+	if c.UserAgent == "" {
+		c.UserAgent = "listing-platform/1"
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+}
+
+// Validate reports the first invalid field without changing c.
+func (c Config) Validate() error {
+	if c.BaseURL == "" {
+		return errors.New("platform: BaseURL (PLATFORM_BASE_URL) is required")
+	}
+	u, err := url.Parse(c.BaseURL)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return errors.New("platform: BaseURL (PLATFORM_BASE_URL) must be an absolute http(s) URL")
+	}
+	if u.User != nil {
+		return errors.New("platform: BaseURL (PLATFORM_BASE_URL) must not carry user info")
+	}
+	if c.Timeout < 0 || c.MaxRetryAfter < 0 {
+		return errors.New("platform: Timeout and MaxRetryAfter must not be negative")
+	}
+	return nil
+}
+
+// Client is the gateway adapter. Safe for concurrent use.
+type Client struct {
+	cfg  Config
+	base *url.URL
+}
+
+var _ port.Marketplace = (*Client)(nil)
+
+// New returns a Client.
+func New(cfg Config) (*Client, error) {
+	cfg.setDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("platform.New: %w", err)
+	}
+	base, _ := url.Parse(strings.TrimRight(cfg.BaseURL, "/"))
+	return &Client{cfg: cfg, base: base}, nil
+}
+
+type wireProduct struct {
+	ID          string    `json:"id"`
+	ExternalRef string    `json:"external_ref"`
+	Title       string    `json:"title"`
+	Description string    `json:"description"`
+	Price       string    `json:"price"`
+	Currency    string    `json:"currency"`
+	Images      []string  `json:"images"`
+	CreatedAt   time.Time `json:"created_at"`
+	UpdatedAt   time.Time `json:"updated_at"`
+}
+
+func (w wireProduct) port() port.PlatformProduct {
+	return port.PlatformProduct{
+		ID: w.ID, ExternalRef: w.ExternalRef, Title: w.Title, Description: w.Description,
+		Price: w.Price, Currency: w.Currency, Images: w.Images,
+		CreatedAt: w.CreatedAt, UpdatedAt: w.UpdatedAt,
+	}
+}
+
+type wireList struct {
+	Items         []wireProduct `json:"items"`
+	NextPageToken string        `json:"next_page_token"`
+}
+
+// VerifyStore implements port.Marketplace.
+func (c *Client) VerifyStore(ctx context.Context, creds port.Credentials, platform, shopID string) (port.VerifyResult, error) {
+	const op = "platform.VerifyStore"
+	in := map[string]string{"platform": platform, "shop_id": shopID}
+	var out struct {
+		Valid    bool   `json:"valid"`
+		ShopName string `json:"shop_name"`
+		Reason   string `json:"reason"`
+	}
+	err := c.do(ctx, op, creds, http.MethodPost, "/v1/stores/verify", nil, "", in, &out)
+	if errors.Is(err, port.ErrPlatformUnauthorized) {
+		return port.VerifyResult{Valid: false, Reason: "the marketplace rejected the credentials"}, nil
+	}
+	if err != nil {
+		return port.VerifyResult{}, err
+	}
+	return port.VerifyResult{
+		Valid:    out.Valid,
+		ShopName: bounded(out.ShopName, 500),
+		Reason:   sanitize(out.Reason, 500, creds.APIKey()),
+	}, nil
+}
+
+// CreateProduct implements port.Marketplace.
+func (c *Client) CreateProduct(ctx context.Context, creds port.Credentials, idempotencyKey string, in port.ProductInput) (port.PlatformProduct, error) {
+	const op = "platform.CreateProduct"
+	if idempotencyKey == "" {
+		return port.PlatformProduct{}, fmt.Errorf("%s: an idempotency key is required: %w", op, port.ErrPlatformRejected)
+	}
+	images := in.Images
+	if images == nil {
+		images = []string{}
+	}
+	body := map[string]any{
+		"external_ref": in.ExternalRef, "title": in.Title, "description": in.Description,
+		"price": in.Price, "currency": in.Currency, "images": images,
+	}
+	var out wireProduct
+	if err := c.do(ctx, op, creds, http.MethodPost, "/v1/products", nil, idempotencyKey, body, &out); err != nil {
+		return port.PlatformProduct{}, err
+	}
+	if out.ID == "" {
+		return port.PlatformProduct{}, fmt.Errorf("%s: response has no product id: %w", op, port.ErrPlatformTransient)
+	}
+	return out.port(), nil
+}
+
+// FindProductByExternalRef implements port.Marketplace.
+func (c *Client) FindProductByExternalRef(ctx context.Context, creds port.Credentials, ref string) (*port.PlatformProduct, error) {
+	const op = "platform.FindProductByExternalRef"
+	if ref == "" {
+		return nil, fmt.Errorf("%s: empty external ref: %w", op, port.ErrPlatformRejected)
+	}
+	var out wireList
+	if err := c.do(ctx, op, creds, http.MethodGet, "/v1/products", url.Values{"external_ref": {ref}}, "", nil, &out); err != nil {
+		return nil, err
+	}
+	var match []wireProduct
+	for _, it := range out.Items {
+		if it.ExternalRef == ref && it.ID != "" {
+			match = append(match, it)
+		}
+	}
+	if len(match) == 0 {
+		return nil, nil
+	}
+	sort.SliceStable(match, func(i, j int) bool { return match[i].CreatedAt.Before(match[j].CreatedAt) })
+	p := match[0].port()
+	return &p, nil
+}
+
+// ListProducts implements port.Marketplace.
+func (c *Client) ListProducts(ctx context.Context, creds port.Credentials, limit int, pageToken string) (port.ProductPage, error) {
+	const op = "platform.ListProducts"
+	q := url.Values{}
+	if limit > 0 {
+		q.Set("limit", strconv.Itoa(limit))
+	}
+	if pageToken != "" {
+		q.Set("page_token", pageToken)
+	}
+	var out wireList
+	if err := c.do(ctx, op, creds, http.MethodGet, "/v1/products", q, "", nil, &out); err != nil {
+		return port.ProductPage{}, err
+	}
+	page := port.ProductPage{Items: make([]port.PlatformProduct, 0, len(out.Items)), NextPageToken: out.NextPageToken}
+	for _, it := range out.Items {
+		page.Items = append(page.Items, it.port())
+	}
+	return page, nil
+}
+
+const maxResponse = 4 << 20
+
+// do sends one request and maps the outcome. Errors are wrapped with op and never contain the
+// key, the request body or an unbounded response body.
+func (c *Client) do(ctx context.Context, op string, creds port.Credentials, method, path string, q url.Values, idemKey string, in, out any) (err error) {
+	start := time.Now()
+	status := 0
+	defer func() {
+		attrs := []any{slog.String("op", op), slog.String("method", method), slog.String("path", path),
+			slog.Int("status", status), slog.Duration("duration", time.Since(start))}
+		if err != nil {
+			attrs = append(attrs, slog.String("error", err.Error()))
+		}
+		c.cfg.Logger.DebugContext(ctx, "platform call", attrs...)
+	}()
+
+	if creds.IsZero() {
+		return fmt.Errorf("%s: no credentials: %w", op, port.ErrPlatformUnauthorized)
+	}
+	u := *c.base
+	u.Path = c.base.Path + path
+	u.RawQuery = q.Encode()
+
+	var body io.Reader
+	if in != nil {
+		raw, mErr := json.Marshal(in)
+		if mErr != nil {
+			return fmt.Errorf("%s: encode request: %w", op, mErr)
+		}
+		body = bytes.NewReader(raw)
+	}
+	ctx, cancel := context.WithTimeout(ctx, c.cfg.Timeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, method, u.String(), body)
+	if err != nil {
+		return fmt.Errorf("%s: build request: %w", op, port.ErrPlatformRejected)
+	}
+	req.Header.Set("Authorization", "Bearer "+creds.APIKey())
+	req.Header.Set("Accept", "application/json")
+	req.Header.Set("User-Agent", c.cfg.UserAgent)
+	if in != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	if idemKey != "" {
+		req.Header.Set("Idempotency-Key", idemKey)
+	}
+
+	resp, err := c.cfg.HTTPClient.Do(req)
+	if err != nil {
+		return fmt.Errorf("%s: %w", op, port.ErrPlatformTransient.WithCause(transportCause(err)))
+	}
+	defer resp.Body.Close()
+	status = resp.StatusCode
+	raw, readErr := io.ReadAll(io.LimitReader(resp.Body, maxResponse+1))
+
+	switch {
+	case status >= 200 && status < 300:
+		if readErr != nil {
+			return fmt.Errorf("%s: read response: %w", op, port.ErrPlatformTransient.WithCause(transportCause(readErr)))
+		}
+		if len(raw) > maxResponse {
+			return fmt.Errorf("%s: response larger than %d bytes: %w", op, maxResponse, port.ErrPlatformTransient)
+		}
+		if out != nil {
+			if err := json.Unmarshal(raw, out); err != nil {
+				return fmt.Errorf("%s: HTTP %d with an unreadable body: %w", op, status, port.ErrPlatformTransient)
+			}
+		}
+		return nil
+	case status == http.StatusUnauthorized || status == http.StatusForbidden:
+		return fmt.Errorf("%s: HTTP %d%s: %w", op, status, snippet(raw, creds.APIKey()), port.ErrPlatformUnauthorized)
+	case status == http.StatusTooManyRequests:
+		ra := parseRetryAfter(resp.Header.Get("Retry-After"), time.Now(), c.cfg.MaxRetryAfter)
+		return fmt.Errorf("%s: HTTP 429: %w", op, &port.RateLimitedError{Service: "platform", RetryAfter: ra, Sentinel: port.ErrPlatformRateLimited})
+	case status == http.StatusRequestTimeout || status >= 500:
+		return fmt.Errorf("%s: HTTP %d%s: %w", op, status, snippet(raw, creds.APIKey()), port.ErrPlatformTransient)
+	default:
+		return fmt.Errorf("%s: HTTP %d%s: %w", op, status, snippet(raw, creds.APIKey()), port.ErrPlatformRejected)
+	}
+}
+
+// transportCause strips the URL that *url.Error adds (it is ours, but keep errors short and
+// free of anything a misconfigured base URL might hold).
+func transportCause(err error) error {
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		if ue.Timeout() {
+			return fmt.Errorf("timeout: %w", ue.Err)
+		}
+		return ue.Err
+	}
+	return err
+}
+
+// snippet returns " (code: message)" from a {"error": {"code", "message"}} body, or a short
+// sanitized prefix of any other body, with the key masked. Bounded to ~200 bytes.
+func snippet(raw []byte, apiKey string) string {
+	if len(raw) == 0 {
+		return ""
+	}
+	var e struct {
+		Error struct {
+			Code    string `json:"code"`
+			Message string `json:"message"`
+		} `json:"error"`
+	}
+	text := ""
+	if json.Unmarshal(raw, &e) == nil && (e.Error.Code != "" || e.Error.Message != "") {
+		text = e.Error.Code
+		if e.Error.Message != "" {
+			text += ": " + e.Error.Message
+		}
+	} else {
+		text = string(raw[:min(len(raw), 120)])
+	}
+	s := sanitize(text, 200, apiKey)
+	if s == "" {
+		return ""
+	}
+	return " (" + s + ")"
+}
+
+// sanitize keeps printable ASCII, masks apiKey, and bounds the length.
+func sanitize(s string, max int, apiKey string) string {
+	if apiKey != "" {
+		s = strings.ReplaceAll(s, apiKey, "[REDACTED]")
+	}
+	var b strings.Builder
+	for _, r := range s {
+		if r >= 0x20 && r < 0x7f {
+			b.WriteRune(r)
+		} else {
+			b.WriteByte(' ')
+		}
+		if b.Len() >= max {
+			break
+		}
+	}
+	out := strings.TrimSpace(b.String())
+	if apiKey != "" && len(apiKey) >= 8 {
+		// a truncated echo of the key: mask any 8-byte window of it
+		for i := 0; i+8 <= len(apiKey); i++ {
+			if strings.Contains(out, apiKey[i:i+8]) {
+				return "[withheld]"
+			}
+		}
+	}
+	return out
+}
+
+func bounded(s string, max int) string {
+	if len(s) <= max {
+		return s
+	}
+	return s[:max]
+}
+
+// parseRetryAfter reads delta-seconds or an HTTP date; missing or invalid means 1 s.
+func parseRetryAfter(v string, now time.Time, maxWait time.Duration) time.Duration {
+	d := time.Second
+	if v = strings.TrimSpace(v); v != "" {
+		if n, err := strconv.Atoi(v); err == nil && n >= 0 {
+			d = time.Duration(n) * time.Second
+		} else if t, err := http.ParseTime(v); err == nil {
+			d = t.Sub(now)
+		}
+	}
+	if d < time.Second {
+		d = time.Second
+	}
+	if d > maxWait {
+		d = maxWait
+	}
+	return d
+}
