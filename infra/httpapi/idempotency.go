@@ -3,28 +3,19 @@ package httpapi
 import (
 	"encoding/json"
 	"net/http"
-	"path"
-	"strconv"
-	"strings"
 
 	"github.com/listingkit/listing/app/bus"
-)
-
-// Header names of the idempotency contract (API.md).
-const (
-	HeaderIdempotencyKey       = "Idempotency-Key"
-	HeaderIdempotentReplayed   = "Idempotent-Replayed"
-	HeaderIdempotencyRetention = "Idempotency-Retention"
+	"github.com/listingkit/listing/infra/idem"
 )
 
 // idempotency builds the bus.Idempotency of an idempotent request. When required is false
 // and no key is sent, it returns nil (the request runs once, without a record).
 func (s *Server) idempotency(r *http.Request, body []byte, required bool, render bus.RenderFunc) (*bus.Idempotency, error) {
-	values := r.Header.Values(HeaderIdempotencyKey)
+	values := r.Header.Values(idem.HeaderKey)
 	if !required && len(values) == 0 {
 		return nil, nil
 	}
-	key, err := s.deps.Idempotency.ParseKey(values)
+	key, err := idem.ParseKey(values)
 	if err != nil {
 		return nil, err
 	}
@@ -35,16 +26,10 @@ func (s *Server) idempotency(r *http.Request, body []byte, required bool, render
 	return &bus.Idempotency{
 		Key:         key,
 		Method:      r.Method,
-		Path:        normalizePath(r.URL.Path),
+		Path:        r.URL.Path, // the middleware normalizes it
 		Fingerprint: bus.FingerprintInput{Body: body, Headers: headers},
 		Render:      render,
 	}, nil
-}
-
-// normalizePath is the path part of the idempotency scope: cleaned, lowercased (our paths
-// are lowercase ASCII and UUIDs, which compare case-insensitively), without a trailing slash.
-func normalizePath(p string) string {
-	return strings.ToLower(path.Clean("/" + p))
 }
 
 // respond writes the outcome of a command: the response rendered inside the transaction when
@@ -63,10 +48,10 @@ func (s *Server) respond(w http.ResponseWriter, r *http.Request, resp *bus.Respo
 	}
 	w.Header().Set("Cache-Control", "no-store")
 	if idempotent {
-		w.Header().Set(HeaderIdempotencyRetention, strconv.Itoa(int(s.deps.Idempotency.Retention().Seconds())))
+		w.Header().Set(idem.HeaderRetention, s.deps.Idempotency.RetentionHeader())
 	}
 	if replayed {
-		w.Header().Set(HeaderIdempotentReplayed, "true")
+		w.Header().Set(idem.HeaderReplayed, "true")
 	}
 	w.WriteHeader(resp.Status)
 	_, _ = w.Write(resp.Body)

@@ -16,7 +16,6 @@ import (
 	"time"
 
 	"github.com/go-chi/chi/v5"
-	"github.com/google/uuid"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
@@ -47,12 +46,10 @@ func (c *Config) setDefaults() {
 	}
 }
 
-// IdempotencyPolicy is what the HTTP layer needs of the idempotency store: parsing the
-// Idempotency-Key header and the retention to advertise.
+// IdempotencyPolicy is what the HTTP layer needs of the idempotency guard (idem.Guard): the
+// value of the Idempotency-Retention header.
 type IdempotencyPolicy interface {
-	// ParseKey validates the Idempotency-Key header values (missing, repeated, not a UUID).
-	ParseKey(values []string) (uuid.UUID, error)
-	Retention() time.Duration
+	RetentionHeader() string
 }
 
 // ReadinessCheck reports whether a dependency is reachable.

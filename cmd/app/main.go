@@ -1,0 +1,103 @@
+// Command app is the listing service: one binary with one subcommand per role.
+//
+//	app migrate   apply database migrations (MIGRATE_DATABASE_URL, the owner role)
+//	app serve     the HTTP API
+//	app all       everything in one process (development default)
+//
+// Run `app help` for the full list. Configuration comes from environment variables (see the
+// README); main only sets up signals and logging, then runs the subcommand.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"sort"
+	"strings"
+	"syscall"
+
+	"github.com/listingkit/listing/infra/config"
+)
+
+type subcommand struct {
+	summary string
+	run     func(ctx context.Context, cfg config.Config, log *slog.Logger, args []string) error
+}
+
+func subcommands() map[string]subcommand {
+	return map[string]subcommand{
+		"migrate": {"apply the embedded database migrations (idempotent)", runMigrate},
+		"serve":   {"run the HTTP API", runServe},
+		"all":     {"migrate, then run every role in one process (development)", runAll},
+	}
+}
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := realMain(ctx, os.Args[1:])
+	stop()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "app:", err)
+		os.Exit(1)
+	}
+}
+
+func realMain(ctx context.Context, args []string) error {
+	cmds := subcommands()
+	if len(args) == 0 || args[0] == "help" || args[0] == "-h" || args[0] == "--help" {
+		usage(cmds)
+		return nil
+	}
+	cmd, ok := cmds[args[0]]
+	if !ok {
+		usage(cmds)
+		return fmt.Errorf("unknown subcommand %q", args[0])
+	}
+	cfg, err := config.Load()
+	if err != nil {
+		return err
+	}
+	log, err := newLogger(cfg)
+	if err != nil {
+		return err
+	}
+	slog.SetDefault(log)
+	err = cmd.run(ctx, cfg, log, args[1:])
+	if errors.Is(err, context.Canceled) && ctx.Err() != nil {
+		return nil // stopped by a signal: a clean exit
+	}
+	return err
+}
+
+func usage(cmds map[string]subcommand) {
+	names := make([]string, 0, len(cmds))
+	for n := range cmds {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	var b strings.Builder
+	b.WriteString("usage: app <subcommand> [flags]\n\nsubcommands:\n")
+	for _, n := range names {
+		fmt.Fprintf(&b, "  %-9s %s\n", n, cmds[n].summary)
+	}
+	b.WriteString("\nConfiguration is read from the environment; see the README.\n")
+	fmt.Fprint(os.Stderr, b.String())
+}
+
+func newLogger(cfg config.Config) (*slog.Logger, error) {
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(cfg.LogLevel)); err != nil {
+		return nil, fmt.Errorf("LOG_LEVEL: %w", err)
+	}
+	opts := &slog.HandlerOptions{Level: level}
+	switch cfg.LogFormat {
+	case "json":
+		return slog.New(slog.NewJSONHandler(os.Stderr, opts)), nil
+	case "text":
+		return slog.New(slog.NewTextHandler(os.Stderr, opts)), nil
+	}
+	return nil, fmt.Errorf("LOG_FORMAT must be json or text")
+}

@@ -1,0 +1,109 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	"golang.org/x/sync/errgroup"
+
+	listing "github.com/listingkit/listing"
+	"github.com/listingkit/listing/infra/config"
+	"github.com/listingkit/listing/infra/postgres"
+)
+
+func runMigrate(ctx context.Context, cfg config.Config, log *slog.Logger, args []string) error {
+	fs := flag.NewFlagSet("migrate", flag.ContinueOnError)
+	create := fs.Bool("create-database", !cfg.Production(), "create the database when it does not exist")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	applied, err := postgres.Migrate(ctx, cfg.MigrateDatabaseURL, *create)
+	if err != nil {
+		return err
+	}
+	for _, m := range applied {
+		log.Info("migration applied", "version", m.Version, "source", m.Source)
+	}
+	if len(applied) == 0 {
+		log.Info("database is up to date")
+	}
+	return nil
+}
+
+func runServe(ctx context.Context, cfg config.Config, log *slog.Logger, args []string) error {
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	addr := fs.String("addr", cfg.HTTPAddr, "listen address (HTTP_ADDR)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	cfg.HTTPAddr = *addr
+	reg := listing.NewRegistry()
+	api, cleanup, err := listing.InitializeAPI(ctx, cfg, listing.Options{}, reg, log)
+	if err != nil {
+		return err
+	}
+	defer cleanup()
+	return serveHTTP(ctx, cfg.HTTPAddr, api.Server, log)
+}
+
+// runAll migrates, then runs every role in one process until a signal arrives.
+func runAll(ctx context.Context, cfg config.Config, log *slog.Logger, args []string) error {
+	fs := flag.NewFlagSet("all", flag.ContinueOnError)
+	addr := fs.String("addr", cfg.HTTPAddr, "listen address (HTTP_ADDR)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	cfg.HTTPAddr = *addr
+	if err := runMigrate(ctx, cfg, log, nil); err != nil {
+		return err
+	}
+	reg := listing.NewRegistry()
+	api, cleanup, err := listing.InitializeAPI(ctx, cfg, listing.Options{}, reg, log)
+	if err != nil {
+		return err
+	}
+	defer cleanup()
+	g, ctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return serveHTTP(ctx, cfg.HTTPAddr, api.Server, log) })
+	return g.Wait()
+}
+
+// serveHTTP serves h on addr until ctx ends, then drains in-flight requests for up to 20s.
+func serveHTTP(ctx context.Context, addr string, h http.Handler, log *slog.Logger) error {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("listen %s: %w", addr, err)
+	}
+	srv := &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: 10 * time.Second,
+		ReadTimeout:       60 * time.Second,
+		WriteTimeout:      60 * time.Second,
+		IdleTimeout:       120 * time.Second,
+		MaxHeaderBytes:    64 << 10,
+		BaseContext:       func(net.Listener) context.Context { return context.WithoutCancel(ctx) },
+	}
+	log.Info("http listening", "addr", ln.Addr().String())
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+	}
+	shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 20*time.Second)
+	defer cancel()
+	if err := srv.Shutdown(shutdownCtx); err != nil {
+		return fmt.Errorf("http shutdown: %w", err)
+	}
+	if err := <-errc; err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return nil
+}

@@ -1,0 +1,109 @@
+// Package config reads the service configuration from environment variables. Every setting
+// has a development default that works on a machine where PostgreSQL listens on
+// 127.0.0.1:5432 (trust auth) and Redis on 127.0.0.1:6379; production refuses to start with
+// the development keys (APP_ENV=production). The README's configuration table mirrors the
+// struct tags below.
+package config
+
+import (
+	"crypto/sha256"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/caarlos0/env/v11"
+)
+
+// Config is the whole service configuration.
+type Config struct {
+	// Env is "development" (default) or "production".
+	Env string `env:"APP_ENV" envDefault:"development"`
+	// DatabaseURL connects as the service's non-owner role (app_user). RLS applies to it.
+	DatabaseURL string `env:"DATABASE_URL" envDefault:"postgres://app_user@127.0.0.1:5432/listing?sslmode=disable"`
+	// MigrateDatabaseURL connects as the owner role; only `app migrate` uses it. In development
+	// it is the local superuser, which may also create the database and the roles.
+	MigrateDatabaseURL string `env:"MIGRATE_DATABASE_URL" envDefault:"postgres://root@127.0.0.1:5432/listing?sslmode=disable"`
+	// DatabaseMaxConns bounds the service's pool.
+	DatabaseMaxConns int32 `env:"DATABASE_MAX_CONNS" envDefault:"20"`
+	// RedisURL is the Redis holding the BullMQ queues.
+	RedisURL string `env:"REDIS_URL" envDefault:"redis://127.0.0.1:6379/0"`
+	// HTTPAddr is where `serve` listens.
+	HTTPAddr string `env:"HTTP_ADDR" envDefault:"127.0.0.1:8080"`
+	// PublicBaseURL is how clients reach this service (used in upload URLs).
+	PublicBaseURL string `env:"PUBLIC_BASE_URL" envDefault:"http://127.0.0.1:8080"`
+	// LogLevel is debug, info, warn or error; LogFormat is json or text.
+	LogLevel  string `env:"LOG_LEVEL" envDefault:"info"`
+	LogFormat string `env:"LOG_FORMAT" envDefault:"json"`
+
+	// AuthTokenKeys signs access tokens: "id:base64secret,..."; the first signs, all verify.
+	AuthTokenKeys string `env:"AUTH_TOKEN_KEYS"`
+	// AccessTokenTTL is the lifetime of an access token.
+	AccessTokenTTL time.Duration `env:"ACCESS_TOKEN_TTL" envDefault:"15m"`
+	// AuthRatePerMinute bounds auth requests per client address and per account.
+	AuthRatePerMinute int `env:"AUTH_RATE_PER_MINUTE" envDefault:"20"`
+	// FingerprintKeys are the HMAC secrets of idempotency fingerprints: "id:base64secret,...".
+	FingerprintKeys string `env:"FINGERPRINT_KEYS"`
+	// IdempotencyRetention is how long idempotency records live (at least 24h).
+	IdempotencyRetention time.Duration `env:"IDEMPOTENCY_RETENTION" envDefault:"48h"`
+	// MaxBodyBytes bounds JSON request bodies.
+	MaxBodyBytes int64 `env:"MAX_BODY_BYTES" envDefault:"1048576"`
+
+	// BullMQPrefix is the key prefix of the BullMQ queues (put a {hash tag} in it for Redis Cluster).
+	BullMQPrefix string `env:"BULLMQ_PREFIX" envDefault:"bull"`
+
+	// CleanupInterval is how often `cleanup --every` and `all` run the retention jobs.
+	CleanupInterval time.Duration `env:"CLEANUP_INTERVAL" envDefault:"10m"`
+}
+
+// Load reads the environment.
+func Load() (Config, error) {
+	var c Config
+	if err := env.Parse(&c); err != nil {
+		return Config{}, fmt.Errorf("config: %w", err)
+	}
+	return c, c.Validate()
+}
+
+// Validate checks the configuration without changing it.
+func (c Config) Validate() error {
+	var errs []error
+	if c.Env != "development" && c.Env != "production" {
+		errs = append(errs, errors.New("APP_ENV must be development or production"))
+	}
+	if c.Production() {
+		if c.AuthTokenKeys == "" {
+			errs = append(errs, errors.New("AUTH_TOKEN_KEYS is required in production"))
+		}
+		if c.FingerprintKeys == "" {
+			errs = append(errs, errors.New("FINGERPRINT_KEYS is required in production"))
+		}
+	}
+	if c.IdempotencyRetention < 24*time.Hour {
+		errs = append(errs, errors.New("IDEMPOTENCY_RETENTION must be at least 24h"))
+	}
+	if c.MaxBodyBytes < 1024 {
+		errs = append(errs, errors.New("MAX_BODY_BYTES must be at least 1024"))
+	}
+	return errors.Join(errs...)
+}
+
+// Production reports whether APP_ENV=production.
+func (c Config) Production() bool { return c.Env == "production" }
+
+// DevKey returns a development-only key spec "dev:<base64>" derived from purpose. The value
+// is public (it is computed from this source); Validate refuses to run production without
+// real keys, and the service logs a warning whenever a development key is in use.
+func DevKey(purpose string) string {
+	sum := sha256.Sum256([]byte("listing development key, never for production: " + purpose))
+	return "dev:" + base64.StdEncoding.EncodeToString(sum[:])
+}
+
+// Keys returns spec, or the development key for purpose when spec is empty (and whether the
+// development key was used).
+func Keys(spec, purpose string) (string, bool) {
+	if spec != "" {
+		return spec, false
+	}
+	return DevKey(purpose), true
+}
