@@ -143,41 +143,56 @@ func (p *Publisher) Add(ctx context.Context, queue string, jobs []Job) ([]AddRes
 	}
 	keys := newQueueKeys(p.cfg.Prefix, queue)
 	now := strconv.FormatInt(time.Now().UnixMilli(), 10)
-	calls := make([]scriptCall, len(jobs))
-	for i := range jobs {
-		c, err := p.addCall(keys, &jobs[i], now)
-		if err != nil {
-			return nil, fmt.Errorf("bullmq.Add: job %d: %w", i, err)
+	var calls []scriptCall
+	for start := 0; start < len(jobs); start += addChunk {
+		c := scriptCall{
+			script: addScript,
+			keys:   []string{keys.wait, keys.meta, keys.id, keys.active, keys.events, keys.marker},
+			args:   []any{now},
 		}
-		calls[i] = c
+		for i := start; i < min(start+addChunk, len(jobs)); i++ {
+			if err := p.appendJob(&c, keys, &jobs[i]); err != nil {
+				return nil, fmt.Errorf("bullmq.Add: job %d: %w", i, err)
+			}
+		}
+		calls = append(calls, c)
 	}
 	cmds, err := runPipelined(ctx, p.cfg.Client, calls)
 	if err != nil {
 		return nil, fmt.Errorf("bullmq.Add: %w", err)
 	}
-	out := make([]AddResult, len(jobs))
-	for i, cmd := range cmds {
+	out := make([]AddResult, 0, len(jobs))
+	for _, cmd := range cmds {
 		v, err := cmd.Slice()
 		if err != nil {
-			return nil, fmt.Errorf("bullmq.Add: job %s: %w", jobs[i].ID, err)
+			return nil, fmt.Errorf("bullmq.Add: %w", err)
 		}
-		code, _ := v[0].(int64)
-		id, _ := v[1].(string)
-		st := Created
-		switch code {
-		case 0:
-			st = Duplicate
-		case 2:
-			st = Deduplicated
+		for i := 0; i+1 < len(v); i += 2 {
+			code, _ := v[i].(int64)
+			id, _ := v[i+1].(string)
+			st := Created
+			switch code {
+			case 0:
+				st = Duplicate
+			case 2:
+				st = Deduplicated
+			}
+			out = append(out, AddResult{ID: id, Status: st})
 		}
-		out[i] = AddResult{ID: id, Status: st}
+	}
+	if len(out) != len(jobs) {
+		return nil, fmt.Errorf("bullmq.Add: %d results for %d jobs", len(out), len(jobs))
 	}
 	return out, nil
 }
 
-func (p *Publisher) addCall(keys queueKeys, j *Job, now string) (scriptCall, error) {
+// addChunk is how many jobs one EVALSHA of the add script carries; the
+// chunks of one Add call share one pipeline (one round trip).
+const addChunk = 50
+
+func (p *Publisher) appendJob(c *scriptCall, keys queueKeys, j *Job) error {
 	if err := ValidateJobID(j.ID); err != nil {
-		return scriptCall{}, err
+		return err
 	}
 	opts := j.Opts
 	if opts == nil {
@@ -185,7 +200,7 @@ func (p *Publisher) addCall(keys queueKeys, j *Job, now string) (scriptCall, err
 	}
 	optsJSON, err := opts.marshal(j.ID)
 	if err != nil {
-		return scriptCall{}, err
+		return err
 	}
 	var dedupID string
 	var ttl int64
@@ -197,7 +212,7 @@ func (p *Publisher) addCall(keys queueKeys, j *Job, now string) (scriptCall, err
 	if len(j.Metadata) > 0 {
 		b, err := json.Marshal(j.Metadata)
 		if err != nil {
-			return scriptCall{}, err
+			return err
 		}
 		wm = string(b)
 	}
@@ -209,11 +224,9 @@ func (p *Publisher) addCall(keys queueKeys, j *Job, now string) (scriptCall, err
 	if data == nil {
 		data = []byte("{}")
 	}
-	return scriptCall{
-		script: addScript,
-		keys:   []string{keys.wait, keys.meta, keys.id, keys.active, keys.events, keys.marker, keys.job(j.ID), dedupKey},
-		args:   []any{j.ID, j.Name, data, optsJSON, now, ttl, dedupID, wm},
-	}, nil
+	c.keys = append(c.keys, keys.job(j.ID), dedupKey)
+	c.args = append(c.args, j.ID, j.Name, data, optsJSON, ttl, dedupID, wm)
+	return nil
 }
 
 func (p *Publisher) defaultOptions(id string) *JobOptions {

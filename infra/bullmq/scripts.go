@@ -9,13 +9,18 @@ import "github.com/redis/go-redis/v9"
 // prefix, which hashes to the same Redis Cluster slot as long as the hash tag
 // sits in the prefix or the queue name.
 
-// addScript adds one standard job (no delay, no priority, no parent).
+// addScript adds standard jobs (no delay, no priority, no parent), each
+// exactly as BullMQ 6.7.0 adds one; the meta reads and the marker are done
+// once per call.
 //
-// KEYS: 1 wait, 2 meta, 3 id, 4 active, 5 events, 6 marker, 7 job, 8 de:<id>.
-// ARGV: 1 jobId, 2 name, 3 data, 4 opts JSON, 5 timestamp ms,
-// 6 dedup ttl ms, 7 dedup id ("" = none), 8 watermill metadata JSON ("" = none).
-// Returns {code, jobId}: code 1 created, 0 duplicate (job hash exists),
-// 2 deduplicated (de: key holds jobId).
+// KEYS: 1 wait, 2 meta, 3 id, 4 active, 5 events, 6 marker; then for job i
+// (from 1): KEYS[5+2i] the job hash, KEYS[6+2i] its de:<id> key (the job
+// key again when it has no deduplication id).
+// ARGV: 1 timestamp ms; then for job i, from ARGV[2+7(i-1)]: jobId, name,
+// data, opts JSON, dedup ttl ms, dedup id ("" = none), watermill metadata
+// JSON ("" = none).
+// Returns {code, id, code, id, ...}: code 1 created, 0 duplicate (job hash
+// exists), 2 deduplicated (de: key holds id).
 var addScript = redis.NewScript(`
 local rcall = redis.call
 local maxEvents = rcall("HGET", KEYS[2], "opts.maxLenEvents")
@@ -23,47 +28,64 @@ if not maxEvents then
   maxEvents = 10000
   rcall("HSET", KEYS[2], "opts.maxLenEvents", maxEvents)
 end
-rcall("INCR", KEYS[3])
-local jobId = ARGV[1]
-if rcall("EXISTS", KEYS[7]) == 1 then
-  rcall("XADD", KEYS[5], "MAXLEN", "~", maxEvents, "*", "event", "duplicated", "jobId", jobId)
-  return {0, jobId}
-end
-local deid = ARGV[7]
-if deid ~= "" then
-  local ttl = tonumber(ARGV[6])
-  local ok
-  if ttl > 0 then
-    ok = rcall("SET", KEYS[8], jobId, "PX", ttl, "NX")
-  else
-    ok = rcall("SET", KEYS[8], jobId, "NX")
-  end
-  if not ok then
-    local current = rcall("GET", KEYS[8]) or jobId
-    rcall("XADD", KEYS[5], "MAXLEN", "~", maxEvents, "*", "event", "deduplicated",
-      "jobId", current, "deduplicationId", deid, "deduplicatedJobId", jobId)
-    return {2, current}
-  end
-end
-local fields = {"name", ARGV[2], "data", ARGV[3], "opts", ARGV[4], "timestamp", ARGV[5],
-  "delay", "0", "priority", "0"}
-if deid ~= "" then
-  fields[#fields+1] = "deid"
-  fields[#fields+1] = deid
-end
-if ARGV[8] ~= "" then
-  fields[#fields+1] = "wm"
-  fields[#fields+1] = ARGV[8]
-end
-rcall("HSET", KEYS[7], unpack(fields))
-rcall("XADD", KEYS[5], "*", "event", "added", "jobId", jobId, "name", ARGV[2])
-rcall("LPUSH", KEYS[1], jobId)
+local n = (#KEYS - 6) / 2
+rcall("INCRBY", KEYS[3], n)
 local attrs = rcall("HMGET", KEYS[2], "paused", "concurrency")
-if not attrs[1] and ((not attrs[2]) or rcall("LLEN", KEYS[4]) < tonumber(attrs[2])) then
+local out = {}
+local created = 0
+for i = 1, n do
+  local jk = KEYS[5 + 2 * i]
+  local dk = KEYS[6 + 2 * i]
+  local a = 2 + 7 * (i - 1)
+  local jobId = ARGV[a]
+  local deid = ARGV[a + 5]
+  local code = 1
+  local current = jobId
+  if rcall("EXISTS", jk) == 1 then
+    rcall("XADD", KEYS[5], "MAXLEN", "~", maxEvents, "*", "event", "duplicated", "jobId", jobId)
+    code = 0
+  elseif deid ~= "" then
+    local ttl = tonumber(ARGV[a + 4])
+    local ok
+    if ttl > 0 then
+      ok = rcall("SET", dk, jobId, "PX", ttl, "NX")
+    else
+      ok = rcall("SET", dk, jobId, "NX")
+    end
+    if not ok then
+      current = rcall("GET", dk) or jobId
+      rcall("XADD", KEYS[5], "MAXLEN", "~", maxEvents, "*", "event", "deduplicated",
+        "jobId", current, "deduplicationId", deid, "deduplicatedJobId", jobId)
+      code = 2
+    end
+  end
+  if code == 1 then
+    local name = ARGV[a + 1]
+    if deid ~= "" and ARGV[a + 6] ~= "" then
+      rcall("HSET", jk, "name", name, "data", ARGV[a + 2], "opts", ARGV[a + 3], "timestamp", ARGV[1],
+        "delay", "0", "priority", "0", "deid", deid, "wm", ARGV[a + 6])
+    elseif deid ~= "" then
+      rcall("HSET", jk, "name", name, "data", ARGV[a + 2], "opts", ARGV[a + 3], "timestamp", ARGV[1],
+        "delay", "0", "priority", "0", "deid", deid)
+    elseif ARGV[a + 6] ~= "" then
+      rcall("HSET", jk, "name", name, "data", ARGV[a + 2], "opts", ARGV[a + 3], "timestamp", ARGV[1],
+        "delay", "0", "priority", "0", "wm", ARGV[a + 6])
+    else
+      rcall("HSET", jk, "name", name, "data", ARGV[a + 2], "opts", ARGV[a + 3], "timestamp", ARGV[1],
+        "delay", "0", "priority", "0")
+    end
+    rcall("XADD", KEYS[5], "*", "event", "added", "jobId", jobId, "name", name)
+    rcall("LPUSH", KEYS[1], jobId)
+    rcall("XADD", KEYS[5], "MAXLEN", "~", maxEvents, "*", "event", "waiting", "jobId", jobId)
+    created = created + 1
+  end
+  out[#out + 1] = code
+  out[#out + 1] = current
+end
+if created > 0 and not attrs[1] and ((not attrs[2]) or rcall("LLEN", KEYS[4]) < tonumber(attrs[2])) then
   rcall("ZADD", KEYS[6], 0, "0")
 end
-rcall("XADD", KEYS[5], "MAXLEN", "~", maxEvents, "*", "event", "waiting", "jobId", jobId)
-return {1, jobId}
+return out
 `)
 
 // takeScript promotes due delayed jobs and moves up to ARGV[6] jobs from wait
