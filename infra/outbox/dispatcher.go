@@ -339,7 +339,8 @@ type claimed struct {
 }
 
 // dispatchWorkspace claims one batch of ws, requeues ws when the batch was full (fairness:
-// other queued workspaces get their batch first), publishes, and marks.
+// other queued workspaces get their batch first; other workers may take ws's next batch
+// meanwhile), publishes, and marks.
 func (d *Dispatcher) dispatchWorkspace(ctx context.Context, ws uuid.UUID) {
 	token := fmt.Sprintf("%s/%d", d.cfg.ID, d.claimSeq.Add(1))
 	rows, err := d.claim(ctx, ws, token, d.cfg.BatchSize)
@@ -353,7 +354,7 @@ func (d *Dispatcher) dispatchWorkspace(ctx context.Context, ws uuid.UUID) {
 		return
 	}
 	if len(rows) >= d.cfg.BatchSize {
-		d.queue.push(ws)
+		d.queue.requeue(ws)
 	}
 	d.deliver(ctx, ws, token, rows)
 }
@@ -684,10 +685,14 @@ func (d *Dispatcher) refreshGauges(ctx context.Context) {
 	}
 }
 
-// wsQueue is a FIFO of workspaces, each present at most once.
+// wsQueue holds the workspaces waiting for a batch, each at most once, in two FIFOs: fresh
+// workspaces (found by discovery or notification) go before continuing ones (re-queued
+// after a full batch), so a new event waits for at most the batches already in flight, and
+// backlogs take turns.
 type wsQueue struct {
 	mu     sync.Mutex
-	items  []uuid.UUID
+	fresh  []uuid.UUID
+	cont   []uuid.UUID
 	queued map[uuid.UUID]struct{}
 	signal chan struct{}
 }
@@ -696,15 +701,26 @@ func newWSQueue() *wsQueue {
 	return &wsQueue{queued: map[uuid.UUID]struct{}{}, signal: make(chan struct{}, 1)}
 }
 
-func (q *wsQueue) push(ids ...uuid.UUID) {
+// push queues fresh workspaces.
+func (q *wsQueue) push(ids ...uuid.UUID) { q.add(false, ids) }
+
+// requeue queues a workspace that just had a full batch, behind every other.
+func (q *wsQueue) requeue(id uuid.UUID) { q.add(true, []uuid.UUID{id}) }
+
+func (q *wsQueue) add(cont bool, ids []uuid.UUID) {
 	if len(ids) == 0 {
 		return
 	}
 	q.mu.Lock()
 	for _, id := range ids {
-		if _, ok := q.queued[id]; !ok {
-			q.queued[id] = struct{}{}
-			q.items = append(q.items, id)
+		if _, ok := q.queued[id]; ok {
+			continue
+		}
+		q.queued[id] = struct{}{}
+		if cont {
+			q.cont = append(q.cont, id)
+		} else {
+			q.fresh = append(q.fresh, id)
 		}
 	}
 	q.mu.Unlock()
@@ -724,12 +740,16 @@ func (q *wsQueue) pop(ctx context.Context) (uuid.UUID, bool) {
 			return uuid.Nil, false
 		}
 		q.mu.Lock()
-		if len(q.items) > 0 {
-			id := q.items[0]
-			q.items[0] = uuid.Nil
-			q.items = q.items[1:]
+		from := &q.fresh
+		if len(*from) == 0 {
+			from = &q.cont
+		}
+		if len(*from) > 0 {
+			id := (*from)[0]
+			(*from)[0] = uuid.Nil
+			*from = (*from)[1:]
 			delete(q.queued, id)
-			more := len(q.items) > 0
+			more := len(q.fresh)+len(q.cont) > 0
 			q.mu.Unlock()
 			if more {
 				q.notify()

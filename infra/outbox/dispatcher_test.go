@@ -1,0 +1,433 @@
+package outbox
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/ThreeDotsLabs/watermill/pubsub/gochannel"
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/stretchr/testify/require"
+
+	"github.com/listingkit/listing/infra/postgres"
+	"github.com/listingkit/listing/infra/postgres/pgtest"
+)
+
+func TestDispatchOverGoChannel(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	ws := createWorkspace(t, db)
+	gc := gochannel.NewGoChannel(gochannel.Config{OutputChannelBuffer: 100}, watermill.NopLogger{})
+	t.Cleanup(func() { _ = gc.Close() })
+	sub, err := gc.Subscribe(context.Background(), testQueue)
+	require.NoError(t, err)
+
+	ctx := WithCorrelationID(context.Background(), "corr-9")
+	pub, err := NewEventPublisher(PublisherConfig{Routes: testRoutes})
+	require.NoError(t, err)
+	ev := testHappened{ID: uuid.New(), ThingID: "t1", Version: 7}
+	require.NoError(t, postgres.InTx(ctx, db.App, postgres.Scope{WorkspaceID: ws}, func(ctx context.Context, _ pgx.Tx) error {
+		return pub.Publish(ctx, ev)
+	}))
+
+	reg := prometheus.NewRegistry()
+	d, err := NewDispatcher(fastConfig(), db.App, PublisherMap{testQueue: gc}, testLogger(t), reg)
+	require.NoError(t, err)
+	rctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- d.Run(rctx) }()
+
+	var msg *message.Message
+	select {
+	case msg = <-sub:
+		msg.Ack()
+	case <-time.After(10 * time.Second):
+		t.Fatal("no message")
+	}
+	require.Equal(t, ev.ID.String(), msg.UUID)
+	require.Equal(t, "test.happened", msg.Metadata.Get(MetadataEventType))
+	var jd map[string]any
+	require.NoError(t, json.Unmarshal(msg.Payload, &jd))
+	require.Equal(t, ev.ID.String(), jd["event_id"])
+	require.Equal(t, ws.String(), jd["workspace_id"])
+	require.Equal(t, "test.happened", jd["event_type"])
+	require.Equal(t, map[string]any{"thing_id": "t1", "version": float64(7)}, jd["payload"])
+	require.Equal(t, "corr-9", jd["correlation_id"])
+	_, err = time.Parse(time.RFC3339Nano, jd["occurred_at"].(string))
+	require.NoError(t, err)
+
+	waitFor(t, 5*time.Second, "dispatched", func() bool { return statusCounts(t, db)[StatusDispatched] == 1 })
+	cancel()
+	require.NoError(t, <-done)
+	require.Equal(t, 1.0, testutil.ToFloat64(d.metrics.Published.WithLabelValues(testQueue)))
+	require.Equal(t, 1, testutil.CollectAndCount(reg, "outbox_dispatch_latency_seconds"))
+	st, err := d.ops.Stats(context.Background())
+	require.NoError(t, err)
+	require.EqualValues(t, 1, st.ByStatus[StatusDispatched].Events)
+}
+
+func TestNoWorkspaceContextSeesNothing(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	ws := createWorkspace(t, db)
+	other := createWorkspace(t, db)
+	ids := bulkInsert(t, db, []uuid.UUID{ws}, 5)
+	ctx := context.Background()
+
+	for name, scope := range map[string]postgres.Scope{"no context": {}, "other workspace": {WorkspaceID: other}} {
+		err := postgres.InTx(ctx, db.App, scope, func(ctx context.Context, tx pgx.Tx) error {
+			var n int
+			require.NoError(t, tx.QueryRow(ctx, `SELECT count(*) FROM outbox_events`).Scan(&n))
+			require.Zero(t, n, "%s: read", name)
+			rows, err := tx.Query(ctx, `SELECT id FROM outbox_events WHERE workspace_id = $1 AND status = 'pending'
+				ORDER BY next_attempt_at LIMIT 10 FOR UPDATE SKIP LOCKED`, ws)
+			require.NoError(t, err)
+			claimed, err := pgx.CollectRows(rows, pgx.RowTo[uuid.UUID])
+			require.NoError(t, err)
+			require.Empty(t, claimed, "%s: claim", name)
+			tag, err := tx.Exec(ctx, `UPDATE outbox_events SET status = 'dispatching', locked_by = 'x' WHERE id = ANY($1)`, ids)
+			require.NoError(t, err)
+			require.Zero(t, tag.RowsAffected(), "%s: update", name)
+			tag, err = tx.Exec(ctx, `DELETE FROM outbox_events WHERE id = ANY($1)`, ids)
+			require.NoError(t, err)
+			require.Zero(t, tag.RowsAffected(), "%s: delete", name)
+			return nil
+		})
+		require.NoError(t, err)
+	}
+	// Nor through the dispatcher's own claim, nor Ops.
+	d, err := NewDispatcher(fastConfig(), db.App, PublisherMap{}, nil, nil)
+	require.NoError(t, err)
+	got, err := d.claim(ctx, uuid.Nil, "x/1", 10)
+	require.NoError(t, err)
+	require.Empty(t, got)
+	got, err = d.claim(ctx, other, "x/2", 10)
+	require.NoError(t, err)
+	require.Empty(t, got)
+	_, err = NewOps(db.App).Show(ctx, other, ids[0])
+	require.ErrorIs(t, err, ErrNotFound)
+	require.Equal(t, 5, statusCounts(t, db)[StatusPending])
+	// Inserting for another workspace is refused.
+	err = postgres.InTx(ctx, db.App, postgres.Scope{WorkspaceID: other}, func(ctx context.Context, tx pgx.Tx) error {
+		_, err := tx.Exec(ctx, `INSERT INTO outbox_events (id, workspace_id, event_type, destination, aggregate_type, aggregate_id, event_payload)
+			VALUES (gen_random_uuid(), $1, 't', 'd', 'a', 'b', '{}')`, ws)
+		return err
+	})
+	require.Error(t, err)
+}
+
+func TestStaleClaimCannotOverwriteNewerClaim(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	ws := createWorkspace(t, db)
+	ids := bulkInsert(t, db, []uuid.UUID{ws}, 3)
+	ctx := context.Background()
+	d, err := NewDispatcher(fastConfig(), db.App, PublisherMap{}, nil, nil)
+	require.NoError(t, err)
+
+	first, err := d.claim(ctx, ws, "old/1", 10)
+	require.NoError(t, err)
+	require.Len(t, first, 3)
+	again, err := d.claim(ctx, ws, "other/1", 10)
+	require.NoError(t, err)
+	require.Empty(t, again, "a valid lease is not claimed twice")
+
+	_, err = db.Owner.Exec(ctx, `UPDATE outbox_events SET locked_until = now() - interval '1 second'`)
+	require.NoError(t, err)
+	second, err := d.claim(ctx, ws, "new/1", 10)
+	require.NoError(t, err)
+	require.Len(t, second, 3)
+	require.Equal(t, 1, second[0].Attempts, "a reclaimed lease counts as an attempt")
+
+	require.NoError(t, d.markDispatched(ctx, ws, "old/1", ids))
+	require.NoError(t, d.markFailed(ctx, ws, "old/1", first, []error{errors.New("x"), errors.New("x"), errors.New("x")}))
+	require.Equal(t, map[string]int{StatusDispatching: 3}, statusCounts(t, db))
+	var lockedBy string
+	require.NoError(t, db.Owner.QueryRow(ctx, `SELECT DISTINCT locked_by FROM outbox_events`).Scan(&lockedBy))
+	require.Equal(t, "new/1", lockedBy)
+	require.NoError(t, d.markDispatched(ctx, ws, "new/1", ids))
+	require.Equal(t, map[string]int{StatusDispatched: 3}, statusCounts(t, db))
+}
+
+func TestPoisonEventDeadLettersAndRedrive(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	ws := createWorkspace(t, db)
+	ids := publishEvents(t, db, ws, 20)
+	poison := ids[7].String()
+	var healed atomic.Bool
+	rec := &recorder{fail: func(msgs []*message.Message) error {
+		for _, m := range msgs {
+			if m.UUID == poison && !healed.Load() {
+				return errors.New(`dial redis://admin:hunter2@10.0.0.1:6379?token=abc failed; Authorization: Bearer eyJhbGciOi.x.y; password=pw1 ` + strings.Repeat("x", 2000))
+			}
+		}
+		return nil
+	}}
+	cfg := fastConfig()
+	cfg.MaxAttempts = 3
+	cfg.BatchSize = 50
+	startDispatcher(t, db, cfg, PublisherMap{testQueue: rec})
+
+	ctx := context.Background()
+	waitFor(t, 20*time.Second, "poison in dead_letter", func() bool {
+		c := statusCounts(t, db)
+		return c[StatusDeadLetter] == 1 && c[StatusDispatched] == 19
+	})
+	require.Equal(t, 19, rec.count(), "the others were delivered, once each")
+	var attempts int
+	var lastErr string
+	require.NoError(t, db.Owner.QueryRow(ctx, `SELECT attempt_count, last_error FROM outbox_events WHERE id = $1`, ids[7]).Scan(&attempts, &lastErr))
+	require.Equal(t, 3, attempts)
+	require.LessOrEqual(t, len(lastErr), 500)
+	for _, secret := range []string{"hunter2", "token=abc", "eyJhbGciOi", "pw1"} {
+		require.NotContains(t, lastErr, secret)
+	}
+	require.Contains(t, lastErr, "dial redis://[redacted]@10.0.0.1:6379")
+
+	ops := NewOps(db.App)
+	st, err := ops.Stats(ctx)
+	require.NoError(t, err)
+	require.EqualValues(t, 1, st.ByStatus[StatusDeadLetter].Events)
+	list, err := ops.List(ctx, ListParams{WorkspaceID: ws, Status: StatusDeadLetter})
+	require.NoError(t, err)
+	require.Len(t, list, 1)
+	require.Equal(t, ids[7], list[0].ID)
+
+	_, err = ops.Redrive(ctx, RedriveParams{WorkspaceID: ws, EventIDs: []uuid.UUID{ids[7]}, By: "ops@example.test"})
+	require.Error(t, err, "a reason is required")
+	healed.Store(true)
+	redriven, err := ops.Redrive(ctx, RedriveParams{WorkspaceID: ws, All: true, By: "ops@example.test", Reason: "queue fixed"})
+	require.NoError(t, err)
+	require.Equal(t, []uuid.UUID{ids[7]}, redriven)
+	waitFor(t, 10*time.Second, "redriven event delivered", func() bool { return statusCounts(t, db)[StatusDispatched] == 20 })
+	require.Equal(t, 20, rec.count())
+	require.Equal(t, poison, rec.ids()[19])
+
+	ev, err := ops.Show(ctx, ws, ids[7])
+	require.NoError(t, err)
+	require.Equal(t, StatusDispatched, ev.Status)
+	require.Len(t, ev.Redrives, 1)
+	require.Equal(t, "ops@example.test", ev.Redrives[0].By)
+	require.Equal(t, "queue fixed", ev.Redrives[0].Reason)
+	require.Equal(t, 3, ev.Redrives[0].PreviousAttemptCount)
+	require.NotContains(t, ev.Redrives[0].PreviousLastError, "hunter2")
+	require.JSONEq(t, fmt.Sprintf(`{"thing_id":%q,"version":7}`, ids[7]), string(ev.Payload))
+}
+
+func TestFairnessBacklogDoesNotStarveOtherWorkspace(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	a := createWorkspace(t, db)
+	b := createWorkspace(t, db)
+	bulkInsert(t, db, []uuid.UUID{a}, 5000)
+	bIDs := publishEvents(t, db, b, 1)
+
+	rec := &recorder{}
+	cfg := fastConfig()
+	cfg.BatchSize = 100
+	cfg.Concurrency = 1
+	startDispatcher(t, db, cfg, PublisherMap{testQueue: rec})
+	waitFor(t, 20*time.Second, "B delivered", func() bool {
+		for _, id := range rec.ids() {
+			if id == bIDs[0].String() {
+				return true
+			}
+		}
+		return false
+	})
+	pos := -1
+	for i, id := range rec.ids() {
+		if id == bIDs[0].String() {
+			pos = i
+		}
+	}
+	require.LessOrEqual(t, pos, cfg.BatchSize, "B's single event waits for at most one batch of A")
+
+	// Live: while A drains, a new event in C goes out behind at most one batch in flight
+	// and one queued batch of A.
+	c := createWorkspace(t, db)
+	cIDs := publishEvents(t, db, c, 1)
+	before := rec.count()
+	waitFor(t, 20*time.Second, "C delivered", func() bool {
+		for _, id := range rec.ids() {
+			if id == cIDs[0].String() {
+				return true
+			}
+		}
+		return false
+	})
+	var posC int
+	for i, id := range rec.ids() {
+		if id == cIDs[0].String() {
+			posC = i
+		}
+	}
+	require.LessOrEqual(t, posC-before, 2*cfg.BatchSize)
+	waitFor(t, 60*time.Second, "A drained", func() bool { return statusCounts(t, db)[StatusDispatched] == 5002 })
+}
+
+func TestListenWakeUpAndPollFallback(t *testing.T) {
+	t.Parallel()
+	t.Run("listen", func(t *testing.T) {
+		t.Parallel()
+		db := pgtest.New(t)
+		ws := createWorkspace(t, db)
+		rec := &recorder{}
+		cfg := fastConfig()
+		cfg.PollInterval = time.Hour // only the first discovery and NOTIFY
+		startDispatcher(t, db, cfg, PublisherMap{testQueue: rec})
+		// Wait until the listener is up: a first event must arrive by NOTIFY.
+		time.Sleep(300 * time.Millisecond)
+		var worst time.Duration
+		for i := range 5 {
+			start := time.Now()
+			publishEvents(t, db, ws, 1)
+			waitFor(t, 5*time.Second, "delivery by notification", func() bool { return rec.count() == i+1 })
+			worst = max(worst, time.Since(start))
+		}
+		t.Logf("commit-to-publish with LISTEN/NOTIFY: worst of 5 = %s", worst)
+		require.Less(t, worst, time.Second)
+	})
+	t.Run("poll only", func(t *testing.T) {
+		t.Parallel()
+		db := pgtest.New(t)
+		ws := createWorkspace(t, db)
+		rec := &recorder{}
+		cfg := fastConfig()
+		cfg.DisableListen = true
+		cfg.PollInterval = 200 * time.Millisecond
+		startDispatcher(t, db, cfg, PublisherMap{testQueue: rec})
+		time.Sleep(300 * time.Millisecond)
+		publishEvents(t, db, ws, 3)
+		waitFor(t, 5*time.Second, "delivery by polling", func() bool { return rec.count() == 3 })
+	})
+}
+
+func TestGracefulShutdownFinishesInFlightBatch(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	ws := createWorkspace(t, db)
+	bulkInsert(t, db, []uuid.UUID{ws}, 300)
+	started := make(chan struct{}, 10)
+	rec := &recorder{delay: 300 * time.Millisecond}
+	cfg := fastConfig()
+	cfg.BatchSize = 100
+	cfg.Concurrency = 1
+	_, stop := startDispatcher(t, db, cfg, PublisherRouterFunc(func(string) (message.Publisher, error) {
+		select {
+		case started <- struct{}{}:
+		default:
+		}
+		return rec, nil
+	}))
+	<-started
+	stop()
+	c := statusCounts(t, db)
+	require.Zero(t, c[StatusDispatching], "nothing left claimed after shutdown: %v", c)
+	require.Equal(t, rec.count(), c[StatusDispatched])
+	require.Equal(t, 300, c[StatusDispatched]+c[StatusPending])
+	require.Positive(t, c[StatusPending], "claiming stopped")
+}
+
+func TestReleaseHandsBackUnpublishedClaims(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	ws := createWorkspace(t, db)
+	bulkInsert(t, db, []uuid.UUID{ws}, 10)
+	d, err := NewDispatcher(fastConfig(), db.App, PublisherMap{}, nil, nil)
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	rows, err := d.claim(ctx, ws, "me/1", 100)
+	require.NoError(t, err)
+	require.Len(t, rows, 10)
+	cancel()
+	d.deliver(ctx, ws, "me/1", rows) // cancelled before publishing: release
+	require.Equal(t, map[string]int{StatusPending: 10}, statusCounts(t, db))
+	var n int
+	require.NoError(t, db.Owner.QueryRow(context.Background(), `SELECT count(*) FROM outbox_events WHERE locked_by IS NULL AND attempt_count = 0`).Scan(&n))
+	require.Equal(t, 10, n)
+}
+
+func TestCleanupDeletesOldDispatchedOnly(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	wss := []uuid.UUID{createWorkspace(t, db), createWorkspace(t, db)}
+	bulkInsert(t, db, wss, 30)
+	ctx := context.Background()
+	_, err := db.Owner.Exec(ctx, `
+		UPDATE outbox_events SET status = CASE
+		  WHEN aggregate_id::int <= 20 THEN 'dispatched' WHEN aggregate_id::int <= 25 THEN 'dead_letter' ELSE 'pending' END,
+		  dispatched_at = CASE WHEN aggregate_id::int <= 15 THEN now() - interval '10 days'
+		                       WHEN aggregate_id::int <= 20 THEN now() END`)
+	require.NoError(t, err)
+	cl, err := NewCleaner(CleanupConfig{Retention: 7 * 24 * time.Hour, BatchSize: 4}, db.App, nil)
+	require.NoError(t, err)
+	res, err := cl.Cleanup(ctx)
+	require.NoError(t, err)
+	require.EqualValues(t, 30, res.Deleted)
+	require.Equal(t, 2, res.Workspaces)
+	require.Equal(t, map[string]int{StatusDispatched: 10, StatusDeadLetter: 10, StatusPending: 10}, statusCounts(t, db))
+	res, err = cl.Cleanup(ctx)
+	require.NoError(t, err)
+	require.Zero(t, res.Deleted)
+}
+
+func TestConfigValidation(t *testing.T) {
+	t.Parallel()
+	var c DispatcherConfig
+	c.setDefaults()
+	require.NoError(t, c.Validate())
+	bad := c
+	bad.Lease = bad.PublishTimeout
+	require.Error(t, bad.Validate())
+	bad = c
+	bad.BatchSize = -1
+	require.Error(t, bad.Validate())
+	bad = c
+	bad.ErrorMaxLen = 5000
+	require.Error(t, bad.Validate())
+	before := bad
+	_ = bad.Validate()
+	require.Equal(t, before, bad, "Validate does not mutate")
+	var cc CleanupConfig
+	cc.setDefaults()
+	require.NoError(t, cc.Validate())
+	cc.Retention = time.Second
+	require.Error(t, cc.Validate())
+	_, err := NewEventPublisher(PublisherConfig{})
+	require.Error(t, err)
+}
+
+func TestSanitizeAndBackoff(t *testing.T) {
+	t.Parallel()
+	in := `POST https://bucket.s3.amazonaws.com/k/obj?X-Amz-Signature=deadbeef&X-Amz-Credential=AKIA: 403; ` +
+		`postgres://app:s3cr3t@db/x; {"api_key": "sk-live-1"}; Cookie: sid=abc; secret=shh; Bearer abc.def`
+	out := SanitizeText(in, 1000)
+	for _, s := range []string{"deadbeef", "AKIA", "s3cr3t", "sk-live-1", "sid=abc", "shh", "abc.def"} {
+		require.NotContains(t, out, s)
+	}
+	require.Contains(t, out, "https://bucket.s3.amazonaws.com/k/obj?[redacted]")
+	require.Equal(t, "héllo", SanitizeText("héllo\nworld", 6)[:6], "cut on a rune boundary")
+	require.LessOrEqual(t, len(SanitizeText(strings.Repeat("é", 600), 999)), 999)
+
+	prevMax := time.Duration(0)
+	for attempt := 1; attempt <= 12; attempt++ {
+		d := backoff(100*time.Millisecond, 10*time.Second, attempt)
+		ideal := min(100*time.Millisecond<<(attempt-1), 10*time.Second)
+		require.GreaterOrEqual(t, d, ideal/2)
+		require.LessOrEqual(t, d, ideal)
+		prevMax = max(prevMax, d)
+	}
+	require.LessOrEqual(t, prevMax, 10*time.Second)
+}
