@@ -1,0 +1,56 @@
+# Run `make` (or `make help`) for the list of targets.
+SHELL := /bin/bash
+GO ?= go
+NODE_HARNESS := tests/bullmqnode
+# Tests run each package's suite in parallel with the others; 2 cores are plenty for -p 2.
+TEST_FLAGS ?= -race -count=1 -p 2 -timeout 30m
+
+.DEFAULT_GOAL := help
+
+.PHONY: help
+help: ## Show this help
+	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  \033[36m%-14s\033[0m %s\n", $$1, $$2}'
+
+.PHONY: run
+run: ## Run the whole service in one process with development defaults (migrates first)
+	$(GO) run ./cmd/app all
+
+.PHONY: build
+build: ## Build bin/app
+	$(GO) build -o bin/app ./cmd/app
+
+.PHONY: migrate
+migrate: ## Apply database migrations (MIGRATE_DATABASE_URL)
+	$(GO) run ./cmd/app migrate
+
+.PHONY: node-deps
+node-deps: ## Install Node.js BullMQ for the interop tests, from the lock file
+	@if [ -f $(NODE_HARNESS)/package-lock.json ]; then npm ci --prefix $(NODE_HARNESS) --no-audit --no-fund --loglevel=error; fi
+
+.PHONY: test
+test: node-deps ## Run the whole test suite with the race detector (needs PostgreSQL and Redis)
+	$(GO) test $(TEST_FLAGS) ./...
+
+.PHONY: test-short
+test-short: ## Unit tests only (no database)
+	$(GO) test -short -count=1 ./...
+
+.PHONY: fuzz
+fuzz: ## Run the fuzz targets briefly
+	$(GO) test -run '^$$' -fuzz '^FuzzNormalize$$' -fuzztime 10s ./infra/idem
+
+.PHONY: lint
+lint: ## gofmt and go vet
+	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || (gofmt -l $$(git ls-files '*.go'); echo "gofmt needed"; exit 1)
+	$(GO) vet ./...
+
+.PHONY: wire
+wire: ## Regenerate wire_gen.go
+	$(GO) tool wire gen .
+
+.PHONY: wire-check
+wire-check: ## Fail when wire_gen.go is not what wire generates
+	$(GO) tool wire diff . || (echo "wire_gen.go is stale: run make wire"; exit 1)
+
+.PHONY: ci
+ci: lint wire-check test fuzz ## What CI runs
