@@ -41,7 +41,6 @@ type options struct {
 	batch       int
 	concurrency int
 	publishers  int
-	only        string
 	nodeDir     string
 	redisURL    string
 }
@@ -52,7 +51,6 @@ func realMain(ctx context.Context) error {
 	flag.IntVar(&o.batch, "batch", 1000, "jobs per Add call (Go) and per addBulk call (Node.js)")
 	flag.IntVar(&o.concurrency, "concurrency", 50, "worker concurrency (Go and Node.js)")
 	flag.IntVar(&o.publishers, "publishers", 1, "concurrent Add callers of the Go publisher (Node.js addBulk runs sequentially)")
-	flag.StringVar(&o.only, "only", "", `run only "add" or "drain" (drain then adds its jobs untimed)`)
 	flag.StringVar(&o.nodeDir, "node-dir", "tests/bullmqnode", "the Node.js harness directory")
 	flag.StringVar(&o.redisURL, "redis", envOr("REDIS_URL", "redis://127.0.0.1:6379/0"), "Redis URL")
 	flag.Parse()
