@@ -431,3 +431,7 @@ func TestSanitizeAndBackoff(t *testing.T) {
 	}
 	require.LessOrEqual(t, prevMax, 10*time.Second)
 }
+
+func testutilValue(d *Dispatcher) float64 {
+	return testutil.ToFloat64(d.metrics.Published.WithLabelValues(testQueue))
+}
