@@ -277,10 +277,13 @@ func (s *Store) DeleteExpired(ctx context.Context, limit int) (int64, error) {
 	if sc.WorkspaceID == uuid.Nil {
 		return 0, errors.New("idem.Store.DeleteExpired: the transaction has no workspace scope")
 	}
-	tag, err := tx.Exec(ctx, `DELETE FROM idempotency_requests WHERE id IN (
+	// The batch is a materialized CTE: as an IN (subquery) the planner may rescan the LIMIT
+	// per outer row (a nested-loop semi join) and delete more than limit rows.
+	tag, err := tx.Exec(ctx, `WITH batch AS MATERIALIZED (
 		SELECT id FROM idempotency_requests
 		WHERE workspace_id = $1 AND expires_at <= now()
-		ORDER BY expires_at LIMIT $2 FOR UPDATE SKIP LOCKED)`, sc.WorkspaceID, limit)
+		ORDER BY expires_at LIMIT $2 FOR UPDATE SKIP LOCKED)
+		DELETE FROM idempotency_requests r USING batch WHERE r.id = batch.id`, sc.WorkspaceID, limit)
 	if err != nil {
 		return 0, fmt.Errorf("idem.Store.DeleteExpired: %w", postgres.TranslateError(err))
 	}
