@@ -1,9 +1,10 @@
 // Reports what Node.js BullMQ 6.7.0 sees of a queue. Config (argv[2] JSON):
 // queue, prefix, ids (jobs to describe), idleMs (QueueEvents quiet period).
 // QueueEvents reads the events stream from its start (lastEventId "0-0") and
-// tallies events until none arrived for idleMs. Prints one JSON line:
+// tallies every event up to the last entry present when it started. Prints one JSON line:
 // {counts, events: {name: n}, perJob: {id: {event: n}}, jobs: {id: {...}}}.
 import { Queue, QueueEvents } from 'bullmq';
+import IORedis from 'ioredis';
 import { connection, config, emit, sleep } from './lib.mjs';
 
 const cfg = config();
@@ -11,25 +12,34 @@ const opts = { connection: connection(), prefix: cfg.prefix || 'bull' };
 const queue = new Queue(cfg.queue, opts);
 const events = {};
 const perJob = {};
-let last = Date.now();
+const client = new IORedis(connection());
+const lastEntry = await client.xrevrange(`${opts.prefix}:${cfg.queue}:events`, '+', '-', 'COUNT', 1);
+client.disconnect();
+const lastId = lastEntry.length ? lastEntry[0][0] : null;
+let seenLast = !lastId;
 const qe = new QueueEvents(cfg.queue, { ...opts, lastEventId: '0-0', autorun: false });
-const names = ['added', 'waiting', 'active', 'completed', 'failed', 'delayed', 'retries-exhausted',
-  'stalled', 'duplicated', 'deduplicated', 'drained', 'removed'];
-for (const n of names) {
-  qe.on(n, args => {
-    last = Date.now();
-    events[n] = (events[n] || 0) + 1;
-    const id = args && args.jobId;
-    if (id) {
-      perJob[id] = perJob[id] || {};
-      perJob[id][n] = (perJob[id][n] || 0) + 1;
+// Tally every stream event QueueEvents emits (not the per-job "<event>:<id>" echoes).
+const internal = new Set(['error', 'ready', 'closing', 'closed', 'ioredis:close']);
+const qeEmit = qe.emit.bind(qe);
+qe.emit = (event, ...args) => {
+  if (typeof event === 'string' && !event.includes(':') && !internal.has(event)) {
+    const id = event === 'drained' ? args[0] : args[1];
+    const jobId = event === 'drained' ? undefined : args[0] && args[0].jobId;
+    events[event] = (events[event] || 0) + 1;
+    if (jobId) {
+      perJob[jobId] = perJob[jobId] || {};
+      perJob[jobId][event] = (perJob[jobId][event] || 0) + 1;
     }
-  });
-}
+    if (id === lastId) seenLast = true;
+  }
+  return qeEmit(event, ...args);
+};
 qe.run().catch(() => {});
 await qe.waitUntilReady();
-const idle = cfg.idleMs || 1000;
-while (Date.now() - last < idle) await sleep(100);
+// Read until the last entry present at start was seen (bounded), then a short quiet period.
+const start = Date.now();
+while (!seenLast && Date.now() - start < 30000) await sleep(20);
+await sleep(cfg.idleMs || 200);
 const counts = await queue.getJobCounts();
 const jobs = {};
 for (const id of cfg.ids || []) {
