@@ -26,7 +26,7 @@ type LocalConfig struct {
 	// Dir is the storage directory, STORAGE_DIR. Created when missing. Default "./data/storage".
 	Dir string
 	// PublicBaseURL is our service's base URL as clients reach it, PUBLIC_BASE_URL; upload
-	// URLs are "{PublicBaseURL}{UploadPath}{token}". Default "http://localhost:8080".
+	// URLs are "{PublicBaseURL}{UploadPath}{token}". Default "http://127.0.0.1:8080".
 	PublicBaseURL string
 	// UploadPath is where the HTTP layer mounts UploadHandler. Default "/v1/uploads/".
 	UploadPath string
@@ -47,7 +47,7 @@ func (c *LocalConfig) setDefaults() error {
 		c.Dir = "./data/storage"
 	}
 	if c.PublicBaseURL == "" {
-		c.PublicBaseURL = "http://localhost:8080"
+		c.PublicBaseURL = "http://127.0.0.1:8080"
 	}
 	if c.UploadPath == "" {
 		c.UploadPath = "/v1/uploads/"
