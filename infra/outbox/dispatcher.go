@@ -365,41 +365,30 @@ func (d *Dispatcher) dispatchWorkspace(ctx context.Context, ws uuid.UUID) {
 func (d *Dispatcher) claim(ctx context.Context, ws uuid.UUID, token string, limit int) ([]claimed, error) {
 	var out []claimed
 	err := postgres.InTx(ctx, d.pool, postgres.Scope{WorkspaceID: ws}, func(ctx context.Context, tx pgx.Tx) error {
-		lease := d.cfg.Lease.Milliseconds()
-		expired, err := tx.Query(ctx, `
-			WITH c AS (
+		// One statement: expired leases first, then due pending rows, each side locked with
+		// SKIP LOCKED along its own partial index. Rows locked beyond the limit are released
+		// unchanged at commit.
+		rows, err := tx.Query(ctx, `
+			WITH e AS (
 			  SELECT id FROM outbox_events
 			  WHERE workspace_id = $1 AND status = 'dispatching' AND locked_until <= now()
-			  ORDER BY locked_until LIMIT $2 FOR UPDATE SKIP LOCKED)
-			UPDATE outbox_events o
-			SET locked_by = $3, locked_until = now() + $4 * interval '1 millisecond',
-			    attempt_count = o.attempt_count + 1
-			FROM c WHERE o.id = c.id
-			RETURNING o.id, o.event_type, o.destination, o.event_payload, o.metadata, o.created_at, o.attempt_count`,
-			ws, limit, token, lease)
-		if err != nil {
-			return err
-		}
-		if out, err = collectClaimed(expired, out); err != nil {
-			return err
-		}
-		if len(out) >= limit {
-			return nil
-		}
-		pending, err := tx.Query(ctx, `
-			WITH c AS (
+			  ORDER BY locked_until LIMIT $2 FOR UPDATE SKIP LOCKED),
+			p AS (
 			  SELECT id FROM outbox_events
 			  WHERE workspace_id = $1 AND status = 'pending' AND next_attempt_at <= now()
-			  ORDER BY next_attempt_at LIMIT $2 FOR UPDATE SKIP LOCKED)
+			  ORDER BY next_attempt_at LIMIT $2 FOR UPDATE SKIP LOCKED),
+			c AS (
+			  SELECT id, 1 AS expired FROM e UNION ALL SELECT id, 0 FROM p LIMIT $2)
 			UPDATE outbox_events o
-			SET status = 'dispatching', locked_by = $3, locked_until = now() + $4 * interval '1 millisecond'
+			SET status = 'dispatching', locked_by = $3, locked_until = now() + $4 * interval '1 millisecond',
+			    attempt_count = o.attempt_count + c.expired
 			FROM c WHERE o.id = c.id
 			RETURNING o.id, o.event_type, o.destination, o.event_payload, o.metadata, o.created_at, o.attempt_count`,
-			ws, limit-len(out), token, lease)
+			ws, limit, token, d.cfg.Lease.Milliseconds())
 		if err != nil {
 			return err
 		}
-		out, err = collectClaimed(pending, out)
+		out, err = collectClaimed(rows, out)
 		return err
 	})
 	if err != nil {
