@@ -213,6 +213,13 @@ func (s *Sandbox) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Sandbox) handle(w http.ResponseWriter, r *http.Request, endpoint string) int {
+	// Read the body before any latency: the server notices a client that gave up only once
+	// the body is consumed, and the sleep should end with it.
+	raw, err := io.ReadAll(io.LimitReader(r.Body, 1<<20+1))
+	if err != nil || len(raw) > 1<<20 {
+		sandbox.WriteJSON(w, http.StatusBadRequest, nil, errBody("invalid_request_error", "invalid_body", "the body could not be read"))
+		return http.StatusBadRequest
+	}
 	s.faults.Sleep(r.Context())
 	fault, faulted := s.faults.Next(endpoint)
 	if faulted && !fault.AfterEffect {
@@ -222,11 +229,6 @@ func (s *Sandbox) handle(w http.ResponseWriter, r *http.Request, endpoint string
 	if key == "" || (len(s.cfg.APIKeys) > 0 && !slices.Contains(s.cfg.APIKeys, key)) {
 		sandbox.WriteJSON(w, http.StatusUnauthorized, nil, errBody("invalid_request_error", "invalid_api_key", "Incorrect API key provided."))
 		return http.StatusUnauthorized
-	}
-	raw, err := io.ReadAll(io.LimitReader(r.Body, 1<<20+1))
-	if err != nil || len(raw) > 1<<20 {
-		sandbox.WriteJSON(w, http.StatusBadRequest, nil, errBody("invalid_request_error", "invalid_body", "the body could not be read"))
-		return http.StatusBadRequest
 	}
 	fp := fingerprint(endpoint, raw)
 	idemKey := r.Header.Get("Idempotency-Key")

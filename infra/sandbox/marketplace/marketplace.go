@@ -282,6 +282,13 @@ func endpointOf(r *http.Request) string {
 }
 
 func (s *Sandbox) handle(r *http.Request, endpoint string) response {
+	// Read the body before any latency: the server notices a client that gave up only once
+	// the body is consumed, and the sleep should end with it.
+	raw, err := io.ReadAll(io.LimitReader(r.Body, maxBody+1))
+	if err != nil {
+		return response{status: http.StatusBadRequest, body: errBody("invalid_request", "the body could not be read")}
+	}
+	r.Body = io.NopCloser(bytes.NewReader(raw))
 	s.faults.Sleep(r.Context())
 	fault, faulted := s.faults.Next(endpoint)
 	if faulted && !fault.AfterEffect {
