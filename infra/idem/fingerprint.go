@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"hash"
 	"mime"
+	"net/http"
 	"net/textproto"
 	"path"
 	"slices"
@@ -267,4 +268,16 @@ func writeFrame(h hash.Hash, b []byte) {
 func writeUvarint(h hash.Hash, n uint64) {
 	var buf [binary.MaxVarintLen64]byte
 	h.Write(buf[:binary.PutUvarint(buf[:], n)])
+}
+
+// SemanticHeaders picks from request headers those that change a request's meaning and so
+// belong in bus.FingerprintInput.Headers: Content-Type and If-Match (each only when present).
+func SemanticHeaders(h http.Header) map[string]string {
+	out := make(map[string]string, 2)
+	for _, name := range []string{"Content-Type", "If-Match"} {
+		if vs := h.Values(name); len(vs) > 0 {
+			out[name] = strings.Join(vs, ", ")
+		}
+	}
+	return out
 }

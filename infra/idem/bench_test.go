@@ -1,0 +1,143 @@
+package idem_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"slices"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/listingkit/listing/app/bus"
+	"github.com/listingkit/listing/infra/idem"
+	"github.com/listingkit/listing/infra/postgres"
+	"github.com/listingkit/listing/infra/postgres/pgtest"
+)
+
+// BenchmarkIdempotentWrite measures, in one run with 32 concurrent clients, the latency of a
+// bus execution that inserts one operation: without the idempotency middleware (baseline),
+// with it (first execution under a fresh key), and a replay of a completed key. Each client
+// makes b.N requests per kind; the kinds alternate in rounds so that they share the machine's
+// conditions. It prints p50/p99 and the ratios (targets: p50 ≤ 1.25×, p99 ≤ 1.5× of the
+// baseline; replay p50 ≤ 0.5× of a first execution's).
+//
+//	go test -run '^$' -bench BenchmarkIdempotentWrite -benchtime 100x ./infra/idem
+func BenchmarkIdempotentWrite(b *testing.B) {
+	const rounds = 4
+	clients := 32
+	if v, err := strconv.Atoi(os.Getenv("IDEM_BENCH_CLIENTS")); err == nil && v > 0 {
+		clients = v // for exploring; the reported figures use 32
+	}
+	db := pgtest.New(b)
+	bb := &bundle{db: db, keys: []idem.Key{testKey("k1", 1)}, reg: prometheus.NewRegistry()}
+	bb.ws, bb.user = seedWorkspace(b, db)
+	_, withIdem := bb.newBus(b, bb.keys)
+	plain := bus.New(postgres.TxMiddleware(db.App))
+	ctx := context.Background()
+	handler := bus.HandlerFunc[createOp, opResult](insertOp)
+
+	perRound := max(b.N/rounds, 1)
+	type sample struct{ base, first, replay []time.Duration }
+	samples := make([]sample, clients)
+
+	runKind := func(kind string, round int) {
+		var wg sync.WaitGroup
+		start := make(chan struct{})
+		for c := range clients {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				s := &samples[c]
+				<-start
+				for i := range perRound {
+					var err error
+					t0 := time.Now()
+					switch kind {
+					case "base":
+						_, err = bus.Execute(ctx, plain, handler, bus.Request[createOp]{
+							Command: createOp{Resource: uuid.New()}, Actor: bus.Actor{WorkspaceID: bb.ws, UserID: bb.user}})
+						s.base = append(s.base, time.Since(t0))
+					case "first":
+						_, err = bb.execOn(ctx, withIdem, reqWith(bb, benchKey(c, round, i), handler))
+						s.first = append(s.first, time.Since(t0))
+					case "replay":
+						var r bus.Reply[opResult]
+						r, err = bb.execOn(ctx, withIdem, reqWith(bb, benchKey(c, round, i), handler))
+						if err == nil && !r.Replayed {
+							err = fmt.Errorf("not a replay")
+						}
+						s.replay = append(s.replay, time.Since(t0))
+					}
+					if err != nil {
+						b.Error(kind, err)
+						return
+					}
+				}
+			}()
+		}
+		close(start)
+		wg.Wait()
+	}
+
+	// Warm every pooled connection's statement cache.
+	for _, k := range []string{"base", "first", "replay"} {
+		runKind(k, -1)
+	}
+	samples = make([]sample, clients)
+	b.ResetTimer()
+	for round := range rounds {
+		order := []string{"base", "first"}
+		if round%2 == 1 {
+			order = []string{"first", "base"}
+		}
+		for _, k := range order {
+			runKind(k, round)
+		}
+		runKind("replay", round)
+	}
+	b.StopTimer()
+
+	var base, first, replay []time.Duration
+	for _, s := range samples {
+		base, first, replay = append(base, s.base...), append(first, s.first...), append(replay, s.replay...)
+	}
+	p := func(d []time.Duration, q float64) time.Duration {
+		slices.Sort(d)
+		if len(d) == 0 {
+			return 0
+		}
+		return d[min(len(d)-1, int(q*float64(len(d))))]
+	}
+	bp50, bp99 := p(base, 0.50), p(base, 0.99)
+	fp50, fp99 := p(first, 0.50), p(first, 0.99)
+	rp50, rp99 := p(replay, 0.50), p(replay, 0.99)
+	ms := func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+	b.ReportMetric(ms(bp50), "base-p50-ms")
+	b.ReportMetric(ms(fp50), "idem-p50-ms")
+	b.ReportMetric(ms(rp50), "replay-p50-ms")
+	b.ReportMetric(ms(fp50)/ms(bp50), "p50-ratio")
+	b.ReportMetric(ms(fp99)/ms(bp99), "p99-ratio")
+	b.ReportMetric(ms(rp50)/ms(fp50), "replay/first-p50")
+	fmt.Fprintf(os.Stdout, "\n%d clients, %d requests per kind\n", clients, len(base))
+	fmt.Fprintf(os.Stdout, "%-28s p50 %8.3f ms  p99 %8.3f ms\n", "baseline (no idempotency)", ms(bp50), ms(bp99))
+	fmt.Fprintf(os.Stdout, "%-28s p50 %8.3f ms  p99 %8.3f ms\n", "idempotent first execution", ms(fp50), ms(fp99))
+	fmt.Fprintf(os.Stdout, "%-28s p50 %8.3f ms  p99 %8.3f ms\n", "idempotent replay", ms(rp50), ms(rp99))
+	fmt.Fprintf(os.Stdout, "p50 ratio %.2f (target ≤ 1.25)  p99 ratio %.2f (target ≤ 1.5)  replay/first p50 %.2f (target ≤ 0.5)\n",
+		ms(fp50)/ms(bp50), ms(fp99)/ms(bp99), ms(rp50)/ms(fp50))
+}
+
+// benchKey is a deterministic key per client, round and request, so a replay finds it.
+func benchKey(client, round, i int) uuid.UUID {
+	return uuid.NewSHA1(uuid.NameSpaceOID, fmt.Appendf(nil, "bench/%d/%d/%d", client, round, i))
+}
+
+func reqWith(b *bundle, key uuid.UUID, h bus.Handler[createOp, opResult]) req {
+	r := b.req(key, `{"title":"bench","price":12.5}`)
+	r.handler = h
+	return r
+}
