@@ -602,6 +602,7 @@ func TestConcurrentIdenticalRequestsExecuteOnce(t *testing.T) {
 		close(start)
 		wg.Wait()
 		require.Zero(t, other.Load(), "round %d: unexpected error %v", round, firstOther.Load())
+		t.Logf("round %d: executed %d, replayed %d, in progress %d", round, executed.Load(), replayed.Load(), inProgress.Load())
 		require.EqualValues(t, 1, executed.Load(), "round %d", round)
 		require.EqualValues(t, clients, executed.Load()+replayed.Load()+inProgress.Load())
 		require.Equal(t, 1, countOps(t, b.db, key), "round %d: operations rows", round)
