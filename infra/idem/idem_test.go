@@ -707,3 +707,21 @@ func TestCleanupDeletesOnlyExpiredRecordsInBatches(t *testing.T) {
 	_, err = idem.NewCleaner(b.db.App, idem.CleanerConfig{BatchSize: -1})
 	require.Error(t, err)
 }
+
+func TestCleanerRunLoopsUntilCancelled(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	key := uuid.New()
+	_, err := b.exec(context.Background(), b.req(key, `{}`))
+	require.NoError(t, err)
+	expire(t, b.db, key)
+
+	c, err := idem.NewCleaner(b.db.App, idem.CleanerConfig{})
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- c.Run(ctx, 20*time.Millisecond, nil) }()
+	require.Eventually(t, func() bool { return countRecords(t, b.db, key) == 0 }, 10*time.Second, 20*time.Millisecond)
+	cancel()
+	require.ErrorIs(t, <-done, context.Canceled)
+}
