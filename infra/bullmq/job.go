@@ -41,7 +41,8 @@ type Job struct {
 	StalledCounter int
 	// FailedReason of the previous attempt, if any.
 	FailedReason string
-	// Stacktrace of the previous failed attempts, oldest first.
+	// Stacktrace of the previous failed attempts, oldest first. Entries
+	// written by this package are the error strings (Go errors carry no stack).
 	Stacktrace []string
 
 	token    string // lock token of this attempt
@@ -55,7 +56,7 @@ type Envelope struct {
 	WorkspaceID string          `json:"workspace_id"`
 	EventType   string          `json:"event_type"`
 	Payload     json.RawMessage `json:"payload"`
-	OccurredAt  time.Time       `json:"occurred_at"`
+	OccurredAt  string          `json:"occurred_at"`
 }
 
 // Envelope decodes Data as API.md's job data, giving the handler the event
@@ -300,6 +301,7 @@ func parseJob(id, token string, flat []any) (*Job, error) {
 	}
 	o, err := parseOptions(opts)
 	if err != nil {
+		j.Opts = &JobOptions{Raw: json.RawMessage(opts)}
 		return j, fmt.Errorf("bullmq: job %s has bad opts: %w", id, err)
 	}
 	j.Opts = o

@@ -207,7 +207,7 @@ end
 return out
 `)
 
-// trimEventsLua and removeJobKeysLua are shared by the finishing scripts.
+// finishHelpersLua holds the Lua functions shared by the finishing scripts.
 const finishHelpersLua = `
 local rcall = redis.call
 local function maxEvents(metaKey)

@@ -16,6 +16,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"runtime/pprof"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -41,6 +42,8 @@ type options struct {
 	batch       int
 	concurrency int
 	publishers  int
+	rounds      int
+	cpuprofile  string
 	nodeDir     string
 	redisURL    string
 }
@@ -51,12 +54,25 @@ func realMain(ctx context.Context) error {
 	flag.IntVar(&o.batch, "batch", 1000, "jobs per Add call (Go) and per addBulk call (Node.js)")
 	flag.IntVar(&o.concurrency, "concurrency", 50, "worker concurrency (Go and Node.js)")
 	flag.IntVar(&o.publishers, "publishers", 1, "concurrent Add callers of the Go publisher (Node.js addBulk runs sequentially)")
+	flag.IntVar(&o.rounds, "rounds", 1, "measurement rounds, alternating Go and Node.js; the best round of each counts")
+	flag.StringVar(&o.cpuprofile, "cpuprofile", "", "write a CPU profile of the Go side to this file")
 	flag.StringVar(&o.nodeDir, "node-dir", "tests/bullmqnode", "the Node.js harness directory")
 	flag.StringVar(&o.redisURL, "redis", envOr("REDIS_URL", "redis://127.0.0.1:6379/0"), "Redis URL")
 	flag.Parse()
 
 	if err := ensureNode(o.nodeDir); err != nil {
 		return err
+	}
+	if o.cpuprofile != "" {
+		f, err := os.Create(o.cpuprofile)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
 	}
 	opt, err := redis.ParseURL(o.redisURL)
 	if err != nil {
