@@ -88,102 +88,108 @@ end
 return out
 `)
 
-// takeScript promotes due delayed jobs and moves up to ARGV[6] jobs from wait
-// (FIFO) or prioritized to active, locking each with its own token.
+// takeLua defines takeJobs: promote due delayed jobs, then move up to room
+// jobs from wait (FIFO) or prioritized to active, each locked with its own
+// token. K holds the queue keys. Returns {{id, token, hgetall, ...},
+// nextDelayedMs, rateLimitTTLms}.
+const takeLua = `
+local function takeJobs(K, prefix, nowArg, tokenBase, n0, lockMs, room, name)
+  local now = tonumber(nowArg)
+  local attrs = rcall("HMGET", K.meta, "paused", "concurrency", "max", "duration")
+  local blocked = false
+  if attrs[1] then
+    blocked = true
+  elseif attrs[2] then
+    room = math.min(room, tonumber(attrs[2]) - rcall("LLEN", K.active))
+    if room <= 0 then blocked = true end
+  end
+  local due = rcall("ZRANGEBYSCORE", K.delayed, 0, (now + 1) * 0x1000 - 1, "LIMIT", 0, 1000)
+  if #due > 0 then
+    rcall("ZREM", K.delayed, unpack(due))
+    for _, id in ipairs(due) do
+      local jk = prefix .. id
+      local prio = tonumber(rcall("HGET", jk, "priority")) or 0
+      if prio == 0 then
+        rcall("LPUSH", K.wait, id)
+      else
+        local c = rcall("INCR", K.pc)
+        rcall("ZADD", K.prioritized, prio * 0x100000000 + c % 0x100000000, id)
+      end
+      rcall("XADD", K.events, "*", "event", "waiting", "jobId", id, "prev", "delayed")
+      rcall("HSET", jk, "delay", 0)
+    end
+    if not blocked then rcall("ZADD", K.marker, 0, "0") end
+  end
+  local maxJobs = tonumber(attrs[3])
+  if maxJobs then
+    local used = tonumber(rcall("GET", K.limiter) or 0)
+    if used >= maxJobs then
+      local pttl = rcall("PTTL", K.limiter)
+      if pttl == 0 then rcall("DEL", K.limiter) end
+      if pttl > 0 then return {{}, 0, pttl} end
+    else
+      room = math.min(room, maxJobs - used)
+    end
+  end
+  if blocked then return {{}, 0, 0} end
+  local out = {}
+  for i = 1, room do
+    local id = rcall("RPOPLPUSH", K.wait, K.active)
+    if not id then
+      local p = rcall("ZPOPMIN", K.prioritized)
+      if #p > 0 then
+        id = p[1]
+        rcall("LPUSH", K.active, id)
+      else
+        rcall("DEL", K.pc)
+        break
+      end
+    end
+    local jk = prefix .. id
+    if rcall("EXISTS", jk) == 0 then
+      rcall("LREM", K.active, 1, id)
+    else
+      if maxJobs and rcall("HEXISTS", jk, "defa") == 0 then
+        if rcall("INCR", K.limiter) == 1 then
+          rcall("PEXPIRE", K.limiter, math.floor(math.abs(tonumber(attrs[4]) or 1000)))
+        end
+      end
+      local token = tokenBase .. ":" .. (n0 + i)
+      rcall("SET", jk .. ":lock", token, "PX", lockMs)
+      rcall("XADD", K.events, "*", "event", "active", "jobId", id, "prev", "waiting")
+      if name ~= "" then
+        rcall("HSET", jk, "processedOn", nowArg, "pb", name)
+      else
+        rcall("HSET", jk, "processedOn", nowArg)
+      end
+      rcall("HINCRBY", jk, "ats", 1)
+      out[#out+1] = id
+      out[#out+1] = token
+      out[#out+1] = rcall("HGETALL", jk)
+    end
+  end
+  if #out > 0 then
+    rcall("ZADD", K.marker, 0, "0")
+    return {out, 0, 0}
+  end
+  local nxt = rcall("ZRANGE", K.delayed, 0, 0, "WITHSCORES")
+  if nxt[2] then
+    return {out, math.floor(tonumber(nxt[2]) / 0x1000), 0}
+  end
+  return {out, 0, 0}
+end
+`
+
+// takeScript takes up to ARGV[6] jobs (see takeLua).
 //
 // KEYS: 1 wait, 2 active, 3 prioritized, 4 events, 5 limiter, 6 delayed,
 // 7 meta, 8 pc, 9 marker.
 // ARGV: 1 queue key prefix ("bull:q:"), 2 now ms, 3 token base, 4 first token
 // counter, 5 lockDuration ms, 6 max jobs, 7 worker name ("" = none).
-// Returns {{id, token, hgetall, ...}, nextDelayedMs, rateLimitTTLms}.
-var takeScript = redis.NewScript(`
-local rcall = redis.call
-local prefix = ARGV[1]
-local now = tonumber(ARGV[2])
-local attrs = rcall("HMGET", KEYS[7], "paused", "concurrency", "max", "duration")
-local room = tonumber(ARGV[6])
-local blocked = false
-if attrs[1] then
-  blocked = true
-elseif attrs[2] then
-  room = math.min(room, tonumber(attrs[2]) - rcall("LLEN", KEYS[2]))
-  if room <= 0 then blocked = true end
-end
-local due = rcall("ZRANGEBYSCORE", KEYS[6], 0, (now + 1) * 0x1000 - 1, "LIMIT", 0, 1000)
-if #due > 0 then
-  rcall("ZREM", KEYS[6], unpack(due))
-  for _, id in ipairs(due) do
-    local jk = prefix .. id
-    local prio = tonumber(rcall("HGET", jk, "priority")) or 0
-    if prio == 0 then
-      rcall("LPUSH", KEYS[1], id)
-    else
-      local c = rcall("INCR", KEYS[8])
-      rcall("ZADD", KEYS[3], prio * 0x100000000 + c % 0x100000000, id)
-    end
-    rcall("XADD", KEYS[4], "*", "event", "waiting", "jobId", id, "prev", "delayed")
-    rcall("HSET", jk, "delay", 0)
-  end
-  if not blocked then rcall("ZADD", KEYS[9], 0, "0") end
-end
-local maxJobs = tonumber(attrs[3])
-if maxJobs then
-  local used = tonumber(rcall("GET", KEYS[5]) or 0)
-  if used >= maxJobs then
-    local pttl = rcall("PTTL", KEYS[5])
-    if pttl == 0 then rcall("DEL", KEYS[5]) end
-    if pttl > 0 then return {{}, 0, pttl} end
-  else
-    room = math.min(room, maxJobs - used)
-  end
-end
-if blocked then return {{}, 0, 0} end
-local out = {}
-local n0 = tonumber(ARGV[4])
-for i = 1, room do
-  local id = rcall("RPOPLPUSH", KEYS[1], KEYS[2])
-  if not id then
-    local p = rcall("ZPOPMIN", KEYS[3])
-    if #p > 0 then
-      id = p[1]
-      rcall("LPUSH", KEYS[2], id)
-    else
-      rcall("DEL", KEYS[8])
-      break
-    end
-  end
-  local jk = prefix .. id
-  if rcall("EXISTS", jk) == 0 then
-    rcall("LREM", KEYS[2], 1, id)
-  else
-    if maxJobs and rcall("HEXISTS", jk, "defa") == 0 then
-      if rcall("INCR", KEYS[5]) == 1 then
-        rcall("PEXPIRE", KEYS[5], math.floor(math.abs(tonumber(attrs[4]) or 1000)))
-      end
-    end
-    local token = ARGV[3] .. ":" .. (n0 + i)
-    rcall("SET", jk .. ":lock", token, "PX", ARGV[5])
-    rcall("XADD", KEYS[4], "*", "event", "active", "jobId", id, "prev", "waiting")
-    if ARGV[7] ~= "" then
-      rcall("HSET", jk, "processedOn", ARGV[2], "pb", ARGV[7])
-    else
-      rcall("HSET", jk, "processedOn", ARGV[2])
-    end
-    rcall("HINCRBY", jk, "ats", 1)
-    out[#out+1] = id
-    out[#out+1] = token
-    out[#out+1] = rcall("HGETALL", jk)
-  end
-end
-if #out > 0 then
-  rcall("ZADD", KEYS[9], 0, "0")
-  return {out, 0, 0}
-end
-local nxt = rcall("ZRANGE", KEYS[6], 0, 0, "WITHSCORES")
-if nxt[2] then
-  return {out, math.floor(tonumber(nxt[2]) / 0x1000), 0}
-end
-return {out, 0, 0}
+var takeScript = redis.NewScript("local rcall = redis.call\n" + takeLua + `
+local K = {wait = KEYS[1], active = KEYS[2], prioritized = KEYS[3], events = KEYS[4],
+  limiter = KEYS[5], delayed = KEYS[6], meta = KEYS[7], pc = KEYS[8], marker = KEYS[9]}
+return takeJobs(K, ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4]), ARGV[5], tonumber(ARGV[6]), ARGV[7])
 `)
 
 // extendScript renews the locks of the jobs a worker holds.
@@ -209,7 +215,6 @@ return out
 
 // finishHelpersLua holds the Lua functions shared by the finishing scripts.
 const finishHelpersLua = `
-local rcall = redis.call
 local function maxEvents(metaKey)
   local m = rcall("HGET", metaKey, "opts.maxLenEvents")
   if not m then
@@ -240,56 +245,154 @@ local function pausedOrMaxed(metaKey, activeKey)
 end
 `
 
-// finishScript moves a job from active to completed or failed for good.
+// finishScript settles a batch of jobs this worker holds, each the way
+// BullMQ 6.7.0 does it for one job, then optionally takes the next jobs in
+// the same call (BullMQ's "fetch next"). Kinds:
+//   - "completed" / "failed": to the completed or failed set for good, with
+//     returnvalue or failedReason + stacktrace, finishedOn, atm, events,
+//     retries-exhausted, trimming by age and count, de: key cleanup;
+//   - "retry": back to delayed (delay > 0) or to the end of wait, atm + 1;
+//   - "handback": to the front of wait, no attempt counted.
 //
 // KEYS: 1 wait, 2 active, 3 prioritized, 4 events, 5 stalled, 6 meta,
-// 7 completed|failed, 8 job, 9 lock, 10 de:<deid> (the job key when none), 11 marker.
-// ARGV: 1 jobId, 2 token, 3 now ms, 4 "completed"|"failed",
-// 5 "returnvalue"|"failedReason", 6 value, 7 keep count ("" = unset),
-// 8 keep age seconds ("" = unset), 9 keep limit, 10 attempts,
-// 11 stacktrace JSON ("" = leave), 12 deid ("" = none), 13 queue key prefix.
-// Returns attemptsMade (>0) or a negative BullMQ error code.
-var finishScript = redis.NewScript(finishHelpersLua + `
-local jobId = ARGV[1]
-local jk = KEYS[8]
-if rcall("EXISTS", jk) == 0 then return -1 end
-local code = releaseLock(jk, KEYS[9], KEYS[5], ARGV[2], jobId)
-if code < 0 then return code end
-if rcall("LREM", KEYS[2], -1, jobId) < 1 then return -3 end
-local target = ARGV[4]
-local mx = maxEvents(KEYS[6])
-rcall("XTRIM", KEYS[4], "MAXLEN", "~", mx)
-if target == "failed" and ARGV[11] ~= "" then
-  rcall("HSET", jk, "failedReason", ARGV[6], "stacktrace", ARGV[11])
-end
-if ARGV[12] ~= "" then
-  local pttl = rcall("PTTL", KEYS[10])
-  if pttl == 0 then
-    rcall("DEL", KEYS[10])
-  elseif pttl == -1 and rcall("GET", KEYS[10]) == jobId then
-    rcall("DEL", KEYS[10])
+// 7 completed, 8 failed, 9 marker, 10 delayed, 11 pc, 12 limiter; then for
+// job i (from 1): KEYS[10+3i] job, KEYS[11+3i] lock, KEYS[12+3i] de:<deid>
+// (the job key when none).
+// ARGV: 1 now ms, 2 queue key prefix, 3 jobs to take afterwards (0 = none),
+// 4 token base, 5 first token counter, 6 lockDuration ms, 7 worker name;
+// then for job i, from ARGV[8+11(i-1)]: jobId, token, kind, value
+// (returnvalue JSON or failedReason), keep count ("" = unset), keep age
+// seconds ("" = unset), keep limit, attempts, stacktrace JSON, deid, delay ms.
+// Returns {codes, taken, nextDelayedMs, rateLimitTTLms}: one code per job,
+// attemptsMade (>= 0) or a negative BullMQ error code (-1 missing job,
+// -2 missing lock, -3 not active, -6 lock of another worker).
+var finishScript = redis.NewScript("local rcall = redis.call\n" + finishHelpersLua + takeLua + `
+local K = {wait = KEYS[1], active = KEYS[2], prioritized = KEYS[3], events = KEYS[4],
+  stalled = KEYS[5], meta = KEYS[6], completed = KEYS[7], failed = KEYS[8], marker = KEYS[9],
+  delayed = KEYS[10], pc = KEYS[11], limiter = KEYS[12]}
+local now = ARGV[1]
+local prefix = ARGV[2]
+local mx = maxEvents(K.meta)
+rcall("XTRIM", K.events, "MAXLEN", "~", mx)
+local trims = {}
+local n = (#KEYS - 12) / 3
+local codes = {}
+
+local function finish(jobId, jk, dk, a, target)
+  local setKey = K.completed
+  local field = "returnvalue"
+  if target == "failed" then
+    setKey = K.failed
+    field = "failedReason"
+    rcall("HSET", jk, "failedReason", ARGV[a + 3], "stacktrace", ARGV[a + 8])
   end
+  local deid = ARGV[a + 9]
+  if deid ~= "" then
+    local pttl = rcall("PTTL", dk)
+    if pttl == 0 then
+      rcall("DEL", dk)
+    elseif pttl == -1 and rcall("GET", dk) == jobId then
+      rcall("DEL", dk)
+    end
+  end
+  local atm = rcall("HINCRBY", jk, "atm", 1)
+  if tonumber(ARGV[a + 4]) ~= 0 then
+    rcall("ZADD", setKey, now, jobId)
+    rcall("HSET", jk, field, ARGV[a + 3], "finishedOn", now)
+    if target == "failed" then rcall("HDEL", jk, "defa") end
+    if ARGV[a + 4] ~= "-1" or ARGV[a + 5] ~= "" then
+      trims[setKey .. "|" .. ARGV[a + 4] .. "|" .. ARGV[a + 5] .. "|" .. ARGV[a + 6]] =
+        {setKey, tonumber(ARGV[a + 4]), tonumber(ARGV[a + 5]), tonumber(ARGV[a + 6])}
+    end
+  else
+    removeJobKeys(jk)
+  end
+  rcall("XADD", K.events, "*", "event", target, "jobId", jobId, field, ARGV[a + 3], "prev", "active")
+  if target == "failed" and atm >= (tonumber(ARGV[a + 7]) or 0) then
+    rcall("XADD", K.events, "*", "event", "retries-exhausted", "jobId", jobId, "attemptsMade", atm)
+  end
+  return atm
 end
-local atm = rcall("HINCRBY", jk, "atm", 1)
-local count = tonumber(ARGV[7])
-local age = tonumber(ARGV[8])
-local prefix = ARGV[13]
-if count ~= 0 then
-  local set = KEYS[7]
-  rcall("ZADD", set, ARGV[3], jobId)
-  rcall("HSET", jk, ARGV[5], ARGV[6], "finishedOn", ARGV[3])
-  if target == "failed" then rcall("HDEL", jk, "defa") end
+
+local function retry(jobId, jk, a)
+  rcall("HSET", jk, "failedReason", ARGV[a + 3], "stacktrace", ARGV[a + 8])
+  local delay = tonumber(ARGV[a + 10])
+  local atm = rcall("HINCRBY", jk, "atm", 1)
+  if delay > 0 then
+    local ts = tonumber(now) + delay
+    local minScore = ts * 0x1000
+    local maxScore = (ts + 1) * 0x1000 - 1
+    local score = minScore
+    local top = rcall("ZREVRANGEBYSCORE", K.delayed, maxScore, minScore, "WITHSCORES", "LIMIT", 0, 1)
+    if top[2] then score = math.min(tonumber(top[2]) + 1, maxScore) end
+    rcall("HSET", jk, "delay", delay)
+    rcall("ZADD", K.delayed, score, jobId)
+    rcall("XADD", K.events, "MAXLEN", "~", mx, "*", "event", "delayed", "jobId", jobId, "delay", ts)
+    local nxt = rcall("ZRANGE", K.delayed, 0, 0, "WITHSCORES")
+    if nxt[2] then rcall("ZADD", K.marker, tonumber(nxt[2]) / 0x1000, "1") end
+  else
+    local prio = tonumber(rcall("HGET", jk, "priority")) or 0
+    if prio == 0 then
+      rcall("LPUSH", K.wait, jobId)
+    else
+      local c = rcall("INCR", K.pc)
+      rcall("ZADD", K.prioritized, prio * 0x100000000 + c % 0x100000000, jobId)
+    end
+    if not pausedOrMaxed(K.meta, K.active) then rcall("ZADD", K.marker, 0, "0") end
+    rcall("XADD", K.events, "MAXLEN", "~", mx, "*", "event", "waiting", "jobId", jobId, "prev", "active")
+  end
+  return atm
+end
+
+local function handBack(jobId, jk)
+  local prio = tonumber(rcall("HGET", jk, "priority")) or 0
+  if prio > 0 then
+    rcall("ZADD", K.prioritized, prio * 0x100000000, jobId)
+  else
+    rcall("RPUSH", K.wait, jobId)
+  end
+  if not pausedOrMaxed(K.meta, K.active) then rcall("ZADD", K.marker, 0, "0") end
+  rcall("XADD", K.events, "MAXLEN", "~", mx, "*", "event", "waiting", "jobId", jobId, "prev", "active")
+  return tonumber(rcall("HGET", jk, "atm") or 0)
+end
+
+for i = 1, n do
+  local jk = KEYS[10 + 3 * i]
+  local a = 8 + 11 * (i - 1)
+  local jobId = ARGV[a]
+  local kind = ARGV[a + 2]
+  local code
+  if rcall("EXISTS", jk) == 0 then
+    code = -1
+  else
+    code = releaseLock(jk, KEYS[11 + 3 * i], K.stalled, ARGV[a + 1], jobId)
+  end
+  if code == 0 then
+    if rcall("LREM", K.active, -1, jobId) < 1 then
+      code = -3
+    elseif kind == "retry" then
+      code = retry(jobId, jk, a)
+    elseif kind == "handback" then
+      code = handBack(jobId, jk)
+    else
+      code = finish(jobId, jk, KEYS[12 + 3 * i], a, kind)
+    end
+  end
+  codes[i] = code
+end
+
+for _, t in pairs(trims) do
+  local set, count, age, limit = t[1], t[2], t[3], t[4]
   if age then
-    local limit = tonumber(ARGV[9])
-    local start = tonumber(ARGV[3]) - age * 1000
+    local start = tonumber(now) - age * 1000
     local ids = rcall("ZREVRANGEBYSCORE", set, start, "-inf", "LIMIT", 0, limit)
     for _, id in ipairs(ids) do removeJobKeys(prefix .. id) end
     if #ids > 0 then
       if #ids < limit then
         rcall("ZREMRANGEBYSCORE", set, "-inf", start)
       else
-        for i = 1, #ids, 5000 do
-          rcall("ZREM", set, unpack(ids, i, math.min(i + 4999, #ids)))
+        for j = 1, #ids, 5000 do
+          rcall("ZREM", set, unpack(ids, j, math.min(j + 4999, #ids)))
         end
       end
     end
@@ -299,98 +402,27 @@ if count ~= 0 then
     for _, id in ipairs(ids) do removeJobKeys(prefix .. id) end
     if #ids > 0 then rcall("ZREMRANGEBYRANK", set, 0, -(count + 1)) end
   end
-else
-  removeJobKeys(jk)
 end
-rcall("XADD", KEYS[4], "*", "event", target, "jobId", jobId, ARGV[5], ARGV[6], "prev", "active")
-if target == "failed" and atm >= (tonumber(ARGV[10]) or 0) then
-  rcall("XADD", KEYS[4], "*", "event", "retries-exhausted", "jobId", jobId, "attemptsMade", atm)
-end
-local waiting = rcall("LLEN", KEYS[1])
-if waiting == 0 then
-  if rcall("LLEN", KEYS[2]) == 0 and rcall("ZCARD", KEYS[3]) == 0 then
-    rcall("XADD", KEYS[4], "*", "event", "drained")
-  end
-elseif not pausedOrMaxed(KEYS[6], KEYS[2]) and rcall("HEXISTS", KEYS[6], "concurrency") == 1 then
-  rcall("ZADD", KEYS[11], 0, "0")
-end
-return atm
-`)
 
-// retryScript moves a failed attempt back to delayed (delay > 0) or to the
-// end of wait (delay 0), the way BullMQ's worker retries with backoff.
-//
-// KEYS: 1 wait, 2 active, 3 prioritized, 4 events, 5 stalled, 6 meta,
-// 7 delayed, 8 job, 9 lock, 10 marker, 11 pc.
-// ARGV: 1 jobId, 2 token, 3 now ms, 4 delay ms, 5 failedReason, 6 stacktrace JSON.
-// Returns attemptsMade (>0) or a negative BullMQ error code.
-var retryScript = redis.NewScript(finishHelpersLua + `
-local jobId = ARGV[1]
-local jk = KEYS[8]
-if rcall("EXISTS", jk) == 0 then return -1 end
-local code = releaseLock(jk, KEYS[9], KEYS[5], ARGV[2], jobId)
-if code < 0 then return code end
-rcall("HSET", jk, "failedReason", ARGV[5], "stacktrace", ARGV[6])
-if rcall("LREM", KEYS[2], -1, jobId) < 1 then return -3 end
-local mx = maxEvents(KEYS[6])
-local delay = tonumber(ARGV[4])
-local atm
-if delay > 0 then
-  local ts = tonumber(ARGV[3]) + delay
-  local minScore = ts * 0x1000
-  local maxScore = (ts + 1) * 0x1000 - 1
-  local score = minScore
-  local top = rcall("ZREVRANGEBYSCORE", KEYS[7], maxScore, minScore, "WITHSCORES", "LIMIT", 0, 1)
-  if top[2] then
-    score = math.min(tonumber(top[2]) + 1, maxScore)
+local fetch = tonumber(ARGV[3])
+if fetch > 0 then
+  local t = takeJobs(K, prefix, now, ARGV[4], tonumber(ARGV[5]), ARGV[6], fetch, ARGV[7])
+  if #t[1] > 0 then
+    return {codes, t[1], t[2], t[3]}
   end
-  atm = rcall("HINCRBY", jk, "atm", 1)
-  rcall("HSET", jk, "delay", ARGV[4])
-  rcall("ZADD", KEYS[7], score, jobId)
-  rcall("XADD", KEYS[4], "MAXLEN", "~", mx, "*", "event", "delayed", "jobId", jobId, "delay", ts)
-  local nxt = rcall("ZRANGE", KEYS[7], 0, 0, "WITHSCORES")
-  if nxt[2] then rcall("ZADD", KEYS[10], tonumber(nxt[2]) / 0x1000, "1") end
-else
-  local blocked = pausedOrMaxed(KEYS[6], KEYS[2])
-  local prio = tonumber(rcall("HGET", jk, "priority")) or 0
-  if prio == 0 then
-    rcall("LPUSH", KEYS[1], jobId)
-  else
-    local c = rcall("INCR", KEYS[11])
-    rcall("ZADD", KEYS[3], prio * 0x100000000 + c % 0x100000000, jobId)
-  end
-  if not blocked then rcall("ZADD", KEYS[10], 0, "0") end
-  atm = rcall("HINCRBY", jk, "atm", 1)
-  rcall("XADD", KEYS[4], "MAXLEN", "~", mx, "*", "event", "waiting", "jobId", jobId, "prev", "active")
 end
-return atm
-`)
-
-// handBackScript returns a job this worker holds to the front of wait
-// without counting an attempt (graceful shutdown, ErrHandBack).
-//
-// KEYS: 1 wait, 2 active, 3 prioritized, 4 events, 5 stalled, 6 meta, 7 job,
-// 8 lock, 9 marker.
-// ARGV: 1 jobId, 2 token.
-var handBackScript = redis.NewScript(finishHelpersLua + `
-local jobId = ARGV[1]
-local jk = KEYS[7]
-if rcall("EXISTS", jk) == 0 then return -1 end
-local code = releaseLock(jk, KEYS[8], KEYS[5], ARGV[2], jobId)
-if code < 0 then return code end
-if rcall("LREM", KEYS[2], 1, jobId) > 0 then
-  local blocked = pausedOrMaxed(KEYS[6], KEYS[2])
-  local prio = tonumber(rcall("HGET", jk, "priority")) or 0
-  if prio > 0 then
-    rcall("ZADD", KEYS[3], prio * 0x100000000, jobId)
-  else
-    rcall("RPUSH", KEYS[1], jobId)
+if rcall("LLEN", K.wait) == 0 then
+  if rcall("LLEN", K.active) == 0 and rcall("ZCARD", K.prioritized) == 0 then
+    rcall("XADD", K.events, "*", "event", "drained")
   end
-  if not blocked then rcall("ZADD", KEYS[9], 0, "0") end
-  local mx = maxEvents(KEYS[6])
-  rcall("XADD", KEYS[4], "MAXLEN", "~", mx, "*", "event", "waiting", "jobId", jobId, "prev", "active")
+elseif rcall("HEXISTS", K.meta, "concurrency") == 1 and not pausedOrMaxed(K.meta, K.active) then
+  rcall("ZADD", K.marker, 0, "0")
 end
-return 0
+if fetch > 0 then
+  local nxt = rcall("ZRANGE", K.delayed, 0, 0, "WITHSCORES")
+  if nxt[2] then return {codes, {}, math.floor(tonumber(nxt[2]) / 0x1000), 0} end
+end
+return {codes, {}, 0, 0}
 `)
 
 // stalledScript is the stalled check shared with Node.js workers: at most one
@@ -399,7 +431,7 @@ return 0
 // KEYS: 1 stalled, 2 wait, 3 active, 4 stalled-check, 5 meta, 6 marker, 7 events.
 // ARGV: 1 maxStalledCount, 2 queue key prefix, 3 now ms, 4 check period ms.
 // Returns the ids moved back to wait.
-var stalledScript = redis.NewScript(finishHelpersLua + `
+var stalledScript = redis.NewScript("local rcall = redis.call\n" + finishHelpersLua + `
 if rcall("EXISTS", KEYS[4]) == 1 then return {} end
 rcall("SET", KEYS[4], ARGV[3], "PX", ARGV[4])
 local mx = maxEvents(KEYS[5])

@@ -99,21 +99,20 @@ func (w *Worker) Run(ctx context.Context) error {
 	defer cancelJobs()
 	bgCtx, stopBg := context.WithCancel(base)
 	var bg sync.WaitGroup
-	finishCh := make(chan *finishReq, 2*w.cfg.Concurrency)
+	rs := &runState{runCtx: ctx, jobCtx: jobCtx, bgCtx: bgCtx, finishCh: make(chan *finishReq, 2*w.cfg.Concurrency)}
 
 	bg.Add(2)
-	go func() { defer bg.Done(); w.finisher(bgCtx, finishCh) }()
+	go func() { defer bg.Done(); w.finisher(rs) }()
 	go func() { defer bg.Done(); w.renewer(bgCtx) }()
 	if !w.cfg.DisableStalledCheck {
 		bg.Add(1)
 		go func() { defer bg.Done(); w.stalledChecker(ctx) }()
 	}
 
-	var jobs sync.WaitGroup
-	w.fetchLoop(ctx, jobCtx, bgCtx, finishCh, &jobs)
+	w.fetchLoop(rs)
 
 	done := make(chan struct{})
-	go func() { jobs.Wait(); close(done) }()
+	go func() { rs.jobs.Wait(); close(done) }()
 	select {
 	case <-done:
 	case <-time.After(w.cfg.ShutdownTimeout):
@@ -130,7 +129,21 @@ func (w *Worker) Run(ctx context.Context) error {
 	return nil
 }
 
-func (w *Worker) fetchLoop(ctx, jobCtx, bgCtx context.Context, finishCh chan *finishReq, jobs *sync.WaitGroup) {
+// runState is what the goroutines of one Run share.
+type runState struct {
+	runCtx   context.Context // done: stop taking jobs
+	jobCtx   context.Context // handlers' context, cancelled after ShutdownTimeout
+	bgCtx    context.Context // finisher and renewer, cancelled when Run returns
+	finishCh chan *finishReq
+	jobs     sync.WaitGroup // running process goroutines
+}
+
+// fetchLoop takes jobs while slots are free; the finisher also takes jobs
+// for the slots it frees ("fetch next"). inflight counts reserved slots:
+// only fetchLoop increases it, so free slots can only grow between the read
+// and the reservation.
+func (w *Worker) fetchLoop(rs *runState) {
+	ctx := rs.runCtx
 	errDelay := 100 * time.Millisecond
 	for ctx.Err() == nil {
 		free := int64(w.cfg.Concurrency) - w.inflight.Load()
@@ -141,7 +154,10 @@ func (w *Worker) fetchLoop(ctx, jobCtx, bgCtx context.Context, finishCh chan *fi
 			}
 			continue
 		}
+		w.inflight.Add(free)
 		taken, next, limited, err := w.take(base(ctx), int(free))
+		w.start(rs, taken)
+		w.release(free - int64(len(taken)))
 		if err != nil {
 			w.logger.Error("bullmq: take failed", err, nil)
 			sleepCtx(ctx, errDelay)
@@ -149,33 +165,53 @@ func (w *Worker) fetchLoop(ctx, jobCtx, bgCtx context.Context, finishCh chan *fi
 			continue
 		}
 		errDelay = 100 * time.Millisecond
-		if len(taken) == 0 {
-			if limited > 0 {
-				sleepCtx(ctx, min(limited, w.cfg.DrainDelay))
-				continue
-			}
-			timeout := w.cfg.DrainDelay
-			if next > 0 {
-				d := time.Until(time.UnixMilli(next))
-				if d <= 0 {
-					continue
-				}
-				timeout = min(timeout, d)
-			}
-			w.waitMarker(base(ctx), timeout)
+		if len(taken) > 0 {
 			continue
 		}
-		for _, j := range taken {
-			w.inflight.Add(1)
-			w.mu.Lock()
-			w.held[j.ID] = j
-			w.mu.Unlock()
-			jobs.Add(1)
-			go func() {
-				defer jobs.Done()
-				w.process(jobCtx, bgCtx, j, finishCh)
-			}()
+		if limited > 0 {
+			sleepCtx(ctx, min(limited, w.cfg.DrainDelay))
+			continue
 		}
+		timeout := w.cfg.DrainDelay
+		if next > 0 {
+			d := time.Until(time.UnixMilli(next))
+			if d <= 0 {
+				continue
+			}
+			timeout = min(timeout, d)
+		}
+		w.waitMarker(base(ctx), timeout)
+	}
+}
+
+// start runs taken jobs, each on a reserved slot.
+func (w *Worker) start(rs *runState, taken []*Job) {
+	if len(taken) == 0 {
+		return
+	}
+	w.mu.Lock()
+	for _, j := range taken {
+		w.held[j.ID] = j
+	}
+	w.mu.Unlock()
+	for _, j := range taken {
+		rs.jobs.Add(1)
+		go func() {
+			defer rs.jobs.Done()
+			w.process(rs, j)
+		}()
+	}
+}
+
+// release frees n reserved slots.
+func (w *Worker) release(n int64) {
+	if n <= 0 {
+		return
+	}
+	w.inflight.Add(-n)
+	select {
+	case w.slotFreed <- struct{}{}:
+	default:
 	}
 }
 
@@ -215,6 +251,12 @@ func (w *Worker) take(ctx context.Context, n int) (jobs []*Job, nextDelayedMs in
 	if err != nil {
 		return nil, 0, 0, fmt.Errorf("bullmq.take: %w", err)
 	}
+	jobs, nextDelayedMs, limited = w.parseTaken(res)
+	return jobs, nextDelayedMs, limited, nil
+}
+
+// parseTaken reads the {jobs, nextDelayedMs, rateLimitTTLms} of takeJobs.
+func (w *Worker) parseTaken(res []any) (jobs []*Job, nextDelayedMs int64, limited time.Duration) {
 	flat, _ := res[0].([]any)
 	nextDelayedMs, _ = res[1].(int64)
 	ttl, _ := res[2].(int64)
@@ -228,43 +270,33 @@ func (w *Worker) take(ctx context.Context, n int) (jobs []*Job, nextDelayedMs in
 		}
 		jobs = append(jobs, j)
 	}
-	return jobs, nextDelayedMs, time.Duration(ttl) * time.Millisecond, nil
+	return jobs, nextDelayedMs, time.Duration(ttl) * time.Millisecond
 }
 
-func (w *Worker) process(jobCtx, bgCtx context.Context, j *Job, finishCh chan *finishReq) {
-	defer func() {
-		w.mu.Lock()
-		delete(w.held, j.ID)
-		w.mu.Unlock()
-		w.inflight.Add(-1)
-		select {
-		case w.slotFreed <- struct{}{}:
-		default:
-		}
-	}()
+func (w *Worker) process(rs *runState, j *Job) {
 	req := &finishReq{job: j, done: make(chan struct{})}
 	if j.deferred != "" {
 		w.failRequest(req, Unrecoverable(errors.New(j.deferred)))
 	} else {
-		res, err := w.call(jobCtx, j)
+		res, err := w.call(rs.jobCtx, j)
 		switch {
 		case err == nil:
 			req.kind = finishComplete
 			req.value = returnValueJSON(res)
-		case errors.Is(err, ErrHandBack) || (jobCtx.Err() != nil && errors.Is(err, context.Canceled)):
+		case errors.Is(err, ErrHandBack) || (rs.jobCtx.Err() != nil && errors.Is(err, context.Canceled)):
 			req.kind = finishHandBack
 		default:
 			w.failRequest(req, err)
 		}
 	}
 	select {
-	case finishCh <- req:
-	case <-bgCtx.Done():
+	case rs.finishCh <- req:
+	case <-rs.bgCtx.Done():
 		return
 	}
 	select {
 	case <-req.done:
-	case <-bgCtx.Done():
+	case <-rs.bgCtx.Done():
 	}
 }
 
@@ -317,38 +349,59 @@ func (w *Worker) failRequest(req *finishReq, err error) {
 	}
 }
 
-// finisher writes finished jobs in pipelined batches.
-func (w *Worker) finisher(ctx context.Context, in chan *finishReq) {
-	batch := make([]*finishReq, 0, 256)
+// finisher settles finished jobs in batches (one EVALSHA per finishChunk
+// jobs, all chunks in one pipeline) and, unless Run is stopping, takes new
+// jobs for the freed slots in the same call.
+func (w *Worker) finisher(rs *runState) {
+	batch := make([]*finishReq, 0, 4*finishChunk)
 	for {
 		batch = batch[:0]
 		select {
-		case r := <-in:
+		case r := <-rs.finishCh:
 			batch = append(batch, r)
-		case <-ctx.Done():
+		case <-rs.bgCtx.Done():
 			return
 		}
 	drain:
 		for len(batch) < cap(batch) {
 			select {
-			case r := <-in:
+			case r := <-rs.finishCh:
 				batch = append(batch, r)
 			default:
 				break drain
 			}
 		}
-		w.finishBatch(ctx, batch)
+		fetch := 0
+		if rs.runCtx.Err() == nil {
+			fetch = len(batch)
+		}
+		taken := w.finishBatch(rs.bgCtx, batch, fetch)
+		w.start(rs, taken)
+		w.mu.Lock()
+		for _, r := range batch {
+			delete(w.held, r.job.ID)
+		}
+		w.mu.Unlock()
+		w.release(int64(len(batch) - len(taken)))
 		for _, r := range batch {
 			close(r.done)
 		}
 	}
 }
 
-func (w *Worker) finishBatch(ctx context.Context, batch []*finishReq) {
+// finishChunk is how many jobs one EVALSHA of the finish script settles.
+const finishChunk = 64
+
+func (w *Worker) finishBatch(ctx context.Context, batch []*finishReq, fetch int) []*Job {
 	now := time.Now().UnixMilli()
-	calls := make([]scriptCall, len(batch))
-	for i, r := range batch {
-		calls[i] = w.finishCall(r, now)
+	var calls []scriptCall
+	for start := 0; start < len(batch); start += finishChunk {
+		end := min(start+finishChunk, len(batch))
+		n := 0
+		if end == len(batch) {
+			n = fetch
+		}
+		calls = append(calls, w.finishCall(batch[start:end], now, n))
 	}
 	var cmds []*redisCmd
 	var err error
@@ -365,16 +418,30 @@ func (w *Worker) finishBatch(ctx context.Context, batch []*finishReq) {
 	if err != nil {
 		w.logger.Error("bullmq: finishing jobs failed; their locks expire and the stalled check retries them", err,
 			watermill.LogFields{"jobs": len(batch)})
-		return
+		return nil
 	}
-	for i, cmd := range cmds {
-		code, cerr := cmd.Int64()
-		if cerr == nil && code >= 0 {
+	var taken []*Job
+	for c, cmd := range cmds {
+		res, cerr := cmd.Slice()
+		if cerr != nil {
+			w.logger.Error("bullmq: finishing jobs failed", cerr, watermill.LogFields{"jobs": len(calls[c].args)})
 			continue
 		}
-		w.logger.Error("bullmq: finishing job failed", finishError(cerr, code),
-			watermill.LogFields{"job_id": batch[i].job.ID, "outcome": batch[i].kind})
+		codes, _ := res[0].([]any)
+		for i, v := range codes {
+			code, _ := v.(int64)
+			if code >= 0 {
+				continue
+			}
+			r := batch[c*finishChunk+i]
+			w.logger.Error("bullmq: finishing job failed", finishError(nil, code),
+				watermill.LogFields{"job_id": r.job.ID, "outcome": r.kind})
+		}
+		if c == len(cmds)-1 && fetch > 0 {
+			taken, _, _ = w.parseTaken(res[1:])
+		}
 	}
+	return taken
 }
 
 type redisCmd = redis.Cmd
@@ -396,32 +463,35 @@ func finishError(err error, code int64) error {
 	return fmt.Errorf("code %d", code)
 }
 
-func (w *Worker) finishCall(r *finishReq, now int64) scriptCall {
+func (w *Worker) finishCall(reqs []*finishReq, now int64, fetch int) scriptCall {
 	k := w.keys
-	j := r.job
-	switch r.kind {
-	case finishRetry:
-		return scriptCall{script: retryScript,
-			keys: []string{k.wait, k.active, k.prioritized, k.events, k.stalled, k.meta, k.delayed, k.job(j.ID), k.lock(j.ID), k.marker, k.pc},
-			args: []any{j.ID, j.token, now, r.delay, r.value, r.stack}}
-	case finishHandBack:
-		return scriptCall{script: handBackScript,
-			keys: []string{k.wait, k.active, k.prioritized, k.events, k.stalled, k.meta, k.job(j.ID), k.lock(j.ID), k.marker},
-			args: []any{j.ID, j.token}}
+	keys := make([]string, 0, 12+3*len(reqs))
+	keys = append(keys, k.wait, k.active, k.prioritized, k.events, k.stalled, k.meta,
+		k.completed, k.failed, k.marker, k.delayed, k.pc, k.limiter)
+	first := w.seq.Add(int64(fetch)) - int64(fetch)
+	args := make([]any, 0, 7+11*len(reqs))
+	args = append(args, now, k.base, fetch, w.token, first, w.cfg.LockDuration.Milliseconds(), w.cfg.Name)
+	for _, r := range reqs {
+		j := r.job
+		dedupKey := k.job(j.ID)
+		if j.dedupID != "" {
+			dedupKey = k.dedup(j.dedupID)
+		}
+		keys = append(keys, k.job(j.ID), k.lock(j.ID), dedupKey)
+		kind := "completed"
+		keep := j.Opts.RemoveOnComplete
+		switch r.kind {
+		case finishFail:
+			kind, keep = "failed", j.Opts.RemoveOnFail
+		case finishRetry:
+			kind = "retry"
+		case finishHandBack:
+			kind = "handback"
+		}
+		count, age, limit := keep.keepArgs()
+		args = append(args, j.ID, j.token, kind, r.value, count, age, limit, j.Opts.Attempts, r.stack, j.dedupID, r.delay)
 	}
-	target, field, keep := k.completed, "returnvalue", j.Opts.RemoveOnComplete
-	name := "completed"
-	if r.kind == finishFail {
-		target, field, keep, name = k.failed, "failedReason", j.Opts.RemoveOnFail, "failed"
-	}
-	count, age, limit := keep.keepArgs()
-	dedupKey := k.job(j.ID)
-	if j.dedupID != "" {
-		dedupKey = k.dedup(j.dedupID)
-	}
-	return scriptCall{script: finishScript,
-		keys: []string{k.wait, k.active, k.prioritized, k.events, k.stalled, k.meta, target, k.job(j.ID), k.lock(j.ID), dedupKey, k.marker},
-		args: []any{j.ID, j.token, now, name, field, r.value, count, age, limit, j.Opts.Attempts, r.stack, j.dedupID, k.base}}
+	return scriptCall{script: finishScript, keys: keys, args: args}
 }
 
 // renewer extends the locks of held jobs every LockDuration/2.
