@@ -142,13 +142,15 @@ func TestRLSWorkspaceIsolation(t *testing.T) {
 		if table == "workspaces" {
 			col = "id"
 		}
+		q := "SELECT count(*) FILTER (WHERE " + col + " = $1), count(*) FILTER (WHERE " + col + " = $2) FROM " + pgx.Identifier{table}.Sanitize()
+		var ownTotal, otherTotal int
+		require.NoError(t, db.Owner.QueryRow(ctx, q, a, b).Scan(&ownTotal, &otherTotal))
 		err := postgres.InTx(ctx, db.App, postgres.Scope{WorkspaceID: a}, func(ctx context.Context, tx pgx.Tx) error {
 			var own, other int
-			q := "SELECT count(*) FILTER (WHERE " + col + " = $1), count(*) FILTER (WHERE " + col + " = $2) FROM " + pgx.Identifier{table}.Sanitize()
 			if err := tx.QueryRow(ctx, q, a, b).Scan(&own, &other); err != nil {
 				return err
 			}
-			require.Equal(t, 1, own, "%s: own rows", table)
+			require.Equal(t, ownTotal, own, "%s: own rows", table)
 			require.Zero(t, other, "%s: other workspace's rows visible", table)
 			tag, err := tx.Exec(ctx, "DELETE FROM "+pgx.Identifier{table}.Sanitize()+" WHERE "+col+" = $1", b)
 			require.Zero(t, tag.RowsAffected(), "%s: deleted another workspace's rows", table)

@@ -45,7 +45,7 @@ func TxFromContext(ctx context.Context) (pgx.Tx, Scope, error) {
 // rollback runs with context.WithoutCancel so a cancelled request still releases its locks;
 // the commit error is returned, translated (see TranslateError). fn must not call external
 // systems: a transaction is held open while it runs.
-func InTx(ctx context.Context, pool *pgxpool.Pool, scope Scope, fn func(ctx context.Context, tx pgx.Tx) error) (err error) {
+func InTx(ctx context.Context, pool *pgxpool.Pool, scope Scope, fn func(ctx context.Context, tx pgx.Tx) error) error {
 	if _, _, err := TxFromContext(ctx); err == nil {
 		return errors.New("postgres.InTx: already inside a transaction")
 	}
@@ -53,8 +53,10 @@ func InTx(ctx context.Context, pool *pgxpool.Pool, scope Scope, fn func(ctx cont
 	if err != nil {
 		return fmt.Errorf("postgres.InTx: begin: %w", TranslateError(err))
 	}
+	committed := false
 	defer func() {
-		if err != nil {
+		// Also on a panic or runtime.Goexit (a failed test assertion) inside fn.
+		if !committed {
 			_ = tx.Rollback(context.WithoutCancel(ctx))
 		}
 	}()
@@ -64,6 +66,7 @@ func InTx(ctx context.Context, pool *pgxpool.Pool, scope Scope, fn func(ctx cont
 	if err := fn(context.WithValue(ctx, txKey{}, &scopedTx{tx: tx, scope: scope}), tx); err != nil {
 		return err
 	}
+	committed = true // a failed commit has ended the transaction too
 	if err := tx.Commit(ctx); err != nil {
 		return fmt.Errorf("postgres.InTx: commit: %w", TranslateError(err))
 	}

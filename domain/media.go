@@ -1,0 +1,154 @@
+package domain
+
+import (
+	"path"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/google/uuid"
+)
+
+// MediaStatus is the state of a media object.
+type MediaStatus string
+
+// Media statuses: awaiting_upload → processing → ready | rejected.
+const (
+	MediaAwaitingUpload MediaStatus = "awaiting_upload"
+	MediaProcessing     MediaStatus = "processing"
+	MediaReady          MediaStatus = "ready"
+	MediaRejected       MediaStatus = "rejected"
+)
+
+// Media is an image owned by a workspace: uploaded by the client or transferred from a source
+// URL. Its bytes live in object storage under keys derived from its id, so processing it
+// twice overwrites the same objects instead of creating new ones.
+type Media struct {
+	ID           uuid.UUID
+	WorkspaceID  uuid.UUID
+	Filename     string
+	ContentType  string // declared by the client
+	Size         int64  // declared by the client
+	Status       MediaStatus
+	Source       string // "upload" or "transfer"
+	SniffedType  string
+	Width        int
+	Height       int
+	Variants     []MediaVariant
+	RejectReason string
+	CreatedAt    time.Time
+	UpdatedAt    time.Time
+}
+
+// MediaVariant is a derived image.
+type MediaVariant struct {
+	Name   string `json:"name"`
+	Width  int    `json:"width"`
+	Height int    `json:"height"`
+	Size   int64  `json:"size"`
+}
+
+// AllowedMediaTypes are the image types accepted.
+var AllowedMediaTypes = []string{"image/jpeg", "image/png", "image/gif", "image/webp"}
+
+// Media error codes.
+var (
+	ErrMediaNotFound        = NewError(KindNotFound, "MEDIA_NOT_FOUND", "the media does not exist")
+	ErrMediaTooLarge        = NewError(KindTooLarge, "MEDIA_TOO_LARGE", "the media is larger than allowed")
+	ErrMediaTypeUnsupported = NewError(KindInvalid, "MEDIA_TYPE_UNSUPPORTED", "content_type must be image/jpeg, image/png, image/gif or image/webp").WithField("content_type", "unsupported")
+	ErrMediaNotUploaded     = NewError(KindConflict, "MEDIA_NOT_UPLOADED", "the media's bytes have not been uploaded")
+	ErrMediaAlreadyComplete = NewError(KindConflict, "MEDIA_ALREADY_COMPLETED", "the media upload was already completed")
+)
+
+// NewMedia validates the client's description of an upload.
+func NewMedia(id, workspaceID uuid.UUID, filename, contentType string, size, maxSize int64, now time.Time) (Media, error) {
+	filename = path.Base(strings.TrimSpace(filename))
+	if filename == "" || filename == "." || filename == "/" || utf8.RuneCountInString(filename) > 255 {
+		return Media{}, Invalid("filename", "required, at most 255 characters")
+	}
+	ok := false
+	for _, t := range AllowedMediaTypes {
+		ok = ok || t == contentType
+	}
+	if !ok {
+		return Media{}, ErrMediaTypeUnsupported
+	}
+	if size <= 0 {
+		return Media{}, Invalid("size", "must be a positive number of bytes")
+	}
+	if size > maxSize {
+		return Media{}, ErrMediaTooLarge.WithMessage("the media is larger than %d bytes", maxSize)
+	}
+	return Media{ID: id, WorkspaceID: workspaceID, Filename: filename, ContentType: contentType, Size: size,
+		Status: MediaAwaitingUpload, Source: "upload", CreatedAt: now, UpdatedAt: now}, nil
+}
+
+// MediaObjectKey is where the original bytes of a media live.
+func MediaObjectKey(workspaceID, mediaID uuid.UUID) string {
+	return "workspaces/" + workspaceID.String() + "/media/" + mediaID.String() + "/original"
+}
+
+// MediaVariantKey is where a derived image lives: a pure function of the media and the
+// variant, so deriving twice overwrites.
+func MediaVariantKey(workspaceID, mediaID uuid.UUID, variant string) string {
+	return "workspaces/" + workspaceID.String() + "/media/" + mediaID.String() + "/" + variant + ".jpg"
+}
+
+// MediaTask is the validation and derivation task of a media.
+type MediaTask struct {
+	Task
+	MediaID uuid.UUID
+}
+
+// MediaUploadCompleted asks a worker to validate and process an uploaded media.
+type MediaUploadCompleted struct {
+	MediaID      uuid.UUID `json:"media_id"`
+	ProcessingID uuid.UUID `json:"processing_id"`
+	OperationID  uuid.UUID `json:"operation_id"`
+}
+
+// EventType implements Event.
+func (MediaUploadCompleted) EventType() string { return "media.upload_completed" }
+
+// AggregateType implements Event.
+func (MediaUploadCompleted) AggregateType() string { return "media" }
+
+// AggregateID implements Event.
+func (e MediaUploadCompleted) AggregateID() string { return e.MediaID.String() }
+
+// MaterialTransfer copies material from a source URL into our storage, as a new media.
+// The object key and the media id are fixed when the transfer is created, so a resumed
+// transfer writes the same object and the same media row.
+type MaterialTransfer struct {
+	Task
+	SourceURL string
+	MediaID   uuid.UUID
+	Bytes     int64
+	Stored    bool
+}
+
+// Material transfer errors.
+var (
+	ErrTransferNotFound = NewError(KindNotFound, "TRANSFER_NOT_FOUND", "the material transfer does not exist")
+)
+
+// MaterialTransferRequested asks a worker to run a transfer.
+type MaterialTransferRequested struct {
+	TransferID  uuid.UUID `json:"transfer_id"`
+	OperationID uuid.UUID `json:"operation_id"`
+	MediaID     uuid.UUID `json:"media_id"`
+}
+
+// EventType implements Event.
+func (MaterialTransferRequested) EventType() string { return "material_transfer.requested" }
+
+// AggregateType implements Event.
+func (MaterialTransferRequested) AggregateType() string { return "material_transfer" }
+
+// AggregateID implements Event.
+func (e MaterialTransferRequested) AggregateID() string { return e.TransferID.String() }
+
+func init() {
+	RegisterEvent(MediaUploadCompleted{})
+	RegisterEvent(MaterialTransferRequested{})
+}

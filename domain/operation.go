@@ -1,0 +1,118 @@
+package domain
+
+import (
+	"encoding/json"
+	"time"
+
+	"github.com/google/uuid"
+)
+
+// OperationStatus is the user-visible state of asynchronous work.
+type OperationStatus string
+
+// Operation statuses: pending → running → succeeded | failed. Terminal states never change.
+const (
+	OperationPending   OperationStatus = "pending"
+	OperationRunning   OperationStatus = "running"
+	OperationSucceeded OperationStatus = "succeeded"
+	OperationFailed    OperationStatus = "failed"
+)
+
+// Terminal reports whether s is final.
+func (s OperationStatus) Terminal() bool { return s == OperationSucceeded || s == OperationFailed }
+
+// Operation tracks one piece of asynchronous work for the client (seed §1: business tables
+// and operations are the source of truth; the outbox only delivers).
+type Operation struct {
+	ID           uuid.UUID
+	WorkspaceID  uuid.UUID
+	Type         string
+	Status       OperationStatus
+	ResourceType string
+	ResourceID   uuid.UUID
+	// Result is a small JSON object of ids and counts; never secrets or storage keys.
+	Result json.RawMessage
+	// ErrorCode and ErrorMessage are safe for clients: codes and fixed messages, never raw
+	// errors of external systems.
+	ErrorCode    string
+	ErrorMessage string
+	Version      int
+	CreatedBy    uuid.UUID
+	CreatedAt    time.Time
+	UpdatedAt    time.Time
+}
+
+// NewOperation returns a pending operation about a resource.
+func NewOperation(workspaceID, createdBy uuid.UUID, typ, resourceType string, resourceID uuid.UUID, now time.Time) Operation {
+	return Operation{ID: uuid.New(), WorkspaceID: workspaceID, Type: typ, Status: OperationPending,
+		ResourceType: resourceType, ResourceID: resourceID, Version: 1, CreatedBy: createdBy, CreatedAt: now, UpdatedAt: now}
+}
+
+// ErrOperationFinished is returned when a finished operation is asked to change.
+var ErrOperationFinished = NewError(KindConflict, "OPERATION_FINISHED", "the operation has finished")
+
+// Start moves pending → running. It reports false (no change) when already running; a
+// finished operation is ErrOperationFinished.
+func (o *Operation) Start(now time.Time) (bool, error) {
+	switch o.Status {
+	case OperationPending:
+		o.Status, o.UpdatedAt = OperationRunning, now
+		o.Version++
+		return true, nil
+	case OperationRunning:
+		return false, nil
+	}
+	return false, ErrOperationFinished
+}
+
+// Succeed finishes the operation with a result.
+func (o *Operation) Succeed(result json.RawMessage, now time.Time) error {
+	if o.Status.Terminal() {
+		return ErrOperationFinished
+	}
+	o.Status, o.Result, o.UpdatedAt = OperationSucceeded, result, now
+	o.Version++
+	return nil
+}
+
+// Fail finishes the operation with a client-safe error.
+func (o *Operation) Fail(code, message string, now time.Time) error {
+	if o.Status.Terminal() {
+		return ErrOperationFinished
+	}
+	if len(message) > 500 {
+		message = message[:500]
+	}
+	o.Status, o.ErrorCode, o.ErrorMessage, o.UpdatedAt = OperationFailed, code, message, now
+	o.Version++
+	return nil
+}
+
+// OperationStatusChanged is emitted on every status change of an operation, so the outbox
+// holds the operation's history and integrations can follow it.
+type OperationStatusChanged struct {
+	OperationID  uuid.UUID       `json:"operation_id"`
+	Type         string          `json:"type"`
+	Status       OperationStatus `json:"status"`
+	ResourceType string          `json:"resource_type"`
+	ResourceID   uuid.UUID       `json:"resource_id"`
+	Version      int             `json:"version"`
+	ErrorCode    string          `json:"error_code,omitempty"`
+}
+
+// EventType implements Event.
+func (OperationStatusChanged) EventType() string { return "operation.status_changed" }
+
+// AggregateType implements Event.
+func (OperationStatusChanged) AggregateType() string { return "operation" }
+
+// AggregateID implements Event.
+func (e OperationStatusChanged) AggregateID() string { return e.OperationID.String() }
+
+// StatusChanged returns the event of o's current state.
+func (o Operation) StatusChanged() OperationStatusChanged {
+	return OperationStatusChanged{OperationID: o.ID, Type: o.Type, Status: o.Status, ResourceType: o.ResourceType,
+		ResourceID: o.ResourceID, Version: o.Version, ErrorCode: o.ErrorCode}
+}
+
+func init() { RegisterEvent(OperationStatusChanged{}) }

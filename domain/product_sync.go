@@ -1,0 +1,47 @@
+package domain
+
+import (
+	"time"
+
+	"github.com/google/uuid"
+)
+
+// ProductSync is a full sync of a store's online products into our database, page by page.
+// It is resumable: the next page token is saved with each page, so a redelivered job goes
+// on from the last saved page. One sync per store is active at a time (a partial unique index).
+type ProductSync struct {
+	Task
+	StoreID       uuid.UUID
+	NextPageToken string
+	PagesDone     int
+	ItemsSynced   int
+}
+
+// Product sync error codes.
+var (
+	ErrProductSyncNotFound      = NewError(KindNotFound, "PRODUCT_SYNC_NOT_FOUND", "the product sync does not exist")
+	ErrProductSyncAlreadyActive = NewError(KindConflict, "PRODUCT_SYNC_ALREADY_ACTIVE", "a product sync of this store is already active")
+)
+
+// NewProductSync returns a pending sync.
+func NewProductSync(id, workspaceID, operationID, storeID uuid.UUID, now time.Time) ProductSync {
+	return ProductSync{Task: NewTask(id, workspaceID, operationID, now), StoreID: storeID}
+}
+
+// ProductSyncRequested asks a worker to run a sync.
+type ProductSyncRequested struct {
+	SyncID      uuid.UUID `json:"sync_id"`
+	OperationID uuid.UUID `json:"operation_id"`
+	StoreID     uuid.UUID `json:"store_id"`
+}
+
+// EventType implements Event.
+func (ProductSyncRequested) EventType() string { return "product_sync.requested" }
+
+// AggregateType implements Event.
+func (ProductSyncRequested) AggregateType() string { return "product_sync" }
+
+// AggregateID implements Event.
+func (e ProductSyncRequested) AggregateID() string { return e.SyncID.String() }
+
+func init() { RegisterEvent(ProductSyncRequested{}) }

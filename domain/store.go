@@ -1,0 +1,107 @@
+package domain
+
+import (
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/google/uuid"
+)
+
+// StoreStatus is the verification state of a store's credentials.
+type StoreStatus string
+
+// Store statuses.
+const (
+	StorePendingVerification StoreStatus = "pending_verification"
+	StoreVerified            StoreStatus = "verified"
+	StoreInvalid             StoreStatus = "invalid"
+)
+
+// Store is a workspace's shop on a marketplace. Its credentials live sealed in the database;
+// the domain only knows their version, which grows with every replacement so that a
+// verification of old credentials can never mark new ones as verified.
+type Store struct {
+	ID                 uuid.UUID
+	WorkspaceID        uuid.UUID
+	Platform           string
+	ShopID             string
+	Name               string
+	Status             StoreStatus
+	CredentialsVersion int
+	ShopName           string // as the platform reports it, after a verification
+	StatusReason       string
+	VerifiedAt         *time.Time
+	CreatedAt          time.Time
+	UpdatedAt          time.Time
+}
+
+// Store error codes.
+var (
+	ErrStoreNotFound       = NewError(KindNotFound, "STORE_NOT_FOUND", "the store does not exist")
+	ErrStoreExists         = NewError(KindConflict, "STORE_ALREADY_EXISTS", "this workspace already has a store for this platform shop")
+	ErrPlatformUnsupported = NewError(KindInvalid, "PLATFORM_UNSUPPORTED", "the platform is not supported").WithField("platform", "unsupported")
+	ErrStoreNotVerified    = NewError(KindConflict, "STORE_NOT_VERIFIED", "the store's credentials are not verified")
+)
+
+// NewStore validates and returns a store awaiting its first verification.
+func NewStore(id, workspaceID uuid.UUID, platform, shopID, name string, platforms []string, now time.Time) (Store, error) {
+	platform = strings.TrimSpace(platform)
+	supported := false
+	for _, p := range platforms {
+		supported = supported || p == platform
+	}
+	if !supported {
+		return Store{}, ErrPlatformUnsupported.WithMessage("platform must be one of: %s", strings.Join(platforms, ", "))
+	}
+	shopID = strings.TrimSpace(shopID)
+	if shopID == "" || utf8.RuneCountInString(shopID) > 200 {
+		return Store{}, Invalid("shop_id", "required, at most 200 characters")
+	}
+	name = strings.TrimSpace(name)
+	if name == "" || utf8.RuneCountInString(name) > 200 {
+		return Store{}, Invalid("name", "required, at most 200 characters")
+	}
+	return Store{ID: id, WorkspaceID: workspaceID, Platform: platform, ShopID: shopID, Name: name,
+		Status: StorePendingVerification, CredentialsVersion: 1, CreatedAt: now, UpdatedAt: now}, nil
+}
+
+// ReplaceCredentials records new credentials: the store awaits verification again.
+func (s *Store) ReplaceCredentials(now time.Time) {
+	s.CredentialsVersion++
+	s.Status, s.StatusReason, s.UpdatedAt = StorePendingVerification, "", now
+}
+
+// RecordVerification applies a verification result of credentialsVersion. It reports false
+// when the credentials were replaced since (the result is stale and ignored).
+func (s *Store) RecordVerification(credentialsVersion int, valid bool, shopName, reason string, now time.Time) bool {
+	if credentialsVersion != s.CredentialsVersion {
+		return false
+	}
+	if valid {
+		s.Status, s.ShopName, s.StatusReason, s.VerifiedAt = StoreVerified, shopName, "", &now
+	} else {
+		s.Status, s.StatusReason = StoreInvalid, reason
+	}
+	s.UpdatedAt = now
+	return true
+}
+
+// StoreVerificationRequested asks a worker to verify a store's credentials.
+type StoreVerificationRequested struct {
+	StoreID            uuid.UUID `json:"store_id"`
+	VerificationID     uuid.UUID `json:"verification_id"`
+	OperationID        uuid.UUID `json:"operation_id"`
+	CredentialsVersion int       `json:"credentials_version"`
+}
+
+// EventType implements Event.
+func (StoreVerificationRequested) EventType() string { return "store.verification_requested" }
+
+// AggregateType implements Event.
+func (StoreVerificationRequested) AggregateType() string { return "store" }
+
+// AggregateID implements Event.
+func (e StoreVerificationRequested) AggregateID() string { return e.StoreID.String() }
+
+func init() { RegisterEvent(StoreVerificationRequested{}) }
