@@ -362,15 +362,28 @@ func (w *Worker) finisher(rs *runState) {
 		case <-rs.bgCtx.Done():
 			return
 		}
-	drain:
+		// Collect what else is ready; when most running jobs are about to
+		// finish, linger a little so they share the round trip.
+		linger := time.NewTimer(finishLinger)
+	collect:
 		for len(batch) < cap(batch) {
 			select {
 			case r := <-rs.finishCh:
 				batch = append(batch, r)
+				continue
 			default:
-				break drain
+			}
+			if int64(len(batch)) >= w.inflight.Load()/2 {
+				break
+			}
+			select {
+			case r := <-rs.finishCh:
+				batch = append(batch, r)
+			case <-linger.C:
+				break collect
 			}
 		}
+		linger.Stop()
 		fetch := 0
 		if rs.runCtx.Err() == nil {
 			fetch = len(batch)
@@ -391,6 +404,10 @@ func (w *Worker) finisher(rs *runState) {
 
 // finishChunk is how many jobs one EVALSHA of the finish script settles.
 const finishChunk = 64
+
+// finishLinger bounds how long the finisher waits for more finished jobs
+// before settling a batch smaller than half the running jobs.
+const finishLinger = 500 * time.Microsecond
 
 func (w *Worker) finishBatch(ctx context.Context, batch []*finishReq, fetch int) []*Job {
 	now := time.Now().UnixMilli()
