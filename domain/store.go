@@ -87,6 +87,19 @@ func (s *Store) RecordVerification(credentialsVersion int, valid bool, shopName,
 	return true
 }
 
+// StoreVerification checks one version of a store's credentials against the platform.
+type StoreVerification struct {
+	Task
+	StoreID            uuid.UUID
+	CredentialsVersion int
+	Valid              *bool
+}
+
+// NewStoreVerification returns a pending verification of the store's current credentials.
+func NewStoreVerification(id, workspaceID, operationID uuid.UUID, s Store, now time.Time) StoreVerification {
+	return StoreVerification{Task: NewTask(id, workspaceID, operationID, now), StoreID: s.ID, CredentialsVersion: s.CredentialsVersion}
+}
+
 // StoreVerificationRequested asks a worker to verify a store's credentials.
 type StoreVerificationRequested struct {
 	StoreID            uuid.UUID `json:"store_id"`

@@ -17,8 +17,9 @@ CREATE TABLE stores (
   shop_name           text NOT NULL DEFAULT '',
   verified_at         timestamptz,
   -- AEAD ciphertext of {"api_key": ...}, bound to (workspace, store) as associated data.
-  credentials_sealed  bytea NOT NULL,
-  credentials_key_id  text NOT NULL,
+  -- Written by the same transaction that inserts the store (never left empty on commit).
+  credentials_sealed  bytea NOT NULL DEFAULT '\x',
+  credentials_key_id  text NOT NULL DEFAULT '',
   credentials_version int NOT NULL DEFAULT 1,
   created_at          timestamptz NOT NULL DEFAULT now(),
   updated_at          timestamptz NOT NULL DEFAULT now(),
@@ -110,7 +111,7 @@ CREATE TABLE publications (
   product_id          uuid NOT NULL REFERENCES products (id) ON DELETE CASCADE,
   store_id            uuid NOT NULL REFERENCES stores (id) ON DELETE CASCADE,
   product_revision    int NOT NULL,
-  external_product_id text
+  external_product_id text NOT NULL DEFAULT ''
 );
 -- One first publication per product and store: a failed one may be retried by a new request.
 CREATE UNIQUE INDEX publications_first ON publications (product_id, store_id) WHERE status <> 'failed';

@@ -1,0 +1,58 @@
+package port
+
+import (
+	"context"
+
+	"github.com/google/uuid"
+
+	"github.com/listingkit/listing/domain"
+)
+
+// Repository stores one kind of aggregate of the transaction's workspace. Every method runs
+// in the transaction carried by ctx (opened by the command bus or a Transactor) and fails
+// without one.
+type Repository[T any] interface {
+	// Insert adds v. When a unique rule of the table refuses it (one active sync per store,
+	// one first publication per product and store, …) Insert returns that rule's domain
+	// error and writes nothing.
+	Insert(ctx context.Context, v T) error
+	// Get returns the aggregate, or the kind's not-found domain error.
+	Get(ctx context.Context, id uuid.UUID) (T, error)
+	// Update loads the aggregate under a row lock, lets fn change it and saves it. When fn
+	// returns an error nothing is saved and the error is returned.
+	Update(ctx context.Context, id uuid.UUID, fn func(*T) error) (T, error)
+	// List returns one page, newest first.
+	List(ctx context.Context, page Page) (items []T, next string, err error)
+}
+
+// SealedCredentials are a store's credentials as stored: AEAD ciphertext and the id of the
+// key that sealed it. Only a worker opens them, right before calling the platform.
+type SealedCredentials struct {
+	Ciphertext []byte
+	KeyID      string
+}
+
+// Stores adds to Repository what is special about stores: their sealed credentials.
+type Stores interface {
+	Repository[domain.Store]
+	// SetCredentials stores sealed credentials for the store (on create and replace).
+	SetCredentials(ctx context.Context, storeID uuid.UUID, c SealedCredentials) error
+	// Credentials returns the sealed credentials and the version they belong to.
+	Credentials(ctx context.Context, storeID uuid.UUID) (SealedCredentials, int, error)
+}
+
+// ProductSyncs adds the lookup of a store's active sync.
+type ProductSyncs interface {
+	Repository[domain.ProductSync]
+	// Active returns the store's pending or running sync, or domain.ErrProductSyncNotFound.
+	Active(ctx context.Context, storeID uuid.UUID) (domain.ProductSync, error)
+	// UpsertPlatformProducts records a page of the store's online products.
+	UpsertPlatformProducts(ctx context.Context, storeID, syncID uuid.UUID, items []PlatformProduct) error
+}
+
+// AILedger bills AI usage: one row per task, whatever happens.
+type AILedger interface {
+	// Record inserts the task's usage unless it is already recorded; it reports whether
+	// this call inserted it.
+	Record(ctx context.Context, task domain.AITask, usage Usage, model string) (bool, error)
+}

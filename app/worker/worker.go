@@ -1,0 +1,200 @@
+// Package worker holds what every job handler shares: the queue names and routing of domain
+// events (API.md "Jobs"), the Job a handler receives, the outcome vocabulary (retry or give
+// up), and the operation bookkeeping each step does in its own RLS transaction.
+//
+// Re-entrancy contract (seed §4.5): a job may be delivered more than once, at any point of
+// its previous delivery — before the external call, after it but before the result was
+// recorded, or after. Handlers therefore (1) load the domain task in a transaction and stop
+// when it is finished, (2) make external calls with a deduplication key derived from the
+// task, or look the result up before creating it, (3) record results with compare-and-set
+// transitions, so that a second delivery changes nothing twice. BullMQ's "runs once" is
+// never relied on.
+package worker
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+
+	"github.com/google/uuid"
+
+	"github.com/listingkit/listing/app/port"
+	"github.com/listingkit/listing/domain"
+)
+
+// Queue names: one BullMQ queue per job family (API.md). Stable.
+const (
+	QueueStoreVerification = "store-verification"
+	QueueMediaProcessing   = "media-processing"
+	QueueMaterialTransfer  = "material-transfer"
+	QueueListingPublish    = "listing-publish"
+	QueueProductSync       = "product-sync"
+	QueueAITask            = "ai-task"
+	// StreamOperationEvents is the Redis stream of integration events (operation history).
+	StreamOperationEvents = "operation-events"
+)
+
+// Routes maps every domain event type to its destination.
+func Routes() map[string]string {
+	return map[string]string{
+		domain.StoreVerificationRequested{}.EventType(): QueueStoreVerification,
+		domain.MediaUploadCompleted{}.EventType():       QueueMediaProcessing,
+		domain.MaterialTransferRequested{}.EventType():  QueueMaterialTransfer,
+		domain.PublicationRequested{}.EventType():       QueueListingPublish,
+		domain.ProductSyncRequested{}.EventType():       QueueProductSync,
+		domain.AITaskRequested{}.EventType():            QueueAITask,
+		domain.OperationStatusChanged{}.EventType():     StreamOperationEvents,
+	}
+}
+
+// Queues lists the job queues workers consume.
+func Queues() []string {
+	return []string{QueueStoreVerification, QueueMediaProcessing, QueueMaterialTransfer, QueueListingPublish, QueueProductSync, QueueAITask}
+}
+
+// Job is one delivery of a domain event to a handler.
+type Job struct {
+	// ID is the outbox event id (the BullMQ jobId): stable across redeliveries.
+	ID          string
+	WorkspaceID uuid.UUID
+	EventType   string
+	Payload     json.RawMessage
+	// Attempt counts deliveries, from 1. LastAttempt is true when no retry will follow a
+	// retryable failure: the handler must then record a final failure.
+	Attempt     int
+	LastAttempt bool
+}
+
+// Decode unmarshals the payload into v.
+func (j Job) Decode(v any) error {
+	if err := json.Unmarshal(j.Payload, v); err != nil {
+		return Permanent(fmt.Errorf("job %s (%s): bad payload: %w", j.ID, j.EventType, err))
+	}
+	return nil
+}
+
+// Handler handles the jobs of one queue.
+type Handler interface {
+	Handle(ctx context.Context, job Job) error
+}
+
+// HandlerFunc adapts a function to a Handler.
+type HandlerFunc func(ctx context.Context, job Job) error
+
+// Handle calls f.
+func (f HandlerFunc) Handle(ctx context.Context, job Job) error { return f(ctx, job) }
+
+type permanentError struct{ err error }
+
+func (e permanentError) Error() string { return e.err.Error() }
+func (e permanentError) Unwrap() error { return e.err }
+
+// Permanent marks an error that retrying cannot fix: the job fails now.
+func Permanent(err error) error {
+	if err == nil {
+		return nil
+	}
+	return permanentError{err}
+}
+
+// IsPermanent reports whether err was marked with Permanent.
+func IsPermanent(err error) bool {
+	var p permanentError
+	return errors.As(err, &p)
+}
+
+// Deps are what every handler needs.
+type Deps struct {
+	Tx         port.Transactor
+	Operations port.Repository[domain.Operation]
+	Events     port.EventPublisher
+	Now        port.Clock
+	Log        *slog.Logger
+}
+
+// Step runs fn in one RLS transaction of the job's workspace. Workers never hold a
+// transaction open across an external call: every call sits between two steps.
+func (d Deps) Step(ctx context.Context, job Job, fn func(ctx context.Context) error) error {
+	return d.Tx.InTx(ctx, job.WorkspaceID, uuid.Nil, fn)
+}
+
+// StartOperation moves the operation to running (once) and publishes the change. It must
+// run inside a Step.
+func (d Deps) StartOperation(ctx context.Context, id uuid.UUID) error {
+	var changed bool
+	op, err := d.Operations.Update(ctx, id, func(o *domain.Operation) error {
+		var err error
+		changed, err = o.Start(d.Now())
+		if errors.Is(err, domain.ErrOperationFinished) {
+			return nil
+		}
+		return err
+	})
+	if err != nil || !changed {
+		return err
+	}
+	return d.Events.Publish(ctx, op.StatusChanged())
+}
+
+// SucceedOperation finishes the operation with result (marshaled to JSON) and publishes
+// the change; a finished operation is left alone. It must run inside a Step.
+func (d Deps) SucceedOperation(ctx context.Context, id uuid.UUID, result any) error {
+	raw, err := json.Marshal(result)
+	if err != nil {
+		return fmt.Errorf("worker.SucceedOperation: %w", err)
+	}
+	return d.finishOperation(ctx, id, func(o *domain.Operation) error { return o.Succeed(raw, d.Now()) })
+}
+
+// FailOperation finishes the operation with a client-safe code and message and publishes
+// the change; a finished operation is left alone. It must run inside a Step.
+func (d Deps) FailOperation(ctx context.Context, id uuid.UUID, code, message string) error {
+	return d.finishOperation(ctx, id, func(o *domain.Operation) error { return o.Fail(code, message, d.Now()) })
+}
+
+func (d Deps) finishOperation(ctx context.Context, id uuid.UUID, fn func(*domain.Operation) error) error {
+	changed := false
+	op, err := d.Operations.Update(ctx, id, func(o *domain.Operation) error {
+		if o.Status.Terminal() {
+			return nil
+		}
+		changed = true
+		return fn(o)
+	})
+	if err != nil || !changed {
+		return err
+	}
+	return d.Events.Publish(ctx, op.StatusChanged())
+}
+
+// Failure is the client-safe description of why a task failed: a stable code and a fixed
+// message. External errors are mapped to one; their text is never shown to clients.
+type Failure struct {
+	Code    string
+	Message string
+}
+
+// FailureOf maps an error to a client-safe Failure: a *domain.Error keeps its code and
+// message; anything else is INTERNAL with a generic message.
+func FailureOf(err error) Failure {
+	var de *domain.Error
+	if errors.As(err, &de) && de.Kind != domain.KindInternal {
+		return Failure{Code: de.Code, Message: de.Message}
+	}
+	if errors.As(err, &de) {
+		return Failure{Code: de.Code, Message: "the task failed"}
+	}
+	return Failure{Code: "INTERNAL", Message: "the task failed; it will not be retried"}
+}
+
+// GiveUp reports whether err ends the task: it is permanent (by mark or by kind), or no
+// retry follows this attempt.
+func GiveUp(job Job, err error) bool {
+	return IsPermanent(err) || port.IsPermanent(err) || job.LastAttempt
+}
+
+// ErrSkip is returned inside a Step to say "nothing to do: the task is finished" and roll
+// the step back; handlers turn it into success.
+var ErrSkip = errors.New("worker: task already finished")

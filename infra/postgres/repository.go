@@ -1,0 +1,175 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/listingkit/listing/app/port"
+	"github.com/listingkit/listing/domain"
+)
+
+// table describes how one aggregate kind maps to a table, so that one generic Repository
+// serves every kind. Columns lists the columns in the order scan and values use them; the
+// first is always id, and every table has workspace_id and created_at (for paging).
+type table[T any] struct {
+	name    string
+	columns []string
+	// scan returns the destinations of columns for a zero T.
+	scan func(*T) []any
+	// values returns the values of columns for v.
+	values func(v *T) []any
+	// key returns the id and creation time of v (the paging key).
+	key func(v *T) (uuid.UUID, time.Time)
+	// notFound is the domain error of a missing row.
+	notFound *domain.Error
+	// conflict is the domain error when a unique rule other than the primary key refuses an
+	// insert (nil when the table has none).
+	conflict *domain.Error
+}
+
+// Repository implements port.Repository[T] for a table.
+type Repository[T any] struct {
+	t      table[T]
+	insert string
+	sel    string
+	update string
+}
+
+var _ port.Repository[domain.Operation] = (*Repository[domain.Operation])(nil)
+
+func newRepository[T any](t table[T]) *Repository[T] {
+	cols := strings.Join(t.columns, ", ")
+	ph := make([]string, len(t.columns))
+	set := make([]string, 0, len(t.columns))
+	for i, c := range t.columns {
+		ph[i] = fmt.Sprintf("$%d", i+1)
+		if c != "id" && c != "workspace_id" && c != "created_at" {
+			set = append(set, fmt.Sprintf("%s = $%d", c, i+1))
+		}
+	}
+	return &Repository[T]{
+		t:      t,
+		insert: fmt.Sprintf("INSERT INTO %s (%s) VALUES (%s) ON CONFLICT DO NOTHING", t.name, cols, strings.Join(ph, ", ")),
+		sel:    fmt.Sprintf("SELECT %s FROM %s", cols, t.name),
+		update: fmt.Sprintf("UPDATE %s SET %s WHERE id = $1", t.name, strings.Join(set, ", ")),
+	}
+}
+
+func (r *Repository[T]) op(name string) string { return "postgres." + r.t.name + "." + name }
+
+// Insert implements port.Repository.
+func (r *Repository[T]) Insert(ctx context.Context, v T) error {
+	tx, _, err := mustTx(ctx, r.op("Insert"))
+	if err != nil {
+		return err
+	}
+	tag, err := tx.Exec(ctx, r.insert, r.t.values(&v)...)
+	if err != nil {
+		return fmt.Errorf("%s: %w", r.op("Insert"), TranslateError(err))
+	}
+	if tag.RowsAffected() == 0 {
+		if r.t.conflict != nil {
+			return r.t.conflict
+		}
+		return fmt.Errorf("%s: %w", r.op("Insert"), domain.ErrConflict)
+	}
+	return nil
+}
+
+// Get implements port.Repository.
+func (r *Repository[T]) Get(ctx context.Context, id uuid.UUID) (T, error) {
+	return r.get(ctx, id, "")
+}
+
+func (r *Repository[T]) get(ctx context.Context, id uuid.UUID, lock string) (T, error) {
+	var v T
+	tx, _, err := mustTx(ctx, r.op("Get"))
+	if err != nil {
+		return v, err
+	}
+	err = tx.QueryRow(ctx, r.sel+" WHERE id = $1"+lock, id).Scan(r.t.scan(&v)...)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return v, r.t.notFound
+	}
+	if err != nil {
+		return v, fmt.Errorf("%s: %w", r.op("Get"), TranslateError(err))
+	}
+	return v, nil
+}
+
+// Update implements port.Repository.
+func (r *Repository[T]) Update(ctx context.Context, id uuid.UUID, fn func(*T) error) (T, error) {
+	v, err := r.get(ctx, id, " FOR UPDATE")
+	if err != nil {
+		return v, err
+	}
+	if err := fn(&v); err != nil {
+		var zero T
+		return zero, err
+	}
+	if err := r.Save(ctx, v); err != nil {
+		var zero T
+		return zero, err
+	}
+	return v, nil
+}
+
+// Save writes every column of v (callers hold the row lock, see Update).
+func (r *Repository[T]) Save(ctx context.Context, v T) error {
+	tx, _, err := mustTx(ctx, r.op("Save"))
+	if err != nil {
+		return err
+	}
+	if _, err := tx.Exec(ctx, r.update, r.t.values(&v)...); err != nil {
+		return fmt.Errorf("%s: %w", r.op("Save"), TranslateError(err))
+	}
+	return nil
+}
+
+// List implements port.Repository: newest first, keyset-paginated on (created_at, id).
+func (r *Repository[T]) List(ctx context.Context, page port.Page) ([]T, string, error) {
+	return r.ListWhere(ctx, page, "", nil)
+}
+
+// ListWhere lists rows matching an extra condition (with its own parameters numbered from
+// $4), newest first.
+func (r *Repository[T]) ListWhere(ctx context.Context, page port.Page, cond string, args []any) ([]T, string, error) {
+	tx, _, err := mustTx(ctx, r.op("List"))
+	if err != nil {
+		return nil, "", err
+	}
+	limit := ClampLimit(page.Limit)
+	after, afterID, err := DecodeCursor(page.Cursor)
+	if err != nil {
+		return nil, "", err
+	}
+	q := r.sel + " WHERE ($1::timestamptz IS NULL OR (created_at, id) < ($1, $2))"
+	if cond != "" {
+		q += " AND (" + cond + ")"
+	}
+	q += " ORDER BY created_at DESC, id DESC LIMIT $3"
+	rows, err := tx.Query(ctx, q, append([]any{after, afterID, limit + 1}, args...)...)
+	if err != nil {
+		return nil, "", fmt.Errorf("%s: %w", r.op("List"), TranslateError(err))
+	}
+	items, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (T, error) {
+		var v T
+		return v, row.Scan(r.t.scan(&v)...)
+	})
+	if err != nil {
+		return nil, "", fmt.Errorf("%s: %w", r.op("List"), TranslateError(err))
+	}
+	next := ""
+	if len(items) > limit {
+		items = items[:limit]
+		id, created := r.t.key(&items[len(items)-1])
+		next = EncodeCursor(created, id)
+	}
+	return items, next, nil
+}
