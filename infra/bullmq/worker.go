@@ -93,6 +93,11 @@ func (w *Worker) Run(ctx context.Context) error {
 		return errors.New("bullmq.Worker.Run: already running")
 	}
 	defer w.running.Store(false)
+	// A previous Run may have abandoned jobs: start from a clean slate.
+	w.inflight.Store(0)
+	w.mu.Lock()
+	w.held = map[string]*Job{}
+	w.mu.Unlock()
 
 	base := context.WithoutCancel(ctx)
 	jobCtx, cancelJobs := context.WithCancel(base)
