@@ -133,39 +133,60 @@ local function takeJobs(K, prefix, nowArg, tokenBase, n0, lockMs, room, name)
   end
   if blocked then return {{}, 0, 0} end
   local out = {}
-  for i = 1, room do
-    local id = rcall("RPOPLPUSH", K.wait, K.active)
-    if not id then
-      local p = rcall("ZPOPMIN", K.prioritized)
-      if #p > 0 then
-        id = p[1]
-        rcall("LPUSH", K.active, id)
-      else
-        rcall("DEL", K.pc)
-        break
-      end
+  local ids = {}
+  if room > 0 then
+    -- RPOPLPUSH wait active, room times, in three calls.
+    local items = rcall("LRANGE", K.wait, -room, -1)
+    if #items > 0 then
+      rcall("LTRIM", K.wait, 0, -#items - 1)
+      for i = #items, 1, -1 do ids[#ids + 1] = items[i] end
     end
+    if #ids < room then
+      local p = rcall("ZPOPMIN", K.prioritized, room - #ids)
+      if #p == 0 then rcall("DEL", K.pc) end
+      for i = 1, #p, 2 do ids[#ids + 1] = p[i] end
+    end
+    if #ids > 0 then rcall("LPUSH", K.active, unpack(ids)) end
+  end
+  for i, id in ipairs(ids) do
     local jk = prefix .. id
-    if rcall("EXISTS", jk) == 0 then
+    local h = rcall("HGETALL", jk)
+    if #h == 0 then
       rcall("LREM", K.active, 1, id)
     else
-      if maxJobs and rcall("HEXISTS", jk, "defa") == 0 then
-        if rcall("INCR", K.limiter) == 1 then
+      if maxJobs then
+        local deferred = false
+        for f = 1, #h, 2 do
+          if h[f] == "defa" then deferred = true end
+        end
+        if not deferred and rcall("INCR", K.limiter) == 1 then
           rcall("PEXPIRE", K.limiter, math.floor(math.abs(tonumber(attrs[4]) or 1000)))
         end
       end
       local token = tokenBase .. ":" .. (n0 + i)
       rcall("SET", jk .. ":lock", token, "PX", lockMs)
       rcall("XADD", K.events, "*", "event", "active", "jobId", id, "prev", "waiting")
-      if name ~= "" then
-        rcall("HSET", jk, "processedOn", nowArg, "pb", name)
-      else
-        rcall("HSET", jk, "processedOn", nowArg)
+      -- HINCRBY ats 1 and HSET processedOn, in one call; patch the reply.
+      local ats, atsAt, pOnAt = 1, nil, nil
+      for f = 1, #h, 2 do
+        if h[f] == "ats" then
+          ats = (tonumber(h[f + 1]) or 0) + 1
+          atsAt = f + 1
+        elseif h[f] == "processedOn" then
+          pOnAt = f + 1
+        end
       end
-      rcall("HINCRBY", jk, "ats", 1)
+      local atsStr = string.format("%d", ats)
+      if atsAt then h[atsAt] = atsStr else h[#h + 1] = "ats"; h[#h + 1] = atsStr end
+      if pOnAt then h[pOnAt] = nowArg else h[#h + 1] = "processedOn"; h[#h + 1] = nowArg end
+      if name ~= "" then
+        rcall("HSET", jk, "processedOn", nowArg, "ats", atsStr, "pb", name)
+      else
+        rcall("HSET", jk, "processedOn", nowArg, "ats", atsStr)
+      end
       out[#out+1] = id
       out[#out+1] = token
-      out[#out+1] = rcall("HGETALL", jk)
+      out[#out+1] = h
     end
   end
   if #out > 0 then
@@ -227,16 +248,6 @@ local function removeJobKeys(jk)
   rcall("DEL", jk, jk .. ":logs", jk .. ":dependencies", jk .. ":processed",
     jk .. ":failed", jk .. ":unsuccessful")
 end
-local function releaseLock(jobKey, lockKey, stalledKey, token, jobId)
-  local current = rcall("GET", lockKey)
-  if current ~= token then
-    if current then return -6 end
-    return -2
-  end
-  rcall("DEL", lockKey)
-  rcall("SREM", stalledKey, jobId)
-  return 0
-end
 local function pausedOrMaxed(metaKey, activeKey)
   local attrs = rcall("HMGET", metaKey, "paused", "concurrency")
   if attrs[1] then return true end
@@ -277,6 +288,9 @@ rcall("XTRIM", K.events, "MAXLEN", "~", mx)
 local trims = {}
 local n = (#KEYS - 12) / 3
 local codes = {}
+local locks = {}
+local released = {}
+local zadds = {}
 
 local function finish(jobId, jk, dk, a, target)
   local setKey = K.completed
@@ -297,7 +311,13 @@ local function finish(jobId, jk, dk, a, target)
   end
   local atm = rcall("HINCRBY", jk, "atm", 1)
   if tonumber(ARGV[a + 4]) ~= 0 then
-    rcall("ZADD", setKey, now, jobId)
+    local z = zadds[setKey]
+    if not z then
+      z = {}
+      zadds[setKey] = z
+    end
+    z[#z + 1] = now
+    z[#z + 1] = jobId
     rcall("HSET", jk, field, ARGV[a + 3], "finishedOn", now)
     if target == "failed" then rcall("HDEL", jk, "defa") end
     if ARGV[a + 4] ~= "-1" or ARGV[a + 5] ~= "" then
@@ -365,7 +385,17 @@ for i = 1, n do
   if rcall("EXISTS", jk) == 0 then
     code = -1
   else
-    code = releaseLock(jk, KEYS[11 + 3 * i], K.stalled, ARGV[a + 1], jobId)
+    local lk = KEYS[11 + 3 * i]
+    local current = rcall("GET", lk)
+    if current == ARGV[a + 1] then
+      code = 0
+      locks[#locks + 1] = lk
+      released[#released + 1] = jobId
+    elseif current then
+      code = -6
+    else
+      code = -2
+    end
   end
   if code == 0 then
     if rcall("LREM", K.active, -1, jobId) < 1 then
@@ -381,6 +411,13 @@ for i = 1, n do
   codes[i] = code
 end
 
+if #locks > 0 then
+  rcall("DEL", unpack(locks))
+  rcall("SREM", K.stalled, unpack(released))
+end
+for set, z in pairs(zadds) do
+  rcall("ZADD", set, unpack(z))
+end
 for _, t in pairs(trims) do
   local set, count, age, limit = t[1], t[2], t[3], t[4]
   if age then

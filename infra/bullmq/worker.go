@@ -495,9 +495,11 @@ func (w *Worker) finishCall(reqs []*finishReq, now int64, fetch int) scriptCall 
 	args = append(args, now, k.base, fetch, w.token, first, w.cfg.LockDuration.Milliseconds(), w.cfg.Name)
 	for _, r := range reqs {
 		j := r.job
-		dedupKey := k.job(j.ID)
-		if j.dedupID != "" {
-			dedupKey = k.dedup(j.dedupID)
+		// A de: key with a TTL outlives the job (BullMQ leaves it alone on
+		// finishing); one without is removed if it still names this job.
+		dedupKey, dedupID := k.job(j.ID), ""
+		if j.dedupID != "" && (j.Opts.Deduplication == nil || j.Opts.Deduplication.TTL <= 0) {
+			dedupKey, dedupID = k.dedup(j.dedupID), j.dedupID
 		}
 		keys = append(keys, k.job(j.ID), k.lock(j.ID), dedupKey)
 		kind := "completed"
@@ -511,7 +513,7 @@ func (w *Worker) finishCall(reqs []*finishReq, now int64, fetch int) scriptCall 
 			kind = "handback"
 		}
 		count, age, limit := keep.keepArgs()
-		args = append(args, j.ID, j.token, kind, r.value, count, age, limit, j.Opts.Attempts, r.stack, j.dedupID, r.delay)
+		args = append(args, j.ID, j.token, kind, r.value, count, age, limit, j.Opts.Attempts, r.stack, dedupID, r.delay)
 	}
 	return scriptCall{script: finishScript, keys: keys, args: args}
 }
