@@ -1,0 +1,502 @@
+package storeverify_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"net/http/httptest"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/listingkit/listing/app/port"
+	"github.com/listingkit/listing/app/worker"
+	"github.com/listingkit/listing/app/worker/storeverify"
+	"github.com/listingkit/listing/domain"
+	"github.com/listingkit/listing/infra/outbox"
+	"github.com/listingkit/listing/infra/platform"
+	"github.com/listingkit/listing/infra/postgres"
+	"github.com/listingkit/listing/infra/postgres/pgtest"
+	"github.com/listingkit/listing/infra/sandbox"
+	"github.com/listingkit/listing/infra/sandbox/marketplace"
+	"github.com/listingkit/listing/infra/secret"
+)
+
+// syncBuffer is a log sink safe for concurrent writers.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// bundle is what every test works with.
+type bundle struct {
+	db        *pgtest.DB
+	ws, user  uuid.UUID
+	sandbox   *marketplace.Sandbox
+	gateway   *platform.Client
+	cipher    *secret.Cipher
+	deps      worker.Deps
+	logs      *syncBuffer
+	handler   *storeverify.Handler
+	stores    postgres.Stores
+	verifs    *postgres.Repository[domain.StoreVerification]
+	operation *postgres.Repository[domain.Operation]
+}
+
+func setup(t *testing.T) *bundle {
+	t.Helper()
+	db := pgtest.New(t)
+	ctx := context.Background()
+	b := &bundle{db: db, ws: uuid.New(), user: uuid.New(), logs: &syncBuffer{}}
+	_, err := db.Owner.Exec(ctx, `
+		WITH u AS (INSERT INTO users (id, email, password_hash) VALUES ($2, $3, 'x')),
+		     w AS (INSERT INTO workspaces (id, name) VALUES ($1, 'ws'))
+		SELECT 1`, b.ws, b.user, b.user.String()+"@example.test")
+	require.NoError(t, err)
+	_, err = db.Owner.Exec(ctx, `INSERT INTO workspace_memberships (workspace_id, user_id, role) VALUES ($1, $2, 'owner')`, b.ws, b.user)
+	require.NoError(t, err)
+
+	log := slog.New(slog.NewJSONHandler(b.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	b.sandbox, err = marketplace.New(marketplace.Config{Logger: log})
+	require.NoError(t, err)
+	srv := httptest.NewServer(b.sandbox)
+	t.Cleanup(srv.Close)
+	b.gateway, err = platform.New(platform.Config{BaseURL: srv.URL, Logger: log, Timeout: 5 * time.Second})
+	require.NoError(t, err)
+	b.cipher, err = secret.New(secret.Config{Logger: log})
+	require.NoError(t, err)
+	pub, err := outbox.NewEventPublisher(outbox.PublisherConfig{Routes: outbox.Routes(worker.Routes())})
+	require.NoError(t, err)
+
+	b.stores, b.verifs, b.operation = postgres.NewStores(), postgres.NewStoreVerifications(), postgres.NewOperations()
+	b.deps = worker.Deps{Tx: postgres.Transactor{Pool: db.App}, Operations: b.operation, Events: pub, Now: time.Now, Log: log}
+	b.handler = b.newHandler(t, b.gateway)
+	return b
+}
+
+func (b *bundle) newHandler(t *testing.T, m port.Marketplace) *storeverify.Handler {
+	t.Helper()
+	h, err := storeverify.New(storeverify.Config{Deps: b.deps, Verifications: b.verifs, Stores: b.stores, Cipher: b.cipher, Marketplace: m})
+	require.NoError(t, err)
+	return h
+}
+
+func (b *bundle) inTx(t *testing.T, fn func(ctx context.Context) error) {
+	t.Helper()
+	require.NoError(t, postgres.InTx(context.Background(), b.db.App, postgres.Scope{WorkspaceID: b.ws, UserID: b.user},
+		func(ctx context.Context, _ pgx.Tx) error { return fn(ctx) }))
+}
+
+func (b *bundle) seal(t *testing.T, storeID uuid.UUID, apiKey string) port.SealedCredentials {
+	t.Helper()
+	creds, err := port.NewCredentials(apiKey)
+	require.NoError(t, err)
+	plain, err := creds.SecretJSON()
+	require.NoError(t, err)
+	sealed, keyID, err := b.cipher.Seal(plain, port.CredentialsAD(b.ws, storeID))
+	require.NoError(t, err)
+	return port.SealedCredentials{Ciphertext: sealed, KeyID: keyID}
+}
+
+// fixture is one requested verification.
+type fixture struct {
+	store domain.Store
+	op    domain.Operation
+	verif domain.StoreVerification
+	job   worker.Job
+}
+
+// seed creates a store with apiKey, an operation and a pending verification, as the
+// command would, and returns the job the outbox would deliver.
+func (b *bundle) seed(t *testing.T, apiKey string) fixture {
+	t.Helper()
+	now := time.Now()
+	var f fixture
+	b.inTx(t, func(ctx context.Context) error {
+		var err error
+		f.store, err = domain.NewStore(uuid.New(), b.ws, "sandbox", "shop-"+uuid.NewString()[:8], "My shop", []string{"sandbox"}, now)
+		require.NoError(t, err)
+		require.NoError(t, b.stores.Insert(ctx, f.store))
+		require.NoError(t, b.stores.SetCredentials(ctx, f.store.ID, b.seal(t, f.store.ID, apiKey)))
+		f.op = domain.NewOperation(b.ws, b.user, "store.verify", "store", f.store.ID, now)
+		require.NoError(t, b.operation.Insert(ctx, f.op))
+		f.verif = domain.NewStoreVerification(uuid.New(), b.ws, f.op.ID, f.store, now)
+		return b.verifs.Insert(ctx, f.verif)
+	})
+	ev := domain.StoreVerificationRequested{StoreID: f.store.ID, VerificationID: f.verif.ID, OperationID: f.op.ID,
+		CredentialsVersion: f.store.CredentialsVersion}
+	payload, err := json.Marshal(ev)
+	require.NoError(t, err)
+	f.job = worker.Job{ID: uuid.NewString(), WorkspaceID: b.ws, EventType: ev.EventType(), Payload: payload, Attempt: 1}
+	return f
+}
+
+// state is what the database holds about a fixture.
+type state struct {
+	verif domain.StoreVerification
+	store domain.Store
+	op    domain.Operation
+	// events are the statuses of the operation's status_changed outbox rows, oldest first.
+	events []string
+}
+
+func (b *bundle) state(t *testing.T, f fixture) state {
+	t.Helper()
+	var s state
+	b.inTx(t, func(ctx context.Context) error {
+		var err error
+		s.verif, err = b.verifs.Get(ctx, f.verif.ID)
+		require.NoError(t, err)
+		s.store, err = b.stores.Get(ctx, f.store.ID)
+		require.NoError(t, err)
+		s.op, err = b.operation.Get(ctx, f.op.ID)
+		return err
+	})
+	rows, err := b.db.Owner.Query(context.Background(), `SELECT event_payload->>'status' FROM outbox_events
+		WHERE event_type = 'operation.status_changed' AND aggregate_id = $1 ORDER BY created_at, id`, f.op.ID.String())
+	require.NoError(t, err)
+	s.events, err = pgx.CollectRows(rows, pgx.RowTo[string])
+	require.NoError(t, err)
+	return s
+}
+
+func result(t *testing.T, op domain.Operation) map[string]any {
+	t.Helper()
+	var m map[string]any
+	require.NoError(t, json.Unmarshal(op.Result, &m))
+	return m
+}
+
+func redeliver(job worker.Job) worker.Job {
+	job.Attempt++
+	return job
+}
+
+func TestValidCredentials(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	f := b.seed(t, "sk_test_valid_1")
+
+	require.NoError(t, b.handler.Handle(context.Background(), f.job))
+
+	s := b.state(t, f)
+	require.Equal(t, domain.TaskSucceeded, s.verif.Status)
+	require.NotNil(t, s.verif.Valid)
+	require.True(t, *s.verif.Valid)
+	require.Equal(t, 1, s.verif.Attempts)
+	require.Equal(t, domain.StoreVerified, s.store.Status)
+	require.Equal(t, "Sandbox shop "+f.store.ShopID, s.store.ShopName)
+	require.NotNil(t, s.store.VerifiedAt)
+	require.Equal(t, domain.OperationSucceeded, s.op.Status)
+	require.Equal(t, map[string]any{"store_id": f.store.ID.String(), "valid": true,
+		"message": "the marketplace accepted the store's credentials"}, result(t, s.op))
+	require.Equal(t, []string{"running", "succeeded"}, s.events)
+	require.Equal(t, 1, b.sandbox.Calls(marketplace.EndpointVerify))
+}
+
+func TestInvalidCredentialsSucceedWithValidFalse(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	f := b.seed(t, "sk_test_invalid_1")
+
+	require.NoError(t, b.handler.Handle(context.Background(), f.job))
+
+	s := b.state(t, f)
+	require.Equal(t, domain.TaskSucceeded, s.verif.Status)
+	require.NotNil(t, s.verif.Valid)
+	require.False(t, *s.verif.Valid)
+	require.Equal(t, domain.StoreInvalid, s.store.Status)
+	require.NotEmpty(t, s.store.StatusReason, "the platform's reason is kept on the store")
+	require.Equal(t, domain.OperationSucceeded, s.op.Status)
+	// The platform's words stay out of the operation: a fixed message instead.
+	require.Equal(t, map[string]any{"store_id": f.store.ID.String(), "valid": false,
+		"message": "the marketplace rejected the store's credentials"}, result(t, s.op))
+	require.NotContains(t, string(s.op.Result), s.store.StatusReason)
+	require.Equal(t, []string{"running", "succeeded"}, s.events)
+}
+
+func TestRedeliveryAfterSuccessChangesNothing(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	f := b.seed(t, "sk_test_valid_2")
+	ctx := context.Background()
+	require.NoError(t, b.handler.Handle(ctx, f.job))
+	before := b.state(t, f)
+
+	require.NoError(t, b.handler.Handle(ctx, redeliver(f.job)))
+
+	after := b.state(t, f)
+	require.Equal(t, before, after)
+	require.Equal(t, 1, b.sandbox.Calls(marketplace.EndpointVerify), "no second platform call")
+}
+
+// crashAfterVerify calls the platform and then dies before Step B, as a killed process would.
+type crashAfterVerify struct{ port.Marketplace }
+
+var errCrash = errors.New("simulated crash")
+
+func (c crashAfterVerify) VerifyStore(ctx context.Context, creds port.Credentials, platform, shopID string) (port.VerifyResult, error) {
+	if _, err := c.Marketplace.VerifyStore(ctx, creds, platform, shopID); err != nil {
+		return port.VerifyResult{}, err
+	}
+	panic(errCrash)
+}
+
+func TestRedeliveryAfterCrashBetweenCallAndRecord(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	f := b.seed(t, "sk_test_valid_3")
+	ctx := context.Background()
+
+	crashing := b.newHandler(t, crashAfterVerify{b.gateway})
+	require.PanicsWithValue(t, errCrash, func() { _ = crashing.Handle(ctx, f.job) })
+	mid := b.state(t, f)
+	require.Equal(t, domain.TaskRunning, mid.verif.Status)
+	require.Equal(t, domain.OperationRunning, mid.op.Status)
+	require.Equal(t, domain.StorePendingVerification, mid.store.Status)
+
+	require.NoError(t, b.handler.Handle(ctx, redeliver(f.job)))
+
+	s := b.state(t, f)
+	require.Equal(t, domain.TaskSucceeded, s.verif.Status)
+	require.Equal(t, 2, s.verif.Attempts)
+	require.Equal(t, domain.StoreVerified, s.store.Status)
+	require.Equal(t, domain.OperationSucceeded, s.op.Status)
+	// The operation started once: one "running" event, not two.
+	require.Equal(t, []string{"running", "succeeded"}, s.events)
+	// VerifyStore is read-only; the redelivery asks again (two calls, no side effect).
+	require.Equal(t, 2, b.sandbox.Calls(marketplace.EndpointVerify))
+}
+
+func TestRetryableErrorThenSuccess(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	f := b.seed(t, "sk_test_valid_4")
+	ctx := context.Background()
+
+	b.sandbox.InjectFault(sandbox.Fault{Endpoint: marketplace.EndpointVerify, Status: 503})
+	err := b.handler.Handle(ctx, f.job)
+	require.ErrorIs(t, err, port.ErrPlatformTransient)
+	require.False(t, worker.IsPermanent(err))
+	mid := b.state(t, f)
+	require.Equal(t, domain.TaskRunning, mid.verif.Status)
+	require.Equal(t, domain.OperationRunning, mid.op.Status)
+
+	b.sandbox.InjectFault(sandbox.Fault{Endpoint: marketplace.EndpointVerify, Status: 429, RetryAfter: 2 * time.Second})
+	err = b.handler.Handle(ctx, redeliver(f.job))
+	require.ErrorIs(t, err, port.ErrPlatformRateLimited)
+	require.False(t, worker.IsPermanent(err))
+
+	require.NoError(t, b.handler.Handle(ctx, redeliver(redeliver(f.job))))
+	s := b.state(t, f)
+	require.Equal(t, domain.TaskSucceeded, s.verif.Status)
+	require.Equal(t, 3, s.verif.Attempts)
+	require.Equal(t, domain.OperationSucceeded, s.op.Status)
+	require.Equal(t, []string{"running", "succeeded"}, s.events)
+}
+
+func TestLastAttemptRecordsClientSafeFailure(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	f := b.seed(t, "sk_test_valid_5")
+	job := f.job
+	job.LastAttempt = true
+
+	b.sandbox.InjectFault(sandbox.Fault{Endpoint: marketplace.EndpointVerify, Status: 503})
+	err := b.handler.Handle(context.Background(), job)
+	require.True(t, worker.IsPermanent(err))
+
+	s := b.state(t, f)
+	require.Equal(t, domain.TaskFailed, s.verif.Status)
+	require.Equal(t, "PLATFORM_UNAVAILABLE", s.verif.ErrorCode)
+	require.Equal(t, port.ErrPlatformTransient.Message, s.verif.ErrorMessage)
+	require.Equal(t, domain.OperationFailed, s.op.Status)
+	require.Equal(t, "PLATFORM_UNAVAILABLE", s.op.ErrorCode)
+	require.Equal(t, port.ErrPlatformTransient.Message, s.op.ErrorMessage)
+	require.NotContains(t, s.op.ErrorMessage, "HTTP")
+	require.Equal(t, domain.StorePendingVerification, s.store.Status)
+	require.Equal(t, []string{"running", "failed"}, s.events)
+}
+
+func TestPermanentPlatformErrorFailsAtOnce(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	f := b.seed(t, "sk_test_valid_6")
+
+	b.sandbox.InjectFault(sandbox.Fault{Endpoint: marketplace.EndpointVerify, Status: 400})
+	err := b.handler.Handle(context.Background(), f.job) // attempt 1 of many
+	require.True(t, worker.IsPermanent(err))
+	require.ErrorIs(t, err, port.ErrPlatformRejected)
+
+	s := b.state(t, f)
+	require.Equal(t, domain.TaskFailed, s.verif.Status)
+	require.Equal(t, "PLATFORM_REJECTED", s.verif.ErrorCode)
+	require.Equal(t, domain.OperationFailed, s.op.Status)
+	require.Equal(t, "PLATFORM_REJECTED", s.op.ErrorCode)
+	require.Equal(t, []string{"running", "failed"}, s.events)
+
+	// A redelivery of the failed job does nothing.
+	require.NoError(t, b.handler.Handle(context.Background(), redeliver(f.job)))
+	require.Equal(t, 1, b.sandbox.Calls(marketplace.EndpointVerify))
+}
+
+func TestReplacedCredentialsFailWithoutCallingThePlatform(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	f := b.seed(t, "sk_test_valid_7")
+	b.inTx(t, func(ctx context.Context) error {
+		_, err := b.stores.Update(ctx, f.store.ID, func(s *domain.Store) error {
+			s.ReplaceCredentials(time.Now())
+			return nil
+		})
+		require.NoError(t, err)
+		return b.stores.SetCredentials(ctx, f.store.ID, b.seal(t, f.store.ID, "sk_test_valid_7b"))
+	})
+
+	require.NoError(t, b.handler.Handle(context.Background(), f.job))
+
+	s := b.state(t, f)
+	require.Equal(t, domain.TaskFailed, s.verif.Status)
+	require.Equal(t, "CREDENTIALS_REPLACED", s.verif.ErrorCode)
+	require.Zero(t, s.verif.Attempts)
+	require.Equal(t, domain.OperationFailed, s.op.Status)
+	require.Equal(t, "CREDENTIALS_REPLACED", s.op.ErrorCode)
+	require.Equal(t, []string{"failed"}, s.events)
+	require.Equal(t, domain.StorePendingVerification, s.store.Status)
+	require.Equal(t, 2, s.store.CredentialsVersion)
+	require.Zero(t, b.sandbox.Calls(marketplace.EndpointVerify))
+}
+
+// replaceDuringVerify replaces the store's credentials while the platform is being asked,
+// so that Step B records a result of stale credentials.
+type replaceDuringVerify struct {
+	port.Marketplace
+	replace func()
+}
+
+func (r replaceDuringVerify) VerifyStore(ctx context.Context, creds port.Credentials, platform, shopID string) (port.VerifyResult, error) {
+	r.replace()
+	return r.Marketplace.VerifyStore(ctx, creds, platform, shopID)
+}
+
+func TestStaleResultLeavesTheStoreAlone(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	f := b.seed(t, "sk_test_valid_8")
+	h := b.newHandler(t, replaceDuringVerify{Marketplace: b.gateway, replace: func() {
+		b.inTx(t, func(ctx context.Context) error {
+			_, err := b.stores.Update(ctx, f.store.ID, func(s *domain.Store) error {
+				s.ReplaceCredentials(time.Now())
+				return nil
+			})
+			require.NoError(t, err)
+			return b.stores.SetCredentials(ctx, f.store.ID, b.seal(t, f.store.ID, "sk_test_invalid_8b"))
+		})
+	}})
+
+	require.NoError(t, h.Handle(context.Background(), f.job))
+
+	s := b.state(t, f)
+	require.Equal(t, domain.TaskSucceeded, s.verif.Status, "the verification answered for its own version")
+	require.True(t, *s.verif.Valid)
+	require.Equal(t, domain.StorePendingVerification, s.store.Status, "the newer credentials await their own verification")
+	require.Equal(t, 2, s.store.CredentialsVersion)
+	require.Empty(t, s.store.ShopName)
+	require.Equal(t, domain.OperationSucceeded, s.op.Status)
+}
+
+func TestUnreadableCredentialsFailAtOnce(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	f := b.seed(t, "sk_test_valid_9")
+	// A value sealed for another store does not open for this one.
+	b.inTx(t, func(ctx context.Context) error {
+		return b.stores.SetCredentials(ctx, f.store.ID, b.seal(t, uuid.New(), "sk_test_valid_9"))
+	})
+
+	err := b.handler.Handle(context.Background(), f.job)
+	require.True(t, worker.IsPermanent(err))
+	require.ErrorIs(t, err, storeverify.ErrCredentialsUnreadable)
+
+	s := b.state(t, f)
+	require.Equal(t, domain.TaskFailed, s.verif.Status)
+	require.Equal(t, "CREDENTIALS_UNREADABLE", s.verif.ErrorCode)
+	require.Equal(t, domain.OperationFailed, s.op.Status)
+	require.Equal(t, "CREDENTIALS_UNREADABLE", s.op.ErrorCode)
+	require.Equal(t, storeverify.ErrCredentialsUnreadable.Message, s.op.ErrorMessage)
+	require.Equal(t, []string{"running", "failed"}, s.events)
+	require.Zero(t, b.sandbox.Calls(marketplace.EndpointVerify))
+}
+
+func TestUnknownVerificationIsPermanentAndWritesNothing(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	f := b.seed(t, "sk_test_valid_10")
+	ev := domain.StoreVerificationRequested{StoreID: f.store.ID, VerificationID: uuid.New(), OperationID: f.op.ID, CredentialsVersion: 1}
+	payload, err := json.Marshal(ev)
+	require.NoError(t, err)
+	job := f.job
+	job.Payload = payload
+
+	err = b.handler.Handle(context.Background(), job)
+	require.True(t, worker.IsPermanent(err))
+	s := b.state(t, f)
+	require.Equal(t, domain.OperationPending, s.op.Status)
+	require.Empty(t, s.events)
+
+	job.Payload = json.RawMessage(`{"verification_id": 7}`)
+	require.True(t, worker.IsPermanent(b.handler.Handle(context.Background(), job)))
+}
+
+// TestSecretsStayOut runs every path that touches credentials with a planted key and looks
+// for it in every table the flow writes and in the logs.
+func TestSecretsStayOut(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	const canary = "sk_test_canary_7f3a9c"
+	const invalidCanary = "sk_test_invalid_canary_7f3a9c"
+
+	ok := b.seed(t, canary)
+	require.NoError(t, b.handler.Handle(ctx, ok.job))
+	bad := b.seed(t, invalidCanary)
+	require.NoError(t, b.handler.Handle(ctx, bad.job))
+	failing := b.seed(t, canary)
+	job := failing.job
+	job.LastAttempt = true
+	b.sandbox.InjectFault(sandbox.Fault{Endpoint: marketplace.EndpointVerify, Status: 500})
+	require.Error(t, b.handler.Handle(ctx, job))
+
+	for _, table := range []string{"operations", "outbox_events", "store_verifications", "stores"} {
+		var n int
+		require.NoError(t, b.db.Owner.QueryRow(ctx,
+			"SELECT count(*) FROM "+table+" t WHERE t::text LIKE '%canary_7f3a9c%'").Scan(&n))
+		require.Zero(t, n, "%s holds the key", table)
+	}
+	require.NotContains(t, b.logs.String(), "canary_7f3a9c")
+	require.Contains(t, b.logs.String(), ok.verif.ID.String(), "the handler logs ids")
+}
+
+func TestNewValidates(t *testing.T) {
+	t.Parallel()
+	_, err := storeverify.New(storeverify.Config{})
+	require.Error(t, err)
+}
