@@ -1,0 +1,50 @@
+// Package mediaproc handles the media-processing queue: the validation and derivation of an
+// uploaded media (seed §5, row 2), started by domain.MediaUploadCompleted.
+//
+// Contract. For each delivery the Handler
+//
+//  1. Step A (one RLS transaction): loads the domain.MediaTask with a row lock; a finished
+//     task ends the delivery with nothing done (ErrSkip → nil). Otherwise it starts the task
+//     (counting the attempt) and the operation, and reads the media.
+//  2. Outside any transaction: reads the original from object storage
+//     (domain.MediaObjectKey), checks its size against MaxBytes and the declared size,
+//     inspects it with InspectFunc (sniffed type allowed and equal to the declared
+//     content_type), derives variants with DeriveFunc and stores each at
+//     domain.MediaVariantKey.
+//  3. Step B (one RLS transaction): compare-and-set on the task (a task another delivery
+//     finished meanwhile is left alone); the media becomes ready (sniffed type, dimensions,
+//     variants) and the operation succeeds with {"media_id", "variants"}.
+//
+// Invalid media (missing object, too large, size or type mismatch, corrupt or unsupported
+// image) is a permanent, client-visible failure: the task fails, the media is rejected with
+// the error code as its reject_reason, the operation fails with the code and its fixed
+// message, and Handle returns a worker.Permanent error. Transient failures (storage
+// unavailable) are returned for BullMQ to retry; on the last attempt they are recorded the
+// same way (media rejected with the failure's code), so a media never stays "processing"
+// after its job has given up.
+//
+// Re-entrancy. A redelivery before Step A repeats nothing (Step A is one transaction); one
+// after the objects were stored but before Step B derives again and overwrites the same keys
+// (deterministic: same set of objects, no duplicates); one after Step B finds the task
+// finished and does nothing. Storage keys and storage error causes are kept out of returned
+// errors, logs and operations.
+//
+// Wiring (infra/imaging has the same shapes, so its types convert directly):
+//
+//	mediaproc.New(mediaproc.Config{
+//		Deps: deps, Tasks: postgres.NewMediaTasks(), Media: postgres.NewMedia(), Storage: store,
+//		MaxBytes: maxMediaBytes,
+//		InspectFunc: func(r io.Reader, max int64) (mediaproc.Info, []byte, error) {
+//			info, b, err := imaging.Inspect(r, max)
+//			return mediaproc.Info(info), b, err
+//		},
+//		DeriveFunc: func(b []byte) ([]mediaproc.Variant, error) {
+//			ds, err := imaging.Derive(b, imaging.DefaultVariants)
+//			out := make([]mediaproc.Variant, len(ds))
+//			for i, d := range ds {
+//				out[i] = mediaproc.Variant(d)
+//			}
+//			return out, err
+//		},
+//	})
+package mediaproc
