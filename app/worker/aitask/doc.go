@@ -1,0 +1,41 @@
+// Package aitask holds the job handler of the ai-task queue: text, category and image tasks
+// about a product, run through an OpenAI-compatible provider (seed §5, "AI text, category or
+// image task": no duplicate calls, no double billing).
+//
+// Contract: Handler.Handle receives a domain.AITaskRequested. It loads the task, starts it
+// and its operation and reads the product (title, description) in one RLS transaction; then,
+// outside any transaction, calls the provider once with the task id as Idempotency-Key:
+//   - text: a chat completion (Config.TextModel) of the client's instruction about the
+//     product; output {"text": "..."};
+//   - category: a chat completion asking for one category path; output {"category":
+//     "A > B > C"};
+//   - image: an image generation; the bytes are stored at ImageKey(workspace, task), a pure
+//     function of the two ids, so storing twice overwrites; output {"image": {"content_type",
+//     "size"}} (never the storage key: the output is shown to clients).
+//
+// Then, in one transaction, the task succeeds with its output and the provider's request id,
+// the usage is recorded in the billing ledger (port.AILedger.Record: insert or nothing) and
+// the operation succeeds with {"ai_task_id"}.
+//
+// Re-entrancy (a job may be delivered again at any point of an earlier delivery):
+//   - before the provider call: the redelivery makes the call;
+//   - after the provider call, before recording: the redelivery calls again with the same
+//     Idempotency-Key and the same request, so a provider that honors the key answers from
+//     its cache without running or billing the model again, and the result is recorded once;
+//   - after recording: the redelivery sees a finished task and calls nothing.
+//
+// The ledger holds exactly one row per task: the step that finishes the task, successfully or
+// not, records it (a failed task with the usage known, zero when the provider gave no
+// answer), and a finished task is never finished again.
+//
+// Errors: rate limits and transient provider, storage or database failures are returned so
+// the queue retries with backoff; permanent ones (a rejected request, the service's key
+// refused, an unusable answer) and any failure of the last attempt fail the task and the
+// operation with a client-safe code (worker.FailureOf), never the provider's error text.
+// Prompts and outputs are never logged.
+//
+// Known limit: the provider request is rebuilt from the product on each delivery. If the
+// product's title or description changes between a delivery that reached the provider and its
+// redelivery, a provider that honors Idempotency-Key refuses the different request (409),
+// which fails the task with AI_PROVIDER_REJECTED; nothing is billed twice.
+package aitask
