@@ -2,7 +2,8 @@
 // about a product, run through an OpenAI-compatible provider (seed §5, "AI text, category or
 // image task": no duplicate calls, no double billing).
 //
-// Contract: Handler.Handle receives a domain.AITaskRequested. It loads the task, starts it
+// Contract: Handler.Handle receives a domain.AITaskRequested (the stored task's kind and
+// product are authoritative, not the payload's). It loads the task, starts it
 // and its operation and reads the product (title, description) in one RLS transaction; then,
 // outside any transaction, calls the provider once with the task id as Idempotency-Key:
 //   - text: a chat completion (Config.TextModel) of the client's instruction about the
