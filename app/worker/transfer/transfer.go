@@ -1,0 +1,338 @@
+package transfer
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"mime"
+	"net/http"
+	"net/url"
+	"path"
+	"strings"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/google/uuid"
+
+	"github.com/listingkit/listing/app/port"
+	"github.com/listingkit/listing/app/worker"
+	"github.com/listingkit/listing/domain"
+)
+
+// OpMediaProcessing is the type of the media processing operation a transfer starts. It is
+// the value of commands.OpMediaProcessing (a worker does not import the command layer).
+const OpMediaProcessing = "media.processing"
+
+// SourceMedia is the domain.Media Source of a transferred media.
+const SourceMedia = "transfer"
+
+// ErrSourceEmpty: the source answered with no bytes. Permanent.
+var ErrSourceEmpty = port.ErrSourceRejected.WithMessage("the source is empty")
+
+// Config configures New. Every field is required.
+type Config struct {
+	// Deps are the worker's transaction, operations, events, clock and logger.
+	Deps worker.Deps
+	// Transfers stores the transfers (postgres.NewMaterialTransfers).
+	Transfers port.Repository[domain.MaterialTransfer]
+	// Media stores the media (postgres.NewMedia).
+	Media port.Repository[domain.Media]
+	// MediaTasks stores the media processing tasks (postgres.NewMediaTasks).
+	MediaTasks port.Repository[domain.MediaTask]
+	// Storage receives the bytes.
+	Storage port.ObjectStorage
+	// Fetcher downloads the source with the SSRF guard (infra/fetch).
+	Fetcher port.Fetcher
+	// MaxBytes bounds a transferred object; use the media size bound, so that the media
+	// processing accepts what the transfer stored.
+	MaxBytes int64
+}
+
+// Validate reports the first missing field.
+func (c Config) Validate() error {
+	switch {
+	case c.Deps.Tx == nil || c.Deps.Operations == nil || c.Deps.Events == nil || c.Deps.Now == nil || c.Deps.Log == nil:
+		return errors.New("transfer: Deps (Tx, Operations, Events, Now, Log) are required")
+	case c.Transfers == nil || c.Media == nil || c.MediaTasks == nil:
+		return errors.New("transfer: Transfers, Media and MediaTasks are required")
+	case c.Storage == nil || c.Fetcher == nil:
+		return errors.New("transfer: Storage and Fetcher are required")
+	case c.MaxBytes <= 0:
+		return errors.New("transfer: MaxBytes must be positive")
+	}
+	return nil
+}
+
+// Handler handles domain.MaterialTransferRequested jobs of worker.QueueMaterialTransfer. It is
+// safe for concurrent use; see the package documentation for its contract.
+type Handler struct {
+	cfg Config
+}
+
+var _ worker.Handler = (*Handler)(nil)
+
+// New returns a Handler.
+func New(cfg Config) (*Handler, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("transfer.New: %w", err)
+	}
+	return &Handler{cfg: cfg}, nil
+}
+
+// ProcessingIDs returns the ids of the media processing task and operation a transfer
+// starts: fixed by the transfer, so a repeated Step B inserts nothing new.
+func ProcessingIDs(transferID uuid.UUID) (taskID, operationID uuid.UUID) {
+	return uuid.NewSHA1(transferID, []byte("media.processing/task")),
+		uuid.NewSHA1(transferID, []byte("media.processing/operation"))
+}
+
+// stored describes the object the transfer wrote.
+type stored struct {
+	bytes       int64
+	contentType string
+	downloaded  bool
+}
+
+// Handle implements worker.Handler.
+func (h *Handler) Handle(ctx context.Context, job worker.Job) error {
+	const op = "transfer.Handle"
+	d := h.cfg.Deps
+	var ev domain.MaterialTransferRequested
+	if err := job.Decode(&ev); err != nil {
+		return err
+	}
+	log := d.Log.With(slog.String("job_id", job.ID), slog.String("workspace_id", job.WorkspaceID.String()),
+		slog.String("transfer_id", ev.TransferID.String()), slog.String("media_id", ev.MediaID.String()))
+
+	// Step A: start the transfer and its operation.
+	var tr domain.MaterialTransfer
+	err := d.Step(ctx, job, func(ctx context.Context) error {
+		t, err := h.cfg.Transfers.Update(ctx, ev.TransferID, func(t *domain.MaterialTransfer) error {
+			if t.Status.Terminal() {
+				return worker.ErrSkip
+			}
+			return t.Start(d.Now())
+		})
+		if err != nil {
+			return err
+		}
+		tr = t
+		return d.StartOperation(ctx, t.OperationID)
+	})
+	switch {
+	case errors.Is(err, worker.ErrSkip):
+		log.InfoContext(ctx, "transfer already finished; nothing to do")
+		return nil
+	case err != nil && port.IsPermanent(err):
+		return worker.Permanent(fmt.Errorf("%s: start: %w", op, err))
+	case err != nil:
+		return fmt.Errorf("%s: start: %w", op, err)
+	}
+
+	// Outside any transaction: store the object once.
+	obj, err := h.store(ctx, tr)
+	if err != nil {
+		if !worker.GiveUp(job, err) {
+			log.WarnContext(ctx, "transfer failed; will retry", slog.Int("attempt", job.Attempt),
+				slog.String("error_code", worker.FailureOf(err).Code))
+			return fmt.Errorf("%s: %w", op, err)
+		}
+		return h.fail(ctx, job, log, tr, err)
+	}
+
+	// Step B: record the object, create the media and start its processing.
+	taskID, procOpID := ProcessingIDs(tr.ID)
+	err = d.Step(ctx, job, func(ctx context.Context) error {
+		t, err := h.cfg.Transfers.Update(ctx, tr.ID, func(t *domain.MaterialTransfer) error {
+			if t.Status.Terminal() {
+				return worker.ErrSkip
+			}
+			t.Stored, t.Bytes = true, obj.bytes
+			return t.Succeed(d.Now())
+		})
+		if err != nil {
+			return err
+		}
+		return h.createMedia(ctx, t, obj, taskID, procOpID)
+	})
+	switch {
+	case errors.Is(err, worker.ErrSkip):
+		log.InfoContext(ctx, "transfer finished by another delivery")
+		return nil
+	case err != nil:
+		return fmt.Errorf("%s: record: %w", op, err)
+	}
+	log.InfoContext(ctx, "transfer stored", slog.Int64("bytes", obj.bytes), slog.Bool("downloaded", obj.downloaded),
+		slog.String("processing_id", taskID.String()), slog.Int("attempt", job.Attempt))
+	return nil
+}
+
+// createMedia inserts the media, its processing operation and task, publishes the events
+// that start the processing and finishes the transfer's operation. It runs in Step B; each
+// insert that finds its row already there is taken as done.
+func (h *Handler) createMedia(ctx context.Context, t domain.MaterialTransfer, obj stored, taskID, procOpID uuid.UUID) error {
+	d := h.cfg.Deps
+	now := d.Now()
+	transferOp, err := d.Operations.Get(ctx, t.OperationID)
+	if err != nil {
+		return err
+	}
+	m := domain.Media{ID: t.MediaID, WorkspaceID: t.WorkspaceID, Filename: filename(t.SourceURL),
+		ContentType: obj.contentType, Size: obj.bytes, Status: domain.MediaProcessing, Source: SourceMedia,
+		CreatedAt: now, UpdatedAt: now}
+	if err := h.cfg.Media.Insert(ctx, m); err != nil && !errors.Is(err, domain.ErrConflict) {
+		return err
+	}
+	var events []domain.Event
+	procOp := domain.NewOperation(t.WorkspaceID, transferOp.CreatedBy, OpMediaProcessing, "media", m.ID, now)
+	procOp.ID = procOpID
+	switch err := d.Operations.Insert(ctx, procOp); {
+	case err == nil:
+		events = append(events, procOp.StatusChanged())
+	case !errors.Is(err, domain.ErrConflict):
+		return err
+	}
+	task := domain.MediaTask{Task: domain.NewTask(taskID, t.WorkspaceID, procOpID, now), MediaID: m.ID}
+	switch err := h.cfg.MediaTasks.Insert(ctx, task); {
+	case err == nil:
+		events = append(events, domain.MediaUploadCompleted{MediaID: m.ID, ProcessingID: taskID, OperationID: procOpID})
+	case !errors.Is(err, domain.ErrConflict) && !errors.Is(err, domain.ErrMediaAlreadyComplete):
+		return err
+	}
+	if err := d.Events.Publish(ctx, events...); err != nil {
+		return err
+	}
+	return d.SucceedOperation(ctx, t.OperationID, map[string]any{"transfer_id": t.ID, "media_id": m.ID,
+		"bytes": obj.bytes, "processing_operation_id": procOpID})
+}
+
+// fail records a final failure (transfer and operation failed with a client-safe code) and
+// returns the permanent error the job ends with.
+func (h *Handler) fail(ctx context.Context, job worker.Job, log *slog.Logger, tr domain.MaterialTransfer, cause error) error {
+	const op = "transfer.Handle"
+	d := h.cfg.Deps
+	f := worker.FailureOf(cause)
+	err := d.Step(ctx, job, func(ctx context.Context) error {
+		t, err := h.cfg.Transfers.Update(ctx, tr.ID, func(t *domain.MaterialTransfer) error {
+			if t.Status.Terminal() {
+				return worker.ErrSkip
+			}
+			return t.Fail(f.Code, f.Message, d.Now())
+		})
+		if err != nil {
+			return err
+		}
+		return d.FailOperation(ctx, t.OperationID, f.Code, f.Message)
+	})
+	switch {
+	case errors.Is(err, worker.ErrSkip):
+		log.InfoContext(ctx, "transfer finished by another delivery")
+		return nil
+	case err != nil:
+		return fmt.Errorf("%s: record failure %s: %w", op, f.Code, err)
+	}
+	log.WarnContext(ctx, "transfer failed", slog.String("error_code", f.Code), slog.Int("attempt", job.Attempt))
+	return worker.Permanent(fmt.Errorf("%s: %w", op, cause))
+}
+
+// store makes sure the transfer's object exists and describes it: an object already stored
+// under the key (by a delivery that crashed before recording) is used as is; otherwise the
+// source is downloaded into it.
+func (h *Handler) store(ctx context.Context, t domain.MaterialTransfer) (stored, error) {
+	key := domain.MediaObjectKey(t.WorkspaceID, t.MediaID)
+	info, err := h.cfg.Storage.Stat(ctx, key)
+	switch {
+	case err == nil && info.Size > 0:
+		if info.Size > h.cfg.MaxBytes {
+			return stored{}, port.ErrSourceTooLarge.WithMessage("the source is larger than the %d bytes allowed", h.cfg.MaxBytes)
+		}
+		return stored{bytes: info.Size, contentType: info.ContentType}, nil
+	case err != nil && !errors.Is(err, port.ErrObjectNotFound):
+		return stored{}, scrub(err, "stat object")
+	}
+
+	body, finfo, err := h.cfg.Fetcher.Fetch(ctx, t.SourceURL, h.cfg.MaxBytes)
+	if err != nil {
+		return stored{}, scrub(err, "fetch")
+	}
+	defer body.Close()
+	br := bufio.NewReaderSize(body, 512)
+	head, err := br.Peek(512)
+	if err != nil && !errors.Is(err, io.EOF) {
+		return stored{}, scrub(err, "fetch")
+	}
+	ct := sniff(head)
+	size := finfo.Size
+	if size < 0 || size > h.cfg.MaxBytes {
+		size = -1 // the fetcher enforces MaxBytes while reading
+	}
+	cr := &countingReader{r: br}
+	if err := h.cfg.Storage.Put(ctx, key, cr, size, ct); err != nil {
+		return stored{}, scrub(err, "store")
+	}
+	if cr.n == 0 {
+		return stored{}, ErrSourceEmpty
+	}
+	return stored{bytes: cr.n, contentType: ct, downloaded: true}, nil
+}
+
+// sniff returns the media type of the first bytes, parameters removed.
+func sniff(head []byte) string {
+	ct := http.DetectContentType(head)
+	if mt, _, err := mime.ParseMediaType(ct); err == nil {
+		return mt
+	}
+	return ct
+}
+
+// filename derives a media filename from the source URL's last path segment; "transfer"
+// when it has none.
+func filename(sourceURL string) string {
+	name := ""
+	if u, err := url.Parse(sourceURL); err == nil {
+		name = path.Base(u.Path)
+	}
+	name = strings.TrimSpace(strings.Map(func(r rune) rune {
+		if unicode.IsControl(r) || r == '/' || r == '\\' {
+			return -1
+		}
+		return r
+	}, strings.ToValidUTF8(name, "")))
+	if name == "" || name == "." || name == ".." {
+		return "transfer"
+	}
+	for utf8.RuneCountInString(name) > 255 {
+		_, size := utf8.DecodeLastRuneInString(name)
+		name = name[:len(name)-size]
+	}
+	return name
+}
+
+// countingReader counts the bytes read through it.
+type countingReader struct {
+	r io.Reader
+	n int64
+}
+
+func (c *countingReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.n += int64(n)
+	return n, err
+}
+
+// scrub keeps the code, kind and client message of a fetcher or storage error and drops
+// its cause, whose text may hold an address, a URL or a storage path. An error that is not
+// a domain error is a transient storage failure.
+func scrub(err error, what string) error {
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return fmt.Errorf("%s: %w", what, err)
+	}
+	var de *domain.Error
+	if errors.As(err, &de) {
+		return fmt.Errorf("%s: %w", what, de.WithCause(nil))
+	}
+	return fmt.Errorf("%s: %w", what, port.ErrStorageUnavailable)
+}
