@@ -1,0 +1,48 @@
+// Package publish handles the listing-publish queue: the first publish of a product to a
+// store (domain.PublicationRequested) creates exactly one platform product per
+// publication, however often and however concurrently the job is delivered (seed §4.5).
+//
+// Contract of Handler.Handle, one job = one domain.Publication:
+//
+//   - Step A (one RLS transaction): the publication is loaded under a row lock. A finished
+//     publication ends the job: no platform call at all, even when the first job completed
+//     long ago and was removed from Redis. When the store is not verified, the publication
+//     and its operation fail with STORE_NOT_VERIFIED in the same transaction and the job
+//     fails permanently. Otherwise the publication and the operation start, and the
+//     product's current content and the store's sealed credentials are read.
+//   - Outside any transaction: the credentials are opened; the platform is asked for a
+//     product whose external_ref is the publication id (FindProductByExternalRef). Found:
+//     it is the product, nothing is created. Not found: CreateProduct with the publication
+//     id as both Idempotency-Key and external_ref. When CreateProduct fails its outcome is
+//     unknown (the gateway may have created the product and then failed), so the handler
+//     looks up by external_ref once more before giving the error back.
+//   - Step B (one RLS transaction): compare-and-set — a publication already finished is left
+//     alone; otherwise it succeeds with ExternalProductID and the operation succeeds with
+//     {"publication_id", "external_product_id"}.
+//
+// What guarantees one platform product per publication:
+//
+//   - Redelivery after Step B: Step A sees the finished publication; no platform call.
+//   - Redelivery after a crash between CreateProduct and Step B (or after an error whose
+//     outcome is unknown): the lookup by external_ref finds the product created before, so
+//     nothing is created again. This holds for a gateway that ignores Idempotency-Key.
+//   - Two deliveries at once in one process (one Handler): the Handler serializes the jobs
+//     of one publication, so the second waits and then finds the publication finished.
+//   - Two deliveries at once in different processes (BullMQ runs a job on one worker at a
+//     time; two copies overlap only when a stalled job's lock expired while its worker was
+//     still running it): the row lock of Step A serializes the starts but both may reach
+//     the platform. Both look up, find nothing, and both create with the same
+//     Idempotency-Key: a gateway that honors the key answers the second with the first
+//     product, so there is still one. A gateway that ignores the key can then create two
+//     products: lookup-before-create cannot close the window between one worker's lookup
+//     and the other's create. Step B still records only the first result.
+//
+// Content: the product's current content is published (the revision in the event is the
+// one requested; drafts saved meanwhile are published as they are).
+//
+// Errors: rate limits and transient failures are returned for BullMQ to retry. When
+// worker.GiveUp says no retry follows, the publication and the operation fail with a
+// client-safe code (worker.FailureOf) and the handler returns a worker.Permanent error.
+// Credentials that cannot be opened fail at once with CREDENTIALS_UNREADABLE. Credentials
+// never appear in errors, logs, operations or events: logs carry ids only.
+package publish
