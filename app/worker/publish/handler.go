@@ -119,7 +119,7 @@ func (h *Handler) Handle(ctx context.Context, job worker.Job) error {
 		return fmt.Errorf("publish.Handle: %w", err)
 	}
 	failure := worker.FailureOf(err)
-	if ferr := h.fail(ctx, job, ev.PublicationID, failure); ferr != nil {
+	if ferr := h.fail(ctx, job, ev.PublicationID, ev.OperationID, failure); ferr != nil {
 		log.ErrorContext(ctx, "publication", slog.String("outcome", outcomeUnhandled),
 			slog.String("error", err.Error()), slog.String("record_error", ferr.Error()))
 		if !job.LastAttempt {
@@ -299,8 +299,9 @@ func (h *Handler) record(ctx context.Context, job worker.Job, id uuid.UUID, prod
 }
 
 // fail records a final failure on the publication and its operation. A publication already
-// finished is left alone; a missing one is nothing to record.
-func (h *Handler) fail(ctx context.Context, job worker.Job, id uuid.UUID, f worker.Failure) error {
+// finished is left alone; when the publication is gone, the operation named by the event
+// fails (if it exists).
+func (h *Handler) fail(ctx context.Context, job worker.Job, id, operationID uuid.UUID, f worker.Failure) error {
 	d := h.cfg.Deps
 	err := d.Step(ctx, job, func(ctx context.Context) error {
 		p, err := h.cfg.Publications.Update(ctx, id, func(p *domain.Publication) error {
@@ -309,14 +310,23 @@ func (h *Handler) fail(ctx context.Context, job worker.Job, id uuid.UUID, f work
 			}
 			return p.Fail(f.Code, f.Message, d.Now())
 		})
+		if isNotFound(err) {
+			// The task is gone (deleted with its store or product): finish its operation,
+			// named by the event, so that the client does not wait forever.
+			return d.FailOperation(ctx, operationID, f.Code, f.Message)
+		}
 		if err != nil {
 			return err
 		}
 		return d.FailOperation(ctx, p.OperationID, f.Code, f.Message)
 	})
-	var de *domain.Error
-	if errors.Is(err, worker.ErrSkip) || (errors.As(err, &de) && de.Kind == domain.KindNotFound) {
+	if errors.Is(err, worker.ErrSkip) || isNotFound(err) {
 		return nil
 	}
 	return err
+}
+
+func isNotFound(err error) bool {
+	var de *domain.Error
+	return errors.As(err, &de) && de.Kind == domain.KindNotFound
 }

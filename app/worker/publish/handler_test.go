@@ -429,6 +429,27 @@ func TestUnreadableCredentialsFailAtOnce(t *testing.T) {
 	require.Empty(t, b.sandbox.Stats().Calls)
 }
 
+func TestDeletedProductFailsTheOperation(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	f := b.seed(t, "sk_test_pub_14", true)
+	// Deleting the product deletes its publication (ON DELETE CASCADE); the operation stays.
+	_, err := b.db.Owner.Exec(context.Background(), `DELETE FROM products WHERE id = $1`, f.product.ID)
+	require.NoError(t, err)
+
+	err = b.handler.Handle(context.Background(), f.job)
+	require.True(t, worker.IsPermanent(err))
+
+	var op domain.Operation
+	b.inTx(t, func(ctx context.Context) error {
+		op, err = b.ops.Get(ctx, f.op.ID)
+		return err
+	})
+	require.Equal(t, domain.OperationFailed, op.Status)
+	require.Equal(t, "PUBLICATION_NOT_FOUND", op.ErrorCode)
+	require.Empty(t, b.sandbox.Stats().Calls)
+}
+
 // barrier holds the answer of each wrapped handler's first lookup until every handler has
 // looked up, so that concurrent deliveries all look up before any of them creates: the
 // widest overlap two workers can have.

@@ -110,7 +110,7 @@ func (h *Handler) Handle(ctx context.Context, job worker.Job) error {
 		return fmt.Errorf("storeverify.Handle: %w", err)
 	}
 	failure := worker.FailureOf(err)
-	if ferr := h.fail(ctx, job, ev.VerificationID, failure); ferr != nil {
+	if ferr := h.fail(ctx, job, ev.VerificationID, ev.OperationID, failure); ferr != nil {
 		log.ErrorContext(ctx, "store verification", slog.String("outcome", outcomeUnhandled),
 			slog.String("error", err.Error()), slog.String("record_error", ferr.Error()))
 		if !job.LastAttempt {
@@ -274,9 +274,9 @@ func (h *Handler) record(ctx context.Context, job worker.Job, id uuid.UUID, res 
 }
 
 // fail records a final failure on the verification and its operation. A verification
-// already finished is left alone; a missing one (deleted with its store) is nothing to
-// record.
-func (h *Handler) fail(ctx context.Context, job worker.Job, id uuid.UUID, f worker.Failure) error {
+// already finished is left alone; when the verification is gone (deleted with its store),
+// the operation named by the event fails (if it exists).
+func (h *Handler) fail(ctx context.Context, job worker.Job, id, operationID uuid.UUID, f worker.Failure) error {
 	d := h.cfg.Deps
 	err := d.Step(ctx, job, func(ctx context.Context) error {
 		v, err := h.cfg.Verifications.Update(ctx, id, func(v *domain.StoreVerification) error {
@@ -285,14 +285,23 @@ func (h *Handler) fail(ctx context.Context, job worker.Job, id uuid.UUID, f work
 			}
 			return v.Fail(f.Code, f.Message, d.Now())
 		})
+		if isNotFound(err) {
+			// The task is gone (deleted with its store or product): finish its operation,
+			// named by the event, so that the client does not wait forever.
+			return d.FailOperation(ctx, operationID, f.Code, f.Message)
+		}
 		if err != nil {
 			return err
 		}
 		return d.FailOperation(ctx, v.OperationID, f.Code, f.Message)
 	})
-	var de *domain.Error
-	if errors.Is(err, worker.ErrSkip) || (errors.As(err, &de) && de.Kind == domain.KindNotFound) {
+	if errors.Is(err, worker.ErrSkip) || isNotFound(err) {
 		return nil
 	}
 	return err
+}
+
+func isNotFound(err error) bool {
+	var de *domain.Error
+	return errors.As(err, &de) && de.Kind == domain.KindNotFound
 }

@@ -446,7 +446,7 @@ func TestUnreadableCredentialsFailAtOnce(t *testing.T) {
 	require.Zero(t, b.sandbox.Calls(marketplace.EndpointVerify))
 }
 
-func TestUnknownVerificationIsPermanentAndWritesNothing(t *testing.T) {
+func TestMissingVerificationFailsItsOperation(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	f := b.seed(t, "sk_test_valid_10")
@@ -459,8 +459,17 @@ func TestUnknownVerificationIsPermanentAndWritesNothing(t *testing.T) {
 	err = b.handler.Handle(context.Background(), job)
 	require.True(t, worker.IsPermanent(err))
 	s := b.state(t, f)
-	require.Equal(t, domain.OperationPending, s.op.Status)
-	require.Empty(t, s.events)
+	require.Equal(t, domain.TaskPending, s.verif.Status, "another verification is not touched")
+	require.Equal(t, domain.OperationFailed, s.op.Status)
+	require.Equal(t, "STORE_VERIFICATION_NOT_FOUND", s.op.ErrorCode)
+	require.Equal(t, []string{"failed"}, s.events)
+	require.Zero(t, b.sandbox.Calls(marketplace.EndpointVerify))
+
+	// Neither the verification nor the operation exists: nothing to record.
+	ev.OperationID = uuid.New()
+	job.Payload, err = json.Marshal(ev)
+	require.NoError(t, err)
+	require.True(t, worker.IsPermanent(b.handler.Handle(context.Background(), job)))
 
 	job.Payload = json.RawMessage(`{"verification_id": 7}`)
 	require.True(t, worker.IsPermanent(b.handler.Handle(context.Background(), job)))
