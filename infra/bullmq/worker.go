@@ -106,8 +106,10 @@ func (w *Worker) Run(ctx context.Context) error {
 	var bg sync.WaitGroup
 	rs := &runState{runCtx: ctx, jobCtx: jobCtx, bgCtx: bgCtx, finishCh: make(chan *finishReq, 2*w.cfg.Concurrency)}
 
-	bg.Add(2)
-	go func() { defer bg.Done(); w.finisher(rs) }()
+	bg.Add(finishers + 1)
+	for range finishers {
+		go func() { defer bg.Done(); w.finisher(rs) }()
+	}
 	go func() { defer bg.Done(); w.renewer(bgCtx) }()
 	if !w.cfg.DisableStalledCheck {
 		bg.Add(1)
@@ -406,6 +408,10 @@ func (w *Worker) finisher(rs *runState) {
 		}
 	}
 }
+
+// finishers is how many goroutines settle finished jobs: while one waits for
+// Redis, the other collects the next batch.
+const finishers = 2
 
 // finishChunk is how many jobs one EVALSHA of the finish script settles.
 const finishChunk = 64

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ThreeDotsLabs/watermill"
 	"github.com/google/uuid"
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
@@ -47,7 +48,8 @@ func (b bundle) add(t *testing.T, jobs ...bullmq.Job) []bullmq.AddResult {
 
 func (b bundle) worker(t *testing.T, mod func(*bullmq.WorkerConfig), h bullmq.HandlerFunc) *bullmq.Worker {
 	t.Helper()
-	wc := bullmq.WorkerConfig{Config: b.cfg, Queue: b.queue, DrainDelay: 200 * time.Millisecond}
+	wc := bullmq.WorkerConfig{Config: b.cfg, Queue: b.queue, DrainDelay: 200 * time.Millisecond,
+		Logger: testLogger{t}}
 	if mod != nil {
 		mod(&wc)
 	}
@@ -229,4 +231,17 @@ func TestConfigValidate(t *testing.T) {
 	assert.Error(t, c.Validate())
 	c.Backoff.Type = "fixed"
 	assert.NoError(t, c.Validate())
+}
+
+// testLogger sends the worker's errors to the test log.
+type testLogger struct{ t testing.TB }
+
+func (l testLogger) Error(msg string, err error, fields watermill.LogFields) {
+	l.t.Logf("ERROR %s: %v %v", msg, err, fields)
+}
+func (l testLogger) Info(msg string, fields watermill.LogFields)  {}
+func (l testLogger) Debug(msg string, fields watermill.LogFields) {}
+func (l testLogger) Trace(msg string, fields watermill.LogFields) {}
+func (l testLogger) With(fields watermill.LogFields) watermill.LoggerAdapter {
+	return l
 }
