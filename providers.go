@@ -8,7 +8,13 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net/http"
+	"strings"
 	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill-redisstream/pkg/redisstream"
+	"github.com/go-chi/chi/v5"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
@@ -20,11 +26,18 @@ import (
 	"github.com/listingkit/listing/app/commands"
 	"github.com/listingkit/listing/app/port"
 	"github.com/listingkit/listing/app/query"
+	"github.com/listingkit/listing/app/worker"
+	"github.com/listingkit/listing/domain"
 	"github.com/listingkit/listing/infra/auth"
+	"github.com/listingkit/listing/infra/bullmq"
 	"github.com/listingkit/listing/infra/config"
+	"github.com/listingkit/listing/infra/fetch"
 	"github.com/listingkit/listing/infra/httpapi"
 	"github.com/listingkit/listing/infra/idem"
+	"github.com/listingkit/listing/infra/outbox"
 	"github.com/listingkit/listing/infra/postgres"
+	"github.com/listingkit/listing/infra/secret"
+	"github.com/listingkit/listing/infra/storage"
 )
 
 // Options are assembly choices that are not configuration: tests use them to trade cost for
@@ -107,31 +120,132 @@ func ProvideBus(pool *pgxpool.Pool, guard *idem.Guard, reg *prometheus.Registry,
 	return bus.New(bus.Observe(log, m), postgres.TxMiddleware(pool), guard.Middleware()), nil
 }
 
+// Storage is the object storage and, for local storage, the upload endpoint it needs.
+type Storage struct {
+	port.ObjectStorage
+	// Uploads serves PUT /v1/uploads/{token} for local storage; nil with S3.
+	Uploads http.Handler
+}
+
+// ProvideStorage builds S3 storage when S3_BUCKET is set, else local storage in STORAGE_DIR.
+func ProvideStorage(ctx context.Context, cfg config.Config, log *slog.Logger) (*Storage, error) {
+	if cfg.S3Bucket != "" {
+		s3, err := storage.NewS3(ctx, storage.S3Config{Endpoint: cfg.S3Endpoint, Region: cfg.S3Region, Bucket: cfg.S3Bucket,
+			AccessKeyID: cfg.S3AccessKeyID, SecretAccessKey: cfg.S3SecretAccessKey, UsePathStyle: cfg.S3UsePathStyle})
+		if err != nil {
+			return nil, err
+		}
+		return &Storage{ObjectStorage: s3}, nil
+	}
+	spec := cfg.UploadSigningKey
+	if spec == "" {
+		spec = strings.TrimPrefix(config.DevKey("upload-signing"), "dev:")
+		log.Warn("UPLOAD_SIGNING_KEY is unset: using the public development signing key")
+	}
+	key, err := storage.DecodeSigningKey(spec)
+	if err != nil {
+		return nil, fmt.Errorf("UPLOAD_SIGNING_KEY: %w", err)
+	}
+	local, err := storage.NewLocal(storage.LocalConfig{Dir: cfg.StorageDir, PublicBaseURL: cfg.PublicBaseURL,
+		UploadPath: "/v1/uploads/", UploadSigningKey: key, Logger: log})
+	if err != nil {
+		return nil, err
+	}
+	return &Storage{ObjectStorage: local, Uploads: local.UploadHandler(storage.UploadHandlerConfig{})}, nil
+}
+
+// ProvideFetcher builds the SSRF-guarded material fetcher.
+func ProvideFetcher(cfg config.Config, log *slog.Logger) (*fetch.Fetcher, error) {
+	return fetch.New(fetch.Config{AllowPrivate: cfg.FetchAllowPrivate, Timeout: cfg.FetchTimeout,
+		DefaultMaxBytes: cfg.MediaMaxBytes, Logger: log})
+}
+
+// ProvideCipher builds the credential cipher.
+func ProvideCipher(cfg config.Config, log *slog.Logger) (*secret.Cipher, error) {
+	spec, dev := config.Keys(cfg.CredentialsKeys, "credentials")
+	if dev {
+		log.Warn("CREDENTIALS_KEYS is unset: using the public development key")
+	}
+	return secret.New(secret.Config{Keys: spec, RequireKeys: cfg.Production(), Logger: log})
+}
+
+// ProvideEventPublisher builds the outbox's write side with the routing of every event.
+func ProvideEventPublisher() (*outbox.EventPublisher, error) {
+	return outbox.NewEventPublisher(outbox.PublisherConfig{Routes: outbox.Routes(worker.Routes())})
+}
+
+// Repositories are the PostgreSQL repositories, stateless and shared.
+type Repositories struct {
+	Accounts      postgres.Accounts
+	Products      postgres.Products
+	Operations    *postgres.Repository[domain.Operation]
+	Stores        postgres.Stores
+	Verifications *postgres.Repository[domain.StoreVerification]
+	Media         *postgres.Repository[domain.Media]
+	MediaTasks    *postgres.Repository[domain.MediaTask]
+	Transfers     *postgres.Repository[domain.MaterialTransfer]
+	Publications  *postgres.Repository[domain.Publication]
+	Syncs         postgres.ProductSyncs
+	AITasks       *postgres.Repository[domain.AITask]
+	AILedger      postgres.AILedger
+}
+
+// ProvideRepositories builds the repositories.
+func ProvideRepositories() *Repositories {
+	return &Repositories{Operations: postgres.NewOperations(), Stores: postgres.NewStores(),
+		Verifications: postgres.NewStoreVerifications(), Media: postgres.NewMedia(), MediaTasks: postgres.NewMediaTasks(),
+		Transfers: postgres.NewMaterialTransfers(), Publications: postgres.NewPublications(), Syncs: postgres.NewProductSyncs(),
+		AITasks: postgres.NewAITasks()}
+}
+
 // ProvideApplication builds the catalogue of commands and queries.
-func ProvideApplication(b *bus.Bus, pool *pgxpool.Pool, hasher auth.Hasher, tokens *auth.Tokens) (*app.Application, error) {
-	accounts := postgres.Accounts{}
-	products := postgres.Products{}
+func ProvideApplication(cfg config.Config, b *bus.Bus, pool *pgxpool.Pool, hasher auth.Hasher, tokens *auth.Tokens,
+	repos *Repositories, events *outbox.EventPublisher, cipher *secret.Cipher, store *Storage, fetcher *fetch.Fetcher) (*app.Application, error) {
 	now := port.Clock(time.Now)
 	dummy, err := hasher.Hash("dummy password for timing")
 	if err != nil {
 		return nil, err
 	}
+	flow := commands.FlowDeps{Operations: repos.Operations, Events: events, Now: now}
+	stores := commands.StoreHandlers{FlowDeps: flow, Stores: repos.Stores, Verifications: repos.Verifications,
+		Cipher: cipher, Platforms: cfg.Platforms}
+	media := commands.MediaHandlers{FlowDeps: flow, Media: repos.Media, Tasks: repos.MediaTasks, Transfers: repos.Transfers,
+		Storage: store, MaxBytes: cfg.MediaMaxBytes, UploadTTL: time.Hour}
+	publishing := commands.PublishingHandlers{FlowDeps: flow, Products: repos.Products, Stores: repos.Stores,
+		Publications: repos.Publications, Syncs: repos.Syncs, AITasks: repos.AITasks}
+	accounts := repos.Accounts
 	return &app.Application{
 		Bus: b,
 		Commands: app.Commands{
 			RegisterUser:     commands.RegisterUserHandler{Accounts: accounts, Refresh: accounts, Hasher: hasher, Tokens: tokens, Now: now},
 			Login:            commands.LoginHandler{Accounts: accounts, Refresh: accounts, Hasher: hasher, Tokens: tokens, Now: now, DummyHash: dummy},
 			RefreshSession:   commands.RefreshSessionHandler{Refresh: accounts, Tokens: tokens, Now: now},
-			CreateProduct:    commands.CreateProductHandler{Products: products, Now: now},
-			SaveProductDraft: commands.SaveProductDraftHandler{Products: products, Now: now},
+			CreateProduct:    commands.CreateProductHandler{Products: repos.Products, Now: now},
+			SaveProductDraft: commands.SaveProductDraftHandler{Products: repos.Products, Now: now},
+
+			CreateStore:               bus.HandlerFunc[commands.CreateStore, commands.Started[domain.Store]](stores.Create),
+			ReplaceStoreAuthorization: bus.HandlerFunc[commands.ReplaceStoreAuthorization, commands.Started[domain.Store]](stores.ReplaceAuthorization),
+			VerifyStore:               bus.HandlerFunc[commands.VerifyStore, commands.Started[domain.Store]](stores.Verify),
+			CreateMedia:               bus.HandlerFunc[commands.CreateMedia, commands.MediaUpload](media.Create),
+			CompleteMediaUpload:       bus.HandlerFunc[commands.CompleteMediaUpload, commands.Started[domain.Media]](media.Complete),
+			CreateMaterialTransfer:    bus.HandlerFunc[commands.CreateMaterialTransfer, commands.Started[domain.MaterialTransfer]](media.Transfer),
+			PublishProduct:            bus.HandlerFunc[commands.PublishProduct, commands.Started[domain.Publication]](publishing.Publish),
+			SyncStoreProducts:         bus.HandlerFunc[commands.SyncStoreProducts, commands.Started[domain.ProductSync]](publishing.Sync),
+			CreateAITask:              bus.HandlerFunc[commands.CreateAITask, commands.Started[domain.AITask]](publishing.CreateAI),
 		},
-		Queries: query.Queries{Tx: postgres.Transactor{Pool: pool}, Accounts: accounts, Products: products},
+		Queries: query.Queries{Tx: postgres.Transactor{Pool: pool}, Accounts: accounts, Products: repos.Products,
+			Operations: repos.Operations, Stores: repos.Stores, Media: repos.Media, Transfers: repos.Transfers,
+			Publications: repos.Publications, Syncs: repos.Syncs, AITasks: repos.AITasks, Storage: store, Fetcher: fetcher},
 	}, nil
 }
 
 // ProvideHTTP builds the HTTP API.
-func ProvideHTTP(cfg config.Config, application *app.Application, tokens *auth.Tokens, guard *idem.Guard,
+func ProvideHTTP(cfg config.Config, application *app.Application, tokens *auth.Tokens, guard *idem.Guard, store *Storage,
 	pool *pgxpool.Pool, rdb *redis.Client, reg *prometheus.Registry, log *slog.Logger) (*httpapi.Server, error) {
+	var extra func(chi.Router)
+	if store.Uploads != nil {
+		extra = func(r chi.Router) { r.Put("/uploads/{token}", store.Uploads.ServeHTTP) }
+	}
 	return httpapi.New(httpapi.Config{MaxBodyBytes: cfg.MaxBodyBytes, AuthRatePerMinute: cfg.AuthRatePerMinute}, httpapi.Deps{
 		App:         application,
 		Tokens:      tokens,
@@ -142,6 +256,7 @@ func ProvideHTTP(cfg config.Config, application *app.Application, tokens *auth.T
 		},
 		Registry: reg,
 		Logger:   log,
+		Extra:    extra,
 	})
 }
 
@@ -151,4 +266,79 @@ type API struct {
 	App    *app.Application
 	Pool   *pgxpool.Pool
 	Redis  *redis.Client
+}
+
+// ProvideBullMQConfig is the queue configuration shared by publishers and workers.
+func ProvideBullMQConfig(cfg config.Config, rdb *redis.Client) bullmq.Config {
+	return bullmq.Config{Client: rdb, Prefix: cfg.BullMQPrefix, Attempts: cfg.JobAttempts}
+}
+
+// ProvidePublishers builds the dispatcher's publishers: BullMQ for every job queue and a
+// Redis stream for integration events. The stream publisher gets its own Redis client
+// (watermill-redisstream's Close closes the client it is given).
+func ProvidePublishers(cfg config.Config, bcfg bullmq.Config, log *slog.Logger) (outbox.PublisherMap, func(), error) {
+	wlog := watermill.NewSlogLogger(log)
+	bp, err := bullmq.NewPublisher(bullmq.PublisherConfig{Config: bcfg}, wlog)
+	if err != nil {
+		return nil, nil, err
+	}
+	opts, err := redis.ParseURL(cfg.RedisURL)
+	if err != nil {
+		return nil, nil, fmt.Errorf("REDIS_URL: invalid (details withheld: they may contain a password)")
+	}
+	streamClient := redis.NewClient(opts)
+	sp, err := redisstream.NewPublisher(redisstream.PublisherConfig{Client: streamClient, DefaultMaxlen: 100000}, wlog)
+	if err != nil {
+		_ = streamClient.Close()
+		return nil, nil, err
+	}
+	m := outbox.PublisherMap{worker.StreamOperationEvents: sp}
+	for _, q := range worker.Queues() {
+		m[q] = bp
+	}
+	return m, func() { _ = bp.Close(); _ = sp.Close() }, nil
+}
+
+// ProvideDispatcher builds the outbox dispatcher.
+func ProvideDispatcher(cfg config.Config, pool *pgxpool.Pool, pubs outbox.PublisherMap, reg *prometheus.Registry, log *slog.Logger) (*outbox.Dispatcher, error) {
+	return outbox.NewDispatcher(outbox.DispatcherConfig{MaxAttempts: cfg.OutboxMaxAttempts, Lease: cfg.OutboxLease}, pool, pubs, log, reg)
+}
+
+// Cleanup runs the retention jobs.
+type Cleanup struct {
+	Idempotency *idem.Cleaner
+	Outbox      *outbox.Cleaner
+}
+
+// ProvideCleanup builds the retention jobs.
+func ProvideCleanup(cfg config.Config, pool *pgxpool.Pool, log *slog.Logger) (*Cleanup, error) {
+	ic, err := idem.NewCleaner(pool, idem.CleanerConfig{})
+	if err != nil {
+		return nil, err
+	}
+	oc, err := outbox.NewCleaner(outbox.CleanupConfig{Retention: cfg.OutboxRetention}, pool, log)
+	if err != nil {
+		return nil, err
+	}
+	return &Cleanup{Idempotency: ic, Outbox: oc}, nil
+}
+
+// RunOnce runs every retention job once and logs what it deleted.
+func (c *Cleanup) RunOnce(ctx context.Context, log *slog.Logger) error {
+	is, err := c.Idempotency.RunOnce(ctx)
+	if err != nil {
+		return fmt.Errorf("idempotency cleanup: %w", err)
+	}
+	or, err := c.Outbox.Cleanup(ctx)
+	if err != nil {
+		return fmt.Errorf("outbox cleanup: %w", err)
+	}
+	log.Info("cleanup done", "idempotency_deleted", is.Deleted, "idempotency_workspaces", is.Workspaces,
+		"outbox_deleted", or.Deleted)
+	return nil
+}
+
+// Dispatch is the assembled outbox dispatcher.
+type Dispatch struct {
+	Dispatcher *outbox.Dispatcher
 }

@@ -12,12 +12,26 @@ import (
 	"github.com/listingkit/listing/infra/config"
 )
 
-// core builds what every role shares.
-var core = wire.NewSet(ProvidePool, ProvideRedis, ProvideIdempotency, ProvideBus, ProvideTokens, ProvideHasher, ProvideApplication)
+// core builds what the API and the workers share: connections, the command bus and the
+// application catalogue.
+var core = wire.NewSet(ProvidePool, ProvideRedis, ProvideIdempotency, ProvideBus, ProvideTokens, ProvideHasher,
+	ProvideRepositories, ProvideEventPublisher, ProvideCipher, ProvideStorage, ProvideFetcher, ProvideApplication)
 
 // InitializeAPI assembles the HTTP API. The cleanup function closes the pool and the Redis
 // client.
 func InitializeAPI(ctx context.Context, cfg config.Config, opts Options, reg *prometheus.Registry, log *slog.Logger) (*API, func(), error) {
 	wire.Build(core, ProvideHTTP, wire.Struct(new(API), "*"))
+	return nil, nil, nil
+}
+
+// InitializeDispatch assembles the outbox dispatcher and its publishers.
+func InitializeDispatch(ctx context.Context, cfg config.Config, reg *prometheus.Registry, log *slog.Logger) (*Dispatch, func(), error) {
+	wire.Build(ProvidePool, ProvideRedis, ProvideBullMQConfig, ProvidePublishers, ProvideDispatcher, wire.Struct(new(Dispatch), "*"))
+	return nil, nil, nil
+}
+
+// InitializeCleanup assembles the retention jobs.
+func InitializeCleanup(ctx context.Context, cfg config.Config, log *slog.Logger) (*Cleanup, func(), error) {
+	wire.Build(ProvidePool, ProvideCleanup)
 	return nil, nil, nil
 }

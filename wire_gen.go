@@ -39,7 +39,28 @@ func InitializeAPI(ctx context.Context, cfg config.Config, opts Options, reg *pr
 		cleanup()
 		return nil, nil, err
 	}
-	application, err := ProvideApplication(bus, pool, hasher, tokens)
+	repositories := ProvideRepositories()
+	eventPublisher, err := ProvideEventPublisher()
+	if err != nil {
+		cleanup()
+		return nil, nil, err
+	}
+	cipher, err := ProvideCipher(cfg, log)
+	if err != nil {
+		cleanup()
+		return nil, nil, err
+	}
+	storage, err := ProvideStorage(ctx, cfg, log)
+	if err != nil {
+		cleanup()
+		return nil, nil, err
+	}
+	fetcher, err := ProvideFetcher(cfg, log)
+	if err != nil {
+		cleanup()
+		return nil, nil, err
+	}
+	application, err := ProvideApplication(cfg, bus, pool, hasher, tokens, repositories, eventPublisher, cipher, storage, fetcher)
 	if err != nil {
 		cleanup()
 		return nil, nil, err
@@ -49,7 +70,7 @@ func InitializeAPI(ctx context.Context, cfg config.Config, opts Options, reg *pr
 		cleanup()
 		return nil, nil, err
 	}
-	server, err := ProvideHTTP(cfg, application, tokens, guard, pool, client, reg, log)
+	server, err := ProvideHTTP(cfg, application, tokens, guard, storage, pool, client, reg, log)
 	if err != nil {
 		cleanup2()
 		cleanup()
@@ -67,7 +88,60 @@ func InitializeAPI(ctx context.Context, cfg config.Config, opts Options, reg *pr
 	}, nil
 }
 
+// InitializeDispatch assembles the outbox dispatcher and its publishers.
+func InitializeDispatch(ctx context.Context, cfg config.Config, reg *prometheus.Registry, log *slog.Logger) (*Dispatch, func(), error) {
+	pool, cleanup, err := ProvidePool(ctx, cfg)
+	if err != nil {
+		return nil, nil, err
+	}
+	client, cleanup2, err := ProvideRedis(ctx, cfg)
+	if err != nil {
+		cleanup()
+		return nil, nil, err
+	}
+	bullmqConfig := ProvideBullMQConfig(cfg, client)
+	publisherMap, cleanup3, err := ProvidePublishers(cfg, bullmqConfig, log)
+	if err != nil {
+		cleanup2()
+		cleanup()
+		return nil, nil, err
+	}
+	dispatcher, err := ProvideDispatcher(cfg, pool, publisherMap, reg, log)
+	if err != nil {
+		cleanup3()
+		cleanup2()
+		cleanup()
+		return nil, nil, err
+	}
+	dispatch := &Dispatch{
+		Dispatcher: dispatcher,
+	}
+	return dispatch, func() {
+		cleanup3()
+		cleanup2()
+		cleanup()
+	}, nil
+}
+
+// InitializeCleanup assembles the retention jobs.
+func InitializeCleanup(ctx context.Context, cfg config.Config, log *slog.Logger) (*Cleanup, func(), error) {
+	pool, cleanup, err := ProvidePool(ctx, cfg)
+	if err != nil {
+		return nil, nil, err
+	}
+	listingCleanup, err := ProvideCleanup(cfg, pool, log)
+	if err != nil {
+		cleanup()
+		return nil, nil, err
+	}
+	return listingCleanup, func() {
+		cleanup()
+	}, nil
+}
+
 // wire.go:
 
-// core builds what every role shares.
-var core = wire.NewSet(ProvidePool, ProvideRedis, ProvideIdempotency, ProvideBus, ProvideTokens, ProvideHasher, ProvideApplication)
+// core builds what the API and the workers share: connections, the command bus and the
+// application catalogue.
+var core = wire.NewSet(ProvidePool, ProvideRedis, ProvideIdempotency, ProvideBus, ProvideTokens, ProvideHasher,
+	ProvideRepositories, ProvideEventPublisher, ProvideCipher, ProvideStorage, ProvideFetcher, ProvideApplication)

@@ -24,4 +24,14 @@ type Commands struct {
 	RefreshSession   bus.Handler[commands.RefreshSession, commands.RefreshSessionResult]
 	CreateProduct    bus.Handler[commands.CreateProduct, domain.Product]
 	SaveProductDraft bus.Handler[commands.SaveProductDraft, domain.Product]
+
+	CreateStore               bus.Handler[commands.CreateStore, commands.Started[domain.Store]]
+	ReplaceStoreAuthorization bus.Handler[commands.ReplaceStoreAuthorization, commands.Started[domain.Store]]
+	VerifyStore               bus.Handler[commands.VerifyStore, commands.Started[domain.Store]]
+	CreateMedia               bus.Handler[commands.CreateMedia, commands.MediaUpload]
+	CompleteMediaUpload       bus.Handler[commands.CompleteMediaUpload, commands.Started[domain.Media]]
+	CreateMaterialTransfer    bus.Handler[commands.CreateMaterialTransfer, commands.Started[domain.MaterialTransfer]]
+	PublishProduct            bus.Handler[commands.PublishProduct, commands.Started[domain.Publication]]
+	SyncStoreProducts         bus.Handler[commands.SyncStoreProducts, commands.Started[domain.ProductSync]]
+	CreateAITask              bus.Handler[commands.CreateAITask, commands.Started[domain.AITask]]
 }

@@ -4,6 +4,7 @@ package query
 
 import (
 	"context"
+	"errors"
 
 	"github.com/google/uuid"
 
@@ -17,11 +18,20 @@ type Scope struct {
 	UserID      uuid.UUID
 }
 
-// Queries is the catalogue of reads.
+// Queries is the catalogue of reads. Generic reads of any repository go through Get and List.
 type Queries struct {
-	Tx       port.Transactor
-	Accounts port.Accounts
-	Products port.Products
+	Tx           port.Transactor
+	Accounts     port.Accounts
+	Products     port.Products
+	Operations   port.Repository[domain.Operation]
+	Stores       port.Stores
+	Media        port.Repository[domain.Media]
+	Transfers    port.Repository[domain.MaterialTransfer]
+	Publications port.Repository[domain.Publication]
+	Syncs        port.ProductSyncs
+	AITasks      port.Repository[domain.AITask]
+	Storage      port.ObjectStorage
+	Fetcher      port.Fetcher
 }
 
 // IsMember reports whether the user belongs to the workspace. Callers answer 404 when not,
@@ -68,4 +78,46 @@ func (q Queries) ProductList(ctx context.Context, s Scope, page port.Page) ([]do
 		return err
 	})
 	return items, next, err
+}
+
+// Get reads one aggregate of the scope's workspace from repo.
+func Get[T any](ctx context.Context, tx port.Transactor, s Scope, repo port.Repository[T], id uuid.UUID) (T, error) {
+	var v T
+	err := tx.InTx(ctx, s.WorkspaceID, s.UserID, func(ctx context.Context) error {
+		var err error
+		v, err = repo.Get(ctx, id)
+		return err
+	})
+	return v, err
+}
+
+// List reads one page of the scope's workspace from repo, newest first.
+func List[T any](ctx context.Context, tx port.Transactor, s Scope, repo port.Repository[T], page port.Page) ([]T, string, error) {
+	var items []T
+	var next string
+	err := tx.InTx(ctx, s.WorkspaceID, s.UserID, func(ctx context.Context) error {
+		var err error
+		items, next, err = repo.List(ctx, page)
+		return err
+	})
+	return items, next, err
+}
+
+// MediaObject returns the size of a media's uploaded bytes in storage, or -1 when nothing
+// was uploaded yet. It reads storage, so it runs outside any transaction.
+func (q Queries) MediaObject(ctx context.Context, s Scope, mediaID uuid.UUID) (int64, error) {
+	info, err := q.Storage.Stat(ctx, domain.MediaObjectKey(s.WorkspaceID, mediaID))
+	if errors.Is(err, port.ErrObjectNotFound) {
+		return -1, nil
+	}
+	if err != nil {
+		return 0, err
+	}
+	return info.Size, nil
+}
+
+// CheckSourceURL refuses a material source that is malformed or leads to a forbidden
+// address, before anything is written.
+func (q Queries) CheckSourceURL(ctx context.Context, sourceURL string) error {
+	return q.Fetcher.CheckURL(ctx, sourceURL)
 }

@@ -2,6 +2,9 @@
 //
 //	app migrate   apply database migrations (MIGRATE_DATABASE_URL, the owner role)
 //	app serve     the HTTP API
+//	app dispatch  the outbox dispatcher
+//	app cleanup   retention jobs
+//	app outbox    operators' view of the outbox
 //	app all       everything in one process (development default)
 //
 // Run `app help` for the full list. Configuration comes from environment variables (see the
@@ -29,9 +32,12 @@ type subcommand struct {
 
 func subcommands() map[string]subcommand {
 	return map[string]subcommand{
-		"migrate": {"apply the embedded database migrations (idempotent)", runMigrate},
-		"serve":   {"run the HTTP API", runServe},
-		"all":     {"migrate, then run every role in one process (development)", runAll},
+		"migrate":  {"apply the embedded database migrations (idempotent)", runMigrate},
+		"serve":    {"run the HTTP API", runServe},
+		"dispatch": {"run the outbox dispatcher (outbox → BullMQ / Redis streams)", runDispatch},
+		"cleanup":  {"delete expired idempotency records and old dispatched events (once, or -every D)", runCleanup},
+		"outbox":   {"operators: stats | list | show | redrive", runOutbox},
+		"all":      {"migrate, then run every role in one process (development)", runAll},
 	}
 }
 

@@ -10,6 +10,8 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"golang.org/x/sync/errgroup"
 
 	listing "github.com/listingkit/listing"
@@ -64,13 +66,39 @@ func runAll(ctx context.Context, cfg config.Config, log *slog.Logger, args []str
 		return err
 	}
 	reg := listing.NewRegistry()
-	api, cleanup, err := listing.InitializeAPI(ctx, cfg, listing.Options{}, reg, log)
+	api, cleanupAPI, err := listing.InitializeAPI(ctx, cfg, listing.Options{}, reg, log)
 	if err != nil {
 		return err
 	}
-	defer cleanup()
+	defer cleanupAPI()
+	d, cleanupDispatch, err := listing.InitializeDispatch(ctx, cfg, reg, log)
+	if err != nil {
+		return err
+	}
+	defer cleanupDispatch()
+	retention, cleanupRetention, err := listing.InitializeCleanup(ctx, cfg, log)
+	if err != nil {
+		return err
+	}
+	defer cleanupRetention()
+
 	g, ctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return serveHTTP(ctx, cfg.HTTPAddr, api.Server, log) })
+	g.Go(func() error { return d.Dispatcher.Run(ctx) })
+	g.Go(func() error { return cleanupLoop(ctx, retention, cfg.CleanupInterval, log) })
+	return g.Wait()
+}
+
+// runWithMetrics runs fn until ctx ends, serving /metrics on addr when addr is set.
+func runWithMetrics(ctx context.Context, addr string, reg *prometheus.Registry, log *slog.Logger, fn func(context.Context) error) error {
+	if addr == "" {
+		return fn(ctx)
+	}
+	g, ctx := errgroup.WithContext(ctx)
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	g.Go(func() error { return serveHTTP(ctx, addr, mux, log) })
+	g.Go(func() error { return fn(ctx) })
 	return g.Wait()
 }
 

@@ -54,6 +54,54 @@ type Config struct {
 
 	// CleanupInterval is how often `cleanup --every` and `all` run the retention jobs.
 	CleanupInterval time.Duration `env:"CLEANUP_INTERVAL" envDefault:"10m"`
+	// OutboxRetention is how long dispatched outbox events are kept for troubleshooting.
+	OutboxRetention time.Duration `env:"OUTBOX_RETENTION" envDefault:"168h"`
+	// OutboxMaxAttempts is how many delivery attempts an event gets before dead_letter.
+	OutboxMaxAttempts int `env:"OUTBOX_MAX_ATTEMPTS" envDefault:"20"`
+	// OutboxLease bounds how long a dispatcher holds claimed events before others may retry.
+	OutboxLease time.Duration `env:"OUTBOX_LEASE" envDefault:"30s"`
+	// JobAttempts is how many times a BullMQ job runs before it fails for good.
+	JobAttempts int `env:"JOB_ATTEMPTS" envDefault:"5"`
+	// WorkerConcurrency is how many jobs of each queue one `work` process runs at once.
+	WorkerConcurrency int `env:"WORKER_CONCURRENCY" envDefault:"4"`
+
+	// PlatformBaseURL is the marketplace gateway. Empty in development: `all` and `work`
+	// start the marketplace sandbox on SandboxMarketplaceAddr instead.
+	PlatformBaseURL string `env:"PLATFORM_BASE_URL"`
+	// Platforms lists the platform names stores may use.
+	Platforms []string `env:"PLATFORMS" envDefault:"sandbox"`
+	// AIBaseURL and AIAPIKey reach an OpenAI-compatible provider. Empty in development: the
+	// AI sandbox is started on SandboxAIAddr instead.
+	AIBaseURL string `env:"AI_BASE_URL"`
+	AIAPIKey  string `env:"AI_API_KEY"`
+	// AITextModel names the model of text and category tasks.
+	AITextModel string `env:"AI_TEXT_MODEL" envDefault:"gpt-4o-mini"`
+	// SandboxMarketplaceAddr and SandboxAIAddr are where development sandboxes listen.
+	SandboxMarketplaceAddr string `env:"SANDBOX_MARKETPLACE_ADDR" envDefault:"127.0.0.1:8091"`
+	SandboxAIAddr          string `env:"SANDBOX_AI_ADDR" envDefault:"127.0.0.1:8092"`
+
+	// StorageDir is the local object storage (used when S3Bucket is empty).
+	StorageDir string `env:"STORAGE_DIR" envDefault:"./var/storage"`
+	// S3 settings; S3Bucket set means S3 storage.
+	S3Endpoint        string `env:"S3_ENDPOINT"`
+	S3Region          string `env:"S3_REGION" envDefault:"us-east-1"`
+	S3Bucket          string `env:"S3_BUCKET"`
+	S3AccessKeyID     string `env:"S3_ACCESS_KEY_ID"`
+	S3SecretAccessKey string `env:"S3_SECRET_ACCESS_KEY"`
+	S3UsePathStyle    bool   `env:"S3_USE_PATH_STYLE" envDefault:"true"`
+	// UploadSigningKey signs local upload URLs (base64, ≥ 32 bytes); every `serve` process
+	// must share it.
+	UploadSigningKey string `env:"UPLOAD_SIGNING_KEY"`
+	// MediaMaxBytes bounds an uploaded or transferred media.
+	MediaMaxBytes int64 `env:"MEDIA_MAX_BYTES" envDefault:"20971520"`
+	// FetchAllowPrivate lets material transfers reach private, loopback and link-local
+	// addresses (development and tests only).
+	FetchAllowPrivate bool `env:"FETCH_ALLOW_PRIVATE" envDefault:"false"`
+	// FetchTimeout bounds one material download.
+	FetchTimeout time.Duration `env:"FETCH_TIMEOUT" envDefault:"60s"`
+
+	// CredentialsKeys seal store credentials: "id:base64-32-bytes,..."; the first seals.
+	CredentialsKeys string `env:"CREDENTIALS_KEYS"`
 }
 
 // Load reads the environment.
@@ -78,9 +126,21 @@ func (c Config) Validate() error {
 		if c.FingerprintKeys == "" {
 			errs = append(errs, errors.New("FINGERPRINT_KEYS is required in production"))
 		}
+		if c.CredentialsKeys == "" {
+			errs = append(errs, errors.New("CREDENTIALS_KEYS is required in production"))
+		}
+		if c.UploadSigningKey == "" && c.S3Bucket == "" {
+			errs = append(errs, errors.New("UPLOAD_SIGNING_KEY is required in production with local storage"))
+		}
+		if c.PlatformBaseURL == "" || c.AIBaseURL == "" {
+			errs = append(errs, errors.New("PLATFORM_BASE_URL and AI_BASE_URL are required in production (sandboxes are for development)"))
+		}
 	}
 	if c.IdempotencyRetention < 24*time.Hour {
 		errs = append(errs, errors.New("IDEMPOTENCY_RETENTION must be at least 24h"))
+	}
+	if c.JobAttempts < 1 || c.WorkerConcurrency < 1 || c.OutboxMaxAttempts < 1 {
+		errs = append(errs, errors.New("JOB_ATTEMPTS, WORKER_CONCURRENCY and OUTBOX_MAX_ATTEMPTS must be at least 1"))
 	}
 	if c.MaxBodyBytes < 1024 {
 		errs = append(errs, errors.New("MAX_BODY_BYTES must be at least 1024"))

@@ -50,7 +50,10 @@ func decodeStrict(body []byte, dst any) error {
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(dst); err != nil {
 		var typeErr *json.UnmarshalTypeError
+		var domainErr *domain.Error
 		switch {
+		case errors.As(err, &domainErr): // a field's own UnmarshalJSON refused its value
+			return domainErr
 		case errors.As(err, &typeErr):
 			field := typeErr.Field
 			if field == "" {

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/go-chi/chi/v5"
+	"github.com/listingkit/listing/app"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 	"go.yaml.in/yaml/v3"
@@ -15,7 +16,7 @@ import (
 // TestOpenAPIDocumentMatchesRoutes keeps the served document true: every route the router
 // serves is documented with its method, and every documented operation is served.
 func TestOpenAPIDocumentMatchesRoutes(t *testing.T) {
-	s, err := New(Config{}, Deps{Registry: prometheus.NewRegistry(), Extra: nil})
+	s, err := New(Config{}, Deps{App: &app.Application{}, Registry: prometheus.NewRegistry()})
 	require.NoError(t, err)
 
 	served := map[string]bool{}

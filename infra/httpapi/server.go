@@ -142,6 +142,7 @@ func (s *Server) routes() http.Handler {
 				r.Get("/products", s.listProducts)
 				r.Get("/products/{product_id}", s.getProduct)
 				r.Put("/products/{product_id}/draft", s.saveProductDraft)
+				s.flowRoutes(r)
 			})
 		})
 		if s.deps.Extra != nil {

@@ -39,6 +39,9 @@ type Repository[T any] struct {
 	insert string
 	sel    string
 	update string
+	// updateArgs are the indexes in columns of the update's parameters, in order: the id,
+	// then every column but workspace_id and created_at, which never change.
+	updateArgs []int
 }
 
 var _ port.Repository[domain.Operation] = (*Repository[domain.Operation])(nil)
@@ -46,18 +49,21 @@ var _ port.Repository[domain.Operation] = (*Repository[domain.Operation])(nil)
 func newRepository[T any](t table[T]) *Repository[T] {
 	cols := strings.Join(t.columns, ", ")
 	ph := make([]string, len(t.columns))
-	set := make([]string, 0, len(t.columns))
+	set := []string{}
+	updateArgs := []int{0} // id is $1
 	for i, c := range t.columns {
 		ph[i] = fmt.Sprintf("$%d", i+1)
-		if c != "id" && c != "workspace_id" && c != "created_at" {
-			set = append(set, fmt.Sprintf("%s = $%d", c, i+1))
+		if i != 0 && c != "workspace_id" && c != "created_at" {
+			updateArgs = append(updateArgs, i)
+			set = append(set, fmt.Sprintf("%s = $%d", c, len(updateArgs)))
 		}
 	}
 	return &Repository[T]{
-		t:      t,
-		insert: fmt.Sprintf("INSERT INTO %s (%s) VALUES (%s) ON CONFLICT DO NOTHING", t.name, cols, strings.Join(ph, ", ")),
-		sel:    fmt.Sprintf("SELECT %s FROM %s", cols, t.name),
-		update: fmt.Sprintf("UPDATE %s SET %s WHERE id = $1", t.name, strings.Join(set, ", ")),
+		t:          t,
+		insert:     fmt.Sprintf("INSERT INTO %s (%s) VALUES (%s) ON CONFLICT DO NOTHING", t.name, cols, strings.Join(ph, ", ")),
+		sel:        fmt.Sprintf("SELECT %s FROM %s", cols, t.name),
+		update:     fmt.Sprintf("UPDATE %s SET %s WHERE id = $1", t.name, strings.Join(set, ", ")),
+		updateArgs: updateArgs,
 	}
 }
 
@@ -126,7 +132,12 @@ func (r *Repository[T]) Save(ctx context.Context, v T) error {
 	if err != nil {
 		return err
 	}
-	if _, err := tx.Exec(ctx, r.update, r.t.values(&v)...); err != nil {
+	all := r.t.values(&v)
+	args := make([]any, len(r.updateArgs))
+	for i, idx := range r.updateArgs {
+		args[i] = all[idx]
+	}
+	if _, err := tx.Exec(ctx, r.update, args...); err != nil {
 		return fmt.Errorf("%s: %w", r.op("Save"), TranslateError(err))
 	}
 	return nil

@@ -1,0 +1,141 @@
+package commands
+
+import (
+	"context"
+	"errors"
+
+	"github.com/google/uuid"
+
+	"github.com/listingkit/listing/app/port"
+	"github.com/listingkit/listing/domain"
+)
+
+// PublishProduct starts the first publish of a product to a store (seed §5, row 4).
+type PublishProduct struct {
+	PublicationID uuid.UUID
+	WorkspaceID   uuid.UUID
+	UserID        uuid.UUID
+	ProductID     uuid.UUID
+	StoreID       uuid.UUID
+}
+
+// CommandName implements bus.Command.
+func (PublishProduct) CommandName() string { return "PublishProduct" }
+
+// SyncStoreProducts starts a full sync of a store's online products (seed §5, row 5).
+type SyncStoreProducts struct {
+	SyncID      uuid.UUID
+	WorkspaceID uuid.UUID
+	UserID      uuid.UUID
+	StoreID     uuid.UUID
+}
+
+// CommandName implements bus.Command.
+func (SyncStoreProducts) CommandName() string { return "SyncStoreProducts" }
+
+// CreateAITask starts an AI task about a product (seed §5, row 6).
+type CreateAITask struct {
+	TaskID      uuid.UUID
+	WorkspaceID uuid.UUID
+	UserID      uuid.UUID
+	Kind        string
+	ProductID   uuid.UUID
+	Prompt      string
+}
+
+// CommandName implements bus.Command.
+func (CreateAITask) CommandName() string { return "CreateAITask" }
+
+// PublishingHandlers handles publications, syncs and AI tasks.
+type PublishingHandlers struct {
+	FlowDeps
+	Products     port.Products
+	Stores       port.Stores
+	Publications port.Repository[domain.Publication]
+	Syncs        port.ProductSyncs
+	AITasks      port.Repository[domain.AITask]
+}
+
+// ErrProductNotFound is the product error of these commands.
+var ErrProductNotFound = domain.NewError(domain.KindNotFound, "PRODUCT_NOT_FOUND", "the product does not exist")
+
+func (h PublishingHandlers) product(ctx context.Context, id uuid.UUID) (domain.Product, error) {
+	p, err := h.Products.Get(ctx, id)
+	if errors.Is(err, domain.ErrNotFound) {
+		return p, ErrProductNotFound
+	}
+	return p, err
+}
+
+// verifiedStore returns the store when its credentials are verified.
+func (h PublishingHandlers) verifiedStore(ctx context.Context, id uuid.UUID) (domain.Store, error) {
+	s, err := h.Stores.Get(ctx, id)
+	if err != nil {
+		return s, err
+	}
+	if s.Status != domain.StoreVerified {
+		return s, domain.ErrStoreNotVerified
+	}
+	return s, nil
+}
+
+// Publish handles PublishProduct. A second request for the same product and store is
+// PRODUCT_ALREADY_PUBLISHED while the first is pending, running or done.
+func (h PublishingHandlers) Publish(ctx context.Context, cmd PublishProduct) (Started[domain.Publication], error) {
+	p, err := h.product(ctx, cmd.ProductID)
+	if err != nil {
+		return Started[domain.Publication]{}, err
+	}
+	if _, err := h.verifiedStore(ctx, cmd.StoreID); err != nil {
+		return Started[domain.Publication]{}, err
+	}
+	op := h.newOperation(cmd.WorkspaceID, cmd.UserID, OpPublication, "publication", cmd.PublicationID)
+	pub := domain.NewPublication(cmd.PublicationID, cmd.WorkspaceID, op.ID, p.ID, cmd.StoreID, p.Revision, h.now())
+	err = h.start(ctx, op, func() error { return h.Publications.Insert(ctx, pub) }, domain.PublicationRequested{
+		PublicationID: pub.ID, OperationID: op.ID, ProductID: p.ID, StoreID: cmd.StoreID, ProductRevision: p.Revision})
+	if err != nil {
+		return Started[domain.Publication]{}, err
+	}
+	return Started[domain.Publication]{Resource: pub, Operation: op}, nil
+}
+
+// Sync handles SyncStoreProducts. While a sync of the store is active another is
+// PRODUCT_SYNC_ALREADY_ACTIVE, naming the active one (the database enforces it).
+func (h PublishingHandlers) Sync(ctx context.Context, cmd SyncStoreProducts) (Started[domain.ProductSync], error) {
+	if _, err := h.verifiedStore(ctx, cmd.StoreID); err != nil {
+		return Started[domain.ProductSync]{}, err
+	}
+	op := h.newOperation(cmd.WorkspaceID, cmd.UserID, OpProductSync, "product_sync", cmd.SyncID)
+	sync := domain.NewProductSync(cmd.SyncID, cmd.WorkspaceID, op.ID, cmd.StoreID, h.now())
+	err := h.start(ctx, op, func() error { return h.Syncs.Insert(ctx, sync) },
+		domain.ProductSyncRequested{SyncID: sync.ID, OperationID: op.ID, StoreID: cmd.StoreID})
+	if errors.Is(err, domain.ErrProductSyncAlreadyActive) {
+		if active, aerr := h.Syncs.Active(ctx, cmd.StoreID); aerr == nil {
+			return Started[domain.ProductSync]{}, domain.ErrProductSyncAlreadyActive.
+				WithMessage("product sync %s of this store is still active", active.ID).
+				WithField("active_sync_id", active.ID.String())
+		}
+	}
+	if err != nil {
+		return Started[domain.ProductSync]{}, err
+	}
+	return Started[domain.ProductSync]{Resource: sync, Operation: op}, nil
+}
+
+// CreateAI handles CreateAITask.
+func (h PublishingHandlers) CreateAI(ctx context.Context, cmd CreateAITask) (Started[domain.AITask], error) {
+	if _, err := h.product(ctx, cmd.ProductID); err != nil {
+		return Started[domain.AITask]{}, err
+	}
+	op := h.newOperation(cmd.WorkspaceID, cmd.UserID, OpAITask, "ai_task", cmd.TaskID)
+	t, err := domain.NewAITask(cmd.TaskID, cmd.WorkspaceID, op.ID, cmd.Kind, cmd.ProductID, cmd.Prompt, h.now())
+	if err != nil {
+		return Started[domain.AITask]{}, err
+	}
+	err = h.start(ctx, op, func() error { return h.AITasks.Insert(ctx, t) },
+		domain.AITaskRequested{AITaskID: t.ID, OperationID: op.ID, Kind: t.Kind, ProductID: t.ProductID})
+	if err != nil {
+		return Started[domain.AITask]{}, err
+	}
+	return Started[domain.AITask]{Resource: t, Operation: op}, nil
+}

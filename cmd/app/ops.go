@@ -1,0 +1,149 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+
+	listing "github.com/listingkit/listing"
+	"github.com/listingkit/listing/infra/config"
+	"github.com/listingkit/listing/infra/outbox"
+	"github.com/listingkit/listing/infra/postgres"
+)
+
+func runDispatch(ctx context.Context, cfg config.Config, log *slog.Logger, args []string) error {
+	fs := flag.NewFlagSet("dispatch", flag.ContinueOnError)
+	metricsAddr := fs.String("metrics-addr", "", "serve /metrics on this address (empty: none)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	reg := listing.NewRegistry()
+	d, cleanup, err := listing.InitializeDispatch(ctx, cfg, reg, log)
+	if err != nil {
+		return err
+	}
+	defer cleanup()
+	return runWithMetrics(ctx, *metricsAddr, reg, log, d.Dispatcher.Run)
+}
+
+func runCleanup(ctx context.Context, cfg config.Config, log *slog.Logger, args []string) error {
+	fs := flag.NewFlagSet("cleanup", flag.ContinueOnError)
+	every := fs.Duration("every", 0, "run on this schedule until stopped (0: once), e.g. 10m")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	c, cleanup, err := listing.InitializeCleanup(ctx, cfg, log)
+	if err != nil {
+		return err
+	}
+	defer cleanup()
+	if *every <= 0 {
+		return c.RunOnce(ctx, log)
+	}
+	return cleanupLoop(ctx, c, *every, log)
+}
+
+// cleanupLoop runs the retention jobs now and then every interval until ctx ends. A failed
+// round is logged and tried again at the next tick.
+func cleanupLoop(ctx context.Context, c *listing.Cleanup, every time.Duration, log *slog.Logger) error {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		if err := c.RunOnce(ctx, log); err != nil && ctx.Err() == nil {
+			log.Error("cleanup failed", "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+	}
+}
+
+// runOutbox is the operators' tool: stats, list, show, redrive.
+func runOutbox(ctx context.Context, cfg config.Config, log *slog.Logger, args []string) error {
+	if len(args) == 0 {
+		return errors.New("usage: app outbox stats | list -workspace ID [-status S] | show -workspace ID -id EVENT | redrive -workspace ID (-id EVENT,... | -all) -by NAME -reason TEXT")
+	}
+	pool, err := postgres.Connect(ctx, postgres.PoolConfig{URL: cfg.DatabaseURL, MaxConns: 2})
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	ops := outbox.NewOps(pool)
+
+	fs := flag.NewFlagSet("outbox "+args[0], flag.ContinueOnError)
+	ws := fs.String("workspace", "", "workspace id")
+	status := fs.String("status", "", "filter by status (pending, dispatching, dispatched, dead_letter)")
+	limit := fs.Int("limit", 50, "how many events to list")
+	ids := fs.String("id", "", "event id (comma-separated for redrive)")
+	all := fs.Bool("all", false, "redrive every dead letter of the workspace")
+	by := fs.String("by", "", "who redrives (recorded)")
+	reason := fs.String("reason", "", "why (recorded)")
+	if err := fs.Parse(args[1:]); err != nil {
+		return err
+	}
+	out := json.NewEncoder(os.Stdout)
+	out.SetIndent("", "  ")
+
+	switch args[0] {
+	case "stats":
+		st, err := ops.Stats(ctx)
+		if err != nil {
+			return err
+		}
+		return out.Encode(map[string]any{"at": st.At, "by_status": st.ByStatus, "oldest_pending_age_seconds": st.OldestPendingAge.Seconds()})
+	case "list":
+		w, err := uuid.Parse(*ws)
+		if err != nil {
+			return errors.New("-workspace must be a workspace id")
+		}
+		items, err := ops.List(ctx, outbox.ListParams{WorkspaceID: w, Status: *status, Limit: *limit})
+		if err != nil {
+			return err
+		}
+		return out.Encode(map[string]any{"items": items})
+	case "show":
+		w, err1 := uuid.Parse(*ws)
+		id, err2 := uuid.Parse(*ids)
+		if err1 != nil || err2 != nil {
+			return errors.New("-workspace and -id must be ids")
+		}
+		ev, err := ops.Show(ctx, w, id)
+		if err != nil {
+			return err
+		}
+		return out.Encode(ev)
+	case "redrive":
+		w, err := uuid.Parse(*ws)
+		if err != nil {
+			return errors.New("-workspace must be a workspace id")
+		}
+		p := outbox.RedriveParams{WorkspaceID: w, All: *all, By: *by, Reason: *reason}
+		for _, s := range strings.Split(*ids, ",") {
+			if s = strings.TrimSpace(s); s == "" {
+				continue
+			}
+			id, err := uuid.Parse(s)
+			if err != nil {
+				return fmt.Errorf("-id %q is not an event id", s)
+			}
+			p.EventIDs = append(p.EventIDs, id)
+		}
+		done, err := ops.Redrive(ctx, p)
+		if err != nil {
+			return err
+		}
+		log.Info("outbox redrive", "workspace_id", w.String(), "events", len(done), "by", *by)
+		return out.Encode(map[string]any{"redriven": done})
+	}
+	return fmt.Errorf("unknown outbox command %q", args[0])
+}
