@@ -396,12 +396,16 @@ func (w *Worker) finisher(rs *runState) {
 			fetch = len(batch)
 		}
 		taken := w.finishBatch(rs.bgCtx, batch, fetch)
-		w.start(rs, taken)
+		// Forget the settled jobs before holding the taken ones: the same
+		// job may be among both (retried or handed back, then taken again).
 		w.mu.Lock()
 		for _, r := range batch {
-			delete(w.held, r.job.ID)
+			if w.held[r.job.ID] == r.job {
+				delete(w.held, r.job.ID)
+			}
 		}
 		w.mu.Unlock()
+		w.start(rs, taken)
 		w.release(int64(len(batch) - len(taken)))
 		for _, r := range batch {
 			close(r.done)
@@ -431,7 +435,7 @@ func (w *Worker) finishBatch(ctx context.Context, batch []*finishReq, fetch int)
 		}
 		calls = append(calls, w.finishCall(batch[start:end], now, n))
 	}
-	var cmds []*redisCmd
+	var cmds []*redis.Cmd
 	var err error
 	delay := 100 * time.Millisecond
 	for attempt := 0; ; attempt++ {
@@ -462,7 +466,7 @@ func (w *Worker) finishBatch(ctx context.Context, batch []*finishReq, fetch int)
 				continue
 			}
 			r := batch[c*finishChunk+i]
-			w.logger.Error("bullmq: finishing job failed", finishError(nil, code),
+			w.logger.Error("bullmq: finishing job failed", finishError(code),
 				watermill.LogFields{"job_id": r.job.ID, "outcome": r.kind})
 		}
 		if c == len(cmds)-1 && fetch > 0 {
@@ -472,12 +476,7 @@ func (w *Worker) finishBatch(ctx context.Context, batch []*finishReq, fetch int)
 	return taken
 }
 
-type redisCmd = redis.Cmd
-
-func finishError(err error, code int64) error {
-	if err != nil {
-		return err
-	}
+func finishError(code int64) error {
 	switch code {
 	case -1:
 		return errors.New("job missing")
@@ -564,7 +563,14 @@ func (w *Worker) extend(ctx context.Context, jobs []*Job) {
 		return
 	}
 	for i, ok := range res {
-		if ok == 0 {
+		if ok != 0 {
+			continue
+		}
+		// A job settled since the snapshot has no lock any more: not a loss.
+		w.mu.Lock()
+		still := w.held[jobs[i].ID] == jobs[i]
+		w.mu.Unlock()
+		if still {
 			w.logger.Error("bullmq: lost the lock of a running job", nil, watermill.LogFields{"job_id": jobs[i].ID})
 		}
 	}
