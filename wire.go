@@ -35,3 +35,11 @@ func InitializeCleanup(ctx context.Context, cfg config.Config, log *slog.Logger)
 	wire.Build(ProvidePool, ProvideCleanup)
 	return nil, nil, nil
 }
+
+// InitializeWork assembles the job consumers of every queue, with the external systems
+// (or their development sandboxes).
+func InitializeWork(ctx context.Context, cfg config.Config, reg *prometheus.Registry, log *slog.Logger) (*Work, func(), error) {
+	wire.Build(ProvidePool, ProvideRedis, ProvideRepositories, ProvideEventPublisher, ProvideCipher, ProvideStorage,
+		ProvideFetcher, ProvideExternals, ProvideJobHandlers, ProvideBullMQConfig, ProvideRunner, wire.Struct(new(Work), "*"))
+	return nil, nil, nil
+}

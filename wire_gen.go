@@ -139,6 +139,75 @@ func InitializeCleanup(ctx context.Context, cfg config.Config, log *slog.Logger)
 	}, nil
 }
 
+// InitializeWork assembles the job consumers of every queue, with the external systems
+// (or their development sandboxes).
+func InitializeWork(ctx context.Context, cfg config.Config, reg *prometheus.Registry, log *slog.Logger) (*Work, func(), error) {
+	client, cleanup, err := ProvideRedis(ctx, cfg)
+	if err != nil {
+		return nil, nil, err
+	}
+	bullmqConfig := ProvideBullMQConfig(cfg, client)
+	pool, cleanup2, err := ProvidePool(ctx, cfg)
+	if err != nil {
+		cleanup()
+		return nil, nil, err
+	}
+	repositories := ProvideRepositories()
+	eventPublisher, err := ProvideEventPublisher()
+	if err != nil {
+		cleanup2()
+		cleanup()
+		return nil, nil, err
+	}
+	cipher, err := ProvideCipher(cfg, log)
+	if err != nil {
+		cleanup2()
+		cleanup()
+		return nil, nil, err
+	}
+	storage, err := ProvideStorage(ctx, cfg, log)
+	if err != nil {
+		cleanup2()
+		cleanup()
+		return nil, nil, err
+	}
+	fetcher, err := ProvideFetcher(cfg, log)
+	if err != nil {
+		cleanup2()
+		cleanup()
+		return nil, nil, err
+	}
+	externals, cleanup3, err := ProvideExternals(cfg, log)
+	if err != nil {
+		cleanup2()
+		cleanup()
+		return nil, nil, err
+	}
+	v, err := ProvideJobHandlers(cfg, pool, repositories, eventPublisher, cipher, storage, fetcher, externals, log)
+	if err != nil {
+		cleanup3()
+		cleanup2()
+		cleanup()
+		return nil, nil, err
+	}
+	runner, err := ProvideRunner(cfg, bullmqConfig, v, log)
+	if err != nil {
+		cleanup3()
+		cleanup2()
+		cleanup()
+		return nil, nil, err
+	}
+	work := &Work{
+		Runner:    runner,
+		Externals: externals,
+	}
+	return work, func() {
+		cleanup3()
+		cleanup2()
+		cleanup()
+	}, nil
+}
+
 // wire.go:
 
 // core builds what the API and the workers share: connections, the command bus and the

@@ -3,6 +3,7 @@
 //	app migrate   apply database migrations (MIGRATE_DATABASE_URL, the owner role)
 //	app serve     the HTTP API
 //	app dispatch  the outbox dispatcher
+//	app work      the BullMQ job consumers
 //	app cleanup   retention jobs
 //	app outbox    operators' view of the outbox
 //	app all       everything in one process (development default)
@@ -35,6 +36,7 @@ func subcommands() map[string]subcommand {
 		"migrate":  {"apply the embedded database migrations (idempotent)", runMigrate},
 		"serve":    {"run the HTTP API", runServe},
 		"dispatch": {"run the outbox dispatcher (outbox → BullMQ / Redis streams)", runDispatch},
+		"work":     {"run the BullMQ job consumers of every queue", runWork},
 		"cleanup":  {"delete expired idempotency records and old dispatched events (once, or -every D)", runCleanup},
 		"outbox":   {"operators: stats | list | show | redrive", runOutbox},
 		"all":      {"migrate, then run every role in one process (development)", runAll},

@@ -34,6 +34,21 @@ func runDispatch(ctx context.Context, cfg config.Config, log *slog.Logger, args 
 	return runWithMetrics(ctx, *metricsAddr, reg, log, d.Dispatcher.Run)
 }
 
+func runWork(ctx context.Context, cfg config.Config, log *slog.Logger, args []string) error {
+	fs := flag.NewFlagSet("work", flag.ContinueOnError)
+	metricsAddr := fs.String("metrics-addr", "", "serve /metrics on this address (empty: none)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	reg := listing.NewRegistry()
+	w, cleanup, err := listing.InitializeWork(ctx, cfg, reg, log)
+	if err != nil {
+		return err
+	}
+	defer cleanup()
+	return runWithMetrics(ctx, *metricsAddr, reg, log, w.Run)
+}
+
 func runCleanup(ctx context.Context, cfg config.Config, log *slog.Logger, args []string) error {
 	fs := flag.NewFlagSet("cleanup", flag.ContinueOnError)
 	every := fs.Duration("every", 0, "run on this schedule until stopped (0: once), e.g. 10m")

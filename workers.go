@@ -1,0 +1,162 @@
+package listing
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/listingkit/listing/app/port"
+	"github.com/listingkit/listing/app/worker"
+	"github.com/listingkit/listing/app/worker/aitask"
+	"github.com/listingkit/listing/app/worker/mediaproc"
+	"github.com/listingkit/listing/app/worker/productsync"
+	"github.com/listingkit/listing/app/worker/publish"
+	"github.com/listingkit/listing/app/worker/storeverify"
+	"github.com/listingkit/listing/app/worker/transfer"
+	"github.com/listingkit/listing/infra/ai"
+	"github.com/listingkit/listing/infra/bullmq"
+	"github.com/listingkit/listing/infra/config"
+	"github.com/listingkit/listing/infra/fetch"
+	"github.com/listingkit/listing/infra/imaging"
+	"github.com/listingkit/listing/infra/jobs"
+	"github.com/listingkit/listing/infra/outbox"
+	"github.com/listingkit/listing/infra/platform"
+	"github.com/listingkit/listing/infra/postgres"
+	"github.com/listingkit/listing/infra/sandbox"
+	"github.com/listingkit/listing/infra/sandbox/aiprovider"
+	"github.com/listingkit/listing/infra/sandbox/marketplace"
+	"github.com/listingkit/listing/infra/secret"
+)
+
+// sandboxAIKey is the AI key used against the development AI sandbox.
+const sandboxAIKey = "sk-sandbox-development"
+
+// Externals are the external systems workers call, and the development sandboxes started
+// in their place when no base URL is configured.
+type Externals struct {
+	Marketplace port.Marketplace
+	AI          port.AIProvider
+	// MarketplaceSandbox and AISandbox are set when the sandbox runs in this process.
+	MarketplaceSandbox *marketplace.Sandbox
+	AISandbox          *aiprovider.Sandbox
+	// MarketplaceURL and AIURL are the base URLs in use.
+	MarketplaceURL, AIURL string
+}
+
+// ProvideExternals builds the marketplace and AI adapters, starting the sandboxes when
+// PLATFORM_BASE_URL / AI_BASE_URL are unset (never in production: config refuses it).
+func ProvideExternals(cfg config.Config, log *slog.Logger) (*Externals, func(), error) {
+	var closers []io.Closer
+	cleanup := func() {
+		for _, c := range closers {
+			_ = c.Close()
+		}
+	}
+	x := &Externals{MarketplaceURL: cfg.PlatformBaseURL, AIURL: cfg.AIBaseURL}
+	aiKey := cfg.AIAPIKey
+	if x.MarketplaceURL == "" {
+		sb, err := marketplace.New(marketplace.Config{Logger: log})
+		if err != nil {
+			return nil, nil, err
+		}
+		srv, err := sandbox.Start(cfg.SandboxMarketplaceAddr, sb)
+		if err != nil {
+			return nil, nil, fmt.Errorf("marketplace sandbox: %w", err)
+		}
+		closers = append(closers, srv)
+		x.MarketplaceSandbox, x.MarketplaceURL = sb, srv.URL
+		log.Info("marketplace sandbox started (PLATFORM_BASE_URL is unset)", "url", srv.URL)
+	}
+	if x.AIURL == "" {
+		sb, err := aiprovider.New(aiprovider.Config{APIKeys: []string{sandboxAIKey}, Logger: log})
+		if err != nil {
+			cleanup()
+			return nil, nil, err
+		}
+		srv, err := sandbox.Start(cfg.SandboxAIAddr, sb)
+		if err != nil {
+			cleanup()
+			return nil, nil, fmt.Errorf("AI sandbox: %w", err)
+		}
+		closers = append(closers, srv)
+		x.AISandbox, x.AIURL, aiKey = sb, srv.URL, sandboxAIKey
+		log.Info("AI sandbox started (AI_BASE_URL is unset)", "url", srv.URL)
+	}
+	mp, err := platform.New(platform.Config{BaseURL: x.MarketplaceURL, Logger: log})
+	if err != nil {
+		cleanup()
+		return nil, nil, err
+	}
+	aic, err := ai.New(ai.Config{BaseURL: x.AIURL, APIKey: aiKey, TextModel: cfg.AITextModel, Logger: log})
+	if err != nil {
+		cleanup()
+		return nil, nil, err
+	}
+	x.Marketplace, x.AI = mp, aic
+	return x, cleanup, nil
+}
+
+// ProvideJobHandlers builds one handler per queue.
+func ProvideJobHandlers(cfg config.Config, pool *pgxpool.Pool, repos *Repositories, events *outbox.EventPublisher,
+	cipher *secret.Cipher, store *Storage, fetcher *fetch.Fetcher, x *Externals, log *slog.Logger) (map[string]worker.Handler, error) {
+	deps := worker.Deps{Tx: postgres.Transactor{Pool: pool}, Operations: repos.Operations, Events: events, Now: time.Now, Log: log}
+	sv, err := storeverify.New(storeverify.Config{Deps: deps, Verifications: repos.Verifications, Stores: repos.Stores,
+		Cipher: cipher, Marketplace: x.Marketplace})
+	pub, err2 := publish.New(publish.Config{Deps: deps, Publications: repos.Publications, Products: repos.Products,
+		Stores: repos.Stores, Cipher: cipher, Marketplace: x.Marketplace})
+	ps, err3 := productsync.New(productsync.Config{Deps: deps, Syncs: repos.Syncs, Stores: repos.Stores, Cipher: cipher,
+		Marketplace: x.Marketplace})
+	at, err4 := aitask.New(aitask.Config{Deps: deps, Tasks: repos.AITasks, Products: repos.Products, Ledger: repos.AILedger,
+		Provider: x.AI, Storage: store, TextModel: cfg.AITextModel})
+	mp, err5 := mediaproc.New(mediaproc.Config{Deps: deps, Tasks: repos.MediaTasks, Media: repos.Media, Storage: store,
+		MaxBytes: cfg.MediaMaxBytes, InspectFunc: inspectImage, DeriveFunc: deriveImage})
+	tr, err6 := transfer.New(transfer.Config{Deps: deps, Transfers: repos.Transfers, Media: repos.Media, MediaTasks: repos.MediaTasks,
+		Storage: store, Fetcher: fetcher, MaxBytes: cfg.MediaMaxBytes})
+	if err := errors.Join(err, err2, err3, err4, err5, err6); err != nil {
+		return nil, err
+	}
+	return map[string]worker.Handler{
+		worker.QueueStoreVerification: sv,
+		worker.QueueListingPublish:    pub,
+		worker.QueueProductSync:       ps,
+		worker.QueueAITask:            at,
+		worker.QueueMediaProcessing:   mp,
+		worker.QueueMaterialTransfer:  tr,
+	}, nil
+}
+
+func inspectImage(r io.Reader, max int64) (mediaproc.Info, []byte, error) {
+	info, b, err := imaging.Inspect(r, max)
+	return mediaproc.Info(info), b, err
+}
+
+func deriveImage(b []byte) ([]mediaproc.Variant, error) {
+	ds, err := imaging.Derive(b, imaging.DefaultVariants)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]mediaproc.Variant, len(ds))
+	for i, d := range ds {
+		out[i] = mediaproc.Variant(d)
+	}
+	return out, nil
+}
+
+// ProvideRunner builds the BullMQ consumers of every queue.
+func ProvideRunner(cfg config.Config, bcfg bullmq.Config, handlers map[string]worker.Handler, log *slog.Logger) (*jobs.Runner, error) {
+	return jobs.NewRunner(jobs.Config{BullMQ: bcfg, Concurrency: cfg.WorkerConcurrency, Handlers: handlers, Logger: log})
+}
+
+// Work is the assembled job consumers.
+type Work struct {
+	Runner    *jobs.Runner
+	Externals *Externals
+}
+
+// Run consumes jobs until ctx ends.
+func (w *Work) Run(ctx context.Context) error { return w.Runner.Run(ctx) }
