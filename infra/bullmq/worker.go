@@ -395,9 +395,9 @@ func (w *Worker) finisher(rs *runState) {
 		if rs.runCtx.Err() == nil {
 			fetch = len(batch)
 		}
-		taken := w.finishBatch(rs.bgCtx, batch, fetch)
-		// Forget the settled jobs before holding the taken ones: the same
-		// job may be among both (retried or handed back, then taken again).
+		// Stop renewing the jobs being settled (their locks go with them),
+		// before holding the taken ones: the same job may be among both
+		// (retried or handed back, then taken again).
 		w.mu.Lock()
 		for _, r := range batch {
 			if w.held[r.job.ID] == r.job {
@@ -405,6 +405,7 @@ func (w *Worker) finisher(rs *runState) {
 			}
 		}
 		w.mu.Unlock()
+		taken := w.finishBatch(rs.bgCtx, batch, fetch)
 		w.start(rs, taken)
 		w.release(int64(len(batch) - len(taken)))
 		for _, r := range batch {
