@@ -15,7 +15,9 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
+	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
 	listing "github.com/listingkit/listing"
@@ -30,7 +32,9 @@ type Env struct {
 	Config config.Config
 	API    *listing.API
 	URL    string
-	logs   *syncBuffer
+	// Work is set by StartAll: the job consumers and the sandboxes they call.
+	Work *listing.Work
+	logs *syncBuffer
 }
 
 // Option changes the configuration before the service starts.
@@ -38,6 +42,44 @@ type Option func(*config.Config)
 
 // Start assembles and serves the API for t; everything stops when t ends.
 func Start(t testing.TB, opts ...Option) *Env {
+	t.Helper()
+	e, _ := start(t, opts)
+	return e
+}
+
+// StartAll is Start plus, in the same process, the outbox dispatcher and the job consumers
+// of every queue, against the development sandboxes (on free ports), local storage in a
+// temporary directory and a BullMQ prefix of its own: every flow runs end to end.
+func StartAll(t testing.TB, opts ...Option) *Env {
+	t.Helper()
+	e, log := start(t, append([]Option{func(c *config.Config) {
+		c.BullMQPrefix = "t" + strings.ReplaceAll(e2id(), "-", "")[:12]
+		c.SandboxMarketplaceAddr, c.SandboxAIAddr = "127.0.0.1:0", "127.0.0.1:0"
+		c.JobAttempts = 3
+	}}, opts...))
+	ctx, cancel := context.WithCancel(context.Background())
+	reg := listing.NewRegistry()
+	d, cleanupDispatch, err := listing.InitializeDispatch(ctx, e.Config, reg, log)
+	require.NoError(t, err)
+	w, cleanupWork, err := listing.InitializeWork(ctx, e.Config, reg, log)
+	require.NoError(t, err)
+	e.Work = w
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() { defer wg.Done(); _ = d.Dispatcher.Run(ctx) }()
+	go func() { defer wg.Done(); _ = w.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		wg.Wait()
+		cleanupWork()
+		cleanupDispatch()
+	})
+	return e
+}
+
+func e2id() string { return uuid.NewString() }
+
+func start(t testing.TB, opts []Option) (*Env, *slog.Logger) {
 	t.Helper()
 	db := pgtest.New(t)
 	cfg, err := config.Load()
@@ -48,19 +90,43 @@ func Start(t testing.TB, opts ...Option) *Env {
 		cfg.RedisURL = u
 	}
 	cfg.AuthRatePerMinute = 1000
+	cfg.StorageDir = t.TempDir()
 	for _, o := range opts {
 		o(&cfg)
 	}
 	logs := &syncBuffer{}
 	log := slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	// The public base URL must name the test server, which gets its port only once started.
+	srv := httptest.NewUnstartedServer(nil)
+	srv.Start()
+	cfg.PublicBaseURL = srv.URL
 	api, cleanup, err := listing.InitializeAPI(context.Background(), cfg, listing.Options{FastPasswordHashing: true}, listing.NewRegistry(), log)
 	require.NoError(t, err)
-	srv := httptest.NewServer(api.Server)
+	srv.Config.Handler = api.Server
 	t.Cleanup(func() {
 		srv.Close()
 		cleanup()
 	})
-	return &Env{T: t, DB: db, Config: cfg, API: api, URL: srv.URL, logs: logs}
+	return &Env{T: t, DB: db, Config: cfg, API: api, URL: srv.URL, logs: logs}, log
+}
+
+// WaitOperation polls an operation until it is finished (or fails the test after 30 s) and
+// returns its JSON.
+func (e *Env) WaitOperation(acct Account, operationID string) map[string]any {
+	e.T.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		resp := e.Do(Request{Method: "GET", Path: "/v1/workspaces/" + acct.WorkspaceID + "/operations/" + operationID, Token: acct.AccessToken})
+		require.Equal(e.T, http.StatusOK, resp.Status, "%s", resp.Body)
+		op := resp.JSON(e.T)["operation"].(map[string]any)
+		if s := op["status"]; s == "succeeded" || s == "failed" {
+			return op
+		}
+		if time.Now().After(deadline) {
+			require.FailNow(e.T, "operation did not finish", "%v", op)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }
 
 // Logs returns everything the service logged so far.
