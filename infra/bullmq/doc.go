@@ -36,7 +36,11 @@
 // does: returnvalue, failedReason, stacktrace, finishedOn, atm/ats counters,
 // events (completed, failed, retries-exhausted, delayed, waiting, stalled,
 // drained), trimming of completed/failed by count and age, de: key cleanup.
-// A handler error retries with the job's fixed or exponential backoff through
+// Finished jobs are settled in batches (one EVALSHA per batch), and the same
+// call takes jobs for the freed slots, like BullMQ's "fetch next".
+// Stacktrace entries written by the Worker are the error strings (Go errors
+// carry no stack). A handler error retries with the job's fixed or
+// exponential backoff (BullMQ's jitter is ignored) through
 // the delayed set while attempts remain; Unrecoverable(err) fails at once;
 // ErrHandBack returns the job to wait without counting an attempt. On
 // shutdown Run stops taking jobs, waits ShutdownTimeout for running handlers,

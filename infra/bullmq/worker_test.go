@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -244,4 +245,23 @@ func (l testLogger) Debug(msg string, fields watermill.LogFields) {}
 func (l testLogger) Trace(msg string, fields watermill.LogFields) {}
 func (l testLogger) With(fields watermill.LogFields) watermill.LoggerAdapter {
 	return l
+}
+
+// ErrHandBack puts the job back without counting an attempt.
+func TestErrHandBack(t *testing.T) {
+	b := setup(t)
+	j := job(behaviour{}, nil)
+	b.add(t, j)
+	var calls atomic.Int64
+	runWorker(t, b.worker(t, nil, func(context.Context, *bullmq.Job) (any, error) {
+		if calls.Add(1) == 1 {
+			return nil, fmt.Errorf("not now: %w", bullmq.ErrHandBack)
+		}
+		return "ok", nil
+	}))
+	waitFor(t, 10*time.Second, "job completed", func() bool { return b.finished(t) == 1 })
+	h := b.rdb.HGetAll(context.Background(), b.key(j.ID)).Val()
+	assert.Equal(t, "1", h["atm"])
+	assert.Equal(t, "2", h["ats"])
+	assert.Equal(t, `"ok"`, h["returnvalue"])
 }
