@@ -52,5 +52,21 @@ wire: ## Regenerate wire_gen.go
 wire-check: ## Fail when wire_gen.go is not what wire generates
 	$(GO) tool wire diff . || (echo "wire_gen.go is stale: run make wire"; exit 1)
 
+.PHONY: bench
+bench: node-deps ## Run every benchmark; each prints ratios against a baseline measured in the same run
+	$(MAKE) bench-idem bench-bullmq bench-outbox
+
+.PHONY: bench-idem
+bench-idem: ## Idempotent write vs the same write without the middleware, 32 clients (p50/p99 ratios)
+	$(GO) test -run '^$$' -bench BenchmarkIdempotentWrite -benchtime 100x ./infra/idem
+
+.PHONY: bench-bullmq
+bench-bullmq: node-deps ## Go BullMQ publisher and consumer vs Node.js BullMQ addBulk and Worker, 100,000 jobs
+	$(GO) run ./infra/bullmq/cmd/bullmqbench
+
+.PHONY: bench-outbox
+bench-outbox: node-deps ## Outbox drain (1 and 10,000 workspaces) vs Node.js addBulk; commit-to-job latency at 1,000/s
+	OUTBOX_BENCH=1 $(GO) test -run '^TestOutboxBench$$' -v -timeout 30m ./infra/outbox/
+
 .PHONY: ci
 ci: lint wire-check test fuzz ## What CI runs
