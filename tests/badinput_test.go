@@ -1,0 +1,300 @@
+package tests
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/google/uuid"
+	"github.com/stretchr/testify/require"
+
+	"github.com/listingkit/listing/infra/config"
+	"github.com/listingkit/listing/internal/servicetest"
+)
+
+// badTables are the tables a write endpoint of the flows may touch. A refused request must
+// leave every one of them as it was.
+var badTables = []string{
+	"products", "stores", "store_verifications", "media", "media_processings", "material_transfers",
+	"publications", "product_syncs", "platform_products", "ai_tasks", "ai_usage_ledger",
+	"operations", "outbox_events", "idempotency_requests",
+}
+
+// badCounts counts the rows of every badTables table as the owner (RLS does not apply).
+func badCounts(t *testing.T, env *servicetest.Env) map[string]int {
+	t.Helper()
+	out := make(map[string]int, len(badTables))
+	for _, tbl := range badTables {
+		out[tbl] = env.Count(`SELECT count(*) FROM ` + tbl)
+	}
+	return out
+}
+
+// badCase is one refused request and the problem it must produce.
+type badCase struct {
+	name   string
+	req    servicetest.Request
+	status int
+	code   string
+}
+
+// badExpect sends c.req with a fresh Idempotency-Key (unless the case sets one), checks the
+// problem+json answer and that no row was written anywhere.
+func badExpect(t *testing.T, env *servicetest.Env, c badCase) {
+	t.Helper()
+	before := badCounts(t, env)
+	if c.req.Header == nil {
+		c.req.Header = map[string]string{}
+	}
+	if _, ok := c.req.Header["Idempotency-Key"]; !ok {
+		c.req.Header["Idempotency-Key"] = uuid.NewString()
+	}
+	resp := env.Do(c.req)
+	badProblem(t, resp, c.status, c.code)
+	require.Equal(t, before, badCounts(t, env), "%s: a refused request wrote rows", c.name)
+}
+
+// badProblem checks that resp is the documented RFC 9457 problem: status, code, media type,
+// the status repeated in the body, and no internals (SQL, stack trace) in it.
+func badProblem(t *testing.T, resp servicetest.Response, status int, code string) {
+	t.Helper()
+	require.Equal(t, status, resp.Status, "body: %s", resp.Body)
+	require.Equal(t, "application/problem+json", resp.Header.Get("Content-Type"), "body: %s", resp.Body)
+	var p struct {
+		Type   string `json:"type"`
+		Title  string `json:"title"`
+		Status int    `json:"status"`
+		Code   string `json:"code"`
+	}
+	require.NoError(t, json.Unmarshal(resp.Body, &p), "body: %s", resp.Body)
+	require.Equal(t, code, p.Code, "body: %s", resp.Body)
+	require.Equal(t, status, p.Status, "body: %s", resp.Body)
+	require.NotEmpty(t, p.Type)
+	require.NotEmpty(t, p.Title)
+	for _, internal := range []string{"SQLSTATE", "goroutine ", "pgx", "SELECT ", "INSERT ", "panic"} {
+		require.NotContains(t, string(resp.Body), internal)
+	}
+}
+
+// badSetup is an account with a product, a verified store and a pending one, on the API
+// alone (no workers, so nothing changes behind the test's back).
+type badSetup struct {
+	env       *servicetest.Env
+	acct      servicetest.Account
+	ws        string
+	productID string
+	storeID   string // verified (set up as the owner)
+}
+
+func badStart(t *testing.T, opts ...servicetest.Option) badSetup {
+	t.Helper()
+	env := servicetest.Start(t, opts...)
+	acct := env.Register("bad-" + uuid.NewString()[:8] + "@example.com")
+	s := badSetup{env: env, acct: acct, ws: "/v1/workspaces/" + acct.WorkspaceID}
+
+	product := env.Do(servicetest.Request{Method: "POST", Path: s.ws + "/products", Token: acct.AccessToken,
+		Body: map[string]any{"title": "Mug", "price": "9.90", "currency": "EUR"}})
+	require.Equal(t, http.StatusCreated, product.Status, "%s", product.Body)
+	s.productID = product.JSON(t)["product"].(map[string]any)["id"].(string)
+
+	store := env.Do(servicetest.Request{Method: "POST", Path: s.ws + "/stores", Token: acct.AccessToken,
+		Header: map[string]string{"Idempotency-Key": uuid.NewString()},
+		Body:   map[string]any{"platform": "sandbox", "shop_id": "shop-1", "name": "Shop", "credentials": map[string]string{"api_key": "sk_test_bad"}}})
+	require.Equal(t, http.StatusCreated, store.Status, "%s", store.Body)
+	s.storeID = store.JSON(t)["store"].(map[string]any)["id"].(string)
+	// No workers run here: the verification the store started stays pending, so the test
+	// marks the store verified itself, as the owner.
+	_, err := env.DB.Owner.Exec(context.Background(),
+		`UPDATE stores SET status = 'verified', verified_at = now() WHERE id = $1`, s.storeID)
+	require.NoError(t, err)
+	return s
+}
+
+func (s badSetup) req(method, path string, body any) servicetest.Request {
+	return servicetest.Request{Method: method, Path: s.ws + path, Token: s.acct.AccessToken, Body: body}
+}
+
+// TestBadInputStores: unknown store, unsupported platform, missing or malformed
+// credentials and a duplicate store are refused with their codes and write nothing.
+func TestBadInputStores(t *testing.T) {
+	t.Parallel()
+	s := badStart(t)
+	randomStore := "/stores/" + uuid.NewString()
+	store := func(platform, shop string, creds any) map[string]any {
+		m := map[string]any{"platform": platform, "shop_id": shop, "name": "Shop"}
+		if creds != nil {
+			m["credentials"] = creds
+		}
+		return m
+	}
+	cases := []badCase{
+		{"publish to an unknown store", s.req("POST", "/products/"+s.productID+"/publications", map[string]any{"store_id": uuid.NewString()}), 404, "STORE_NOT_FOUND"},
+		{"replace authorization of an unknown store", s.req("PUT", randomStore+"/authorization", map[string]any{"credentials": map[string]string{"api_key": "sk_test_x"}}), 404, "STORE_NOT_FOUND"},
+		{"verify an unknown store", s.req("POST", randomStore+"/verifications", map[string]any{}), 404, "STORE_NOT_FOUND"},
+		{"sync an unknown store", s.req("POST", randomStore+"/product-syncs", map[string]any{}), 404, "STORE_NOT_FOUND"},
+		{"store id that is not a uuid", s.req("POST", "/stores/nope/verifications", map[string]any{}), 404, "STORE_NOT_FOUND"},
+		{"unsupported platform", s.req("POST", "/stores", store("ebay", "shop-2", map[string]string{"api_key": "sk_test_x"})), 400, "PLATFORM_UNSUPPORTED"},
+		{"missing credentials", s.req("POST", "/stores", store("sandbox", "shop-2", nil)), 400, "CREDENTIALS_INVALID"},
+		{"null credentials", s.req("POST", "/stores", store("sandbox", "shop-2", json.RawMessage("null"))), 400, "CREDENTIALS_INVALID"},
+		{"empty credentials", s.req("POST", "/stores", store("sandbox", "shop-2", map[string]any{})), 400, "CREDENTIALS_INVALID"},
+		{"empty api_key", s.req("POST", "/stores", store("sandbox", "shop-2", map[string]any{"api_key": ""})), 400, "CREDENTIALS_INVALID"},
+		{"api_key not a string", s.req("POST", "/stores", store("sandbox", "shop-2", map[string]any{"api_key": 42})), 400, "CREDENTIALS_INVALID"},
+		{"api_key with a space", s.req("POST", "/stores", store("sandbox", "shop-2", map[string]any{"api_key": "sk_test a"})), 400, "CREDENTIALS_INVALID"},
+		{"credentials with an unknown field", s.req("POST", "/stores", store("sandbox", "shop-2", map[string]any{"api_key": "sk_test_x", "secret": "y"})), 400, "CREDENTIALS_INVALID"},
+		{"credentials not an object", s.req("POST", "/stores", store("sandbox", "shop-2", "sk_test_x")), 400, "CREDENTIALS_INVALID"},
+		{"replace with missing credentials", s.req("PUT", "/stores/"+s.storeID+"/authorization", map[string]any{}), 400, "CREDENTIALS_INVALID"},
+		{"replace with empty api_key", s.req("PUT", "/stores/"+s.storeID+"/authorization", map[string]any{"credentials": map[string]any{"api_key": ""}}), 400, "CREDENTIALS_INVALID"},
+		{"duplicate store", s.req("POST", "/stores", store("sandbox", "shop-1", map[string]string{"api_key": "sk_test_other"})), 409, "STORE_ALREADY_EXISTS"},
+		{"duplicate store, shop id with spaces", s.req("POST", "/stores", store("sandbox", " shop-1 ", map[string]string{"api_key": "sk_test_other"})), 409, "STORE_ALREADY_EXISTS"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) { badExpect(t, s.env, c) })
+	}
+	// A credential value the client sent is never echoed in the refusal.
+	resp := s.env.Do(servicetest.Request{Method: "POST", Path: s.ws + "/stores", Token: s.acct.AccessToken,
+		Header: map[string]string{"Idempotency-Key": uuid.NewString()},
+		Body:   store("sandbox", "shop-3", map[string]any{"api_key": "sk_test_ECHO secret", "ECHO_FIELD": 1})})
+	badProblem(t, resp, 400, "CREDENTIALS_INVALID")
+	require.NotContains(t, string(resp.Body), "ECHO")
+}
+
+// TestBadInputMaterialTransfers: source URLs that are not absolute http(s) URLs, and URLs
+// that lead to private, loopback or link-local addresses, are refused before anything is
+// written.
+func TestBadInputMaterialTransfers(t *testing.T) {
+	t.Parallel()
+	s := badStart(t, func(c *config.Config) { c.FetchAllowPrivate = false })
+	var cases []badCase
+	for _, u := range []string{"ftp://x", "not a url", "", "/relative/path", "http://", "file:///etc/passwd",
+		"javascript:alert(1)", "http://user:pass@example.com/a.png"} {
+		cases = append(cases, badCase{"invalid " + u, s.req("POST", "/material-transfers", map[string]any{"source_url": u}), 400, "SOURCE_URL_INVALID"})
+	}
+	for _, u := range []string{"http://127.0.0.1/x", "http://169.254.169.254/", "http://[::1]/", "http://10.0.0.1/a.png",
+		"http://192.168.1.1/", "http://0.0.0.0/", "http://[::ffff:127.0.0.1]/", "http://localhost:8080/", "https://127.0.0.1:443/x"} {
+		cases = append(cases, badCase{"forbidden " + u, s.req("POST", "/material-transfers", map[string]any{"source_url": u}), 400, "SOURCE_URL_FORBIDDEN"})
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) { badExpect(t, s.env, c) })
+	}
+}
+
+// TestBadInputMedia: an oversized media, an unsupported type, and "complete" before the
+// bytes were uploaded (or of an unknown media) are refused.
+func TestBadInputMedia(t *testing.T) {
+	t.Parallel()
+	s := badStart(t)
+	limit := s.env.Config.MediaMaxBytes
+	media := func(ct string, size int64) map[string]any {
+		return map[string]any{"filename": "a.png", "content_type": ct, "size": size}
+	}
+	cases := []badCase{
+		{"larger than MEDIA_MAX_BYTES", s.req("POST", "/media", media("image/png", limit+1)), 413, "MEDIA_TOO_LARGE"},
+		{"unsupported content type", s.req("POST", "/media", media("application/pdf", 10)), 400, "MEDIA_TYPE_UNSUPPORTED"},
+		{"svg is not accepted", s.req("POST", "/media", media("image/svg+xml", 10)), 400, "MEDIA_TYPE_UNSUPPORTED"},
+		{"zero size", s.req("POST", "/media", media("image/png", 0)), 400, "VALIDATION_FAILED"},
+		{"no filename", s.req("POST", "/media", map[string]any{"content_type": "image/png", "size": 10}), 400, "VALIDATION_FAILED"},
+		{"complete an unknown media", s.req("POST", "/media/"+uuid.NewString()+"/complete", map[string]any{}), 404, "MEDIA_NOT_FOUND"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) { badExpect(t, s.env, c) })
+	}
+	// A request body that is not JSON at all: 415, before anything else.
+	wrongType := s.req("POST", "/media", `filename=a.png`)
+	wrongType.Header = map[string]string{"Content-Type": "application/x-www-form-urlencoded"}
+	badExpect(t, s.env, badCase{"form body", wrongType, 415, "UNSUPPORTED_MEDIA_TYPE"})
+
+	created := s.env.Do(s.req("POST", "/media", media("image/png", 100)))
+	require.Equal(t, http.StatusCreated, created.Status, "%s", created.Body)
+	id := created.JSON(t)["media"].(map[string]any)["id"].(string)
+	badExpect(t, s.env, badCase{"complete before upload", s.req("POST", "/media/"+id+"/complete", map[string]any{}), 409, "MEDIA_NOT_UPLOADED"})
+}
+
+// TestBadInputPublishingAndAI: the product draft's If-Match (missing 428, stale 412), a
+// second publication of a product to the same store, a second active sync, bad AI task
+// kinds and bad ids.
+func TestBadInputPublishingAndAI(t *testing.T) {
+	t.Parallel()
+	s := badStart(t)
+	draft := "/products/" + s.productID + "/draft"
+	draftBody := map[string]any{"title": "Mug XL", "price": "12.50", "currency": "EUR"}
+	withIfMatch := func(v string) servicetest.Request {
+		r := s.req("PUT", draft, draftBody)
+		r.Header = map[string]string{"If-Match": v}
+		return r
+	}
+	// The first publication and sync are accepted (rows written); the second of each is not.
+	pub := s.env.Do(servicetest.Request{Method: "POST", Path: s.ws + "/products/" + s.productID + "/publications", Token: s.acct.AccessToken,
+		Header: map[string]string{"Idempotency-Key": uuid.NewString()}, Body: map[string]any{"store_id": s.storeID}})
+	require.Equal(t, http.StatusAccepted, pub.Status, "%s", pub.Body)
+	sync := s.env.Do(servicetest.Request{Method: "POST", Path: s.ws + "/stores/" + s.storeID + "/product-syncs", Token: s.acct.AccessToken,
+		Header: map[string]string{"Idempotency-Key": uuid.NewString()}, Body: map[string]any{}})
+	require.Equal(t, http.StatusAccepted, sync.Status, "%s", sync.Body)
+
+	ai := func(kind, product string) map[string]any {
+		return map[string]any{"kind": kind, "product_id": product, "input": map[string]string{"prompt": "describe it"}}
+	}
+	cases := []badCase{
+		{"draft without If-Match", s.req("PUT", draft, draftBody), 428, "PRECONDITION_REQUIRED"},
+		{"draft with a stale If-Match", withIfMatch(`"7"`), 412, "REVISION_MISMATCH"},
+		{"second publication for the same product and store", s.req("POST", "/products/"+s.productID+"/publications", map[string]any{"store_id": s.storeID}), 409, "PRODUCT_ALREADY_PUBLISHED"},
+		{"publication of an unknown product", s.req("POST", "/products/"+uuid.NewString()+"/publications", map[string]any{"store_id": s.storeID}), 404, "PRODUCT_NOT_FOUND"},
+		{"publication with a store id that is not a uuid", s.req("POST", "/products/"+s.productID+"/publications", map[string]any{"store_id": "shop-1"}), 400, "VALIDATION_FAILED"},
+		{"second active sync", s.req("POST", "/stores/"+s.storeID+"/product-syncs", map[string]any{}), 409, "PRODUCT_SYNC_ALREADY_ACTIVE"},
+		{"AI task with an unknown kind", s.req("POST", "/ai-tasks", ai("poem", s.productID)), 400, "VALIDATION_FAILED"},
+		{"AI task with an empty kind", s.req("POST", "/ai-tasks", ai("", s.productID)), 400, "VALIDATION_FAILED"},
+		{"AI task with an upper-case kind", s.req("POST", "/ai-tasks", ai("TEXT", s.productID)), 400, "VALIDATION_FAILED"},
+		{"AI task with a kind of the wrong type", s.req("POST", "/ai-tasks", map[string]any{"kind": 1, "product_id": s.productID}), 400, "VALIDATION_FAILED"},
+		{"AI task for an unknown product", s.req("POST", "/ai-tasks", ai("text", uuid.NewString())), 404, "PRODUCT_NOT_FOUND"},
+		{"AI task with a product id that is not a uuid", s.req("POST", "/ai-tasks", ai("text", "mug")), 400, "VALIDATION_FAILED"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) { badExpect(t, s.env, c) })
+	}
+	// The draft was never changed by the refused saves.
+	require.Equal(t, 1, s.env.Count(`SELECT revision FROM products WHERE id = $1`, s.productID))
+}
+
+// TestBadInputMalformedBodies: every flow write endpoint refuses malformed JSON, a non-object,
+// trailing data and unknown fields, and writes nothing.
+func TestBadInputMalformedBodies(t *testing.T) {
+	t.Parallel()
+	s := badStart(t)
+	created := s.env.Do(s.req("POST", "/media", map[string]any{"filename": "a.png", "content_type": "image/png", "size": 100}))
+	require.Equal(t, http.StatusCreated, created.Status, "%s", created.Body)
+	mediaID := created.JSON(t)["media"].(map[string]any)["id"].(string)
+
+	endpoints := []struct{ method, path, valid string }{
+		{"POST", "/stores", `{"platform":"sandbox","shop_id":"shop-9","name":"S","credentials":{"api_key":"sk_test_x"}}`},
+		{"PUT", "/stores/" + s.storeID + "/authorization", `{"credentials":{"api_key":"sk_test_y"}}`},
+		{"POST", "/stores/" + s.storeID + "/verifications", `{}`},
+		{"POST", "/stores/" + s.storeID + "/product-syncs", `{}`},
+		{"POST", "/media", `{"filename":"a.png","content_type":"image/png","size":10}`},
+		{"POST", "/media/" + mediaID + "/complete", `{}`},
+		{"POST", "/material-transfers", `{"source_url":"https://example.com/a.png"}`},
+		{"POST", "/products/" + s.productID + "/publications", `{"store_id":"` + s.storeID + `"}`},
+		{"POST", "/ai-tasks", `{"kind":"text","product_id":"` + s.productID + `","input":{"prompt":"p"}}`},
+		{"POST", "/products", `{"title":"T","price":"1.00","currency":"EUR"}`},
+	}
+	for _, e := range endpoints {
+		inner := strings.TrimSuffix(e.valid, "}")
+		sep := ","
+		if inner == "{" {
+			sep = ""
+		}
+		bodies := []badCase{
+			{"truncated", servicetest.Request{Body: e.valid[:len(e.valid)-1]}, 400, "MALFORMED_JSON"},
+			{"not JSON", servicetest.Request{Body: "store please"}, 400, "MALFORMED_JSON"},
+			{"an array", servicetest.Request{Body: "[]"}, 400, "MALFORMED_JSON"},
+			{"trailing data", servicetest.Request{Body: e.valid + ` {}`}, 400, "MALFORMED_JSON"},
+			{"unknown field", servicetest.Request{Body: inner + sep + `"bogus":1}`}, 400, "UNKNOWN_FIELD"},
+		}
+		for _, b := range bodies {
+			c := b
+			c.name = e.method + " " + e.path + ": " + b.name
+			c.req = s.req(e.method, e.path, b.req.Body)
+			t.Run(c.name, func(t *testing.T) { badExpect(t, s.env, c) })
+		}
+	}
+}
