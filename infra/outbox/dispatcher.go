@@ -18,8 +18,6 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
-
-	"github.com/listingkit/listing/infra/postgres"
 )
 
 // NotifyChannel is the PostgreSQL channel the outbox_events insert trigger (sql/003)
@@ -70,7 +68,9 @@ type DispatcherConfig struct {
 	// BatchSize is the most events claimed from one workspace at once, and the largest
 	// Publish call. Default 500.
 	BatchSize int
-	// Concurrency is the number of workspace batches in flight at once. Default 4.
+	// Concurrency is the number of workspace batches in flight at once; each holds at most
+	// one pooled connection at a time (plus one for LISTEN and one for discovery). The work
+	// is I/O bound (claim, publish, mark): Default 8.
 	Concurrency int
 	// Lease is how long a claim stays valid (locked_until = now + Lease). After it, another
 	// dispatcher may claim and publish the events again. Default 30s; must exceed
@@ -111,7 +111,7 @@ func (c *DispatcherConfig) setDefaults() {
 		c.ID = fmt.Sprintf("%s:%d:%s", host, os.Getpid(), hex.EncodeToString(b))
 	}
 	setDefault(&c.BatchSize, 500)
-	setDefault(&c.Concurrency, 4)
+	setDefault(&c.Concurrency, 8)
 	setDefault(&c.Lease, 30*time.Second)
 	setDefault(&c.PublishTimeout, 10*time.Second)
 	setDefault(&c.PollInterval, time.Second)
@@ -363,34 +363,30 @@ func (d *Dispatcher) dispatchWorkspace(ctx context.Context, ws uuid.UUID) {
 // next_attempt_at) with FOR UPDATE SKIP LOCKED, marks them dispatching under token with a
 // lease, and commits. A reclaimed expired lease counts as an attempt.
 func (d *Dispatcher) claim(ctx context.Context, ws uuid.UUID, token string, limit int) ([]claimed, error) {
+	// One statement: expired leases first, then due pending rows, each side locked with
+	// SKIP LOCKED along its own partial index. Rows locked beyond the limit are released
+	// unchanged at commit. The rows are returned only once the claim has committed.
 	var out []claimed
-	err := postgres.InTx(ctx, d.pool, postgres.Scope{WorkspaceID: ws}, func(ctx context.Context, tx pgx.Tx) error {
-		// One statement: expired leases first, then due pending rows, each side locked with
-		// SKIP LOCKED along its own partial index. Rows locked beyond the limit are released
-		// unchanged at commit.
-		rows, err := tx.Query(ctx, `
-			WITH e AS (
-			  SELECT id FROM outbox_events
-			  WHERE workspace_id = $1 AND status = 'dispatching' AND locked_until <= now()
-			  ORDER BY locked_until LIMIT $2 FOR UPDATE SKIP LOCKED),
-			p AS (
-			  SELECT id FROM outbox_events
-			  WHERE workspace_id = $1 AND status = 'pending' AND next_attempt_at <= now()
-			  ORDER BY next_attempt_at LIMIT $2 FOR UPDATE SKIP LOCKED),
-			c AS (
-			  SELECT id, 1 AS expired FROM e UNION ALL SELECT id, 0 FROM p LIMIT $2)
-			UPDATE outbox_events o
-			SET status = 'dispatching', locked_by = $3, locked_until = now() + $4 * interval '1 millisecond',
-			    attempt_count = o.attempt_count + c.expired
-			FROM c WHERE o.id = c.id
-			RETURNING o.id, o.event_type, o.destination, o.event_payload, o.metadata, o.created_at, o.attempt_count`,
-			ws, limit, token, d.cfg.Lease.Milliseconds())
-		if err != nil {
-			return err
-		}
-		out, err = collectClaimed(rows, out)
+	err := inWorkspace(ctx, d.pool, ws, func(rows pgx.Rows) (err error) {
+		out, err = collectClaimed(rows, make([]claimed, 0, limit))
 		return err
-	})
+	}, `
+		WITH e AS (
+		  SELECT id FROM outbox_events
+		  WHERE workspace_id = $1 AND status = 'dispatching' AND locked_until <= now()
+		  ORDER BY locked_until LIMIT $2 FOR UPDATE SKIP LOCKED),
+		p AS (
+		  SELECT id FROM outbox_events
+		  WHERE workspace_id = $1 AND status = 'pending' AND next_attempt_at <= now()
+		  ORDER BY next_attempt_at LIMIT $2 FOR UPDATE SKIP LOCKED),
+		c AS (
+		  SELECT id, 1 AS expired FROM e UNION ALL SELECT id, 0 FROM p LIMIT $2)
+		UPDATE outbox_events o
+		SET status = 'dispatching', locked_by = $3, locked_until = now() + $4 * interval '1 millisecond',
+		    attempt_count = o.attempt_count + c.expired
+		FROM c WHERE o.id = c.id
+		RETURNING o.id, o.event_type, o.destination, o.event_payload, o.metadata, o.created_at, o.attempt_count`,
+		ws, limit, token, d.cfg.Lease.Milliseconds())
 	if err != nil {
 		return nil, fmt.Errorf("outbox.Dispatcher.claim: %w", err)
 	}
@@ -427,14 +423,14 @@ type traceContext struct {
 
 // toMessage builds the delivered message: UUID = event id (the BullMQ jobId), payload = job
 // data JSON, metadata event_type (the job name), aggregate, correlation and trace.
-func toMessage(ws uuid.UUID, c claimed) (*message.Message, error) {
+func toMessage(ws string, c claimed) (*message.Message, error) {
 	occurred := c.CreatedAt
 	if t, err := time.Parse(time.RFC3339Nano, c.Metadata[MetadataOccurredAt]); err == nil {
 		occurred = t
 	}
 	jd := jobData{
 		EventID:       c.ID.String(),
-		WorkspaceID:   ws.String(),
+		WorkspaceID:   ws,
 		EventType:     c.EventType,
 		Payload:       c.Payload,
 		OccurredAt:    occurred.UTC(),
@@ -454,7 +450,7 @@ func toMessage(ws uuid.UUID, c claimed) (*message.Message, error) {
 		}
 	}
 	msg.Metadata.Set(MetadataEventType, c.EventType)
-	msg.Metadata.Set("workspace_id", ws.String())
+	msg.Metadata.Set("workspace_id", ws)
 	return msg, nil
 }
 
@@ -486,17 +482,21 @@ func (d *Dispatcher) deliver(ctx context.Context, ws uuid.UUID, token string, ro
 		}
 		d.publishGroup(bg, ws, pub, dest, rows, idx, errs)
 	}
-	var ok []uuid.UUID
+	ok := make([]uuid.UUID, 0, len(rows))
 	var failed []claimed
 	var failErrs []error
+	published := make(map[string]int, len(order))
 	for i, r := range rows {
 		if errs[i] == nil {
 			ok = append(ok, r.ID)
-			d.metrics.Published.WithLabelValues(r.Destination).Inc()
+			published[r.Destination]++
 		} else {
 			failed = append(failed, r)
 			failErrs = append(failErrs, errs[i])
 		}
+	}
+	for dest, n := range published {
+		d.metrics.Published.WithLabelValues(dest).Add(float64(n))
 	}
 	d.metrics.Attempts.WithLabelValues("success").Add(float64(len(ok)))
 	d.metrics.Attempts.WithLabelValues("failure").Add(float64(len(failed)))
@@ -522,8 +522,9 @@ func (d *Dispatcher) deliver(ctx context.Context, ws uuid.UUID, token string, ro
 func (d *Dispatcher) publishGroup(ctx context.Context, ws uuid.UUID, pub message.Publisher, dest string, rows []claimed, idx []int, errs []error) {
 	msgs := make([]*message.Message, 0, len(idx))
 	okIdx := make([]int, 0, len(idx))
+	wsID := ws.String()
 	for _, i := range idx {
-		m, err := toMessage(ws, rows[i])
+		m, err := toMessage(wsID, rows[i])
 		if err != nil {
 			errs[i] = err
 			continue
@@ -569,18 +570,14 @@ func safePublish(pub message.Publisher, topic string, msgs []*message.Message) (
 // them (locked_by = token), and observes the dispatch latency.
 func (d *Dispatcher) markDispatched(ctx context.Context, ws uuid.UUID, token string, ids []uuid.UUID) error {
 	var lat []float64
-	err := postgres.InTx(ctx, d.pool, postgres.Scope{WorkspaceID: ws}, func(ctx context.Context, tx pgx.Tx) error {
-		rows, err := tx.Query(ctx, `
-			UPDATE outbox_events
-			SET status = 'dispatched', dispatched_at = clock_timestamp(), locked_by = NULL, locked_until = NULL, last_error = NULL
-			WHERE id = ANY($1) AND locked_by = $2 AND status = 'dispatching'
-			RETURNING extract(epoch FROM dispatched_at - created_at)::float8`, ids, token)
-		if err != nil {
-			return err
-		}
+	err := inWorkspace(ctx, d.pool, ws, func(rows pgx.Rows) (err error) {
 		lat, err = pgx.CollectRows(rows, pgx.RowTo[float64])
 		return err
-	})
+	}, `
+		UPDATE outbox_events
+		SET status = 'dispatched', dispatched_at = clock_timestamp(), locked_by = NULL, locked_until = NULL, last_error = NULL
+		WHERE id = ANY($1) AND locked_by = $2 AND status = 'dispatching'
+		RETURNING extract(epoch FROM dispatched_at - created_at)::float8`, ids, token)
 	if err != nil {
 		return fmt.Errorf("outbox.Dispatcher.markDispatched: %w", err)
 	}
@@ -605,27 +602,23 @@ func (d *Dispatcher) markFailed(ctx context.Context, ws uuid.UUID, token string,
 		msgs[i] = SanitizeError(errs[i], d.cfg.ErrorMaxLen)
 	}
 	var dead int
-	err := postgres.InTx(ctx, d.pool, postgres.Scope{WorkspaceID: ws}, func(ctx context.Context, tx pgx.Tx) error {
-		res, err := tx.Query(ctx, `
-			UPDATE outbox_events o
-			SET attempt_count = o.attempt_count + 1,
-			    status = CASE WHEN o.attempt_count + 1 >= $4 THEN 'dead_letter' ELSE 'pending' END,
-			    next_attempt_at = now() + make_interval(secs => f.delay),
-			    last_error = f.err, locked_by = NULL, locked_until = NULL
-			FROM unnest($1::uuid[], $2::float8[], $3::text[]) AS f(id, delay, err)
-			WHERE o.id = f.id AND o.locked_by = $5 AND o.status = 'dispatching'
-			RETURNING o.status`, ids, delays, msgs, d.cfg.MaxAttempts, token)
-		if err != nil {
-			return err
-		}
-		st, err := pgx.CollectRows(res, pgx.RowTo[string])
+	err := inWorkspace(ctx, d.pool, ws, func(rows pgx.Rows) error {
+		st, err := pgx.CollectRows(rows, pgx.RowTo[string])
 		for _, s := range st {
 			if s == StatusDeadLetter {
 				dead++
 			}
 		}
 		return err
-	})
+	}, `
+		UPDATE outbox_events o
+		SET attempt_count = o.attempt_count + 1,
+		    status = CASE WHEN o.attempt_count + 1 >= $4 THEN 'dead_letter' ELSE 'pending' END,
+		    next_attempt_at = now() + make_interval(secs => f.delay),
+		    last_error = f.err, locked_by = NULL, locked_until = NULL
+		FROM unnest($1::uuid[], $2::float8[], $3::text[]) AS f(id, delay, err)
+		WHERE o.id = f.id AND o.locked_by = $5 AND o.status = 'dispatching'
+		RETURNING o.status`, ids, delays, msgs, d.cfg.MaxAttempts, token)
 	if err != nil {
 		return fmt.Errorf("outbox.Dispatcher.markFailed: %w", err)
 	}
@@ -643,12 +636,9 @@ func (d *Dispatcher) release(ctx context.Context, ws uuid.UUID, token string, ro
 	}
 	ctx, cancel := context.WithTimeout(ctx, d.cfg.ShutdownTimeout)
 	defer cancel()
-	err := postgres.InTx(ctx, d.pool, postgres.Scope{WorkspaceID: ws}, func(ctx context.Context, tx pgx.Tx) error {
-		_, err := tx.Exec(ctx, `
-			UPDATE outbox_events SET status = 'pending', locked_by = NULL, locked_until = NULL
-			WHERE id = ANY($1) AND locked_by = $2 AND status = 'dispatching'`, ids, token)
-		return err
-	})
+	err := inWorkspace(ctx, d.pool, ws, nil, `
+		UPDATE outbox_events SET status = 'pending', locked_by = NULL, locked_until = NULL
+		WHERE id = ANY($1) AND locked_by = $2 AND status = 'dispatching'`, ids, token)
 	if err != nil {
 		d.log.Warn("outbox release failed; the lease will expire", "workspace_id", ws, "events", len(ids),
 			"error", SanitizeError(fmt.Errorf("outbox.Dispatcher.release: %w", err), d.cfg.ErrorMaxLen))

@@ -29,6 +29,14 @@
 // the workspace back at the end of the FIFO, so a backlog in one workspace delays another
 // workspace's events by at most one batch per busy workspace.
 //
+// Every statement on outbox_events runs as app_user in a transaction that first sets
+// app.workspace_id with set_config(…, true). On the dispatcher's hot path (claim, mark,
+// release) that transaction is one pgx.Batch sent without BEGIN: [set_config, statement],
+// pipelined in one round trip, which PostgreSQL runs as one implicit transaction committed
+// at the batch's Sync (or wholly rolled back if either statement fails). The local setting
+// ends with it, so the pooled connection is returned unscoped. The claimed rows are used only
+// after that commit has been confirmed.
+//
 // The claimed rows are then published, grouped by destination, through the PublisherRouter:
 // message UUID = event id, payload = the job data of API.md ({event_id, workspace_id,
 // event_type, payload, occurred_at, correlation_id, trace}), metadata event_type = job name.

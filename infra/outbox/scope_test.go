@@ -1,0 +1,155 @@
+package outbox
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/listingkit/listing/infra/postgres/pgtest"
+)
+
+// sessionScope reads, on conn outside any transaction, the workspace setting and the number of
+// outbox rows app_user sees: an unscoped session must see "" and 0.
+func sessionScope(t *testing.T, conn *pgx.Conn) (string, int) {
+	t.Helper()
+	require.Equal(t, byte('I'), conn.PgConn().TxStatus(), "connection left inside a transaction")
+	var ws string
+	var n int
+	require.NoError(t, conn.QueryRow(context.Background(),
+		`SELECT coalesce(current_setting('app.workspace_id', true), ''), (SELECT count(*)::int FROM outbox_events)`).Scan(&ws, &n))
+	return ws, n
+}
+
+// The batch inWorkspace sends is one transaction: the statement sees the workspace setting,
+// its writes commit, and the setting does not outlive it on the connection.
+func TestInWorkspaceScopesOneTransactionAndDoesNotLeak(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	ws := createWorkspace(t, db)
+	ids := bulkInsert(t, db, []uuid.UUID{ws}, 3)
+	ctx := context.Background()
+	pc, err := db.App.Acquire(ctx)
+	require.NoError(t, err)
+	defer pc.Release()
+	conn := pc.Conn()
+
+	for range 2 { // the second run reuses the prepared statements
+		var got string
+		var n, updated int
+		require.NoError(t, inWorkspace(ctx, conn, ws, func(rows pgx.Rows) error {
+			if !rows.Next() {
+				return pgx.ErrNoRows
+			}
+			return rows.Scan(&got, &n, &updated)
+		}, `WITH u AS (UPDATE outbox_events SET last_error = 'seen' WHERE id = $1 RETURNING 1)
+			SELECT current_setting('app.workspace_id'), (SELECT count(*)::int FROM outbox_events), (SELECT count(*)::int FROM u)`, ids[0]))
+		require.Equal(t, ws.String(), got, "the statement runs scoped")
+		require.Equal(t, 3, n)
+		require.Equal(t, 1, updated)
+
+		gotWS, seen := sessionScope(t, conn)
+		require.Empty(t, gotWS, "app.workspace_id leaked to the next use of the connection")
+		require.Zero(t, seen)
+	}
+	var lastErr string
+	require.NoError(t, db.Owner.QueryRow(ctx, `SELECT last_error FROM outbox_events WHERE id = $1`, ids[0]).Scan(&lastErr))
+	require.Equal(t, "seen", lastErr, "the update committed")
+}
+
+// A failure anywhere in the batch keeps nothing of it, even rows the reader already saw, and
+// leaves the connection idle and unscoped.
+func TestInWorkspaceFailureRollsBackEverything(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	ws := createWorkspace(t, db)
+	bulkInsert(t, db, []uuid.UUID{ws}, 5)
+	ctx := context.Background()
+	pc, err := db.App.Acquire(ctx)
+	require.NoError(t, err)
+	defer pc.Release()
+	conn := pc.Conn()
+
+	// The statement claims rows (RETURNING sends them) and fails on the last one.
+	var seen int
+	err = inWorkspace(ctx, conn, ws, func(rows pgx.Rows) error {
+		for rows.Next() {
+			seen++
+		}
+		return rows.Err()
+	}, `WITH u AS (UPDATE outbox_events SET status = 'dispatching', locked_by = 'x/1' RETURNING id)
+		SELECT id, 1 / (5 - row_number() OVER (ORDER BY id))::int FROM u ORDER BY id`)
+	t.Logf("rows read before the failure: %d", seen)
+	require.Error(t, err)
+	require.True(t, strings.Contains(err.Error(), "division by zero"), err.Error())
+	require.Equal(t, 5, statusCounts(t, db)[StatusPending])
+	gotWS, n := sessionScope(t, conn)
+	require.Empty(t, gotWS)
+	require.Zero(t, n)
+
+	// Several statements in one batch without BEGIN are one transaction: a later failure
+	// undoes an earlier statement's committed-looking update.
+	b := &pgx.Batch{}
+	b.Queue(scopeSQL, ws.String())
+	b.Queue(`UPDATE outbox_events SET status = 'dispatching', locked_by = 'x/2'`)
+	b.Queue(`SELECT 1 / 0`)
+	br := conn.SendBatch(ctx, b)
+	_, err = br.Exec()
+	require.NoError(t, err)
+	tag, err := br.Exec()
+	require.NoError(t, err)
+	require.EqualValues(t, 5, tag.RowsAffected())
+	_, err = br.Exec()
+	require.Error(t, err)
+	require.Error(t, br.Close())
+	require.Equal(t, 5, statusCounts(t, db)[StatusPending])
+	gotWS, n = sessionScope(t, conn)
+	require.Empty(t, gotWS)
+	require.Zero(t, n)
+}
+
+// claimVisible records, at each Publish, whether every published event is already committed
+// as dispatching under a lease, seen from another session.
+type claimVisible struct {
+	db  *pgtest.DB
+	bad chan string
+}
+
+func (c claimVisible) Publish(_ string, msgs ...*message.Message) error {
+	ids := make([]string, len(msgs))
+	for i, m := range msgs {
+		ids[i] = m.UUID
+	}
+	var n int
+	if err := c.db.Owner.QueryRow(context.Background(), `SELECT count(*)::int FROM outbox_events
+		WHERE id = ANY($1::uuid[]) AND status = 'dispatching' AND locked_by IS NOT NULL AND locked_until > now()`, ids).Scan(&n); err != nil {
+		c.bad <- err.Error()
+	} else if n != len(ids) {
+		c.bad <- "published before the claim committed"
+	}
+	return nil
+}
+
+func (claimVisible) Close() error { return nil }
+
+// The claim commits before anything is published.
+func TestClaimCommitsBeforePublish(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	wss := []uuid.UUID{createWorkspace(t, db), createWorkspace(t, db)}
+	ids := bulkInsert(t, db, wss, 150)
+	cv := claimVisible{db: db, bad: make(chan string, 100)}
+	d, _ := startDispatcher(t, db, fastConfig(), PublisherMap{testQueue: cv})
+	waitFor(t, 20*time.Second, "dispatched", func() bool { return statusCounts(t, db)[StatusDispatched] == len(ids) })
+	require.Equal(t, float64(len(ids)), testutilValue(d))
+	select {
+	case msg := <-cv.bad:
+		t.Fatal(msg)
+	default:
+	}
+}
