@@ -12,16 +12,17 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
-	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
 	"github.com/listingkit/listing/infra/config"
+	"github.com/listingkit/listing/infra/postgres/pgtest"
 	"github.com/listingkit/listing/infra/sandbox/aiprovider"
 	"github.com/listingkit/listing/infra/sandbox/marketplace"
 	"github.com/listingkit/listing/internal/servicetest"
@@ -489,4 +490,122 @@ func seedInScope(ctx context.Context, conn *pgx.Conn, ws string, fn func(tx pgx.
 	return fn(tx)
 }
 
-var _ = strings.Contains
+
+// seedChildEnv is a servicetest.Env for HTTP helpers (Do, Register, Count) against a
+// service run as a child process at base.
+func seedChildEnv(t testing.TB, db *pgtest.DB, base string) *servicetest.Env {
+	return &servicetest.Env{T: t, DB: db, URL: base}
+}
+
+// seedOutboxRow is one outbox row as the owner sees it.
+type seedOutboxRow struct {
+	ID       string
+	Status   string
+	LockedBy string
+}
+
+func seedOutbox(t testing.TB, db *pgtest.DB, ws, destination string) seedOutboxRow {
+	t.Helper()
+	var r seedOutboxRow
+	require.NoError(t, db.Owner.QueryRow(context.Background(),
+		`SELECT id::text, status, coalesce(locked_by, '') FROM outbox_events WHERE workspace_id = $1 AND destination = $2`,
+		ws, destination).Scan(&r.ID, &r.Status, &r.LockedBy))
+	return r
+}
+
+// seedWaitStatus waits until the owner reads want from query (one text column).
+func seedWaitStatus(t testing.TB, db *pgtest.DB, want, query string, args ...any) {
+	t.Helper()
+	var got string
+	seedEventually(t, 30*time.Second, func() bool {
+		require.NoError(t, db.Owner.QueryRow(context.Background(), query, args...).Scan(&got))
+		return got == want
+	}, "want %q from %s, last %q", want, query, &got)
+}
+
+// seedJobCount counts where BullMQ holds jobId id in queue: the job hash, and the id in the
+// wait, active, completed, failed and delayed structures. One job = hash 1, places 1.
+func seedJobCount(t testing.TB, rdb *redis.Client, prefix, queue, id string) (hash, places int) {
+	t.Helper()
+	ctx := context.Background()
+	k := prefix + ":" + queue + ":"
+	n, err := rdb.Exists(ctx, k+id).Result()
+	require.NoError(t, err)
+	for _, list := range []string{"wait", "active"} {
+		ids, err := rdb.LRange(ctx, k+list, 0, -1).Result()
+		require.NoError(t, err)
+		for _, v := range ids {
+			if v == id {
+				places++
+			}
+		}
+	}
+	for _, set := range []string{"completed", "failed", "delayed", "prioritized"} {
+		if err := rdb.ZScore(ctx, k+set, id).Err(); err == nil {
+			places++
+		} else {
+			require.ErrorIs(t, err, redis.Nil)
+		}
+	}
+	return int(n), places
+}
+
+// seedJobCompleted reports whether job id of queue is finished and in the completed set.
+func seedJobCompleted(t testing.TB, rdb *redis.Client, prefix, queue, id string) bool {
+	t.Helper()
+	err := rdb.ZScore(context.Background(), prefix+":"+queue+":completed", id).Err()
+	if err == redis.Nil {
+		return false
+	}
+	require.NoError(t, err)
+	return true
+}
+
+// TestSeedCrashAfterCommitBeforeDelivery — seed §6.3: the API process commits a store (and
+// its outbox row), answers 201 and is SIGKILLed before anything was delivered (no
+// dispatcher runs; Redis holds no job). A dispatcher and workers started afterwards, as
+// new processes, deliver the event: the verification succeeds, BullMQ holds exactly one job
+// for the event id, and the marketplace saw one verification. If the event lived anywhere
+// but in the committed transaction (memory of the API process, a publish after commit),
+// the kill would lose it and the operation would never finish.
+func TestSeedCrashAfterCommitBeforeDelivery(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	prefix := seedPrefix()
+	rdb := seedRedis(t, prefix)
+	serve, base := seedStartServe(t, db.AppURL, prefix)
+	env := seedChildEnv(t, db, base)
+	acct := env.Register("seed-crash@example.com")
+	store := env.Do(servicetest.Request{Method: "POST", Path: seedWS(acct) + "/stores", Token: acct.AccessToken,
+		Header: seedKey(), Body: seedStoreBody("crash")})
+	require.Equal(t, http.StatusCreated, store.Status, "%s", store.Body)
+	opID := seedField(t, store, "operation", "id")
+
+	ev := seedOutbox(t, db, acct.WorkspaceID, "store-verification")
+	require.Equal(t, "pending", ev.Status)
+	hash, places := seedJobCount(t, rdb, prefix, "store-verification", ev.ID)
+	require.Zero(t, hash+places, "delivered before the crash")
+	serve.kill(t)
+
+	seedStartDispatch(t, db.AppURL, prefix)
+	_, sandbox := seedStartWork(t, db.AppURL, prefix, nil)
+	seedWaitStatus(t, db, "succeeded", "SELECT status FROM operations WHERE id = $1", opID)
+	seedWaitStatus(t, db, "dispatched", "SELECT status FROM outbox_events WHERE id = $1", ev.ID)
+	seedEventually(t, 30*time.Second, func() bool { return seedJobCompleted(t, rdb, prefix, "store-verification", ev.ID) },
+		"job %s never completed", ev.ID)
+
+	hash, places = seedJobCount(t, rdb, prefix, "store-verification", ev.ID)
+	require.Equal(t, 1, hash)
+	require.Equal(t, 1, places)
+	require.Equal(t, 1, env.Count("SELECT count(*) FROM outbox_events WHERE workspace_id = $1 AND destination = 'store-verification'", acct.WorkspaceID))
+	require.Equal(t, "verified", seedOne(t, db, "SELECT status FROM stores WHERE workspace_id = $1", acct.WorkspaceID))
+	require.Equal(t, 1, seedSandboxStats(t, sandbox).Calls[marketplace.EndpointVerify])
+}
+
+// seedOne reads one text value as the owner.
+func seedOne(t testing.TB, db *pgtest.DB, query string, args ...any) string {
+	t.Helper()
+	var v string
+	require.NoError(t, db.Owner.QueryRow(context.Background(), query, args...).Scan(&v))
+	return v
+}
