@@ -21,60 +21,33 @@ import (
 	"github.com/listingkit/listing/app/worker"
 	"github.com/listingkit/listing/domain"
 	"github.com/listingkit/listing/infra/ai"
-	"github.com/listingkit/listing/infra/outbox"
 	"github.com/listingkit/listing/infra/postgres"
-	"github.com/listingkit/listing/infra/postgres/pgtest"
 	"github.com/listingkit/listing/infra/sandbox"
 	"github.com/listingkit/listing/infra/sandbox/aiprovider"
 	"github.com/listingkit/listing/infra/storage"
+	"github.com/listingkit/listing/internal/workertest"
 )
 
 const aiKey = "sk-ai-canary-5d1e"
 
 type bundle struct {
-	db       *pgtest.DB
-	ws, user uuid.UUID
-	sb       *aiprovider.Sandbox
-	srvURL   string
-	client   *ai.Client
-	dir      string
-	store    *storage.Local
-	h        *Handler
-	logs     *lockedBuilder
+	*workertest.Env
+	sb     *aiprovider.Sandbox
+	srvURL string
+	client *ai.Client
+	dir    string
+	store  *storage.Local
+	h      *Handler
 	// reply overrides the sandbox's chat answer when set.
 	mu    sync.Mutex
 	reply func(model, prompt string) string
 }
 
-type lockedBuilder struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (w *lockedBuilder) Write(p []byte) (int, error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.b.Write(p)
-}
-
-func (w *lockedBuilder) String() string {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.b.String()
-}
-
 func setup(t *testing.T) *bundle {
 	t.Helper()
-	ctx := context.Background()
-	db := pgtest.New(t)
-	b := &bundle{db: db, ws: uuid.New(), user: uuid.New(), logs: &lockedBuilder{}, dir: t.TempDir()}
-	_, err := db.Owner.Exec(ctx, `
-		WITH u AS (INSERT INTO users (id, email, password_hash) VALUES ($2, $3, 'x')),
-		     w AS (INSERT INTO workspaces (id, name) VALUES ($1, 'ws'))
-		SELECT 1`, b.ws, b.user, b.user.String()+"@example.test")
-	require.NoError(t, err)
-
+	b := &bundle{Env: workertest.New(t), dir: t.TempDir()}
 	discard := slog.New(slog.DiscardHandler)
+	var err error
 	b.sb, err = aiprovider.New(aiprovider.Config{
 		APIKeys: []string{aiKey},
 		ReplyFunc: func(model, prompt string) string {
@@ -105,16 +78,8 @@ func setup(t *testing.T) *bundle {
 
 func (b *bundle) handler(t *testing.T, provider port.AIProvider) *Handler {
 	t.Helper()
-	pub, err := outbox.NewEventPublisher(outbox.PublisherConfig{Routes: outbox.Routes(worker.Routes())})
-	require.NoError(t, err)
 	h, err := New(Config{
-		Deps: worker.Deps{
-			Tx:         postgres.Transactor{Pool: b.db.App},
-			Operations: postgres.NewOperations(),
-			Events:     pub,
-			Now:        time.Now,
-			Log:        slog.New(slog.NewTextHandler(b.logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
-		},
+		Deps:     b.Deps,
 		Tasks:    postgres.NewAITasks(),
 		Products: postgres.Products{},
 		Ledger:   postgres.AILedger{},
@@ -125,49 +90,30 @@ func (b *bundle) handler(t *testing.T, provider port.AIProvider) *Handler {
 	return h
 }
 
-func (b *bundle) inTx(t *testing.T, fn func(ctx context.Context) error) {
-	t.Helper()
-	require.NoError(t, postgres.InTx(context.Background(), b.db.App, postgres.Scope{WorkspaceID: b.ws, UserID: b.user},
-		func(ctx context.Context, _ pgx.Tx) error { return fn(ctx) }))
-}
-
 // seedTask creates a product, an operation and a pending AI task of kind, as app_user.
 func (b *bundle) seedTask(t *testing.T, kind, instruction string) (domain.AITask, domain.Product) {
 	t.Helper()
 	now := time.Now()
-	var task domain.AITask
-	var product domain.Product
-	b.inTx(t, func(ctx context.Context) error {
-		var err error
-		product, err = domain.NewProduct(uuid.New(), b.ws, domain.ProductContent{Title: "Cast iron skillet 28 cm",
-			Description: "Pre-seasoned, oven safe to 260 °C.", Price: "39.90", Currency: "EUR"}, now)
-		require.NoError(t, err)
-		require.NoError(t, postgres.Products{}.Insert(ctx, product))
-		id := uuid.New()
-		op := domain.NewOperation(b.ws, b.user, "ai_task", "ai_task", id, now)
-		require.NoError(t, postgres.NewOperations().Insert(ctx, op))
-		task, err = domain.NewAITask(id, b.ws, op.ID, kind, product.ID, instruction, now)
-		require.NoError(t, err)
-		return postgres.NewAITasks().Insert(ctx, task)
-	})
+	product, err := domain.NewProduct(uuid.New(), b.Workspace, domain.ProductContent{Title: "Cast iron skillet 28 cm",
+		Description: "Pre-seasoned, oven safe to 260 °C.", Price: "39.90", Currency: "EUR"}, now)
+	require.NoError(t, err)
+	b.InTx(t, func(ctx context.Context) error { return postgres.Products{}.Insert(ctx, product) })
+	id := uuid.New()
+	op := domain.NewOperation(b.Workspace, b.User, "ai_task", "ai_task", id, now)
+	task, err := domain.NewAITask(id, b.Workspace, op.ID, kind, product.ID, instruction, now)
+	require.NoError(t, err)
+	workertest.InsertTask(t, b.Env, postgres.NewAITasks(), op, task)
 	return task, product
 }
 
-func (b *bundle) job(task domain.AITask) worker.Job {
-	payload, _ := json.Marshal(domain.AITaskRequested{AITaskID: task.ID, OperationID: task.OperationID, Kind: task.Kind, ProductID: task.ProductID})
-	return worker.Job{ID: uuid.NewString(), WorkspaceID: b.ws, EventType: domain.AITaskRequested{}.EventType(), Payload: payload, Attempt: 1}
+func (b *bundle) job(t *testing.T, task domain.AITask) worker.Job {
+	return b.Job(t, domain.AITaskRequested{AITaskID: task.ID, OperationID: task.OperationID, Kind: task.Kind, ProductID: task.ProductID}, 1, false)
 }
 
-func (b *bundle) load(t *testing.T, id uuid.UUID) (task domain.AITask, op domain.Operation) {
+func (b *bundle) load(t *testing.T, id uuid.UUID) (domain.AITask, domain.Operation) {
 	t.Helper()
-	b.inTx(t, func(ctx context.Context) error {
-		var err error
-		task, err = postgres.NewAITasks().Get(ctx, id)
-		require.NoError(t, err)
-		op, err = postgres.NewOperations().Get(ctx, task.OperationID)
-		return err
-	})
-	return task, op
+	task := workertest.Load(t, b.Env, postgres.NewAITasks(), id)
+	return task, b.Operation(t, task.OperationID)
 }
 
 type ledgerRow struct {
@@ -177,23 +123,13 @@ type ledgerRow struct {
 
 func (b *bundle) ledger(t *testing.T, id uuid.UUID) []ledgerRow {
 	t.Helper()
-	rows, err := b.db.Owner.Query(context.Background(),
+	rows, err := b.DB.Owner.Query(context.Background(),
 		`SELECT model, prompt_tokens, completion_tokens, images FROM ai_usage_ledger WHERE ai_task_id = $1`, id)
 	require.NoError(t, err)
 	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (ledgerRow, error) {
 		var l ledgerRow
 		return l, r.Scan(&l.model, &l.prompt, &l.completion, &l.img)
 	})
-	require.NoError(t, err)
-	return out
-}
-
-func (b *bundle) statusEvents(t *testing.T, opID uuid.UUID) []string {
-	t.Helper()
-	rows, err := b.db.Owner.Query(context.Background(), `SELECT event_payload->>'status' FROM outbox_events
-		WHERE event_type = 'operation.status_changed' AND aggregate_id = $1 ORDER BY created_at, (event_payload->>'version')::int`, opID.String())
-	require.NoError(t, err)
-	out, err := pgx.CollectRows(rows, pgx.RowTo[string])
 	require.NoError(t, err)
 	return out
 }
@@ -218,7 +154,7 @@ func TestTextHappyPathAndRedelivery(t *testing.T) {
 	b := setup(t)
 	ctx := context.Background()
 	task, _ := b.seedTask(t, domain.AIKindText, "Two sentences, friendly tone.")
-	job := b.job(task)
+	job := b.job(t, task)
 
 	require.NoError(t, b.h.Handle(ctx, job))
 
@@ -232,7 +168,7 @@ func TestTextHappyPathAndRedelivery(t *testing.T) {
 	require.Equal(t, "chatcmpl-sbx-000001", got.ProviderRequestID)
 	require.Equal(t, domain.OperationSucceeded, op.Status)
 	require.JSONEq(t, `{"ai_task_id":"`+task.ID.String()+`"}`, string(op.Result))
-	require.Equal(t, []string{"running", "succeeded"}, b.statusEvents(t, op.ID))
+	require.Equal(t, []string{"running", "succeeded"}, b.StatusEvents(t, op.ID))
 	rows := b.ledger(t, task.ID)
 	require.Len(t, rows, 1)
 	require.Equal(t, "gpt-4o-mini", rows[0].model)
@@ -248,9 +184,9 @@ func TestTextHappyPathAndRedelivery(t *testing.T) {
 	require.Equal(t, op.Version, opAgain.Version)
 	require.Equal(t, 1, b.sb.Calls(aiprovider.EndpointChat))
 	require.Len(t, b.ledger(t, task.ID), 1)
-	require.Equal(t, []string{"running", "succeeded"}, b.statusEvents(t, op.ID))
+	require.Equal(t, []string{"running", "succeeded"}, b.StatusEvents(t, op.ID))
 
-	logs := b.logs.String()
+	logs := b.Logs.String()
 	require.NotContains(t, logs, "Cast iron")
 	require.NotContains(t, logs, "friendly tone")
 	require.NotContains(t, logs, aiKey)
@@ -260,7 +196,7 @@ func TestCategory(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	task, _ := b.seedTask(t, domain.AIKindCategory, "")
-	require.NoError(t, b.h.Handle(context.Background(), b.job(task)))
+	require.NoError(t, b.h.Handle(context.Background(), b.job(t, task)))
 	got, _ := b.load(t, task.ID)
 	require.Equal(t, domain.TaskSucceeded, got.Status)
 	require.JSONEq(t, `{"category":"Home & Garden > Kitchen > Cookware"}`, string(got.Output))
@@ -279,7 +215,7 @@ func TestCrashAfterProviderCallBeforeRecording(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 1, b.chatExecutions())
 
-	require.NoError(t, b.h.Handle(ctx, b.job(task)))
+	require.NoError(t, b.h.Handle(ctx, b.job(t, task)))
 	got, op := b.load(t, task.ID)
 	require.Equal(t, domain.TaskSucceeded, got.Status)
 	require.Equal(t, first.ProviderRequestID, got.ProviderRequestID)
@@ -297,7 +233,7 @@ func TestProviderAnsweredButReplyLost(t *testing.T) {
 	b := setup(t)
 	ctx := context.Background()
 	task, _ := b.seedTask(t, domain.AIKindText, "")
-	job := b.job(task)
+	job := b.job(t, task)
 
 	// The provider runs the model, then the answer is lost (a 502 after the effect).
 	b.sb.InjectFault(sandbox.Fault{Endpoint: aiprovider.EndpointChat, Status: http.StatusBadGateway, AfterEffect: true})
@@ -322,7 +258,7 @@ func TestProvider5xxThenSuccess(t *testing.T) {
 	b := setup(t)
 	ctx := context.Background()
 	task, _ := b.seedTask(t, domain.AIKindText, "")
-	job := b.job(task)
+	job := b.job(t, task)
 
 	b.sb.InjectFault(sandbox.Fault{Endpoint: aiprovider.EndpointChat, Status: http.StatusServiceUnavailable})
 	err := b.h.Handle(ctx, job)
@@ -339,7 +275,7 @@ func TestProvider5xxThenSuccess(t *testing.T) {
 	require.Equal(t, 2, b.sb.Calls(aiprovider.EndpointChat))
 	require.Equal(t, 1, b.chatExecutions())
 	require.Len(t, b.ledger(t, task.ID), 1)
-	require.Equal(t, []string{"running", "succeeded"}, b.statusEvents(t, op.ID))
+	require.Equal(t, []string{"running", "succeeded"}, b.StatusEvents(t, op.ID))
 }
 
 func TestRateLimitedIsRetryable(t *testing.T) {
@@ -347,7 +283,7 @@ func TestRateLimitedIsRetryable(t *testing.T) {
 	b := setup(t)
 	task, _ := b.seedTask(t, domain.AIKindCategory, "")
 	b.sb.InjectFault(sandbox.Fault{Endpoint: aiprovider.EndpointChat, Status: http.StatusTooManyRequests})
-	err := b.h.Handle(context.Background(), b.job(task))
+	err := b.h.Handle(context.Background(), b.job(t, task))
 	require.ErrorIs(t, err, port.ErrAIRateLimited)
 	require.False(t, worker.IsPermanent(err))
 	got, _ := b.load(t, task.ID)
@@ -359,7 +295,7 @@ func TestPermanentRejectionFailsTheTask(t *testing.T) {
 	b := setup(t)
 	ctx := context.Background()
 	task, _ := b.seedTask(t, domain.AIKindText, "")
-	job := b.job(task)
+	job := b.job(t, task)
 
 	b.sb.InjectFault(sandbox.Fault{Endpoint: aiprovider.EndpointChat, Status: http.StatusBadRequest})
 	err := b.h.Handle(ctx, job) // the first attempt of many, failed at once
@@ -371,7 +307,7 @@ func TestPermanentRejectionFailsTheTask(t *testing.T) {
 	require.Equal(t, domain.OperationFailed, op.Status)
 	require.Equal(t, "AI_PROVIDER_REJECTED", op.ErrorCode)
 	require.NotContains(t, op.ErrorMessage, "injected")
-	require.Equal(t, []string{"running", "failed"}, b.statusEvents(t, op.ID))
+	require.Equal(t, []string{"running", "failed"}, b.StatusEvents(t, op.ID))
 	rows := b.ledger(t, task.ID)
 	require.Len(t, rows, 1, "one ledger row per task, also a failed one")
 	require.Zero(t, rows[0].prompt+rows[0].completion+rows[0].img)
@@ -387,7 +323,7 @@ func TestLastAttemptRecordsFailure(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	task, _ := b.seedTask(t, domain.AIKindText, "")
-	job := b.job(task)
+	job := b.job(t, task)
 	job.Attempt, job.LastAttempt = 3, true
 	b.sb.InjectFault(sandbox.Fault{Endpoint: aiprovider.EndpointChat, Status: http.StatusInternalServerError})
 	require.True(t, worker.IsPermanent(b.h.Handle(context.Background(), job)))
@@ -405,7 +341,7 @@ func TestServiceKeyRefused(t *testing.T) {
 	require.NoError(t, err)
 	h := b.handler(t, bad)
 	task, _ := b.seedTask(t, domain.AIKindText, "")
-	require.True(t, worker.IsPermanent(h.Handle(context.Background(), b.job(task))))
+	require.True(t, worker.IsPermanent(h.Handle(context.Background(), b.job(t, task))))
 	got, op := b.load(t, task.ID)
 	require.Equal(t, domain.TaskFailed, got.Status)
 	require.Equal(t, "AI_PROVIDER_UNAUTHORIZED", op.ErrorCode)
@@ -419,7 +355,7 @@ func TestUnusableAnswerIsBilled(t *testing.T) {
 	b.reply = func(string, string) string { return "  \n > \n" }
 	b.mu.Unlock()
 	task, _ := b.seedTask(t, domain.AIKindCategory, "")
-	require.True(t, worker.IsPermanent(b.h.Handle(context.Background(), b.job(task))))
+	require.True(t, worker.IsPermanent(b.h.Handle(context.Background(), b.job(t, task))))
 	got, _ := b.load(t, task.ID)
 	require.Equal(t, domain.TaskFailed, got.Status)
 	require.Equal(t, "AI_OUTPUT_UNUSABLE", got.ErrorCode)
@@ -433,7 +369,7 @@ func TestImageStoresOneObject(t *testing.T) {
 	b := setup(t)
 	ctx := context.Background()
 	task, _ := b.seedTask(t, domain.AIKindImage, "")
-	job := b.job(task)
+	job := b.job(t, task)
 
 	// The first delivery's answer is lost after the provider generated the image.
 	b.sb.InjectFault(sandbox.Fault{Endpoint: aiprovider.EndpointImages, Status: http.StatusBadGateway, AfterEffect: true})
@@ -458,7 +394,7 @@ func TestImageStoresOneObject(t *testing.T) {
 	require.NotContains(t, string(got.Output), "workspaces/")
 	require.NotContains(t, string(op.Result), "workspaces/")
 
-	info, err := b.store.Stat(ctx, ImageKey(b.ws, task.ID))
+	info, err := b.store.Stat(ctx, ImageKey(b.Workspace, task.ID))
 	require.NoError(t, err)
 	require.Equal(t, out.Image.Size, info.Size)
 	require.Equal(t, "image/png", info.ContentType)
@@ -474,7 +410,7 @@ func TestImageStoresOneObject(t *testing.T) {
 func TestUnknownTaskIsPermanent(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	job := b.job(domain.AITask{Task: domain.Task{ID: uuid.New()}})
+	job := b.job(t, domain.AITask{Task: domain.Task{ID: uuid.New()}})
 	err := b.h.Handle(context.Background(), job)
 	require.True(t, worker.IsPermanent(err))
 	require.ErrorIs(t, err, domain.ErrAITaskNotFound)

@@ -5,14 +5,12 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"image"
 	"image/color"
 	"image/png"
 	"io"
 	"io/fs"
-	"log/slog"
 	"os"
 	"path/filepath"
 	"sync"
@@ -28,28 +26,10 @@ import (
 	"github.com/listingkit/listing/app/worker/mediaproc"
 	"github.com/listingkit/listing/domain"
 	"github.com/listingkit/listing/infra/imaging"
-	"github.com/listingkit/listing/infra/outbox"
 	"github.com/listingkit/listing/infra/postgres"
-	"github.com/listingkit/listing/infra/postgres/pgtest"
 	"github.com/listingkit/listing/infra/storage"
+	"github.com/listingkit/listing/internal/workertest"
 )
-
-// flakyTx fails the failAt-th InTx call (1-based) without running it: a crash or a lost
-// database connection at that step.
-type flakyTx struct {
-	port.Transactor
-	failAt int64
-	calls  atomic.Int64
-}
-
-var errCrash = errors.New("simulated crash: the step did not run")
-
-func (f *flakyTx) InTx(ctx context.Context, ws, user uuid.UUID, fn func(ctx context.Context) error) error {
-	if f.calls.Add(1) == f.failAt {
-		return errCrash
-	}
-	return f.Transactor.InTx(ctx, ws, user, fn)
-}
 
 // countingStorage counts calls and can fail the next Gets.
 type countingStorage struct {
@@ -81,12 +61,10 @@ func (c *countingStorage) Put(ctx context.Context, key string, r io.Reader, size
 // bundle is one test's world: an isolated database, a workspace, a storage directory and
 // the handler.
 type bundle struct {
-	db       *pgtest.DB
-	ws, user uuid.UUID
-	dir      string
-	store    *countingStorage
-	tx       *flakyTx
-	h        *mediaproc.Handler
+	*workertest.Env
+	dir   string
+	store *countingStorage
+	h     *mediaproc.Handler
 }
 
 type options struct {
@@ -96,30 +74,18 @@ type options struct {
 
 func setup(t *testing.T, opts options) *bundle {
 	t.Helper()
-	db := pgtest.New(t)
-	b := &bundle{db: db, ws: uuid.New(), user: uuid.New(), dir: t.TempDir()}
-	_, err := db.Owner.Exec(context.Background(), `
-		WITH u AS (INSERT INTO users (id, email, password_hash) VALUES ($2, $3, 'x')),
-		     w AS (INSERT INTO workspaces (id, name) VALUES ($1, 'ws'))
-		SELECT 1`, b.ws, b.user, b.user.String()+"@example.test")
-	require.NoError(t, err)
-	_, err = db.Owner.Exec(context.Background(),
-		`INSERT INTO workspace_memberships (workspace_id, user_id, role) VALUES ($1, $2, 'owner')`, b.ws, b.user)
-	require.NoError(t, err)
-
+	b := &bundle{Env: workertest.New(t), dir: t.TempDir()}
 	local, err := storage.NewLocal(storage.LocalConfig{Dir: b.dir})
 	require.NoError(t, err)
 	t.Cleanup(func() { local.Close() })
 	b.store = &countingStorage{ObjectStorage: local}
-	b.tx = &flakyTx{Transactor: postgres.Transactor{Pool: db.App}, failAt: opts.failAt}
-	events, err := outbox.NewEventPublisher(outbox.PublisherConfig{Routes: outbox.Routes(worker.Routes())})
-	require.NoError(t, err)
 	if opts.maxBytes == 0 {
 		opts.maxBytes = 10 << 20
 	}
+	deps := b.Deps
+	deps.Tx = &workertest.FlakyTx{Transactor: deps.Tx, FailAt: opts.failAt}
 	b.h, err = mediaproc.New(mediaproc.Config{
-		Deps: worker.Deps{Tx: b.tx, Operations: postgres.NewOperations(), Events: events, Now: time.Now,
-			Log: slog.New(slog.DiscardHandler)},
+		Deps:     deps,
 		Tasks:    postgres.NewMediaTasks(),
 		Media:    postgres.NewMedia(),
 		Storage:  b.store,
@@ -141,43 +107,23 @@ func setup(t *testing.T, opts options) *bundle {
 	return b
 }
 
-func (b *bundle) inTx(t *testing.T, fn func(ctx context.Context) error) {
-	t.Helper()
-	require.NoError(t, postgres.Transactor{Pool: b.db.App}.InTx(context.Background(), b.ws, b.user, fn))
-}
-
 // seed records a media in processing (as the complete command leaves it), its task and its
 // operation, and uploads data unless data is nil. It returns the job event.
 func (b *bundle) seed(t *testing.T, data []byte, contentType string, declaredSize int64) domain.MediaUploadCompleted {
 	t.Helper()
 	now := time.Now()
-	m, err := domain.NewMedia(uuid.New(), b.ws, "photo.png", contentType, declaredSize, 1<<40, now)
+	m, err := domain.NewMedia(uuid.New(), b.Workspace, "photo.png", contentType, declaredSize, 1<<40, now)
 	require.NoError(t, err)
 	m.Status = domain.MediaProcessing
-	op := domain.NewOperation(b.ws, b.user, "media.processing", "media", m.ID, now)
-	task := domain.MediaTask{Task: domain.NewTask(uuid.New(), b.ws, op.ID, now), MediaID: m.ID}
-	b.inTx(t, func(ctx context.Context) error {
-		if err := postgres.NewMedia().Insert(ctx, m); err != nil {
-			return err
-		}
-		if err := postgres.NewOperations().Insert(ctx, op); err != nil {
-			return err
-		}
-		return postgres.NewMediaTasks().Insert(ctx, task)
-	})
+	op := domain.NewOperation(b.Workspace, b.User, "media.processing", "media", m.ID, now)
+	task := domain.MediaTask{Task: domain.NewTask(uuid.New(), b.Workspace, op.ID, now), MediaID: m.ID}
+	b.InTx(t, func(ctx context.Context) error { return postgres.NewMedia().Insert(ctx, m) })
+	workertest.InsertTask(t, b.Env, postgres.NewMediaTasks(), op, task)
 	if data != nil {
-		require.NoError(t, b.store.ObjectStorage.Put(context.Background(), domain.MediaObjectKey(b.ws, m.ID),
+		require.NoError(t, b.store.ObjectStorage.Put(context.Background(), domain.MediaObjectKey(b.Workspace, m.ID),
 			bytes.NewReader(data), int64(len(data)), contentType))
 	}
 	return domain.MediaUploadCompleted{MediaID: m.ID, ProcessingID: task.ID, OperationID: op.ID}
-}
-
-func (b *bundle) job(t *testing.T, ev domain.MediaUploadCompleted, attempt int, last bool) worker.Job {
-	t.Helper()
-	raw, err := json.Marshal(ev)
-	require.NoError(t, err)
-	return worker.Job{ID: "evt-" + ev.ProcessingID.String(), WorkspaceID: b.ws, EventType: ev.EventType(),
-		Payload: raw, Attempt: attempt, LastAttempt: last}
 }
 
 type state struct {
@@ -188,29 +134,11 @@ type state struct {
 
 func (b *bundle) state(t *testing.T, ev domain.MediaUploadCompleted) state {
 	t.Helper()
-	var s state
-	b.inTx(t, func(ctx context.Context) error {
-		var err error
-		if s.task, err = postgres.NewMediaTasks().Get(ctx, ev.ProcessingID); err != nil {
-			return err
-		}
-		if s.op, err = postgres.NewOperations().Get(ctx, ev.OperationID); err != nil {
-			return err
-		}
-		s.media, err = postgres.NewMedia().Get(ctx, ev.MediaID)
-		return err
-	})
-	return s
-}
-
-// statusEvents counts the outbox rows of an operation's status changes.
-func (b *bundle) statusEvents(t *testing.T, opID uuid.UUID) int {
-	t.Helper()
-	var n int
-	require.NoError(t, b.db.Owner.QueryRow(context.Background(),
-		`SELECT count(*) FROM outbox_events WHERE workspace_id = $1 AND event_type = 'operation.status_changed' AND aggregate_id = $2`,
-		b.ws, opID.String()).Scan(&n))
-	return n
+	return state{
+		task:  workertest.Load(t, b.Env, postgres.NewMediaTasks(), ev.ProcessingID),
+		op:    b.Operation(t, ev.OperationID),
+		media: workertest.Load(t, b.Env, postgres.NewMedia(), ev.MediaID),
+	}
 }
 
 // objects maps every stored object's path (relative to the objects directory) to the
@@ -272,7 +200,7 @@ func TestValidPNGBecomesReadyAndRedeliveryIsNoOp(t *testing.T) {
 	data := makePNG(t, 1600, 900)
 	ev := b.seed(t, data, "image/png", int64(len(data)))
 
-	require.NoError(t, b.h.Handle(ctx, b.job(t, ev, 1, false)))
+	require.NoError(t, b.h.Handle(ctx, b.Job(t, ev, 1, false)))
 
 	s := b.state(t, ev)
 	require.Equal(t, domain.TaskSucceeded, s.task.Status)
@@ -290,13 +218,13 @@ func TestValidPNGBecomesReadyAndRedeliveryIsNoOp(t *testing.T) {
 	require.Empty(t, s.media.RejectReason)
 	require.Equal(t, domain.OperationSucceeded, s.op.Status)
 	require.JSONEq(t, `{"media_id": "`+ev.MediaID.String()+`", "variants": 2}`, string(s.op.Result))
-	require.Equal(t, 2, b.statusEvents(t, ev.OperationID), "running and succeeded")
+	require.Equal(t, 2, b.CountOutbox(t, "operation.status_changed", ev.OperationID), "running and succeeded")
 	objs := b.objects(t)
-	requireKeys(t, objs, variantKeys(b.ws, ev.MediaID))
+	requireKeys(t, objs, variantKeys(b.Workspace, ev.MediaID))
 
 	// The variants are what their rows say: JPEGs of the recorded size.
 	for _, v := range s.media.Variants {
-		rc, info, err := b.store.ObjectStorage.Get(ctx, domain.MediaVariantKey(b.ws, ev.MediaID, v.Name))
+		rc, info, err := b.store.ObjectStorage.Get(ctx, domain.MediaVariantKey(b.Workspace, ev.MediaID, v.Name))
 		require.NoError(t, err)
 		cfg, format, err := image.DecodeConfig(rc)
 		rc.Close()
@@ -308,14 +236,14 @@ func TestValidPNGBecomesReadyAndRedeliveryIsNoOp(t *testing.T) {
 
 	// Redelivery after success: nothing read, written or published again.
 	gets, puts := b.store.gets.Load(), b.store.puts.Load()
-	require.NoError(t, b.h.Handle(ctx, b.job(t, ev, 2, false)))
+	require.NoError(t, b.h.Handle(ctx, b.Job(t, ev, 2, false)))
 	s2 := b.state(t, ev)
 	require.Equal(t, s.task.Version, s2.task.Version)
 	require.Equal(t, s.op.Version, s2.op.Version)
 	require.Equal(t, s.media.UpdatedAt, s2.media.UpdatedAt)
 	require.Equal(t, gets, b.store.gets.Load())
 	require.Equal(t, puts, b.store.puts.Load())
-	require.Equal(t, 2, b.statusEvents(t, ev.OperationID))
+	require.Equal(t, 2, b.CountOutbox(t, "operation.status_changed", ev.OperationID))
 	require.Equal(t, objs, b.objects(t))
 }
 
@@ -327,19 +255,19 @@ func TestCrashAfterStoringBeforeRecordingStoresTheSameObjects(t *testing.T) {
 	data := makePNG(t, 400, 300)
 	ev := b.seed(t, data, "image/png", int64(len(data)))
 
-	err := b.h.Handle(ctx, b.job(t, ev, 1, false))
-	require.ErrorIs(t, err, errCrash)
+	err := b.h.Handle(ctx, b.Job(t, ev, 1, false))
+	require.ErrorIs(t, err, workertest.ErrCrash)
 	require.False(t, worker.IsPermanent(err), "a failed step is retried")
 	s := b.state(t, ev)
 	require.Equal(t, domain.TaskRunning, s.task.Status)
 	require.Equal(t, domain.MediaProcessing, s.media.Status)
 	require.Equal(t, domain.OperationRunning, s.op.Status)
 	first := b.objects(t)
-	requireKeys(t, first, variantKeys(b.ws, ev.MediaID))
+	requireKeys(t, first, variantKeys(b.Workspace, ev.MediaID))
 	require.EqualValues(t, 2, b.store.puts.Load())
 
 	// The redelivery derives again and overwrites the same keys with the same bytes.
-	require.NoError(t, b.h.Handle(ctx, b.job(t, ev, 2, false)))
+	require.NoError(t, b.h.Handle(ctx, b.Job(t, ev, 2, false)))
 	require.Equal(t, first, b.objects(t), "the same set of objects, byte for byte")
 	s = b.state(t, ev)
 	require.Equal(t, domain.TaskSucceeded, s.task.Status)
@@ -347,7 +275,7 @@ func TestCrashAfterStoringBeforeRecordingStoresTheSameObjects(t *testing.T) {
 	require.Equal(t, domain.MediaReady, s.media.Status)
 	require.Len(t, s.media.Variants, 2)
 	require.Equal(t, domain.OperationSucceeded, s.op.Status)
-	require.Equal(t, 2, b.statusEvents(t, ev.OperationID), "running once, succeeded once")
+	require.Equal(t, 2, b.CountOutbox(t, "operation.status_changed", ev.OperationID), "running once, succeeded once")
 	entries, err := fs.ReadDir(os.DirFS(b.dir), "tmp")
 	require.NoError(t, err)
 	require.Empty(t, entries, "no partial writes left behind")
@@ -368,13 +296,13 @@ func requireRejected(t *testing.T, b *bundle, ev domain.MediaUploadCompleted, er
 	require.Equal(t, code, s.op.ErrorCode)
 	require.NotEmpty(t, s.op.ErrorMessage)
 	require.NotContains(t, s.op.ErrorMessage, "workspaces/", "no storage key in client messages")
-	require.Equal(t, 2, b.statusEvents(t, ev.OperationID), "running and failed")
+	require.Equal(t, 2, b.CountOutbox(t, "operation.status_changed", ev.OperationID), "running and failed")
 	for k := range b.objects(t) {
 		require.NotContains(t, k, ".jpg", "no variant of an invalid media")
 	}
 
 	// A redelivery of the failed job changes nothing.
-	require.NoError(t, b.h.Handle(context.Background(), b.job(t, ev, 2, false)))
+	require.NoError(t, b.h.Handle(context.Background(), b.Job(t, ev, 2, false)))
 	require.Equal(t, s, b.state(t, ev))
 }
 
@@ -407,7 +335,7 @@ func TestInvalidMediaIsRejected(t *testing.T) {
 				bb = small
 			}
 			ev := bb.seed(t, tc.data, tc.contentType, tc.declared)
-			err := bb.h.Handle(context.Background(), bb.job(t, ev, 1, false))
+			err := bb.h.Handle(context.Background(), bb.Job(t, ev, 1, false))
 			requireRejected(t, bb, ev, err, tc.code)
 		})
 	}
@@ -422,14 +350,14 @@ func TestStorageUnavailableIsRetriedThenRecordedOnLastAttempt(t *testing.T) {
 	// Retryable, then success.
 	ev := b.seed(t, data, "image/png", int64(len(data)))
 	b.store.failGets = 1
-	err := b.h.Handle(ctx, b.job(t, ev, 1, false))
+	err := b.h.Handle(ctx, b.Job(t, ev, 1, false))
 	require.ErrorIs(t, err, port.ErrStorageUnavailable)
 	require.False(t, worker.IsPermanent(err))
 	require.NotContains(t, err.Error(), "workspaces/", "no storage key in the job's error")
 	s := b.state(t, ev)
 	require.Equal(t, domain.TaskRunning, s.task.Status)
 	require.Equal(t, domain.MediaProcessing, s.media.Status)
-	require.NoError(t, b.h.Handle(ctx, b.job(t, ev, 2, false)))
+	require.NoError(t, b.h.Handle(ctx, b.Job(t, ev, 2, false)))
 	s = b.state(t, ev)
 	require.Equal(t, domain.TaskSucceeded, s.task.Status)
 	require.Equal(t, 2, s.task.Attempts)
@@ -438,7 +366,7 @@ func TestStorageUnavailableIsRetriedThenRecordedOnLastAttempt(t *testing.T) {
 	// The last attempt records the failure with a client-safe code.
 	ev = b.seed(t, data, "image/png", int64(len(data)))
 	b.store.failGets = 1
-	err = b.h.Handle(ctx, b.job(t, ev, 5, true))
+	err = b.h.Handle(ctx, b.Job(t, ev, 5, true))
 	require.True(t, worker.IsPermanent(err))
 	s = b.state(t, ev)
 	require.Equal(t, domain.TaskFailed, s.task.Status)
@@ -454,11 +382,11 @@ func TestUnknownTaskIsPermanent(t *testing.T) {
 	t.Parallel()
 	b := setup(t, options{})
 	ev := domain.MediaUploadCompleted{MediaID: uuid.New(), ProcessingID: uuid.New(), OperationID: uuid.New()}
-	err := b.h.Handle(context.Background(), b.job(t, ev, 1, false))
+	err := b.h.Handle(context.Background(), b.Job(t, ev, 1, false))
 	require.Error(t, err)
 	require.True(t, worker.IsPermanent(err))
 
-	bad := worker.Job{ID: "x", WorkspaceID: b.ws, EventType: ev.EventType(), Payload: []byte(`{`), Attempt: 1}
+	bad := worker.Job{ID: "x", WorkspaceID: b.Workspace, EventType: ev.EventType(), Payload: []byte(`{`), Attempt: 1}
 	require.True(t, worker.IsPermanent(b.h.Handle(context.Background(), bad)))
 }
 

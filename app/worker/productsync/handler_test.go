@@ -7,26 +7,23 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
-	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/listingkit/listing/app/port"
 	"github.com/listingkit/listing/app/worker"
 	"github.com/listingkit/listing/app/worker/productsync"
 	"github.com/listingkit/listing/domain"
-	"github.com/listingkit/listing/infra/outbox"
 	"github.com/listingkit/listing/infra/platform"
 	"github.com/listingkit/listing/infra/postgres"
-	"github.com/listingkit/listing/infra/postgres/pgtest"
 	"github.com/listingkit/listing/infra/sandbox"
 	"github.com/listingkit/listing/infra/sandbox/marketplace"
 	"github.com/listingkit/listing/infra/secret"
+	"github.com/listingkit/listing/internal/workertest"
 )
 
 const apiKey = "sk_test_canary_9f3b2c"
@@ -61,30 +58,18 @@ func (s *spyMarket) seen() []string {
 }
 
 type bundle struct {
-	db     *pgtest.DB
-	ws     uuid.UUID
-	user   uuid.UUID
+	*workertest.Env
 	sb     *marketplace.Sandbox
 	market *spyMarket
 	cipher *secret.Cipher
 	h      *productsync.Handler
-	logs   *strings.Builder
 }
 
 func setup(t *testing.T) *bundle {
 	t.Helper()
-	ctx := context.Background()
-	db := pgtest.New(t)
-	b := &bundle{db: db, ws: uuid.New(), user: uuid.New(), logs: &strings.Builder{}}
-	_, err := db.Owner.Exec(ctx, `
-		WITH u AS (INSERT INTO users (id, email, password_hash) VALUES ($2, $3, 'x')),
-		     w AS (INSERT INTO workspaces (id, name) VALUES ($1, 'ws'))
-		SELECT 1`, b.ws, b.user, b.user.String()+"@example.test")
-	require.NoError(t, err)
-	_, err = db.Owner.Exec(ctx, `INSERT INTO workspace_memberships (workspace_id, user_id, role) VALUES ($1, $2, 'owner')`, b.ws, b.user)
-	require.NoError(t, err)
-
+	b := &bundle{Env: workertest.New(t)}
 	discard := slog.New(slog.DiscardHandler)
+	var err error
 	b.sb, err = marketplace.New(marketplace.Config{})
 	require.NoError(t, err)
 	srv := httptest.NewServer(b.sb)
@@ -94,17 +79,8 @@ func setup(t *testing.T) *bundle {
 	b.market = &spyMarket{Marketplace: client}
 	b.cipher, err = secret.New(secret.Config{Logger: discard})
 	require.NoError(t, err)
-	pub, err := outbox.NewEventPublisher(outbox.PublisherConfig{Routes: outbox.Routes(worker.Routes())})
-	require.NoError(t, err)
-
 	b.h, err = productsync.New(productsync.Config{
-		Deps: worker.Deps{
-			Tx:         postgres.Transactor{Pool: db.App},
-			Operations: postgres.NewOperations(),
-			Events:     pub,
-			Now:        time.Now,
-			Log:        slog.New(slog.NewTextHandler(&lockedWriter{b: b.logs}, &slog.HandlerOptions{Level: slog.LevelDebug})),
-		},
+		Deps:        b.Deps,
 		Syncs:       postgres.NewProductSyncs(),
 		Stores:      postgres.NewStores(),
 		Cipher:      b.cipher,
@@ -115,89 +91,43 @@ func setup(t *testing.T) *bundle {
 	return b
 }
 
-type lockedWriter struct {
-	mu sync.Mutex
-	b  *strings.Builder
-}
-
-func (w *lockedWriter) Write(p []byte) (int, error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.b.Write(p)
-}
-
-func (b *bundle) inTx(t *testing.T, fn func(ctx context.Context) error) {
-	t.Helper()
-	require.NoError(t, postgres.InTx(context.Background(), b.db.App, postgres.Scope{WorkspaceID: b.ws, UserID: b.user},
-		func(ctx context.Context, _ pgx.Tx) error { return fn(ctx) }))
-}
-
 // seedSync creates a store with status and sealed credentials for key, its pending sync and
 // the sync's operation, through the repositories as app_user.
 func (b *bundle) seedSync(t *testing.T, status domain.StoreStatus, key string) domain.ProductSync {
 	t.Helper()
 	now := time.Now()
-	var s domain.ProductSync
-	b.inTx(t, func(ctx context.Context) error {
-		store, err := domain.NewStore(uuid.New(), b.ws, "sandbox", "shop-1", "Shop", []string{"sandbox"}, now)
-		require.NoError(t, err)
-		if status != domain.StorePendingVerification {
-			store.RecordVerification(store.CredentialsVersion, status == domain.StoreVerified, "Shop", "", now)
-		}
+	store, err := domain.NewStore(uuid.New(), b.Workspace, "sandbox", "shop-1", "Shop", []string{"sandbox"}, now)
+	require.NoError(t, err)
+	if status != domain.StorePendingVerification {
+		store.RecordVerification(store.CredentialsVersion, status == domain.StoreVerified, "Shop", "", now)
+	}
+	b.InTx(t, func(ctx context.Context) error {
 		stores := postgres.NewStores()
-		require.NoError(t, stores.Insert(ctx, store))
-		creds, err := port.NewCredentials(key)
-		require.NoError(t, err)
-		plain, err := creds.SecretJSON()
-		require.NoError(t, err)
-		sealed, keyID, err := b.cipher.Seal(plain, port.CredentialsAD(b.ws, store.ID))
-		require.NoError(t, err)
-		require.NoError(t, stores.SetCredentials(ctx, store.ID, port.SealedCredentials{Ciphertext: sealed, KeyID: keyID}))
-
-		id := uuid.New()
-		op := domain.NewOperation(b.ws, b.user, "product_sync", "product_sync", id, now)
-		require.NoError(t, postgres.NewOperations().Insert(ctx, op))
-		s = domain.NewProductSync(id, b.ws, op.ID, store.ID, now)
-		return postgres.NewProductSyncs().Insert(ctx, s)
+		if err := stores.Insert(ctx, store); err != nil {
+			return err
+		}
+		return stores.SetCredentials(ctx, store.ID, b.Seal(t, b.cipher, store.ID, key))
 	})
+	id := uuid.New()
+	op := domain.NewOperation(b.Workspace, b.User, "product_sync", "product_sync", id, now)
+	s := domain.NewProductSync(id, b.Workspace, op.ID, store.ID, now)
+	workertest.InsertTask(t, b.Env, postgres.NewProductSyncs(), op, s)
 	return s
 }
 
-func (b *bundle) job(s domain.ProductSync) worker.Job {
-	payload, _ := json.Marshal(domain.ProductSyncRequested{SyncID: s.ID, OperationID: s.OperationID, StoreID: s.StoreID})
-	return worker.Job{ID: uuid.NewString(), WorkspaceID: b.ws, EventType: domain.ProductSyncRequested{}.EventType(),
-		Payload: payload, Attempt: 1}
+func (b *bundle) job(t *testing.T, s domain.ProductSync) worker.Job {
+	return b.Job(t, domain.ProductSyncRequested{SyncID: s.ID, OperationID: s.OperationID, StoreID: s.StoreID}, 1, false)
 }
 
-func (b *bundle) load(t *testing.T, id uuid.UUID) (s domain.ProductSync, op domain.Operation) {
+func (b *bundle) load(t *testing.T, id uuid.UUID) (domain.ProductSync, domain.Operation) {
 	t.Helper()
-	b.inTx(t, func(ctx context.Context) error {
-		var err error
-		s, err = postgres.NewProductSyncs().Get(ctx, id)
-		require.NoError(t, err)
-		op, err = postgres.NewOperations().Get(ctx, s.OperationID)
-		return err
-	})
-	return s, op
-}
-
-// statusEvents returns the statuses of the operation's status events in the outbox, in order.
-func (b *bundle) statusEvents(t *testing.T, opID uuid.UUID) []string {
-	t.Helper()
-	rows, err := b.db.Owner.Query(context.Background(), `SELECT event_payload->>'status' FROM outbox_events
-		WHERE event_type = 'operation.status_changed' AND aggregate_id = $1 ORDER BY created_at, (event_payload->>'version')::int`, opID.String())
-	require.NoError(t, err)
-	out, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	require.NoError(t, err)
-	return out
+	s := workertest.Load(t, b.Env, postgres.NewProductSyncs(), id)
+	return s, b.Operation(t, s.OperationID)
 }
 
 func (b *bundle) platformProducts(t *testing.T, storeID uuid.UUID) int {
 	t.Helper()
-	var n int
-	require.NoError(t, b.db.Owner.QueryRow(context.Background(),
-		`SELECT count(*) FROM platform_products WHERE store_id = $1`, storeID).Scan(&n))
-	return n
+	return b.Count(t, `SELECT count(*) FROM platform_products WHERE store_id = $1`, storeID)
 }
 
 func (b *bundle) listCalls() int { return b.sb.Calls(marketplace.EndpointListProducts) }
@@ -208,7 +138,7 @@ func TestSyncHappyPathAndRedelivery(t *testing.T) {
 	ctx := context.Background()
 	b.sb.Seed(apiKey, 25)
 	s := b.seedSync(t, domain.StoreVerified, apiKey)
-	job := b.job(s)
+	job := b.job(t, s)
 
 	require.NoError(t, b.h.Handle(ctx, job))
 
@@ -221,7 +151,7 @@ func TestSyncHappyPathAndRedelivery(t *testing.T) {
 	require.Equal(t, domain.OperationSucceeded, op.Status)
 	require.JSONEq(t, `{"sync_id":"`+s.ID.String()+`","pages":3,"items":25}`, string(op.Result))
 	require.Equal(t, 25, b.platformProducts(t, s.StoreID))
-	require.Equal(t, []string{"running", "succeeded"}, b.statusEvents(t, op.ID))
+	require.Equal(t, []string{"running", "succeeded"}, b.StatusEvents(t, op.ID))
 	require.Equal(t, 3, b.listCalls())
 
 	// A redelivery after success changes nothing and calls nothing.
@@ -231,15 +161,15 @@ func TestSyncHappyPathAndRedelivery(t *testing.T) {
 	require.Equal(t, got, again)
 	require.Equal(t, op.Version, opAgain.Version)
 	require.Equal(t, 3, b.listCalls())
-	require.Equal(t, []string{"running", "succeeded"}, b.statusEvents(t, op.ID))
-	require.NotContains(t, b.logs.String(), apiKey)
+	require.Equal(t, []string{"running", "succeeded"}, b.StatusEvents(t, op.ID))
+	require.NotContains(t, b.Logs.String(), apiKey)
 }
 
 func TestSyncEmptyStore(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	s := b.seedSync(t, domain.StoreVerified, apiKey)
-	require.NoError(t, b.h.Handle(context.Background(), b.job(s)))
+	require.NoError(t, b.h.Handle(context.Background(), b.job(t, s)))
 	got, op := b.load(t, s.ID)
 	require.Equal(t, domain.TaskSucceeded, got.Status)
 	require.Equal(t, 1, got.PagesDone)
@@ -253,7 +183,7 @@ func TestSyncResumesFromLastSavedPage(t *testing.T) {
 	ctx := context.Background()
 	b.sb.Seed(apiKey, 25)
 	s := b.seedSync(t, domain.StoreVerified, apiKey)
-	job := b.job(s)
+	job := b.job(t, s)
 
 	// The 2nd page fetch fails at the gateway (a crash of this delivery mid-way).
 	b.market.before = func(n int, _ string) error {
@@ -285,7 +215,7 @@ func TestSyncResumesFromLastSavedPage(t *testing.T) {
 	require.Equal(t, 2, got.Attempts)
 	require.JSONEq(t, `{"sync_id":"`+s.ID.String()+`","pages":3,"items":25}`, string(op.Result))
 	require.Equal(t, 25, b.platformProducts(t, s.StoreID))
-	require.Equal(t, []string{"running", "succeeded"}, b.statusEvents(t, op.ID))
+	require.Equal(t, []string{"running", "succeeded"}, b.StatusEvents(t, op.ID))
 
 	tokens := b.market.seen()
 	require.Len(t, tokens, 4) // page 1, page 2 (failed), page 2, page 3
@@ -308,7 +238,7 @@ func TestSyncConcurrentDeliveryNeverDoubleCounts(t *testing.T) {
 	ctx := context.Background()
 	b.sb.Seed(apiKey, 25)
 	s := b.seedSync(t, domain.StoreVerified, apiKey)
-	job := b.job(s)
+	job := b.job(t, s)
 
 	// While the first delivery fetches page 1, a second delivery records page 1 and then
 	// fails on page 2. The first delivery's page 1 is then stale: it must not count it again
@@ -332,7 +262,7 @@ func TestSyncConcurrentDeliveryNeverDoubleCounts(t *testing.T) {
 	require.Equal(t, 25, got.ItemsSynced)
 	require.JSONEq(t, `{"sync_id":"`+s.ID.String()+`","pages":3,"items":25}`, string(op.Result))
 	require.Equal(t, 25, b.platformProducts(t, s.StoreID))
-	require.Equal(t, []string{"running", "succeeded"}, b.statusEvents(t, op.ID))
+	require.Equal(t, []string{"running", "succeeded"}, b.StatusEvents(t, op.ID))
 }
 
 func TestSyncConcurrentDeliveryFinishedFirst(t *testing.T) {
@@ -341,7 +271,7 @@ func TestSyncConcurrentDeliveryFinishedFirst(t *testing.T) {
 	ctx := context.Background()
 	b.sb.Seed(apiKey, 25)
 	s := b.seedSync(t, domain.StoreVerified, apiKey)
-	job := b.job(s)
+	job := b.job(t, s)
 
 	var innerErr error
 	b.market.before = func(n int, _ string) error {
@@ -356,7 +286,7 @@ func TestSyncConcurrentDeliveryFinishedFirst(t *testing.T) {
 	require.Equal(t, domain.TaskSucceeded, got.Status)
 	require.Equal(t, 3, got.PagesDone)
 	require.Equal(t, 25, got.ItemsSynced)
-	require.Equal(t, []string{"running", "succeeded"}, b.statusEvents(t, op.ID))
+	require.Equal(t, []string{"running", "succeeded"}, b.StatusEvents(t, op.ID))
 }
 
 func TestSyncRateLimitedIsRetryable(t *testing.T) {
@@ -365,7 +295,7 @@ func TestSyncRateLimitedIsRetryable(t *testing.T) {
 	ctx := context.Background()
 	b.sb.Seed(apiKey, 5)
 	s := b.seedSync(t, domain.StoreVerified, apiKey)
-	job := b.job(s)
+	job := b.job(t, s)
 
 	b.sb.InjectFault(sandbox.Fault{Endpoint: marketplace.EndpointListProducts, Status: http.StatusTooManyRequests, RetryAfter: 2 * time.Second})
 	err := b.h.Handle(ctx, job)
@@ -384,7 +314,7 @@ func TestSyncRateLimitedIsRetryable(t *testing.T) {
 	got, op := b.load(t, s.ID)
 	require.Equal(t, domain.TaskSucceeded, got.Status)
 	require.Equal(t, 5, got.ItemsSynced)
-	require.Equal(t, []string{"running", "succeeded"}, b.statusEvents(t, op.ID))
+	require.Equal(t, []string{"running", "succeeded"}, b.StatusEvents(t, op.ID))
 }
 
 func TestSyncLastAttemptRecordsFailure(t *testing.T) {
@@ -393,7 +323,7 @@ func TestSyncLastAttemptRecordsFailure(t *testing.T) {
 	ctx := context.Background()
 	b.sb.Seed(apiKey, 5)
 	s := b.seedSync(t, domain.StoreVerified, apiKey)
-	job := b.job(s)
+	job := b.job(t, s)
 	job.Attempt, job.LastAttempt = 5, true
 
 	b.sb.InjectFault(sandbox.Fault{Endpoint: marketplace.EndpointListProducts, Status: http.StatusBadGateway})
@@ -406,7 +336,7 @@ func TestSyncLastAttemptRecordsFailure(t *testing.T) {
 	require.Equal(t, "PLATFORM_UNAVAILABLE", op.ErrorCode)
 	require.Equal(t, port.ErrPlatformTransient.Message, op.ErrorMessage)
 	require.NotContains(t, op.ErrorMessage, "HTTP")
-	require.Equal(t, []string{"running", "failed"}, b.statusEvents(t, op.ID))
+	require.Equal(t, []string{"running", "failed"}, b.StatusEvents(t, op.ID))
 
 	// A redelivery of a failed sync does nothing.
 	calls := b.listCalls()
@@ -420,7 +350,7 @@ func TestSyncBadCredentialsFailAtOnce(t *testing.T) {
 	const revoked = "sk_test_invalid_canary_77aa"
 	s := b.seedSync(t, domain.StoreVerified, revoked)
 
-	err := b.h.Handle(context.Background(), b.job(s)) // attempt 1 of many: still final
+	err := b.h.Handle(context.Background(), b.job(t, s)) // attempt 1 of many: still final
 	require.True(t, worker.IsPermanent(err))
 	require.NotContains(t, err.Error(), revoked)
 	got, op := b.load(t, s.ID)
@@ -428,10 +358,10 @@ func TestSyncBadCredentialsFailAtOnce(t *testing.T) {
 	require.Equal(t, "PLATFORM_UNAUTHORIZED", got.ErrorCode)
 	require.Equal(t, "PLATFORM_UNAUTHORIZED", op.ErrorCode)
 	require.Equal(t, 1, b.listCalls())
-	require.Equal(t, []string{"running", "failed"}, b.statusEvents(t, op.ID))
-	require.NotContains(t, b.logs.String(), revoked)
+	require.Equal(t, []string{"running", "failed"}, b.StatusEvents(t, op.ID))
+	require.NotContains(t, b.Logs.String(), revoked)
 	var leaked int
-	require.NoError(t, b.db.Owner.QueryRow(context.Background(),
+	require.NoError(t, b.DB.Owner.QueryRow(context.Background(),
 		`SELECT count(*) FROM outbox_events WHERE event_payload::text LIKE '%' || $1 || '%'`, revoked).Scan(&leaked))
 	require.Zero(t, leaked)
 }
@@ -441,7 +371,7 @@ func TestSyncStoreNotVerified(t *testing.T) {
 	b := setup(t)
 	for _, status := range []domain.StoreStatus{domain.StorePendingVerification, domain.StoreInvalid} {
 		s := b.seedSync(t, status, apiKey)
-		err := b.h.Handle(context.Background(), b.job(s))
+		err := b.h.Handle(context.Background(), b.job(t, s))
 		require.True(t, worker.IsPermanent(err))
 		require.True(t, errors.Is(err, domain.ErrStoreNotVerified))
 		got, op := b.load(t, s.ID)
@@ -449,9 +379,9 @@ func TestSyncStoreNotVerified(t *testing.T) {
 		require.Equal(t, "STORE_NOT_VERIFIED", got.ErrorCode)
 		require.Equal(t, domain.OperationFailed, op.Status)
 		require.Equal(t, "STORE_NOT_VERIFIED", op.ErrorCode)
-		require.Equal(t, []string{"failed"}, b.statusEvents(t, op.ID))
+		require.Equal(t, []string{"failed"}, b.StatusEvents(t, op.ID))
 		// Tidy up so the next store's unique shop id does not clash.
-		_, err = b.db.Owner.Exec(context.Background(), `DELETE FROM stores WHERE id = $1`, s.StoreID)
+		_, err = b.DB.Owner.Exec(context.Background(), `DELETE FROM stores WHERE id = $1`, s.StoreID)
 		require.NoError(t, err)
 	}
 	require.Zero(t, b.listCalls())
@@ -460,7 +390,7 @@ func TestSyncStoreNotVerified(t *testing.T) {
 func TestSyncUnknownSyncIsPermanent(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	job := b.job(domain.ProductSync{Task: domain.Task{ID: uuid.New()}})
+	job := b.job(t, domain.ProductSync{Task: domain.Task{ID: uuid.New()}})
 	err := b.h.Handle(context.Background(), job)
 	require.True(t, worker.IsPermanent(err))
 	require.ErrorIs(t, err, domain.ErrProductSyncNotFound)

@@ -1,94 +1,54 @@
 package publish_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
-	"log/slog"
 	"net/http/httptest"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/listingkit/listing/app/port"
 	"github.com/listingkit/listing/app/worker"
 	"github.com/listingkit/listing/app/worker/publish"
 	"github.com/listingkit/listing/domain"
-	"github.com/listingkit/listing/infra/outbox"
 	"github.com/listingkit/listing/infra/platform"
 	"github.com/listingkit/listing/infra/postgres"
-	"github.com/listingkit/listing/infra/postgres/pgtest"
 	"github.com/listingkit/listing/infra/sandbox"
 	"github.com/listingkit/listing/infra/sandbox/marketplace"
 	"github.com/listingkit/listing/infra/secret"
+	"github.com/listingkit/listing/internal/workertest"
 )
-
-// syncBuffer is a log sink safe for concurrent writers.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
 
 // bundle is what every test works with.
 type bundle struct {
-	db       *pgtest.DB
-	ws, user uuid.UUID
+	*workertest.Env
 	sandbox  *marketplace.Sandbox
 	gateway  *platform.Client
 	cipher   *secret.Cipher
-	deps     worker.Deps
-	logs     *syncBuffer
 	handler  *publish.Handler
 	stores   postgres.Stores
 	pubs     *postgres.Repository[domain.Publication]
-	ops      *postgres.Repository[domain.Operation]
 	products postgres.Products
 }
 
 func setup(t *testing.T) *bundle {
 	t.Helper()
-	db := pgtest.New(t)
-	ctx := context.Background()
-	b := &bundle{db: db, ws: uuid.New(), user: uuid.New(), logs: &syncBuffer{}}
-	_, err := db.Owner.Exec(ctx, `
-		WITH u AS (INSERT INTO users (id, email, password_hash) VALUES ($2, $3, 'x')),
-		     w AS (INSERT INTO workspaces (id, name) VALUES ($1, 'ws'))
-		SELECT 1`, b.ws, b.user, b.user.String()+"@example.test")
-	require.NoError(t, err)
-	_, err = db.Owner.Exec(ctx, `INSERT INTO workspace_memberships (workspace_id, user_id, role) VALUES ($1, $2, 'owner')`, b.ws, b.user)
-	require.NoError(t, err)
-
-	log := slog.New(slog.NewJSONHandler(b.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	b.sandbox, err = marketplace.New(marketplace.Config{Logger: log})
+	b := &bundle{Env: workertest.New(t)}
+	var err error
+	b.sandbox, err = marketplace.New(marketplace.Config{Logger: b.Log})
 	require.NoError(t, err)
 	srv := httptest.NewServer(b.sandbox)
 	t.Cleanup(srv.Close)
-	b.gateway, err = platform.New(platform.Config{BaseURL: srv.URL, Logger: log, Timeout: 5 * time.Second})
+	b.gateway, err = platform.New(platform.Config{BaseURL: srv.URL, Logger: b.Log, Timeout: 5 * time.Second})
 	require.NoError(t, err)
-	b.cipher, err = secret.New(secret.Config{Logger: log})
+	b.cipher, err = secret.New(secret.Config{Logger: b.Log})
 	require.NoError(t, err)
-	pub, err := outbox.NewEventPublisher(outbox.PublisherConfig{Routes: outbox.Routes(worker.Routes())})
-	require.NoError(t, err)
-
-	b.stores, b.pubs, b.ops = postgres.NewStores(), postgres.NewPublications(), postgres.NewOperations()
-	b.deps = worker.Deps{Tx: postgres.Transactor{Pool: db.App}, Operations: b.ops, Events: pub, Now: time.Now, Log: log}
+	b.stores, b.pubs = postgres.NewStores(), postgres.NewPublications()
 	b.handler = b.newHandler(t, b.gateway)
 	return b
 }
@@ -96,27 +56,10 @@ func setup(t *testing.T) *bundle {
 // newHandler returns another Handler (as another worker process would have) over m.
 func (b *bundle) newHandler(t *testing.T, m port.Marketplace) *publish.Handler {
 	t.Helper()
-	h, err := publish.New(publish.Config{Deps: b.deps, Publications: b.pubs, Products: b.products, Stores: b.stores,
+	h, err := publish.New(publish.Config{Deps: b.Deps, Publications: b.pubs, Products: b.products, Stores: b.stores,
 		Cipher: b.cipher, Marketplace: m})
 	require.NoError(t, err)
 	return h
-}
-
-func (b *bundle) inTx(t *testing.T, fn func(ctx context.Context) error) {
-	t.Helper()
-	require.NoError(t, postgres.InTx(context.Background(), b.db.App, postgres.Scope{WorkspaceID: b.ws, UserID: b.user},
-		func(ctx context.Context, _ pgx.Tx) error { return fn(ctx) }))
-}
-
-func (b *bundle) seal(t *testing.T, storeID uuid.UUID, apiKey string) port.SealedCredentials {
-	t.Helper()
-	creds, err := port.NewCredentials(apiKey)
-	require.NoError(t, err)
-	plain, err := creds.SecretJSON()
-	require.NoError(t, err)
-	sealed, keyID, err := b.cipher.Seal(plain, port.CredentialsAD(b.ws, storeID))
-	require.NoError(t, err)
-	return port.SealedCredentials{Ciphertext: sealed, KeyID: keyID}
 }
 
 // fixture is one requested publication.
@@ -139,29 +82,25 @@ func (b *bundle) seed(t *testing.T, apiKey string, verified bool) fixture {
 	var err error
 	f.creds, err = port.NewCredentials(apiKey)
 	require.NoError(t, err)
-	b.inTx(t, func(ctx context.Context) error {
-		f.store, err = domain.NewStore(uuid.New(), b.ws, "sandbox", "shop-"+uuid.NewString()[:8], "My shop", []string{"sandbox"}, now)
+	b.InTx(t, func(ctx context.Context) error {
+		f.store, err = domain.NewStore(uuid.New(), b.Workspace, "sandbox", "shop-"+uuid.NewString()[:8], "My shop", []string{"sandbox"}, now)
 		require.NoError(t, err)
 		if verified {
 			require.True(t, f.store.RecordVerification(f.store.CredentialsVersion, true, "Sandbox shop", "", now))
 		}
 		require.NoError(t, b.stores.Insert(ctx, f.store))
-		require.NoError(t, b.stores.SetCredentials(ctx, f.store.ID, b.seal(t, f.store.ID, apiKey)))
-		f.product, err = domain.NewProduct(uuid.New(), b.ws, domain.ProductContent{Title: "Blue mug", Description: "A mug",
+		require.NoError(t, b.stores.SetCredentials(ctx, f.store.ID, b.Seal(t, b.cipher, f.store.ID, apiKey)))
+		f.product, err = domain.NewProduct(uuid.New(), b.Workspace, domain.ProductContent{Title: "Blue mug", Description: "A mug",
 			Price: "12.50", Currency: "EUR", Images: []string{"https://img.example.test/mug.jpg"}}, now)
 		require.NoError(t, err)
-		require.NoError(t, b.products.Insert(ctx, f.product))
-		f.op = domain.NewOperation(b.ws, b.user, "publication.create", "publication", uuid.Nil, now)
-		f.pub = domain.NewPublication(uuid.New(), b.ws, f.op.ID, f.product.ID, f.store.ID, f.product.Revision, now)
-		f.op.ResourceID = f.pub.ID
-		require.NoError(t, b.ops.Insert(ctx, f.op))
-		return b.pubs.Insert(ctx, f.pub)
+		return b.products.Insert(ctx, f.product)
 	})
-	ev := domain.PublicationRequested{PublicationID: f.pub.ID, OperationID: f.op.ID, ProductID: f.product.ID,
-		StoreID: f.store.ID, ProductRevision: f.product.Revision}
-	payload, err := json.Marshal(ev)
-	require.NoError(t, err)
-	f.job = worker.Job{ID: uuid.NewString(), WorkspaceID: b.ws, EventType: ev.EventType(), Payload: payload, Attempt: 1}
+	f.op = domain.NewOperation(b.Workspace, b.User, "publication.create", "publication", uuid.Nil, now)
+	f.pub = domain.NewPublication(uuid.New(), b.Workspace, f.op.ID, f.product.ID, f.store.ID, f.product.Revision, now)
+	f.op.ResourceID = f.pub.ID
+	workertest.InsertTask(t, b.Env, b.pubs, f.op, f.pub)
+	f.job = b.Job(t, domain.PublicationRequested{PublicationID: f.pub.ID, OperationID: f.op.ID, ProductID: f.product.ID,
+		StoreID: f.store.ID, ProductRevision: f.product.Revision}, 1, false)
 	return f
 }
 
@@ -175,20 +114,7 @@ type state struct {
 
 func (b *bundle) state(t *testing.T, f fixture) state {
 	t.Helper()
-	var s state
-	b.inTx(t, func(ctx context.Context) error {
-		var err error
-		s.pub, err = b.pubs.Get(ctx, f.pub.ID)
-		require.NoError(t, err)
-		s.op, err = b.ops.Get(ctx, f.op.ID)
-		return err
-	})
-	rows, err := b.db.Owner.Query(context.Background(), `SELECT event_payload->>'status' FROM outbox_events
-		WHERE event_type = 'operation.status_changed' AND aggregate_id = $1 ORDER BY created_at, id`, f.op.ID.String())
-	require.NoError(t, err)
-	s.events, err = pgx.CollectRows(rows, pgx.RowTo[string])
-	require.NoError(t, err)
-	return s
+	return state{pub: workertest.Load(t, b.Env, b.pubs, f.pub.ID), op: b.Operation(t, f.op.ID), events: b.StatusEvents(t, f.op.ID)}
 }
 
 // platformProduct returns the one product the platform holds for the publication.
@@ -414,7 +340,7 @@ func TestUnreadableCredentialsFailAtOnce(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	f := b.seed(t, "sk_test_pub_10", true)
-	b.inTx(t, func(ctx context.Context) error {
+	b.InTx(t, func(ctx context.Context) error {
 		return b.stores.SetCredentials(ctx, f.store.ID, port.SealedCredentials{Ciphertext: []byte("garbage"), KeyID: "nope"})
 	})
 
@@ -434,17 +360,13 @@ func TestDeletedProductFailsTheOperation(t *testing.T) {
 	b := setup(t)
 	f := b.seed(t, "sk_test_pub_14", true)
 	// Deleting the product deletes its publication (ON DELETE CASCADE); the operation stays.
-	_, err := b.db.Owner.Exec(context.Background(), `DELETE FROM products WHERE id = $1`, f.product.ID)
+	_, err := b.DB.Owner.Exec(context.Background(), `DELETE FROM products WHERE id = $1`, f.product.ID)
 	require.NoError(t, err)
 
 	err = b.handler.Handle(context.Background(), f.job)
 	require.True(t, worker.IsPermanent(err))
 
-	var op domain.Operation
-	b.inTx(t, func(ctx context.Context) error {
-		op, err = b.ops.Get(ctx, f.op.ID)
-		return err
-	})
+	op := b.Operation(t, f.op.ID)
 	require.Equal(t, domain.OperationFailed, op.Status)
 	require.Equal(t, "PUBLICATION_NOT_FOUND", op.ErrorCode)
 	require.Empty(t, b.sandbox.Stats().Calls)
@@ -551,7 +473,7 @@ func TestOverlappingDeliveriesAcrossProcessesIgnoringKeyKnownLimit(t *testing.T)
 	require.NotEmpty(t, s.pub.ExternalProductID)
 	require.Equal(t, domain.OperationSucceeded, s.op.Status)
 	require.Equal(t, []string{"running", "succeeded"}, s.events)
-	require.Contains(t, b.logs.String(), "the platform holds a second product for this publication")
+	require.Contains(t, b.Logs.String(), "the platform holds a second product for this publication")
 }
 
 // TestSecretsStayOut runs the flow's paths with a planted key and looks for it in every
@@ -574,12 +496,12 @@ func TestSecretsStayOut(t *testing.T) {
 
 	for _, table := range []string{"operations", "outbox_events", "publications", "stores"} {
 		var n int
-		require.NoError(t, b.db.Owner.QueryRow(ctx,
+		require.NoError(t, b.DB.Owner.QueryRow(ctx,
 			"SELECT count(*) FROM "+table+" t WHERE t::text LIKE '%canary_pub_51d2%'").Scan(&n))
 		require.Zero(t, n, "%s holds the key", table)
 	}
-	require.NotContains(t, b.logs.String(), "canary_pub_51d2")
-	require.Contains(t, b.logs.String(), ok.pub.ID.String(), "the handler logs ids")
+	require.NotContains(t, b.Logs.String(), "canary_pub_51d2")
+	require.Contains(t, b.Logs.String(), ok.pub.ID.String(), "the handler logs ids")
 }
 
 func TestNewValidates(t *testing.T) {

@@ -1,119 +1,66 @@
 package storeverify_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
-	"log/slog"
 	"net/http/httptest"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/listingkit/listing/app/port"
 	"github.com/listingkit/listing/app/worker"
 	"github.com/listingkit/listing/app/worker/storeverify"
 	"github.com/listingkit/listing/domain"
-	"github.com/listingkit/listing/infra/outbox"
 	"github.com/listingkit/listing/infra/platform"
 	"github.com/listingkit/listing/infra/postgres"
-	"github.com/listingkit/listing/infra/postgres/pgtest"
 	"github.com/listingkit/listing/infra/sandbox"
 	"github.com/listingkit/listing/infra/sandbox/marketplace"
 	"github.com/listingkit/listing/infra/secret"
+	"github.com/listingkit/listing/internal/workertest"
 )
-
-// syncBuffer is a log sink safe for concurrent writers.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
 
 // bundle is what every test works with.
 type bundle struct {
-	db        *pgtest.DB
-	ws, user  uuid.UUID
-	sandbox   *marketplace.Sandbox
-	gateway   *platform.Client
-	cipher    *secret.Cipher
-	deps      worker.Deps
-	logs      *syncBuffer
-	handler   *storeverify.Handler
-	stores    postgres.Stores
-	verifs    *postgres.Repository[domain.StoreVerification]
-	operation *postgres.Repository[domain.Operation]
+	*workertest.Env
+	sandbox *marketplace.Sandbox
+	gateway *platform.Client
+	cipher  *secret.Cipher
+	handler *storeverify.Handler
+	stores  postgres.Stores
+	verifs  *postgres.Repository[domain.StoreVerification]
 }
 
 func setup(t *testing.T) *bundle {
 	t.Helper()
-	db := pgtest.New(t)
-	ctx := context.Background()
-	b := &bundle{db: db, ws: uuid.New(), user: uuid.New(), logs: &syncBuffer{}}
-	_, err := db.Owner.Exec(ctx, `
-		WITH u AS (INSERT INTO users (id, email, password_hash) VALUES ($2, $3, 'x')),
-		     w AS (INSERT INTO workspaces (id, name) VALUES ($1, 'ws'))
-		SELECT 1`, b.ws, b.user, b.user.String()+"@example.test")
-	require.NoError(t, err)
-	_, err = db.Owner.Exec(ctx, `INSERT INTO workspace_memberships (workspace_id, user_id, role) VALUES ($1, $2, 'owner')`, b.ws, b.user)
-	require.NoError(t, err)
-
-	log := slog.New(slog.NewJSONHandler(b.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	b.sandbox, err = marketplace.New(marketplace.Config{Logger: log})
+	b := &bundle{Env: workertest.New(t)}
+	var err error
+	b.sandbox, err = marketplace.New(marketplace.Config{Logger: b.Log})
 	require.NoError(t, err)
 	srv := httptest.NewServer(b.sandbox)
 	t.Cleanup(srv.Close)
-	b.gateway, err = platform.New(platform.Config{BaseURL: srv.URL, Logger: log, Timeout: 5 * time.Second})
+	b.gateway, err = platform.New(platform.Config{BaseURL: srv.URL, Logger: b.Log, Timeout: 5 * time.Second})
 	require.NoError(t, err)
-	b.cipher, err = secret.New(secret.Config{Logger: log})
+	b.cipher, err = secret.New(secret.Config{Logger: b.Log})
 	require.NoError(t, err)
-	pub, err := outbox.NewEventPublisher(outbox.PublisherConfig{Routes: outbox.Routes(worker.Routes())})
-	require.NoError(t, err)
-
-	b.stores, b.verifs, b.operation = postgres.NewStores(), postgres.NewStoreVerifications(), postgres.NewOperations()
-	b.deps = worker.Deps{Tx: postgres.Transactor{Pool: db.App}, Operations: b.operation, Events: pub, Now: time.Now, Log: log}
+	b.stores, b.verifs = postgres.NewStores(), postgres.NewStoreVerifications()
 	b.handler = b.newHandler(t, b.gateway)
 	return b
 }
 
 func (b *bundle) newHandler(t *testing.T, m port.Marketplace) *storeverify.Handler {
 	t.Helper()
-	h, err := storeverify.New(storeverify.Config{Deps: b.deps, Verifications: b.verifs, Stores: b.stores, Cipher: b.cipher, Marketplace: m})
+	h, err := storeverify.New(storeverify.Config{Deps: b.Deps, Verifications: b.verifs, Stores: b.stores, Cipher: b.cipher, Marketplace: m})
 	require.NoError(t, err)
 	return h
 }
 
-func (b *bundle) inTx(t *testing.T, fn func(ctx context.Context) error) {
-	t.Helper()
-	require.NoError(t, postgres.InTx(context.Background(), b.db.App, postgres.Scope{WorkspaceID: b.ws, UserID: b.user},
-		func(ctx context.Context, _ pgx.Tx) error { return fn(ctx) }))
-}
-
 func (b *bundle) seal(t *testing.T, storeID uuid.UUID, apiKey string) port.SealedCredentials {
 	t.Helper()
-	creds, err := port.NewCredentials(apiKey)
-	require.NoError(t, err)
-	plain, err := creds.SecretJSON()
-	require.NoError(t, err)
-	sealed, keyID, err := b.cipher.Seal(plain, port.CredentialsAD(b.ws, storeID))
-	require.NoError(t, err)
-	return port.SealedCredentials{Ciphertext: sealed, KeyID: keyID}
+	return b.Seal(t, b.cipher, storeID, apiKey)
 }
 
 // fixture is one requested verification.
@@ -130,22 +77,18 @@ func (b *bundle) seed(t *testing.T, apiKey string) fixture {
 	t.Helper()
 	now := time.Now()
 	var f fixture
-	b.inTx(t, func(ctx context.Context) error {
+	b.InTx(t, func(ctx context.Context) error {
 		var err error
-		f.store, err = domain.NewStore(uuid.New(), b.ws, "sandbox", "shop-"+uuid.NewString()[:8], "My shop", []string{"sandbox"}, now)
+		f.store, err = domain.NewStore(uuid.New(), b.Workspace, "sandbox", "shop-"+uuid.NewString()[:8], "My shop", []string{"sandbox"}, now)
 		require.NoError(t, err)
 		require.NoError(t, b.stores.Insert(ctx, f.store))
-		require.NoError(t, b.stores.SetCredentials(ctx, f.store.ID, b.seal(t, f.store.ID, apiKey)))
-		f.op = domain.NewOperation(b.ws, b.user, "store.verify", "store", f.store.ID, now)
-		require.NoError(t, b.operation.Insert(ctx, f.op))
-		f.verif = domain.NewStoreVerification(uuid.New(), b.ws, f.op.ID, f.store, now)
-		return b.verifs.Insert(ctx, f.verif)
+		return b.stores.SetCredentials(ctx, f.store.ID, b.seal(t, f.store.ID, apiKey))
 	})
-	ev := domain.StoreVerificationRequested{StoreID: f.store.ID, VerificationID: f.verif.ID, OperationID: f.op.ID,
-		CredentialsVersion: f.store.CredentialsVersion}
-	payload, err := json.Marshal(ev)
-	require.NoError(t, err)
-	f.job = worker.Job{ID: uuid.NewString(), WorkspaceID: b.ws, EventType: ev.EventType(), Payload: payload, Attempt: 1}
+	f.op = domain.NewOperation(b.Workspace, b.User, "store.verify", "store", f.store.ID, now)
+	f.verif = domain.NewStoreVerification(uuid.New(), b.Workspace, f.op.ID, f.store, now)
+	workertest.InsertTask(t, b.Env, b.verifs, f.op, f.verif)
+	f.job = b.Job(t, domain.StoreVerificationRequested{StoreID: f.store.ID, VerificationID: f.verif.ID, OperationID: f.op.ID,
+		CredentialsVersion: f.store.CredentialsVersion}, 1, false)
 	return f
 }
 
@@ -160,22 +103,12 @@ type state struct {
 
 func (b *bundle) state(t *testing.T, f fixture) state {
 	t.Helper()
-	var s state
-	b.inTx(t, func(ctx context.Context) error {
-		var err error
-		s.verif, err = b.verifs.Get(ctx, f.verif.ID)
-		require.NoError(t, err)
-		s.store, err = b.stores.Get(ctx, f.store.ID)
-		require.NoError(t, err)
-		s.op, err = b.operation.Get(ctx, f.op.ID)
-		return err
-	})
-	rows, err := b.db.Owner.Query(context.Background(), `SELECT event_payload->>'status' FROM outbox_events
-		WHERE event_type = 'operation.status_changed' AND aggregate_id = $1 ORDER BY created_at, id`, f.op.ID.String())
-	require.NoError(t, err)
-	s.events, err = pgx.CollectRows(rows, pgx.RowTo[string])
-	require.NoError(t, err)
-	return s
+	return state{
+		verif:  workertest.Load(t, b.Env, b.verifs, f.verif.ID),
+		store:  workertest.Load(t, b.Env, b.stores, f.store.ID),
+		op:     b.Operation(t, f.op.ID),
+		events: b.StatusEvents(t, f.op.ID),
+	}
 }
 
 func result(t *testing.T, op domain.Operation) map[string]any {
@@ -362,7 +295,7 @@ func TestReplacedCredentialsFailWithoutCallingThePlatform(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	f := b.seed(t, "sk_test_valid_7")
-	b.inTx(t, func(ctx context.Context) error {
+	b.InTx(t, func(ctx context.Context) error {
 		_, err := b.stores.Update(ctx, f.store.ID, func(s *domain.Store) error {
 			s.ReplaceCredentials(time.Now())
 			return nil
@@ -402,7 +335,7 @@ func TestStaleResultLeavesTheStoreAlone(t *testing.T) {
 	b := setup(t)
 	f := b.seed(t, "sk_test_valid_8")
 	h := b.newHandler(t, replaceDuringVerify{Marketplace: b.gateway, replace: func() {
-		b.inTx(t, func(ctx context.Context) error {
+		b.InTx(t, func(ctx context.Context) error {
 			_, err := b.stores.Update(ctx, f.store.ID, func(s *domain.Store) error {
 				s.ReplaceCredentials(time.Now())
 				return nil
@@ -428,7 +361,7 @@ func TestUnreadableCredentialsFailAtOnce(t *testing.T) {
 	b := setup(t)
 	f := b.seed(t, "sk_test_valid_9")
 	// A value sealed for another store does not open for this one.
-	b.inTx(t, func(ctx context.Context) error {
+	b.InTx(t, func(ctx context.Context) error {
 		return b.stores.SetCredentials(ctx, f.store.ID, b.seal(t, uuid.New(), "sk_test_valid_9"))
 	})
 
@@ -496,12 +429,12 @@ func TestSecretsStayOut(t *testing.T) {
 
 	for _, table := range []string{"operations", "outbox_events", "store_verifications", "stores"} {
 		var n int
-		require.NoError(t, b.db.Owner.QueryRow(ctx,
+		require.NoError(t, b.DB.Owner.QueryRow(ctx,
 			"SELECT count(*) FROM "+table+" t WHERE t::text LIKE '%canary_7f3a9c%'").Scan(&n))
 		require.Zero(t, n, "%s holds the key", table)
 	}
-	require.NotContains(t, b.logs.String(), "canary_7f3a9c")
-	require.Contains(t, b.logs.String(), ok.verif.ID.String(), "the handler logs ids")
+	require.NotContains(t, b.Logs.String(), "canary_7f3a9c")
+	require.Contains(t, b.Logs.String(), ok.verif.ID.String(), "the handler logs ids")
 }
 
 func TestNewValidates(t *testing.T) {

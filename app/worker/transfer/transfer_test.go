@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"image"
 	"image/color"
 	"image/png"
@@ -14,7 +13,6 @@ import (
 	"net/http/httptest"
 	"strconv"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -28,28 +26,10 @@ import (
 	"github.com/listingkit/listing/domain"
 	"github.com/listingkit/listing/infra/fetch"
 	"github.com/listingkit/listing/infra/imaging"
-	"github.com/listingkit/listing/infra/outbox"
 	"github.com/listingkit/listing/infra/postgres"
-	"github.com/listingkit/listing/infra/postgres/pgtest"
 	"github.com/listingkit/listing/infra/storage"
+	"github.com/listingkit/listing/internal/workertest"
 )
-
-// flakyTx fails the failAt-th InTx call (1-based) without running it: a crash or a lost
-// database connection at that step.
-type flakyTx struct {
-	port.Transactor
-	failAt int64
-	calls  atomic.Int64
-}
-
-var errCrash = errors.New("simulated crash: the step did not run")
-
-func (f *flakyTx) InTx(ctx context.Context, ws, user uuid.UUID, fn func(ctx context.Context) error) error {
-	if f.calls.Add(1) == f.failAt {
-		return errCrash
-	}
-	return f.Transactor.InTx(ctx, ws, user, fn)
-}
 
 // source is the material server: it counts the downloads of each path.
 type source struct {
@@ -117,52 +97,32 @@ type options struct {
 }
 
 type bundle struct {
-	db       *pgtest.DB
-	ws, user uuid.UUID
-	store    *storage.Local
-	src      *source
-	tx       *flakyTx
-	deps     worker.Deps
-	h        *transfer.Handler
+	*workertest.Env
+	store *storage.Local
+	src   *source
+	h     *transfer.Handler
 }
 
 func setup(t *testing.T, opts options) *bundle {
 	t.Helper()
-	db := pgtest.New(t)
-	b := &bundle{db: db, ws: uuid.New(), user: uuid.New(), src: newSource(t)}
-	ctx := context.Background()
-	_, err := db.Owner.Exec(ctx, `
-		WITH u AS (INSERT INTO users (id, email, password_hash) VALUES ($2, $3, 'x')),
-		     w AS (INSERT INTO workspaces (id, name) VALUES ($1, 'ws'))
-		SELECT 1`, b.ws, b.user, b.user.String()+"@example.test")
-	require.NoError(t, err)
-	_, err = db.Owner.Exec(ctx, `INSERT INTO workspace_memberships (workspace_id, user_id, role) VALUES ($1, $2, 'owner')`, b.ws, b.user)
-	require.NoError(t, err)
-
+	b := &bundle{Env: workertest.New(t), src: newSource(t)}
+	var err error
 	b.store, err = storage.NewLocal(storage.LocalConfig{Dir: t.TempDir()})
 	require.NoError(t, err)
 	t.Cleanup(func() { b.store.Close() })
 	fetcher, err := fetch.New(fetch.Config{AllowPrivate: !opts.forbidLocal, Timeout: 10 * time.Second,
 		Logger: slog.New(slog.DiscardHandler)})
 	require.NoError(t, err)
-	events, err := outbox.NewEventPublisher(outbox.PublisherConfig{Routes: outbox.Routes(worker.Routes())})
-	require.NoError(t, err)
-	b.tx = &flakyTx{Transactor: postgres.Transactor{Pool: db.App}, failAt: opts.failAt}
-	b.deps = worker.Deps{Tx: b.tx, Operations: postgres.NewOperations(), Events: events, Now: time.Now,
-		Log: slog.New(slog.DiscardHandler)}
 	if opts.maxBytes == 0 {
 		opts.maxBytes = 10 << 20
 	}
-	b.h, err = transfer.New(transfer.Config{Deps: b.deps, Transfers: postgres.NewMaterialTransfers(),
+	deps := b.Deps
+	deps.Tx = &workertest.FlakyTx{Transactor: deps.Tx, FailAt: opts.failAt}
+	b.h, err = transfer.New(transfer.Config{Deps: deps, Transfers: postgres.NewMaterialTransfers(),
 		Media: postgres.NewMedia(), MediaTasks: postgres.NewMediaTasks(), Storage: b.store, Fetcher: fetcher,
 		MaxBytes: opts.maxBytes})
 	require.NoError(t, err)
 	return b
-}
-
-func (b *bundle) inTx(t *testing.T, fn func(ctx context.Context) error) {
-	t.Helper()
-	require.NoError(t, postgres.Transactor{Pool: b.db.App}.InTx(context.Background(), b.ws, b.user, fn))
 }
 
 // seed records a pending transfer and its operation, as the command does.
@@ -170,59 +130,25 @@ func (b *bundle) seed(t *testing.T, sourceURL string) domain.MaterialTransferReq
 	t.Helper()
 	now := time.Now()
 	id := uuid.New()
-	op := domain.NewOperation(b.ws, b.user, "material_transfer", "material_transfer", id, now)
-	tr := domain.MaterialTransfer{Task: domain.NewTask(id, b.ws, op.ID, now), SourceURL: sourceURL, MediaID: uuid.New()}
-	b.inTx(t, func(ctx context.Context) error {
-		if err := postgres.NewOperations().Insert(ctx, op); err != nil {
-			return err
-		}
-		return postgres.NewMaterialTransfers().Insert(ctx, tr)
-	})
+	op := domain.NewOperation(b.Workspace, b.User, "material_transfer", "material_transfer", id, now)
+	tr := domain.MaterialTransfer{Task: domain.NewTask(id, b.Workspace, op.ID, now), SourceURL: sourceURL, MediaID: uuid.New()}
+	workertest.InsertTask(t, b.Env, postgres.NewMaterialTransfers(), op, tr)
 	return domain.MaterialTransferRequested{TransferID: id, OperationID: op.ID, MediaID: tr.MediaID}
-}
-
-func job(t *testing.T, ws uuid.UUID, ev domain.Event, attempt int, last bool) worker.Job {
-	t.Helper()
-	raw, err := json.Marshal(ev)
-	require.NoError(t, err)
-	return worker.Job{ID: "evt-" + ev.AggregateID(), WorkspaceID: ws, EventType: ev.EventType(), Payload: raw,
-		Attempt: attempt, LastAttempt: last}
 }
 
 func (b *bundle) transfer(t *testing.T, ev domain.MaterialTransferRequested) (domain.MaterialTransfer, domain.Operation) {
 	t.Helper()
-	var tr domain.MaterialTransfer
-	var op domain.Operation
-	b.inTx(t, func(ctx context.Context) error {
-		var err error
-		if tr, err = postgres.NewMaterialTransfers().Get(ctx, ev.TransferID); err != nil {
-			return err
-		}
-		op, err = postgres.NewOperations().Get(ctx, ev.OperationID)
-		return err
-	})
-	return tr, op
-}
-
-func (b *bundle) count(t *testing.T, query string, args ...any) int {
-	t.Helper()
-	var n int
-	require.NoError(t, b.db.Owner.QueryRow(context.Background(), query, args...).Scan(&n))
-	return n
+	return workertest.Load(t, b.Env, postgres.NewMaterialTransfers(), ev.TransferID), b.Operation(t, ev.OperationID)
 }
 
 func (b *bundle) mediaRows(t *testing.T) int {
-	return b.count(t, `SELECT count(*) FROM media WHERE workspace_id = $1`, b.ws)
-}
-
-func (b *bundle) statusEvents(t *testing.T, opID uuid.UUID) int {
-	return b.count(t, `SELECT count(*) FROM outbox_events WHERE event_type = 'operation.status_changed' AND aggregate_id = $1`, opID.String())
+	return b.Count(t, `SELECT count(*) FROM media WHERE workspace_id = $1`, b.Workspace)
 }
 
 func (b *bundle) uploadCompletedEvents(t *testing.T) []domain.MediaUploadCompleted {
 	t.Helper()
-	rows, err := b.db.Owner.Query(context.Background(),
-		`SELECT event_payload FROM outbox_events WHERE workspace_id = $1 AND event_type = 'media.upload_completed'`, b.ws)
+	rows, err := b.DB.Owner.Query(context.Background(),
+		`SELECT event_payload FROM outbox_events WHERE workspace_id = $1 AND event_type = 'media.upload_completed'`, b.Workspace)
 	require.NoError(t, err)
 	defer rows.Close()
 	var out []domain.MediaUploadCompleted
@@ -252,9 +178,7 @@ func makePNG(t *testing.T, w, h int) []byte {
 
 func (b *bundle) mediaproc(t *testing.T) *mediaproc.Handler {
 	t.Helper()
-	deps := b.deps
-	deps.Tx = postgres.Transactor{Pool: b.db.App}
-	h, err := mediaproc.New(mediaproc.Config{Deps: deps, Tasks: postgres.NewMediaTasks(), Media: postgres.NewMedia(),
+	h, err := mediaproc.New(mediaproc.Config{Deps: b.Deps, Tasks: postgres.NewMediaTasks(), Media: postgres.NewMedia(),
 		Storage: b.store, MaxBytes: 10 << 20,
 		InspectFunc: func(r io.Reader, max int64) (mediaproc.Info, []byte, error) {
 			info, data, err := imaging.Inspect(r, max)
@@ -278,7 +202,7 @@ func TestTransferStoresMediaAndStartsProcessing(t *testing.T) {
 	ctx := context.Background()
 	ev := b.seed(t, b.src.url("/photo.png?sig=secret"))
 
-	require.NoError(t, b.h.Handle(ctx, job(t, b.ws, ev, 1, false)))
+	require.NoError(t, b.h.Handle(ctx, b.Job(t, ev, 1, false)))
 	require.Equal(t, 1, b.src.count("/photo.png"))
 
 	tr, op := b.transfer(t, ev)
@@ -289,10 +213,10 @@ func TestTransferStoresMediaAndStartsProcessing(t *testing.T) {
 	taskID, procOpID := transfer.ProcessingIDs(ev.TransferID)
 	require.JSONEq(t, `{"transfer_id": "`+ev.TransferID.String()+`", "media_id": "`+ev.MediaID.String()+
 		`", "bytes": `+strconv.Itoa(len(b.src.png))+`, "processing_operation_id": "`+procOpID.String()+`"}`, string(op.Result))
-	require.Equal(t, 2, b.statusEvents(t, ev.OperationID), "running and succeeded")
+	require.Equal(t, 2, b.CountOutbox(t, "operation.status_changed", ev.OperationID), "running and succeeded")
 
 	// The object, byte for byte.
-	rc, info, err := b.store.Get(ctx, domain.MediaObjectKey(b.ws, ev.MediaID))
+	rc, info, err := b.store.Get(ctx, domain.MediaObjectKey(b.Workspace, ev.MediaID))
 	require.NoError(t, err)
 	got, err := io.ReadAll(rc)
 	rc.Close()
@@ -304,7 +228,7 @@ func TestTransferStoresMediaAndStartsProcessing(t *testing.T) {
 	var m domain.Media
 	var mt domain.MediaTask
 	var procOp domain.Operation
-	b.inTx(t, func(ctx context.Context) error {
+	b.InTx(t, func(ctx context.Context) error {
 		var err error
 		if m, err = postgres.NewMedia().Get(ctx, ev.MediaID); err != nil {
 			return err
@@ -327,28 +251,28 @@ func TestTransferStoresMediaAndStartsProcessing(t *testing.T) {
 	require.Equal(t, domain.OperationPending, procOp.Status)
 	require.Equal(t, "media", procOp.ResourceType)
 	require.Equal(t, ev.MediaID, procOp.ResourceID)
-	require.Equal(t, b.user, procOp.CreatedBy)
-	require.Equal(t, 1, b.statusEvents(t, procOpID), "pending")
+	require.Equal(t, b.User, procOp.CreatedBy)
+	require.Equal(t, 1, b.CountOutbox(t, "operation.status_changed", procOpID), "pending")
 	started := b.uploadCompletedEvents(t)
 	require.Equal(t, []domain.MediaUploadCompleted{{MediaID: ev.MediaID, ProcessingID: taskID, OperationID: procOpID}}, started)
 
 	// No source URL (nor its query) in the outbox or the operations.
-	require.Zero(t, b.count(t, `SELECT count(*) FROM outbox_events WHERE workspace_id = $1 AND (event_payload::text LIKE '%sig=%' OR event_payload::text LIKE '%127.0.0.1%')`, b.ws))
-	require.Zero(t, b.count(t, `SELECT count(*) FROM operations WHERE workspace_id = $1 AND (result::text LIKE '%127.0.0.1%' OR error_message LIKE '%127.0.0.1%')`, b.ws))
+	require.Zero(t, b.Count(t, `SELECT count(*) FROM outbox_events WHERE workspace_id = $1 AND (event_payload::text LIKE '%sig=%' OR event_payload::text LIKE '%127.0.0.1%')`, b.Workspace))
+	require.Zero(t, b.Count(t, `SELECT count(*) FROM operations WHERE workspace_id = $1 AND (result::text LIKE '%127.0.0.1%' OR error_message LIKE '%127.0.0.1%')`, b.Workspace))
 
 	// Redelivery after success: no download, nothing written.
-	require.NoError(t, b.h.Handle(ctx, job(t, b.ws, ev, 2, false)))
+	require.NoError(t, b.h.Handle(ctx, b.Job(t, ev, 2, false)))
 	require.Equal(t, 1, b.src.count("/photo.png"))
 	tr2, op2 := b.transfer(t, ev)
 	require.Equal(t, tr.Version, tr2.Version)
 	require.Equal(t, op.Version, op2.Version)
 	require.Equal(t, 1, b.mediaRows(t))
 	require.Len(t, b.uploadCompletedEvents(t), 1)
-	require.Equal(t, 2, b.statusEvents(t, ev.OperationID))
+	require.Equal(t, 2, b.CountOutbox(t, "operation.status_changed", ev.OperationID))
 
 	// The media-processing flow takes it from there.
-	require.NoError(t, b.mediaproc(t).Handle(ctx, job(t, b.ws, started[0], 1, false)))
-	b.inTx(t, func(ctx context.Context) error {
+	require.NoError(t, b.mediaproc(t).Handle(ctx, b.Job(t, started[0], 1, false)))
+	b.InTx(t, func(ctx context.Context) error {
 		var err error
 		m, err = postgres.NewMedia().Get(ctx, ev.MediaID)
 		return err
@@ -365,8 +289,8 @@ func TestCrashAfterStoringBeforeRecordingDoesNotDownloadAgain(t *testing.T) {
 	ctx := context.Background()
 	ev := b.seed(t, b.src.url("/streamed.png"))
 
-	err := b.h.Handle(ctx, job(t, b.ws, ev, 1, false))
-	require.ErrorIs(t, err, errCrash)
+	err := b.h.Handle(ctx, b.Job(t, ev, 1, false))
+	require.ErrorIs(t, err, workertest.ErrCrash)
 	require.False(t, worker.IsPermanent(err))
 	require.Equal(t, 1, b.src.count("/streamed.png"))
 	tr, op := b.transfer(t, ev)
@@ -374,10 +298,10 @@ func TestCrashAfterStoringBeforeRecordingDoesNotDownloadAgain(t *testing.T) {
 	require.False(t, tr.Stored)
 	require.Equal(t, domain.OperationRunning, op.Status)
 	require.Zero(t, b.mediaRows(t))
-	_, err = b.store.Stat(ctx, domain.MediaObjectKey(b.ws, ev.MediaID))
+	_, err = b.store.Stat(ctx, domain.MediaObjectKey(b.Workspace, ev.MediaID))
 	require.NoError(t, err, "the object was stored before the crash")
 
-	require.NoError(t, b.h.Handle(ctx, job(t, b.ws, ev, 2, false)))
+	require.NoError(t, b.h.Handle(ctx, b.Job(t, ev, 2, false)))
 	require.Equal(t, 1, b.src.count("/streamed.png"), "the stored object is not downloaded again")
 	tr, op = b.transfer(t, ev)
 	require.Equal(t, domain.TaskSucceeded, tr.Status)
@@ -387,10 +311,10 @@ func TestCrashAfterStoringBeforeRecordingDoesNotDownloadAgain(t *testing.T) {
 	require.Equal(t, domain.OperationSucceeded, op.Status)
 	require.Equal(t, 1, b.mediaRows(t))
 	require.Len(t, b.uploadCompletedEvents(t), 1)
-	require.Equal(t, 2, b.statusEvents(t, ev.OperationID), "running once, succeeded once")
+	require.Equal(t, 2, b.CountOutbox(t, "operation.status_changed", ev.OperationID), "running once, succeeded once")
 
 	var m domain.Media
-	b.inTx(t, func(ctx context.Context) error {
+	b.InTx(t, func(ctx context.Context) error {
 		var err error
 		m, err = postgres.NewMedia().Get(ctx, ev.MediaID)
 		return err
@@ -410,7 +334,7 @@ func TestConcurrentDeliveriesCreateOneMedia(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			errs[i] = b.h.Handle(ctx, job(t, b.ws, ev, 1, false))
+			errs[i] = b.h.Handle(ctx, b.Job(t, ev, 1, false))
 		}()
 	}
 	wg.Wait()
@@ -422,8 +346,8 @@ func TestConcurrentDeliveriesCreateOneMedia(t *testing.T) {
 	require.Equal(t, domain.OperationSucceeded, op.Status)
 	require.Equal(t, 1, b.mediaRows(t))
 	require.Len(t, b.uploadCompletedEvents(t), 1)
-	require.Equal(t, 1, b.count(t, `SELECT count(*) FROM media_processings WHERE workspace_id = $1`, b.ws))
-	require.Equal(t, 2, b.statusEvents(t, ev.OperationID))
+	require.Equal(t, 1, b.Count(t, `SELECT count(*) FROM media_processings WHERE workspace_id = $1`, b.Workspace))
+	require.Equal(t, 2, b.CountOutbox(t, "operation.status_changed", ev.OperationID))
 }
 
 // requireFailed checks a recorded, client-visible failure with code and no media.
@@ -440,12 +364,12 @@ func requireFailed(t *testing.T, b *bundle, ev domain.MaterialTransferRequested,
 	require.Equal(t, code, op.ErrorCode)
 	require.NotEmpty(t, op.ErrorMessage)
 	require.NotContains(t, op.ErrorMessage, "127.0.0.1")
-	require.Equal(t, 2, b.statusEvents(t, ev.OperationID), "running and failed")
-	require.Zero(t, b.count(t, `SELECT count(*) FROM media WHERE id = $1`, ev.MediaID))
-	require.Zero(t, b.count(t, `SELECT count(*) FROM outbox_events WHERE event_type = 'media.upload_completed' AND aggregate_id = $1`, ev.MediaID.String()))
+	require.Equal(t, 2, b.CountOutbox(t, "operation.status_changed", ev.OperationID), "running and failed")
+	require.Zero(t, b.Count(t, `SELECT count(*) FROM media WHERE id = $1`, ev.MediaID))
+	require.Zero(t, b.Count(t, `SELECT count(*) FROM outbox_events WHERE event_type = 'media.upload_completed' AND aggregate_id = $1`, ev.MediaID.String()))
 
 	// A redelivery of the failed job does nothing.
-	require.NoError(t, b.h.Handle(context.Background(), job(t, b.ws, ev, 2, false)))
+	require.NoError(t, b.h.Handle(context.Background(), b.Job(t, ev, 2, false)))
 	tr2, op2 := b.transfer(t, ev)
 	require.Equal(t, tr.Version, tr2.Version)
 	require.Equal(t, op.Version, op2.Version)
@@ -473,11 +397,11 @@ func TestPermanentSourceFailures(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			before := tc.b.src.count(tc.path)
 			ev := tc.b.seed(t, tc.b.src.url(tc.path))
-			err := tc.b.h.Handle(context.Background(), job(t, tc.b.ws, ev, 1, false))
+			err := tc.b.h.Handle(context.Background(), tc.b.Job(t, ev, 1, false))
 			requireFailed(t, tc.b, ev, err, tc.code)
 			require.Equal(t, tc.hits, tc.b.src.count(tc.path)-before, "downloads")
 			if tc.code == "SOURCE_TOO_LARGE" {
-				_, err := tc.b.store.Stat(context.Background(), domain.MediaObjectKey(tc.b.ws, ev.MediaID))
+				_, err := tc.b.store.Stat(context.Background(), domain.MediaObjectKey(tc.b.Workspace, ev.MediaID))
 				require.ErrorIs(t, err, port.ErrObjectNotFound, "nothing stored")
 			}
 		})
@@ -494,12 +418,12 @@ func TestUnreachableSourceIsRetriedThenRecordedOnLastAttempt(t *testing.T) {
 	b.src.fails = 1
 	b.src.mu.Unlock()
 	ev := b.seed(t, b.src.url("/flaky.png"))
-	err := b.h.Handle(ctx, job(t, b.ws, ev, 1, false))
+	err := b.h.Handle(ctx, b.Job(t, ev, 1, false))
 	require.ErrorIs(t, err, port.ErrSourceUnreachable)
 	require.False(t, worker.IsPermanent(err))
 	tr, _ := b.transfer(t, ev)
 	require.Equal(t, domain.TaskRunning, tr.Status)
-	require.NoError(t, b.h.Handle(ctx, job(t, b.ws, ev, 2, false)))
+	require.NoError(t, b.h.Handle(ctx, b.Job(t, ev, 2, false)))
 	tr, op := b.transfer(t, ev)
 	require.Equal(t, domain.TaskSucceeded, tr.Status)
 	require.Equal(t, 2, tr.Attempts)
@@ -511,7 +435,7 @@ func TestUnreachableSourceIsRetriedThenRecordedOnLastAttempt(t *testing.T) {
 	b.src.fails = 1
 	b.src.mu.Unlock()
 	ev = b.seed(t, b.src.url("/flaky.png"))
-	err = b.h.Handle(ctx, job(t, b.ws, ev, 3, true))
+	err = b.h.Handle(ctx, b.Job(t, ev, 3, true))
 	require.True(t, worker.IsPermanent(err))
 	tr, op = b.transfer(t, ev)
 	require.Equal(t, domain.TaskFailed, tr.Status)
@@ -525,15 +449,15 @@ func TestNonImageSourceIsRejectedByMediaProcessing(t *testing.T) {
 	b := setup(t, options{})
 	ctx := context.Background()
 	ev := b.seed(t, b.src.url("/page.html"))
-	require.NoError(t, b.h.Handle(ctx, job(t, b.ws, ev, 1, false)))
+	require.NoError(t, b.h.Handle(ctx, b.Job(t, ev, 1, false)))
 	tr, _ := b.transfer(t, ev)
 	require.Equal(t, domain.TaskSucceeded, tr.Status, "the transfer copied the bytes")
 	started := b.uploadCompletedEvents(t)
 	require.Len(t, started, 1)
-	err := b.mediaproc(t).Handle(ctx, job(t, b.ws, started[0], 1, false))
+	err := b.mediaproc(t).Handle(ctx, b.Job(t, started[0], 1, false))
 	require.True(t, worker.IsPermanent(err))
 	var m domain.Media
-	b.inTx(t, func(ctx context.Context) error {
+	b.InTx(t, func(ctx context.Context) error {
 		var err error
 		m, err = postgres.NewMedia().Get(ctx, ev.MediaID)
 		return err
