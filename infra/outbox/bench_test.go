@@ -83,7 +83,14 @@ func TestOutboxBench(t *testing.T) {
 		waitFor(t, 20*time.Minute, name+" drained", func() bool { return int(testutilValue(d)) >= len(ids) })
 		el := time.Since(start)
 		stop()
-		require.Equal(t, len(ids), q.adds(t))
+		// Every event is a job once. Add calls beyond that are retried publishes (a batch
+		// Publish that failed, e.g. a Redis read timeout on an overloaded machine, is retried
+		// one message at a time; BullMQ keeps the first job of each id): logged, not failed.
+		require.Equal(t, len(ids), q.jobs(t, ids))
+		if extra := q.adds(t) - len(ids); extra != 0 {
+			t.Logf("%s: %d add calls beyond one per event (retried publishes)", name, extra)
+			report[name+"_extra_adds"] = extra
+		}
 		r := float64(len(ids)) / el.Seconds()
 		ratio := 0.0
 		if nodeRate > 0 {

@@ -550,6 +550,8 @@ func (d *Dispatcher) publishGroup(ctx context.Context, ws uuid.UUID, pub message
 		}
 		return
 	}
+	d.log.Warn("outbox batch publish failed; publishing one by one", "workspace_id", ws, "destination", dest,
+		"events", len(msgs), "error", SanitizeError(err, d.cfg.ErrorMaxLen))
 	for k, m := range msgs {
 		errs[okIdx[k]] = publish(m)
 	}
