@@ -64,6 +64,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
@@ -83,6 +84,7 @@ type options struct {
 	clients, rounds, n, warmup int
 	cpuProfile                 string
 	keep, perRound, notify     bool
+	statements                 bool
 }
 
 func main() {
@@ -94,6 +96,7 @@ func main() {
 	flag.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the measured rounds to this file")
 	flag.BoolVar(&o.keep, "keep", false, "keep the scratch database (its name is printed)")
 	flag.BoolVar(&o.perRound, "per-round", false, "also print each round's p50 per kind (drift)")
+	flag.BoolVar(&o.statements, "statements", false, "count the SQL statements (round trips) per request of each kind, with a pgx tracer on the pool")
 	flag.BoolVar(&o.notify, "notify", true, "keep the outbox NOTIFY trigger; -notify=false disables it in the scratch database (a diagnostic, not the endpoint as deployed)")
 	flag.Parse()
 	if o.clients < 1 || o.rounds < 1 || o.n < 1 || o.warmup < 0 {
@@ -130,7 +133,13 @@ func run(ctx context.Context, o options) (err error) {
 
 	// Both assemblies share one app_user pool, large enough that no client waits for a
 	// connection (servicetest uses 40 too).
-	pool, err := postgres.Connect(ctx, postgres.PoolConfig{URL: db.appURL, MaxConns: 40})
+	var pool *pgxpool.Pool
+	stmts := &statementCounter{}
+	if o.statements {
+		pool, err = tracedPool(ctx, db.appURL, 40, stmts)
+	} else {
+		pool, err = postgres.Connect(ctx, postgres.PoolConfig{URL: db.appURL, MaxConns: 40})
+	}
 	if err != nil {
 		return err
 	}
@@ -210,6 +219,7 @@ func run(ctx context.Context, o options) (err error) {
 
 	all := map[kind][]time.Duration{}
 	elapsed := map[kind]time.Duration{}
+	statements := map[kind]int64{}
 	start := time.Now()
 	for round := range o.rounds {
 		order := []kind{kindBase, kindFirst}
@@ -219,8 +229,9 @@ func run(ctx context.Context, o options) (err error) {
 		order = append(order, kindReplay)
 		var line []string
 		for _, k := range order {
-			t0 := time.Now()
+			t0, s0 := time.Now(), stmts.n.Load()
 			d, err := b.runKind(ctx, k, round, o.n)
+			statements[k] += stmts.n.Load() - s0
 			if err != nil {
 				return fmt.Errorf("round %d, %s: %w", round, k, err)
 			}
@@ -243,8 +254,12 @@ func run(ctx context.Context, o options) (err error) {
 		d := all[k]
 		s := [3]time.Duration{percentile(d, 0.50), percentile(d, 0.95), percentile(d, 0.99)}
 		stats[k] = s
-		fmt.Printf("  %-34s n=%-6d p50 %8s  p95 %8s  p99 %8s  (%.0f req/s)\n", k.label(), len(d),
+		fmt.Printf("  %-34s n=%-6d p50 %8s  p95 %8s  p99 %8s  (%.0f req/s)", k.label(), len(d),
 			ms(s[0]), ms(s[1]), ms(s[2]), float64(len(d))/elapsed[k].Seconds())
+		if o.statements {
+			fmt.Printf("  %.2f statements/request", float64(statements[k])/float64(len(d)))
+		}
+		fmt.Println()
 	}
 	p50 := ratio(stats[kindFirst][0], stats[kindBase][0])
 	p99 := ratio(stats[kindFirst][2], stats[kindBase][2])
@@ -542,6 +557,37 @@ func register(ctx context.Context, hc *http.Client, base string, c int) (*client
 		return nil, fmt.Errorf("register: %w", err)
 	}
 	return &client{token: m.AccessToken, storesPath: "/v1/workspaces/" + m.Workspace.ID + "/stores"}, nil
+}
+
+// statementCounter counts the statements sent on the pool (each one round trip, BEGIN and
+// COMMIT included).
+type statementCounter struct{ n atomic.Int64 }
+
+func (c *statementCounter) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryStartData) context.Context {
+	c.n.Add(1)
+	return ctx
+}
+
+func (c *statementCounter) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+
+// tracedPool is postgres.Connect's pool with a statement counter.
+func tracedPool(ctx context.Context, u string, maxConns int32, c *statementCounter) (*pgxpool.Pool, error) {
+	pc, err := pgxpool.ParseConfig(u)
+	if err != nil {
+		return nil, errors.New("parse the app_user URL (details withheld)")
+	}
+	pc.MaxConns = maxConns
+	pc.ConnConfig.ConnectTimeout = 5 * time.Second
+	pc.ConnConfig.Tracer = c
+	pool, err := pgxpool.NewWithConfig(ctx, pc)
+	if err != nil {
+		return nil, err
+	}
+	if err := pool.Ping(ctx); err != nil {
+		pool.Close()
+		return nil, err
+	}
+	return pool, nil
 }
 
 // scratch is the benchmark's own database.
