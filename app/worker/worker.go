@@ -198,3 +198,51 @@ func GiveUp(job Job, err error) bool {
 // ErrSkip is returned inside a Step to say "nothing to do: the task is finished" and roll
 // the step back; handlers turn it into success.
 var ErrSkip = errors.New("worker: task already finished")
+
+// BeginTask is the start of every flow's first step (re-entrancy rule 1): it loads the task
+// id through tasks under a row lock and, unless the task is finished, starts it (one more
+// attempt) and then its operation (worker.StartOperation: once, with the change published).
+// task returns the domain.Task that T embeds.
+//
+// It must run inside a Step. On a finished task (by an earlier or a concurrent delivery) it
+// changes nothing and returns ErrSkip: return it from the Step, which rolls the step back,
+// and end the delivery with success. Any other error is the repository's or the operation's
+// (e.g. the task's not-found domain error) and leaves the step to roll back too. Flows that
+// decide something under the row lock before starting (fail instead of start) do not use it.
+func BeginTask[T any](ctx context.Context, d Deps, tasks port.Repository[T], id uuid.UUID, task func(*T) *domain.Task) (T, error) {
+	v, err := tasks.Update(ctx, id, func(v *T) error {
+		t := task(v)
+		if t.Status.Terminal() {
+			return ErrSkip
+		}
+		return t.Start(d.Now())
+	})
+	if err != nil {
+		return v, err
+	}
+	return v, d.StartOperation(ctx, task(&v).OperationID)
+}
+
+// FailTask records a final failure (re-entrancy rule 3: compare-and-set): it loads the task
+// id through tasks under a row lock and, unless the task is finished, fails it with f and
+// then fails its operation (worker.FailOperation, with the change published). task returns
+// the domain.Task that T embeds; the failed task is returned, so that the caller can record
+// what else the failure changes (a rejected media, a ledger row) in the same Step.
+//
+// It must run inside a Step. On a finished task it changes nothing and returns ErrSkip (the
+// failure was recorded before, or another delivery finished the task): return it from the
+// Step and do not report the failure again. Any other error (e.g. the task's not-found
+// domain error) is returned as is, with nothing written.
+func FailTask[T any](ctx context.Context, d Deps, tasks port.Repository[T], id uuid.UUID, task func(*T) *domain.Task, f Failure) (T, error) {
+	v, err := tasks.Update(ctx, id, func(v *T) error {
+		t := task(v)
+		if t.Status.Terminal() {
+			return ErrSkip
+		}
+		return t.Fail(f.Code, f.Message, d.Now())
+	})
+	if err != nil {
+		return v, err
+	}
+	return v, d.FailOperation(ctx, task(&v).OperationID, f.Code, f.Message)
+}

@@ -139,19 +139,11 @@ func (h *Handler) run(ctx context.Context, job worker.Job, ev domain.AITaskReque
 	var task domain.AITask
 	var product domain.Product
 	err := d.Step(ctx, job, func(ctx context.Context) error {
-		t, err := h.cfg.Tasks.Update(ctx, ev.AITaskID, func(t *domain.AITask) error {
-			if t.Status.Terminal() {
-				return worker.ErrSkip
-			}
-			return t.Start(d.Now())
-		})
+		t, err := worker.BeginTask(ctx, d, h.cfg.Tasks, ev.AITaskID, taskOf)
 		if err != nil {
 			return err
 		}
 		task = t
-		if err := d.StartOperation(ctx, t.OperationID); err != nil {
-			return err
-		}
 		product, err = h.cfg.Products.Get(ctx, t.ProductID)
 		return err
 	})
@@ -269,19 +261,12 @@ func (h *Handler) settle(ctx context.Context, job worker.Job, ev domain.AITaskRe
 	f := worker.FailureOf(err)
 	d := h.cfg.Deps
 	recErr := d.Step(ctx, job, func(ctx context.Context) error {
-		t, err := h.cfg.Tasks.Update(ctx, ev.AITaskID, func(t *domain.AITask) error {
-			if t.Status.Terminal() {
-				return worker.ErrSkip
-			}
-			return t.Fail(f.Code, f.Message, d.Now())
-		})
+		t, err := worker.FailTask(ctx, d, h.cfg.Tasks, ev.AITaskID, taskOf, f)
 		if err != nil {
 			return err
 		}
-		if _, err := h.cfg.Ledger.Record(ctx, t, billed.usage, billed.model); err != nil {
-			return err
-		}
-		return d.FailOperation(ctx, t.OperationID, f.Code, f.Message)
+		_, err = h.cfg.Ledger.Record(ctx, t, billed.usage, billed.model)
+		return err
 	})
 	if recErr != nil && !errors.Is(recErr, worker.ErrSkip) {
 		log.ErrorContext(ctx, "ai task failure could not be recorded", slog.String("error", err.Error()),
@@ -292,3 +277,6 @@ func (h *Handler) settle(ctx context.Context, job worker.Job, ev domain.AITaskRe
 	log.WarnContext(ctx, "ai task failed", slog.String("code", f.Code), slog.String("error", err.Error()))
 	return worker.Permanent(err)
 }
+
+// taskOf gives worker.BeginTask and worker.FailTask the task state it embeds.
+func taskOf(t *domain.AITask) *domain.Task { return &t.Task }

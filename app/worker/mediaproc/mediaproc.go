@@ -125,16 +125,8 @@ func (h *Handler) Handle(ctx context.Context, job worker.Job) error {
 	var task domain.MediaTask
 	var media domain.Media
 	err := d.Step(ctx, job, func(ctx context.Context) error {
-		t, err := h.cfg.Tasks.Update(ctx, ev.ProcessingID, func(t *domain.MediaTask) error {
-			if t.Status.Terminal() {
-				return worker.ErrSkip
-			}
-			return t.Start(d.Now())
-		})
+		t, err := worker.BeginTask(ctx, d, h.cfg.Tasks, ev.ProcessingID, taskOf)
 		if err != nil {
-			return err
-		}
-		if err := d.StartOperation(ctx, t.OperationID); err != nil {
 			return err
 		}
 		m, err := h.cfg.Media.Get(ctx, t.MediaID)
@@ -207,25 +199,18 @@ func (h *Handler) fail(ctx context.Context, job worker.Job, log *slog.Logger, ta
 	d := h.cfg.Deps
 	f := worker.FailureOf(cause)
 	err := d.Step(ctx, job, func(ctx context.Context) error {
-		t, err := h.cfg.Tasks.Update(ctx, task.ID, func(t *domain.MediaTask) error {
-			if t.Status.Terminal() {
-				return worker.ErrSkip
-			}
-			return t.Fail(f.Code, f.Message, d.Now())
-		})
+		t, err := worker.FailTask(ctx, d, h.cfg.Tasks, task.ID, taskOf, f)
 		if err != nil {
 			return err
 		}
-		if _, err := h.cfg.Media.Update(ctx, t.MediaID, func(m *domain.Media) error {
+		_, err = h.cfg.Media.Update(ctx, t.MediaID, func(m *domain.Media) error {
 			if m.Status == domain.MediaReady || m.Status == domain.MediaRejected {
 				return nil
 			}
 			m.Status, m.RejectReason, m.UpdatedAt = domain.MediaRejected, f.Code, d.Now()
 			return nil
-		}); err != nil {
-			return err
-		}
-		return d.FailOperation(ctx, t.OperationID, f.Code, f.Message)
+		})
+		return err
 	})
 	switch {
 	case errors.Is(err, worker.ErrSkip):
@@ -302,3 +287,6 @@ func scrub(err error, what string) error {
 	}
 	return fmt.Errorf("%s: %w", what, port.ErrStorageUnavailable)
 }
+
+// taskOf gives worker.BeginTask and worker.FailTask the task state it embeds.
+func taskOf(t *domain.MediaTask) *domain.Task { return &t.Task }

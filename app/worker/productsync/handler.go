@@ -121,19 +121,11 @@ func (h *Handler) run(ctx context.Context, job worker.Job, ev domain.ProductSync
 	var sync domain.ProductSync
 	var sealed port.SealedCredentials
 	err := d.Step(ctx, job, func(ctx context.Context) error {
-		s, err := h.cfg.Syncs.Update(ctx, ev.SyncID, func(s *domain.ProductSync) error {
-			if s.Status.Terminal() {
-				return worker.ErrSkip
-			}
-			return s.Start(d.Now())
-		})
+		s, err := worker.BeginTask(ctx, d, h.cfg.Syncs, ev.SyncID, taskOf)
 		if err != nil {
 			return err
 		}
 		sync = s
-		if err := d.StartOperation(ctx, s.OperationID); err != nil {
-			return err
-		}
 		store, err := h.cfg.Stores.Get(ctx, s.StoreID)
 		if err != nil {
 			return err
@@ -261,16 +253,8 @@ func (h *Handler) settle(ctx context.Context, job worker.Job, ev domain.ProductS
 	f := worker.FailureOf(err)
 	d := h.cfg.Deps
 	recErr := d.Step(ctx, job, func(ctx context.Context) error {
-		s, err := h.cfg.Syncs.Update(ctx, ev.SyncID, func(s *domain.ProductSync) error {
-			if s.Status.Terminal() {
-				return worker.ErrSkip
-			}
-			return s.Fail(f.Code, f.Message, d.Now())
-		})
-		if err != nil {
-			return err
-		}
-		return d.FailOperation(ctx, s.OperationID, f.Code, f.Message)
+		_, err := worker.FailTask(ctx, d, h.cfg.Syncs, ev.SyncID, taskOf, f)
+		return err
 	})
 	if recErr != nil && !errors.Is(recErr, worker.ErrSkip) {
 		log.ErrorContext(ctx, "product sync failure could not be recorded", slog.String("error", err.Error()),
@@ -281,3 +265,6 @@ func (h *Handler) settle(ctx context.Context, job worker.Job, ev domain.ProductS
 	log.WarnContext(ctx, "product sync failed", slog.String("code", f.Code), slog.String("error", err.Error()))
 	return worker.Permanent(err)
 }
+
+// taskOf gives worker.BeginTask and worker.FailTask the task state it embeds.
+func taskOf(s *domain.ProductSync) *domain.Task { return &s.Task }

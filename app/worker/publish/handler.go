@@ -304,21 +304,13 @@ func (h *Handler) record(ctx context.Context, job worker.Job, id uuid.UUID, prod
 func (h *Handler) fail(ctx context.Context, job worker.Job, id, operationID uuid.UUID, f worker.Failure) error {
 	d := h.cfg.Deps
 	err := d.Step(ctx, job, func(ctx context.Context) error {
-		p, err := h.cfg.Publications.Update(ctx, id, func(p *domain.Publication) error {
-			if p.Status.Terminal() {
-				return worker.ErrSkip
-			}
-			return p.Fail(f.Code, f.Message, d.Now())
-		})
+		_, err := worker.FailTask(ctx, d, h.cfg.Publications, id, taskOf, f)
 		if isNotFound(err) {
 			// The task is gone (deleted with its store or product): finish its operation,
 			// named by the event, so that the client does not wait forever.
 			return d.FailOperation(ctx, operationID, f.Code, f.Message)
 		}
-		if err != nil {
-			return err
-		}
-		return d.FailOperation(ctx, p.OperationID, f.Code, f.Message)
+		return err
 	})
 	if errors.Is(err, worker.ErrSkip) || isNotFound(err) {
 		return nil
@@ -330,3 +322,6 @@ func isNotFound(err error) bool {
 	var de *domain.Error
 	return errors.As(err, &de) && de.Kind == domain.KindNotFound
 }
+
+// taskOf gives worker.BeginTask and worker.FailTask the task state it embeds.
+func taskOf(p *domain.Publication) *domain.Task { return &p.Task }

@@ -279,21 +279,13 @@ func (h *Handler) record(ctx context.Context, job worker.Job, id uuid.UUID, res 
 func (h *Handler) fail(ctx context.Context, job worker.Job, id, operationID uuid.UUID, f worker.Failure) error {
 	d := h.cfg.Deps
 	err := d.Step(ctx, job, func(ctx context.Context) error {
-		v, err := h.cfg.Verifications.Update(ctx, id, func(v *domain.StoreVerification) error {
-			if v.Status.Terminal() {
-				return worker.ErrSkip
-			}
-			return v.Fail(f.Code, f.Message, d.Now())
-		})
+		_, err := worker.FailTask(ctx, d, h.cfg.Verifications, id, taskOf, f)
 		if isNotFound(err) {
 			// The task is gone (deleted with its store or product): finish its operation,
 			// named by the event, so that the client does not wait forever.
 			return d.FailOperation(ctx, operationID, f.Code, f.Message)
 		}
-		if err != nil {
-			return err
-		}
-		return d.FailOperation(ctx, v.OperationID, f.Code, f.Message)
+		return err
 	})
 	if errors.Is(err, worker.ErrSkip) || isNotFound(err) {
 		return nil
@@ -305,3 +297,6 @@ func isNotFound(err error) bool {
 	var de *domain.Error
 	return errors.As(err, &de) && de.Kind == domain.KindNotFound
 }
+
+// taskOf gives worker.BeginTask and worker.FailTask the task state it embeds.
+func taskOf(v *domain.StoreVerification) *domain.Task { return &v.Task }

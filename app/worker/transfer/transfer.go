@@ -110,17 +110,9 @@ func (h *Handler) Handle(ctx context.Context, job worker.Job) error {
 	// Step A: start the transfer and its operation.
 	var tr domain.MaterialTransfer
 	err := d.Step(ctx, job, func(ctx context.Context) error {
-		t, err := h.cfg.Transfers.Update(ctx, ev.TransferID, func(t *domain.MaterialTransfer) error {
-			if t.Status.Terminal() {
-				return worker.ErrSkip
-			}
-			return t.Start(d.Now())
-		})
-		if err != nil {
-			return err
-		}
-		tr = t
-		return d.StartOperation(ctx, t.OperationID)
+		var err error
+		tr, err = worker.BeginTask(ctx, d, h.cfg.Transfers, ev.TransferID, taskOf)
+		return err
 	})
 	switch {
 	case errors.Is(err, worker.ErrSkip):
@@ -216,16 +208,8 @@ func (h *Handler) fail(ctx context.Context, job worker.Job, log *slog.Logger, tr
 	d := h.cfg.Deps
 	f := worker.FailureOf(cause)
 	err := d.Step(ctx, job, func(ctx context.Context) error {
-		t, err := h.cfg.Transfers.Update(ctx, tr.ID, func(t *domain.MaterialTransfer) error {
-			if t.Status.Terminal() {
-				return worker.ErrSkip
-			}
-			return t.Fail(f.Code, f.Message, d.Now())
-		})
-		if err != nil {
-			return err
-		}
-		return d.FailOperation(ctx, t.OperationID, f.Code, f.Message)
+		_, err := worker.FailTask(ctx, d, h.cfg.Transfers, tr.ID, taskOf, f)
+		return err
 	})
 	switch {
 	case errors.Is(err, worker.ErrSkip):
@@ -336,3 +320,6 @@ func scrub(err error, what string) error {
 	}
 	return fmt.Errorf("%s: %w", what, port.ErrStorageUnavailable)
 }
+
+// taskOf gives worker.BeginTask and worker.FailTask the task state it embeds.
+func taskOf(t *domain.MaterialTransfer) *domain.Task { return &t.Task }
