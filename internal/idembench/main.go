@@ -33,6 +33,8 @@
 // middleware's cost without the queue; the targets are judged on the default. Other
 // work on the machine skews the figures: the load average is printed before and after; run it
 // more than once. A default run takes about three minutes on a busy two-core machine.
+// -statements counts the SQL statements (round trips) each kind of request sends; -per-round
+// prints each round's p50 to show drift.
 //
 // It exits non-zero only on an error (a failed request, a wrong count), never because a target
 // is missed. The scratch database (idembench_<random>) is created on the server named by
