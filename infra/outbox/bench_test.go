@@ -117,7 +117,8 @@ func TestOutboxBench(t *testing.T) {
 		}
 		q := newBullQueue(t, rdb)
 		vis := newVisibility(q.pub)
-		startDispatcher(t, db, DispatcherConfig{MetricsInterval: -1, Concurrency: envInt("OUTBOX_BENCH_CONCURRENCY", 4)}, PublisherMap{testQueue: vis})
+		// OUTBOX_BENCH_CONCURRENCY unset: the default Concurrency.
+		startDispatcher(t, db, DispatcherConfig{MetricsInterval: -1, Concurrency: envInt("OUTBOX_BENCH_CONCURRENCY", 0)}, PublisherMap{testQueue: vis})
 		time.Sleep(300 * time.Millisecond)
 		pub, err := NewEventPublisher(PublisherConfig{Routes: testRoutes})
 		require.NoError(t, err)

@@ -20,8 +20,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// NotifyChannel is the PostgreSQL channel the outbox_events insert trigger (sql/003)
-// notifies with the workspace id as payload.
+// NotifyChannel is the PostgreSQL channel EventPublisher notifies, after the commit, with the
+// workspace id as payload (see postgres.NotifyAfterCommit).
 const NotifyChannel = "outbox_events"
 
 // Event statuses (outbox_events.status).
@@ -368,7 +368,7 @@ func (d *Dispatcher) claim(ctx context.Context, ws uuid.UUID, token string, limi
 	// unchanged at commit. The rows are returned only once the claim has committed.
 	var out []claimed
 	err := inWorkspace(ctx, d.pool, ws, func(rows pgx.Rows) (err error) {
-		out, err = collectClaimed(rows, make([]claimed, 0, limit))
+		out, err = collectClaimed(rows, nil)
 		return err
 	}, `
 		WITH e AS (

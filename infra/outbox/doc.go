@@ -35,7 +35,9 @@
 // pipelined in one round trip, which PostgreSQL runs as one implicit transaction committed
 // at the batch's Sync (or wholly rolled back if either statement fails). The local setting
 // ends with it, so the pooled connection is returned unscoped. The claimed rows are used only
-// after that commit has been confirmed.
+// after that commit has been confirmed. These transactions commit with synchronous_commit =
+// off: a crash that loses one only causes a re-delivery (see Guarantees); the business
+// transactions that insert the rows stay durable.
 //
 // The claimed rows are then published, grouped by destination, through the PublisherRouter:
 // message UUID = event id, payload = the job data of API.md ({event_id, workspace_id,

@@ -8,9 +8,17 @@ import (
 )
 
 // scopeSQL scopes the rest of its transaction to one workspace and no user, as
-// postgres.SetScope does: local settings (set_config's third argument) end with the
-// transaction.
-const scopeSQL = `SELECT set_config('app.workspace_id', $1, true), set_config('app.user_id', '', true)`
+// postgres.SetScope does, and lets it commit without waiting for the WAL flush. Local
+// settings (set_config's third argument) end with the transaction.
+//
+// synchronous_commit = off is safe for the dispatcher's own transactions only, and only
+// because delivery is at least once: a server crash can lose the last such commits (never
+// out of order, never half of one), which undoes a claim (the rows are due again: published
+// again under the same id), a mark (published again after the lease) or a release (the lease
+// expires). No event is lost, none published while another claim holds it. The business
+// transactions that write outbox rows keep the server's durable commit.
+const scopeSQL = `SELECT set_config('app.workspace_id', $1, true), set_config('app.user_id', '', true),
+	set_config('synchronous_commit', 'off', true)`
 
 // batchSender sends a pgx.Batch: the pool (the Dispatcher) or one connection (tests).
 type batchSender interface {
@@ -31,8 +39,12 @@ type batchSender interface {
 // known only when inWorkspace returns: rows read before are not to be acted on unless it
 // returns nil (claim: publish only then).
 func inWorkspace(ctx context.Context, s batchSender, ws uuid.UUID, read func(pgx.Rows) error, stmt string, args ...any) error {
+	scope := "" // uuid.Nil: no workspace, no rows (as postgres.SetScope)
+	if ws != uuid.Nil {
+		scope = ws.String()
+	}
 	b := &pgx.Batch{}
-	b.Queue(scopeSQL, ws.String())
+	b.Queue(scopeSQL, scope)
 	b.Queue(stmt, args...)
 	br := s.SendBatch(ctx, b)
 	_, err := br.Exec()

@@ -19,10 +19,12 @@ import (
 func sessionScope(t *testing.T, conn *pgx.Conn) (string, int) {
 	t.Helper()
 	require.Equal(t, byte('I'), conn.PgConn().TxStatus(), "connection left inside a transaction")
-	var ws string
+	var ws, syncCommit string
 	var n int
 	require.NoError(t, conn.QueryRow(context.Background(),
-		`SELECT coalesce(current_setting('app.workspace_id', true), ''), (SELECT count(*)::int FROM outbox_events)`).Scan(&ws, &n))
+		`SELECT coalesce(current_setting('app.workspace_id', true), ''), current_setting('synchronous_commit'),
+		        (SELECT count(*)::int FROM outbox_events)`).Scan(&ws, &syncCommit, &n))
+	require.NotEqual(t, "off", syncCommit, "synchronous_commit leaked to the next use of the connection")
 	return ws, n
 }
 
@@ -48,8 +50,9 @@ func TestInWorkspaceScopesOneTransactionAndDoesNotLeak(t *testing.T) {
 			}
 			return rows.Scan(&got, &n, &updated)
 		}, `WITH u AS (UPDATE outbox_events SET last_error = 'seen' WHERE id = $1 RETURNING 1)
-			SELECT current_setting('app.workspace_id'), (SELECT count(*)::int FROM outbox_events), (SELECT count(*)::int FROM u)`, ids[0]))
-		require.Equal(t, ws.String(), got, "the statement runs scoped")
+			SELECT current_setting('app.workspace_id') || ':' || current_setting('synchronous_commit'),
+			       (SELECT count(*)::int FROM outbox_events), (SELECT count(*)::int FROM u)`, ids[0]))
+		require.Equal(t, ws.String()+":off", got, "the statement runs scoped")
 		require.Equal(t, 3, n)
 		require.Equal(t, 1, updated)
 
