@@ -57,7 +57,8 @@ bench: node-deps ## Run every benchmark; each prints ratios against a baseline m
 	$(MAKE) bench-idem bench-bullmq bench-outbox
 
 .PHONY: bench-idem
-bench-idem: ## Idempotent write vs the same write without the middleware, 32 clients (p50/p99 ratios)
+bench-idem: ## POST /stores with vs without the idempotency middleware, 32 clients (p50/p99 ratios, replay ratio)
+	$(GO) run ./internal/idembench
 	$(GO) test -run '^$$' -bench BenchmarkIdempotentWrite -benchtime 100x ./infra/idem
 
 .PHONY: bench-bullmq
