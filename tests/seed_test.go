@@ -12,6 +12,8 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"net/http/httptest"
+	"os"
 	"sync"
 	"testing"
 	"time"
@@ -23,6 +25,7 @@ import (
 
 	"github.com/listingkit/listing/infra/config"
 	"github.com/listingkit/listing/infra/postgres/pgtest"
+	"github.com/listingkit/listing/infra/sandbox"
 	"github.com/listingkit/listing/infra/sandbox/aiprovider"
 	"github.com/listingkit/listing/infra/sandbox/marketplace"
 	"github.com/listingkit/listing/internal/servicetest"
@@ -608,4 +611,192 @@ func seedOne(t testing.TB, db *pgtest.DB, query string, args ...any) string {
 	var v string
 	require.NoError(t, db.Owner.QueryRow(context.Background(), query, args...).Scan(&v))
 	return v
+}
+
+// seedGateSQL makes the dispatcher's mark ("dispatching" → "dispatched") of an event wait
+// while seed_gate names its destination. It lets a test stop a real dispatcher exactly
+// between its publish to BullMQ and its mark, and SIGKILL it there. Test instrumentation
+// of the test database, created by the owner; the product's schema is unchanged.
+const seedGateSQL = `
+CREATE TABLE seed_gate (destination text PRIMARY KEY);
+CREATE FUNCTION seed_gate_mark() RETURNS trigger LANGUAGE plpgsql SECURITY DEFINER AS $$
+BEGIN
+  IF OLD.status = 'dispatching' AND NEW.status = 'dispatched' THEN
+    WHILE EXISTS (SELECT 1 FROM seed_gate WHERE destination = NEW.destination) LOOP
+      PERFORM pg_sleep(0.02);
+    END LOOP;
+  END IF;
+  RETURN NEW;
+END $$;
+CREATE TRIGGER seed_gate_mark BEFORE UPDATE ON outbox_events FOR EACH ROW EXECUTE FUNCTION seed_gate_mark();`
+
+// seedFront serves the marketplace sandbox; with hold set, the first POST /v1/products is
+// performed (the product exists) and then never answered, as if the worker died before it
+// read the answer: created is closed then, and the request waits for its client to go.
+type seedFront struct {
+	sb      *marketplace.Sandbox
+	hold    bool
+	once    sync.Once
+	created chan struct{}
+}
+
+func (f *seedFront) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	held := false
+	if f.hold && r.Method == http.MethodPost && r.URL.Path == "/v1/products" {
+		f.once.Do(func() { held = true })
+	}
+	if !held {
+		f.sb.ServeHTTP(w, r)
+		return
+	}
+	f.sb.ServeHTTP(httptest.NewRecorder(), r)
+	close(f.created)
+	<-r.Context().Done()
+}
+
+// TestSeedAcceptedButNotMarked — seed §6.4: "BullMQ accepted the job but the Dispatcher did
+// not mark it". A real `app dispatch` child claims the publication's outbox row, publishes
+// the job and is SIGKILLed while its mark waits (seed_gate); its lease then expires and a
+// second dispatcher publishes the event again under the same jobId. The repeated delivery
+// must not create a second platform product:
+//
+//   - job_kept: the first job is still in Redis → the second publish is a duplicate, BullMQ
+//     holds one job, which ran once (BullMQ jobId deduplication).
+//   - job_removed: the first job completed and was then removed from Redis (job hash and
+//     de: key deleted) → a second job is created and runs; the finished publication stops
+//     it before any platform call (domain state, Step A of app/worker/publish).
+//   - job_removed_worker_died_key_ignored: the marketplace ignores Idempotency-Key, and the
+//     first worker (an `app work` child) died after the platform created the product and
+//     before the publication was recorded; the job is removed → the second job finds the
+//     publication still running, so only the handler's lookup by external_ref stands
+//     between it and a second product. Had the handler skipped its lookup, it would call
+//     POST /v1/products again, the sandbox (ignoring the key) would create product #2 and
+//     ProductsWithRef would be 2: this case fails. (The two other cases do not depend on
+//     the lookup: there the job dedup or the finished publication already stop it.)
+func TestSeedAcceptedButNotMarked(t *testing.T) {
+	t.Parallel()
+	if os.Getenv("SEED_ACCEPTED_BUT_NOT_MARKED") == "" {
+		// Not yet trustworthy: in every run so far the outbox row was found "dispatched"
+		// with attempt_count 0 after the first dispatcher was SIGKILLed, i.e. no second
+		// delivery happened, so the cases below did not yet exercise what they claim.
+		t.Skip("unfinished: set SEED_ACCEPTED_BUT_NOT_MARKED=1 to run (see the report)")
+	}
+	for _, c := range []struct {
+		name                          string
+		remove, ignoreKey, workerDies bool
+	}{
+		{name: "job_kept"},
+		{name: "job_removed", remove: true},
+		{name: "job_removed_worker_died_key_ignored", remove: true, ignoreKey: true, workerDies: true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			seedAcceptedButNotMarked(t, c.remove, c.ignoreKey, c.workerDies)
+		})
+	}
+}
+
+func seedAcceptedButNotMarked(t *testing.T, remove, ignoreKey, workerDies bool) {
+	ctx := context.Background()
+	const queue = "listing-publish"
+	prefix := seedPrefix()
+	rdb := seedRedis(t, prefix)
+	sb, err := marketplace.New(marketplace.Config{})
+	require.NoError(t, err)
+	sb.SetIgnoreIdempotencyKey(ignoreKey)
+	front := &seedFront{sb: sb, hold: workerDies, created: make(chan struct{})}
+	srv, err := sandbox.Start("", front)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = srv.Close() })
+	workEnv := map[string]string{"PLATFORM_BASE_URL": srv.URL}
+
+	env := servicetest.Start(t, func(c *config.Config) { c.BullMQPrefix = prefix })
+	db := env.DB
+	_, err = db.Owner.Exec(ctx, seedGateSQL)
+	require.NoError(t, err)
+	d1 := seedStartDispatch(t, db.AppURL, prefix)
+	w1, _ := seedStartWork(t, db.AppURL, prefix, workEnv)
+
+	acct := env.Register("seed-ambiguous@example.com")
+	storeID := seedVerifiedStore(t, env, acct, "ambiguous")
+	productID := seedProduct(t, env, acct)
+	_, err = db.Owner.Exec(ctx, "INSERT INTO seed_gate VALUES ($1)", queue)
+	require.NoError(t, err)
+	pub := env.Do(servicetest.Request{Method: "POST", Path: seedWS(acct) + "/products/" + productID + "/publications",
+		Token: acct.AccessToken, Header: seedKey(), Body: map[string]any{"store_id": storeID}})
+	require.Equal(t, http.StatusAccepted, pub.Status, "%s", pub.Body)
+	pubID, opID := seedField(t, pub, "publication", "id"), seedField(t, pub, "operation", "id")
+	ev := seedOutbox(t, db, acct.WorkspaceID, queue)
+
+	// The first dispatcher published (BullMQ accepted the job) and waits in its mark.
+	seedEventually(t, 30*time.Second, func() bool { h, _ := seedJobCount(t, rdb, prefix, queue, ev.ID); return h == 1 },
+		"job %s never published", ev.ID)
+	if workerDies {
+		select {
+		case <-front.created:
+		case <-time.After(30 * time.Second):
+			require.FailNow(t, "the worker never created the platform product")
+		}
+		w1.kill(t)
+		require.Equal(t, "running", seedOne(t, db, "SELECT status FROM publications WHERE id = $1", pubID))
+	} else {
+		seedWaitStatus(t, db, "succeeded", "SELECT status FROM operations WHERE id = $1", opID)
+		seedEventually(t, 30*time.Second, func() bool { return seedJobCompleted(t, rdb, prefix, queue, ev.ID) }, "first job never completed")
+	}
+	require.Equal(t, 1, sb.ProductsWithRef(pubID))
+	require.Equal(t, "dispatching", seedOutbox(t, db, acct.WorkspaceID, queue).Status, "the mark must not have happened")
+	d1.kill(t)
+	_, err = db.Owner.Exec(ctx, "DELETE FROM seed_gate")
+	require.NoError(t, err)
+
+	if remove {
+		k := prefix + ":" + queue + ":"
+		require.NoError(t, rdb.Del(ctx, k+ev.ID, k+ev.ID+":lock", k+ev.ID+":logs", k+"de:"+ev.ID).Err())
+		require.NoError(t, rdb.LRem(ctx, k+"active", 0, ev.ID).Err())
+		require.NoError(t, rdb.ZRem(ctx, k+"completed", ev.ID).Err())
+		require.NoError(t, rdb.SRem(ctx, k+"stalled", ev.ID).Err())
+		h, places := seedJobCount(t, rdb, prefix, queue, ev.ID)
+		require.Zero(t, h+places)
+	}
+	// The killed dispatcher's lease runs out (time travel: 30 s saved). This waits for the
+	// row lock of its dead session, which rolled back the mark.
+	_, err = db.Owner.Exec(ctx, "UPDATE outbox_events SET locked_until = now() WHERE id = $1 AND status = 'dispatching'", ev.ID)
+	require.NoError(t, err)
+	if workerDies {
+		seedStartWork(t, db.AppURL, prefix, workEnv)
+	}
+	seedStartDispatch(t, db.AppURL, prefix)
+
+	seedWaitStatus(t, db, "dispatched", "SELECT status FROM outbox_events WHERE id = $1", ev.ID)
+	seedWaitStatus(t, db, "succeeded", "SELECT status FROM operations WHERE id = $1", opID)
+	seedEventually(t, 30*time.Second, func() bool { return seedJobCompleted(t, rdb, prefix, queue, ev.ID) }, "job never completed")
+	require.Equal(t, "1", seedOne(t, db, "SELECT attempt_count::text FROM outbox_events WHERE id = $1", ev.ID),
+		"the event was claimed twice: 0 for the first claim, +1 for the reclaimed expired lease")
+
+	h, places := seedJobCount(t, rdb, prefix, queue, ev.ID)
+	require.Equal(t, 1, h, "job hash")
+	require.Equal(t, 1, places, "BullMQ holds one job for the event")
+	if !remove {
+		ats, err := rdb.HGet(ctx, prefix+":"+queue+":"+ev.ID, "ats").Result()
+		require.NoError(t, err)
+		require.Equal(t, "1", ats, "the kept job ran once")
+		require.True(t, seedStreamHas(t, rdb, prefix+":"+queue+":events", "duplicated", ev.ID), "no second publish seen")
+	}
+	require.Equal(t, 1, sb.ProductsWithRef(pubID), "platform products for publication %s", pubID)
+	require.Equal(t, 1, sb.Stats().ProductsCreated)
+	require.Equal(t, "succeeded", seedOne(t, db, "SELECT status FROM publications WHERE id = $1", pubID))
+	require.NotEmpty(t, seedOne(t, db, "SELECT external_product_id FROM publications WHERE id = $1", pubID))
+}
+
+// seedStreamHas reports whether the BullMQ events stream has event for jobID.
+func seedStreamHas(t testing.TB, rdb *redis.Client, stream, event, jobID string) bool {
+	t.Helper()
+	msgs, err := rdb.XRange(context.Background(), stream, "-", "+").Result()
+	require.NoError(t, err)
+	for _, m := range msgs {
+		if m.Values["event"] == event && m.Values["jobId"] == jobID {
+			return true
+		}
+	}
+	return false
 }
