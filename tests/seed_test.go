@@ -493,7 +493,6 @@ func seedInScope(ctx context.Context, conn *pgx.Conn, ws string, fn func(tx pgx.
 	return fn(tx)
 }
 
-
 // seedChildEnv is a servicetest.Env for HTTP helpers (Do, Register, Count) against a
 // service run as a child process at base.
 func seedChildEnv(t testing.TB, db *pgtest.DB, base string) *servicetest.Env {
