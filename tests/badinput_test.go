@@ -257,7 +257,7 @@ func TestBadInputPublishingAndAI(t *testing.T) {
 }
 
 // TestBadInputMalformedBodies: every flow write endpoint refuses malformed JSON, a non-object,
-// trailing data and unknown fields, and writes nothing.
+// trailing data, unknown fields and an oversized body, and writes nothing.
 func TestBadInputMalformedBodies(t *testing.T) {
 	t.Parallel()
 	s := badStart(t)
@@ -289,6 +289,7 @@ func TestBadInputMalformedBodies(t *testing.T) {
 			{"an array", servicetest.Request{Body: "[]"}, 400, "MALFORMED_JSON"},
 			{"trailing data", servicetest.Request{Body: e.valid + ` {}`}, 400, "MALFORMED_JSON"},
 			{"unknown field", servicetest.Request{Body: inner + sep + `"bogus":1}`}, 400, "UNKNOWN_FIELD"},
+			{"larger than MAX_BODY_BYTES", servicetest.Request{Body: inner + sep + `"pad":"` + strings.Repeat("x", int(s.env.Config.MaxBodyBytes)) + `"}`}, 413, "BODY_TOO_LARGE"},
 		}
 		for _, b := range bodies {
 			c := b
