@@ -23,7 +23,11 @@ func idemSend(t *testing.T, env *servicetest.Env, method, path, token string, he
 	if body != "" {
 		rd = strings.NewReader(body)
 	}
-	r, err := http.NewRequest(method, env.URL+path, rd)
+	// Bounded, so that a request that blocks (e.g. waiting for another's lock instead of
+	// answering "in progress") fails the test instead of hanging it.
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	r, err := http.NewRequestWithContext(ctx, method, env.URL+path, rd)
 	require.NoError(t, err)
 	if body != "" {
 		r.Header.Set("Content-Type", "application/json")
