@@ -14,6 +14,7 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill-redisstream/pkg/redisstream"
+	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/go-chi/chi/v5"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -292,11 +293,23 @@ func ProvidePublishers(cfg config.Config, bcfg bullmq.Config, log *slog.Logger) 
 		_ = streamClient.Close()
 		return nil, nil, err
 	}
-	m := outbox.PublisherMap{worker.StreamOperationEvents: sp}
+	m := outbox.PublisherMap{worker.StreamOperationEvents: prefixedTopics{prefix: cfg.BullMQPrefix + ":", Publisher: sp}}
 	for _, q := range worker.Queues() {
 		m[q] = bp
 	}
 	return m, func() { _ = bp.Close(); _ = sp.Close() }, nil
+}
+
+// prefixedTopics publishes to prefix+topic, so integration streams share the deployment's
+// key prefix with its queues (e.g. "bull:operation-events").
+type prefixedTopics struct {
+	prefix string
+	message.Publisher
+}
+
+// Publish implements message.Publisher.
+func (p prefixedTopics) Publish(topic string, msgs ...*message.Message) error {
+	return p.Publisher.Publish(p.prefix+topic, msgs...)
 }
 
 // ProvideDispatcher builds the outbox dispatcher.

@@ -33,8 +33,8 @@ import (
 	"github.com/listingkit/listing/internal/servicetest"
 )
 
-// canaryStream is the Redis stream of integration events (app/worker.StreamOperationEvents);
-// it has no BullMQ prefix, so it is shared by every test and read from the test's start on.
+// canaryStream is the Redis stream of integration events (app/worker.StreamOperationEvents),
+// under the deployment's key prefix like the queues.
 const canaryStream = "operation-events"
 
 // canaryRun drives the service and keeps every response it got, so the test can check that
@@ -161,7 +161,6 @@ func canaryDumpRedis(t *testing.T, rdb *redis.Client, prefix, streamFrom string)
 	for _, k := range keys {
 		out[k] = canaryReadKey(t, rdb, k, "-")
 	}
-	out[canaryStream] = canaryReadKey(t, rdb, canaryStream, streamFrom)
 	return out
 }
 
@@ -442,7 +441,7 @@ func TestCanarySecretsNeverLeak(t *testing.T) {
 	require.Equal(t, 3, env.Count(`SELECT count(*) FROM stores`))
 	dump := canaryDumpRedis(t, rdb, prefix, streamFrom)
 	require.Greater(t, len(dump), 10, "the BullMQ keys of this test")
-	require.Contains(t, dump[canaryStream], verifyOp["id"], "the event stream holds this test's operations")
+	require.Contains(t, dump[prefix+":"+canaryStream], verifyOp["id"], "the event stream holds this test's operations")
 	logs := env.Logs()
 	require.True(t, strings.Contains(logs, `"route":"/v1/workspaces/{workspace_id}/stores"`), "the logs hold this test's requests")
 	require.True(t, strings.Contains(logs, c.acct.WorkspaceID) && strings.Contains(logs, storeA), "the logs hold this test's jobs")

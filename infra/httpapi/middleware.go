@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"log/slog"
 	"net/http"
 	"regexp"
 	"strconv"
@@ -24,7 +25,16 @@ const (
 	keyRequestID ctxKey = iota
 	keyUser
 	keyWorkspace
+	keyLogger
 )
+
+// loggerFrom returns the server's logger carried by the request context (see observe).
+func loggerFrom(ctx context.Context) *slog.Logger {
+	if l, ok := ctx.Value(keyLogger).(*slog.Logger); ok {
+		return l
+	}
+	return slog.Default()
+}
 
 func requestID(ctx context.Context) string {
 	id, _ := ctx.Value(keyRequestID).(string)
@@ -148,7 +158,7 @@ func (s *Server) observe(next http.Handler) http.Handler {
 			}
 			s.log.InfoContext(r.Context(), "http request", attrs...)
 		}()
-		next.ServeHTTP(rec, r)
+		next.ServeHTTP(rec, r.WithContext(context.WithValue(r.Context(), keyLogger, s.log)))
 	})
 }
 

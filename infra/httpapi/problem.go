@@ -3,7 +3,6 @@ package httpapi
 import (
 	"encoding/json"
 	"errors"
-	"log/slog"
 	"net/http"
 	"strconv"
 
@@ -64,7 +63,7 @@ func StatusOf(kind domain.Kind) int {
 func writeError(w http.ResponseWriter, r *http.Request, err error) {
 	var de *domain.Error
 	if !errors.As(err, &de) || de.Kind == domain.KindInternal {
-		slog.ErrorContext(r.Context(), "request failed", "request_id", requestID(r.Context()), "err", err)
+		loggerFrom(r.Context()).ErrorContext(r.Context(), "request failed", "request_id", requestID(r.Context()), "err", err)
 		writeProblem(w, r, Problem{Status: http.StatusInternalServerError, Code: CodeInternal,
 			Title: "Internal error", Detail: "the request failed; quote the request id when reporting it"})
 		return
