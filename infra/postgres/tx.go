@@ -135,10 +135,13 @@ func TxMiddleware(pool *pgxpool.Pool) bus.Middleware {
 	}
 }
 
-// sendNotifications sends committed notifications in one round trip. A failure is ignored:
-// the data is committed and listeners poll.
+// sendNotifications sends committed notifications in one round trip, as one implicit
+// transaction that does not wait for its WAL flush (a NOTIFY gives its transaction an id, so
+// its commit would otherwise flush, holding the cluster-wide notify lock meanwhile). A failure
+// or a crash loses only the wake-up: the data is committed and listeners poll.
 func sendNotifications(ctx context.Context, pool *pgxpool.Pool, pending [][2]string) {
 	b := &pgx.Batch{}
+	b.Queue("SELECT set_config('synchronous_commit', 'off', true)")
 	for _, n := range pending {
 		b.Queue("SELECT pg_notify($1, $2)", n[0], n[1])
 	}
