@@ -35,6 +35,11 @@ test: node-deps ## Run the whole test suite with the race detector (needs Postgr
 test-short: ## Unit tests only (no database)
 	$(GO) test -short -count=1 ./...
 
+.PHONY: clean-testdb
+clean-testdb: ## Drop the test databases and templates that interrupted test runs left behind
+	@psql -h 127.0.0.1 -U root -d postgres -Atc "SELECT datname FROM pg_database WHERE datname LIKE 'listing\_test\_%' OR datname LIKE 'listing\_tpl\_%'" | \
+	  while read -r db; do psql -h 127.0.0.1 -U root -d postgres -qc "ALTER DATABASE \"$$db\" IS_TEMPLATE false" -c "DROP DATABASE \"$$db\" WITH (FORCE)"; done
+
 .PHONY: fuzz
 fuzz: ## Run the fuzz targets briefly
 	$(GO) test -run '^$$' -fuzz '^FuzzNormalize$$' -fuzztime 10s ./infra/idem

@@ -153,20 +153,11 @@ func ensureTemplate(ctx context.Context, admin string) (string, error) {
 		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
 			return err
 		}
-		// Missing or half-made: build it again, and drop templates of older migration sets.
-		rows, err := conn.Query(ctx, "SELECT datname FROM pg_database WHERE datname LIKE 'listing_tpl_%'")
-		if err != nil {
-			return err
-		}
-		old, err := pgx.CollectRows(rows, pgx.RowTo[string])
-		if err != nil {
-			return err
-		}
-		for _, o := range old {
-			if _, err := conn.Exec(ctx, "ALTER DATABASE "+pgx.Identifier{o}.Sanitize()+" IS_TEMPLATE false"); err != nil {
-				return err
-			}
-			if _, err := conn.Exec(ctx, "DROP DATABASE "+pgx.Identifier{o}.Sanitize()+" WITH (FORCE)"); err != nil {
+		// Missing or half-made: build it again. Templates of other migration sets are left
+		// alone: another checkout's tests may be using theirs right now (`make clean-testdb`
+		// removes them).
+		if err == nil {
+			if _, err := conn.Exec(ctx, "DROP DATABASE "+pgx.Identifier{name}.Sanitize()+" WITH (FORCE)"); err != nil {
 				return err
 			}
 		}
