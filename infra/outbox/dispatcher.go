@@ -20,8 +20,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// NotifyChannel is the PostgreSQL channel EventPublisher notifies, after the commit, with the
-// workspace id as payload (see postgres.NotifyAfterCommit).
+// NotifyChannel is the PostgreSQL channel the outbox_events insert trigger (sql/003)
+// notifies with the workspace id as payload.
 const NotifyChannel = "outbox_events"
 
 // Event statuses (outbox_events.status).

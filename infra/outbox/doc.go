@@ -20,11 +20,13 @@
 // # Delivery (Dispatcher)
 //
 // Workspaces with due rows are found by outbox_due_workspaces (at start, every PollInterval)
-// and by LISTEN outbox_events (EventPublisher has postgres.InTx NOTIFY the workspace id once
-// the transaction has committed). A lost notification only delays delivery to the next poll.
+// and by LISTEN outbox_events (a statement-level insert trigger, sql/003, notifies the
+// workspace id; PostgreSQL delivers it at commit). A lost notification only delays delivery
+// to the next poll.
 // Workspaces wait in a queue where each appears at most once (new ones before those
 // continuing a backlog); a notified workspace is claimed as soon as a worker is free. A
-// worker takes one, and in an RLS transaction scoped to it, as app_user, claims up to BatchSize due rows (pending with next_attempt_at ≤ now, or
+// worker takes one, and in an RLS transaction scoped to it, as app_user, claims up to
+// BatchSize due rows (pending with next_attempt_at ≤ now, or
 // dispatching with an expired lease) with FOR UPDATE SKIP LOCKED, sets them dispatching with
 // locked_by = a per-claim token and locked_until = now + Lease, and commits. A full batch puts
 // the workspace back at the end of the FIFO, so a backlog in one workspace delays another

@@ -106,8 +106,7 @@ func NewEventPublisher(cfg PublisherConfig) (*EventPublisher, error) {
 
 // Publish inserts one outbox row per event in the transaction of ctx. It fails, writing
 // nothing more, when ctx carries no transaction or no workspace scope, or when an event type
-// has no route. Rows become visible to dispatchers when the transaction commits, and the
-// dispatchers are woken then (NOTIFY after commit, see postgres.NotifyAfterCommit).
+// has no route. Rows become visible to dispatchers when the transaction commits.
 func (p *EventPublisher) Publish(ctx context.Context, events ...domain.Event) error {
 	if len(events) == 0 {
 		return nil
@@ -124,12 +123,7 @@ func (p *EventPublisher) Publish(ctx context.Context, events ...domain.Event) er
 			return fmt.Errorf("outbox.EventPublisher.Publish: %s: %w", ev.EventType(), err)
 		}
 	}
-	// Wake the dispatchers once the rows are committed.
-	_, scope, err := postgres.TxFromContext(ctx)
-	if err != nil {
-		return fmt.Errorf("outbox.EventPublisher.Publish: %w", err)
-	}
-	return postgres.NotifyAfterCommit(ctx, NotifyChannel, scope.WorkspaceID.String())
+	return nil
 }
 
 // EventBus returns a watermill cqrs.EventBus bound to the transaction in ctx: what Publish

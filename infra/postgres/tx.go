@@ -21,32 +21,10 @@ type Scope struct {
 
 type txKey struct{}
 
-// scopedTx is what the context carries: the transaction, the scope it was opened with, and
-// the notifications to send once it has committed.
+// scopedTx is what the context carries: the transaction and the scope it was opened with.
 type scopedTx struct {
-	tx      pgx.Tx
-	scope   Scope
-	notify  map[[2]string]bool
-	pending [][2]string
-}
-
-// NotifyAfterCommit asks InTx to send NOTIFY channel, payload once the transaction of ctx has
-// committed (never when it rolls back), once per distinct pair. The notification goes out in
-// its own short statement after the commit, not from inside the transaction: a NOTIFY issued
-// inside a transaction takes a cluster-wide lock that serializes every notifying commit
-// through its WAL flush. Delivery is best effort (a crash between commit and notify loses it):
-// listeners must also poll.
-func NotifyAfterCommit(ctx context.Context, channel, payload string) error {
-	st, ok := ctx.Value(txKey{}).(*scopedTx)
-	if !ok {
-		return ErrNoTx
-	}
-	k := [2]string{channel, payload}
-	if !st.notify[k] {
-		st.notify[k] = true
-		st.pending = append(st.pending, k)
-	}
-	return nil
+	tx    pgx.Tx
+	scope Scope
 }
 
 // ErrNoTx is returned by TxFromContext when the context carries no transaction: repositories
@@ -85,16 +63,12 @@ func InTx(ctx context.Context, pool *pgxpool.Pool, scope Scope, fn func(ctx cont
 	if err := SetScope(ctx, tx, scope); err != nil {
 		return err
 	}
-	st := &scopedTx{tx: tx, scope: scope, notify: map[[2]string]bool{}}
-	if err := fn(context.WithValue(ctx, txKey{}, st), tx); err != nil {
+	if err := fn(context.WithValue(ctx, txKey{}, &scopedTx{tx: tx, scope: scope}), tx); err != nil {
 		return err
 	}
 	committed = true // a failed commit has ended the transaction too
 	if err := tx.Commit(ctx); err != nil {
 		return fmt.Errorf("postgres.InTx: commit: %w", TranslateError(err))
-	}
-	if len(st.pending) > 0 {
-		sendNotifications(context.WithoutCancel(ctx), pool, st.pending)
 	}
 	return nil
 }
@@ -133,17 +107,4 @@ func TxMiddleware(pool *pgxpool.Pool) bus.Middleware {
 		}
 		return out, nil
 	}
-}
-
-// sendNotifications sends committed notifications in one round trip, as one implicit
-// transaction that does not wait for its WAL flush (a NOTIFY gives its transaction an id, so
-// its commit would otherwise flush, holding the cluster-wide notify lock meanwhile). A failure
-// or a crash loses only the wake-up: the data is committed and listeners poll.
-func sendNotifications(ctx context.Context, pool *pgxpool.Pool, pending [][2]string) {
-	b := &pgx.Batch{}
-	b.Queue("SELECT set_config('synchronous_commit', 'off', true)")
-	for _, n := range pending {
-		b.Queue("SELECT pg_notify($1, $2)", n[0], n[1])
-	}
-	_ = pool.SendBatch(ctx, b).Close()
 }
