@@ -11,11 +11,11 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
-	"strconv"
 	"strings"
 	"time"
 
 	"github.com/listingkit/listing/app/port"
+	"github.com/listingkit/listing/infra/outbound"
 )
 
 // Config configures New.
@@ -268,7 +268,7 @@ func (c *Client) do(ctx context.Context, op, path, idemKey string, in, out any, 
 		if errorCode(body) == "insufficient_quota" {
 			return "", fmt.Errorf("%s: HTTP 429 (insufficient_quota): %w", op, port.ErrAIRejected)
 		}
-		ra := parseRetryAfter(resp.Header.Get("Retry-After"), time.Now(), c.cfg.MaxRetryAfter)
+		ra := outbound.RetryAfter(resp.Header.Get("Retry-After"), time.Now(), c.cfg.MaxRetryAfter)
 		return "", fmt.Errorf("%s: HTTP 429: %w", op, &port.RateLimitedError{Service: "ai", RetryAfter: ra, Sentinel: port.ErrAIRateLimited})
 	case status == http.StatusRequestTimeout || status >= 500:
 		return "", fmt.Errorf("%s: HTTP %d%s: %w", op, status, c.snippet(body), port.ErrAITransient)
@@ -309,7 +309,7 @@ func (c *Client) snippet(body []byte) string {
 	} else if len(body) > 0 {
 		text = string(body[:min(len(body), 120)])
 	}
-	s := sanitize(text, 200, c.cfg.APIKey)
+	s := outbound.Sanitize(text, 200, c.cfg.APIKey)
 	if s == "" {
 		return ""
 	}
@@ -325,47 +325,4 @@ func transportCause(err error) error {
 		return ue.Err
 	}
 	return err
-}
-
-// sanitize keeps printable ASCII, masks key (and any 8-byte window of it), bounds the length.
-func sanitize(s string, max int, key string) string {
-	if key != "" {
-		s = strings.ReplaceAll(s, key, "[REDACTED]")
-	}
-	var b strings.Builder
-	for _, r := range s {
-		if r >= 0x20 && r < 0x7f {
-			b.WriteRune(r)
-		} else {
-			b.WriteByte(' ')
-		}
-		if b.Len() >= max {
-			break
-		}
-	}
-	out := strings.TrimSpace(b.String())
-	for i := 0; len(key) >= 8 && i+8 <= len(key); i++ {
-		if strings.Contains(out, key[i:i+8]) {
-			return "[withheld]"
-		}
-	}
-	return out
-}
-
-func parseRetryAfter(v string, now time.Time, maxWait time.Duration) time.Duration {
-	d := time.Second
-	if v = strings.TrimSpace(v); v != "" {
-		if n, err := strconv.Atoi(v); err == nil && n >= 0 {
-			d = time.Duration(n) * time.Second
-		} else if t, err := http.ParseTime(v); err == nil {
-			d = t.Sub(now)
-		}
-	}
-	if d < time.Second {
-		d = time.Second
-	}
-	if d > maxWait {
-		d = maxWait
-	}
-	return d
 }

@@ -343,54 +343,41 @@ func (s *Server) createStore(w http.ResponseWriter, r *http.Request) {
 		startRender(http.StatusCreated, "store", func(v domain.Store) any { return storeBody(v) }))
 }
 
-func (s *Server) replaceStoreAuthorization(w http.ResponseWriter, r *http.Request) {
+// storeCommand serves an idempotent command about the {store_id} of the path: it decodes the
+// body into in, builds the command for the store and runs it.
+func storeCommand[C bus.Command, R any](s *Server, w http.ResponseWriter, r *http.Request, in any,
+	h bus.Handler[C, R], build func(storeID uuid.UUID) C, render bus.RenderFunc) {
 	id, err := pathID(r, "store_id", domain.ErrStoreNotFound)
 	if err != nil {
 		writeError(w, r, err)
 		return
 	}
+	body, ok := s.decode(w, r, in)
+	if !ok {
+		return
+	}
+	execute(s, w, r, body, h, build(id), render)
+}
+
+func (s *Server) replaceStoreAuthorization(w http.ResponseWriter, r *http.Request) {
 	var in struct {
 		Credentials port.Credentials `json:"credentials"`
 	}
-	body, ok := s.decode(w, r, &in)
-	if !ok {
-		return
-	}
-	cmd := commands.ReplaceStoreAuthorization{StoreID: id, WorkspaceID: workspaceID(r.Context()), UserID: userID(r.Context()), Credentials: in.Credentials}
-	execute(s, w, r, body, s.app.Commands.ReplaceStoreAuthorization, cmd,
-		startRender(http.StatusAccepted, "store", func(v domain.Store) any { return storeBody(v) }))
+	storeCommand(s, w, r, &in, s.app.Commands.ReplaceStoreAuthorization, func(id uuid.UUID) commands.ReplaceStoreAuthorization {
+		return commands.ReplaceStoreAuthorization{StoreID: id, WorkspaceID: workspaceID(r.Context()), UserID: userID(r.Context()), Credentials: in.Credentials}
+	}, startRender(http.StatusAccepted, "store", func(v domain.Store) any { return storeBody(v) }))
 }
 
 func (s *Server) verifyStore(w http.ResponseWriter, r *http.Request) {
-	id, err := pathID(r, "store_id", domain.ErrStoreNotFound)
-	if err != nil {
-		writeError(w, r, err)
-		return
-	}
-	var in struct{}
-	body, ok := s.decode(w, r, &in)
-	if !ok {
-		return
-	}
-	cmd := commands.VerifyStore{StoreID: id, WorkspaceID: workspaceID(r.Context()), UserID: userID(r.Context())}
-	execute(s, w, r, body, s.app.Commands.VerifyStore, cmd,
-		startRender(http.StatusAccepted, "store", func(v domain.Store) any { return storeBody(v) }))
+	storeCommand(s, w, r, &struct{}{}, s.app.Commands.VerifyStore, func(id uuid.UUID) commands.VerifyStore {
+		return commands.VerifyStore{StoreID: id, WorkspaceID: workspaceID(r.Context()), UserID: userID(r.Context())}
+	}, startRender(http.StatusAccepted, "store", func(v domain.Store) any { return storeBody(v) }))
 }
 
 func (s *Server) syncStore(w http.ResponseWriter, r *http.Request) {
-	id, err := pathID(r, "store_id", domain.ErrStoreNotFound)
-	if err != nil {
-		writeError(w, r, err)
-		return
-	}
-	var in struct{}
-	body, ok := s.decode(w, r, &in)
-	if !ok {
-		return
-	}
-	cmd := commands.SyncStoreProducts{SyncID: uuid.New(), WorkspaceID: workspaceID(r.Context()), UserID: userID(r.Context()), StoreID: id}
-	execute(s, w, r, body, s.app.Commands.SyncStoreProducts, cmd,
-		startRender(http.StatusAccepted, "sync", func(v domain.ProductSync) any { return syncBody(v) }))
+	storeCommand(s, w, r, &struct{}{}, s.app.Commands.SyncStoreProducts, func(id uuid.UUID) commands.SyncStoreProducts {
+		return commands.SyncStoreProducts{SyncID: uuid.New(), WorkspaceID: workspaceID(r.Context()), UserID: userID(r.Context()), StoreID: id}
+	}, startRender(http.StatusAccepted, "sync", func(v domain.ProductSync) any { return syncBody(v) }))
 }
 
 // createMedia is not idempotent-stored: its answer holds an upload URL (a presigned URL on

@@ -8,7 +8,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/go-chi/chi/v5"
 	"github.com/google/uuid"
 
 	"github.com/listingkit/listing/app/bus"
@@ -96,11 +95,7 @@ func (s *Server) createProduct(w http.ResponseWriter, r *http.Request) {
 var errProductNotFound = domain.NewError(domain.KindNotFound, "PRODUCT_NOT_FOUND", "the product does not exist")
 
 func productID(r *http.Request) (uuid.UUID, error) {
-	id, err := uuid.Parse(chi.URLParam(r, "product_id"))
-	if err != nil {
-		return uuid.Nil, errProductNotFound
-	}
-	return id, nil
+	return pathID(r, "product_id", errProductNotFound)
 }
 
 func notFoundAs(err error, nf *domain.Error) error {

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/listingkit/listing/app/port"
+	"github.com/listingkit/listing/infra/outbound"
 )
 
 // Config configures New.
@@ -135,7 +136,7 @@ func (c *Client) VerifyStore(ctx context.Context, creds port.Credentials, platfo
 	return port.VerifyResult{
 		Valid:    out.Valid,
 		ShopName: bounded(out.ShopName, 500),
-		Reason:   sanitize(out.Reason, 500, creds.APIKey()),
+		Reason:   outbound.Sanitize(out.Reason, 500, creds.APIKey()),
 	}, nil
 }
 
@@ -280,7 +281,7 @@ func (c *Client) do(ctx context.Context, op string, creds port.Credentials, meth
 	case status == http.StatusUnauthorized || status == http.StatusForbidden:
 		return fmt.Errorf("%s: HTTP %d%s: %w", op, status, snippet(raw, creds.APIKey()), port.ErrPlatformUnauthorized)
 	case status == http.StatusTooManyRequests:
-		ra := parseRetryAfter(resp.Header.Get("Retry-After"), time.Now(), c.cfg.MaxRetryAfter)
+		ra := outbound.RetryAfter(resp.Header.Get("Retry-After"), time.Now(), c.cfg.MaxRetryAfter)
 		return fmt.Errorf("%s: HTTP 429: %w", op, &port.RateLimitedError{Service: "platform", RetryAfter: ra, Sentinel: port.ErrPlatformRateLimited})
 	case status == http.StatusRequestTimeout || status >= 500:
 		return fmt.Errorf("%s: HTTP %d%s: %w", op, status, snippet(raw, creds.APIKey()), port.ErrPlatformTransient)
@@ -323,39 +324,11 @@ func snippet(raw []byte, apiKey string) string {
 	} else {
 		text = string(raw[:min(len(raw), 120)])
 	}
-	s := sanitize(text, 200, apiKey)
+	s := outbound.Sanitize(text, 200, apiKey)
 	if s == "" {
 		return ""
 	}
 	return " (" + s + ")"
-}
-
-// sanitize keeps printable ASCII, masks apiKey, and bounds the length.
-func sanitize(s string, max int, apiKey string) string {
-	if apiKey != "" {
-		s = strings.ReplaceAll(s, apiKey, "[REDACTED]")
-	}
-	var b strings.Builder
-	for _, r := range s {
-		if r >= 0x20 && r < 0x7f {
-			b.WriteRune(r)
-		} else {
-			b.WriteByte(' ')
-		}
-		if b.Len() >= max {
-			break
-		}
-	}
-	out := strings.TrimSpace(b.String())
-	if apiKey != "" && len(apiKey) >= 8 {
-		// a truncated echo of the key: mask any 8-byte window of it
-		for i := 0; i+8 <= len(apiKey); i++ {
-			if strings.Contains(out, apiKey[i:i+8]) {
-				return "[withheld]"
-			}
-		}
-	}
-	return out
 }
 
 func bounded(s string, max int) string {
@@ -363,23 +336,4 @@ func bounded(s string, max int) string {
 		return s
 	}
 	return s[:max]
-}
-
-// parseRetryAfter reads delta-seconds or an HTTP date; missing or invalid means 1 s.
-func parseRetryAfter(v string, now time.Time, maxWait time.Duration) time.Duration {
-	d := time.Second
-	if v = strings.TrimSpace(v); v != "" {
-		if n, err := strconv.Atoi(v); err == nil && n >= 0 {
-			d = time.Duration(n) * time.Second
-		} else if t, err := http.ParseTime(v); err == nil {
-			d = t.Sub(now)
-		}
-	}
-	if d < time.Second {
-		d = time.Second
-	}
-	if d > maxWait {
-		d = maxWait
-	}
-	return d
 }

@@ -13,10 +13,9 @@ import (
 	"github.com/listingkit/listing/domain"
 )
 
-// ErrCredentialsUnreadable: the store's stored credentials cannot be opened or parsed (a
-// removed key, tampering, or a row of another store). Permanent until they are replaced.
-var ErrCredentialsUnreadable = domain.NewError(domain.KindConflict, "CREDENTIALS_UNREADABLE",
-	"the store's stored credentials cannot be read; replace them")
+// ErrCredentialsUnreadable is worker.ErrCredentialsUnreadable, recorded when the store's
+// credentials cannot be opened.
+var ErrCredentialsUnreadable = worker.ErrCredentialsUnreadable
 
 // Config configures New. Every field is required.
 type Config struct {
@@ -227,7 +226,7 @@ func (h *Handler) start(ctx context.Context, job worker.Job, ev domain.Publicati
 
 // publish finds or creates the platform product. It runs outside any transaction.
 func (h *Handler) publish(ctx context.Context, job worker.Job, s started) (port.PlatformProduct, string, error) {
-	creds, err := openCredentials(h.cfg.Cipher, job.WorkspaceID, s.publication.StoreID, s.sealed)
+	creds, err := worker.OpenCredentials(h.cfg.Cipher, job.WorkspaceID, s.publication.StoreID, s.sealed)
 	if err != nil {
 		return port.PlatformProduct{}, "", err
 	}
@@ -249,22 +248,6 @@ func (h *Handler) publish(ctx context.Context, job worker.Job, s started) (port.
 		return *again, outcomeFound, nil
 	}
 	return port.PlatformProduct{}, "", fmt.Errorf("publish: create product: %w", err)
-}
-
-// openCredentials opens and parses sealed credentials; any failure is a permanent
-// ErrCredentialsUnreadable (the cause names no secret: cipher and parse errors never quote
-// their input).
-func openCredentials(c port.CredentialCipher, workspaceID, storeID uuid.UUID, sealed port.SealedCredentials) (port.Credentials, error) {
-	plain, err := c.Open(sealed.Ciphertext, sealed.KeyID, port.CredentialsAD(workspaceID, storeID))
-	if err != nil {
-		return port.Credentials{}, worker.Permanent(ErrCredentialsUnreadable.WithCause(err))
-	}
-	creds, err := port.ParseCredentials(plain)
-	clear(plain)
-	if err != nil {
-		return port.Credentials{}, worker.Permanent(ErrCredentialsUnreadable.WithCause(err))
-	}
-	return creds, nil
 }
 
 // record is Step B. It reports false, with the external product id already recorded, when

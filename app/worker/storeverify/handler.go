@@ -19,10 +19,9 @@ var (
 	// was requested; the verification of the newer credentials decides.
 	ErrCredentialsReplaced = domain.NewError(domain.KindConflict, "CREDENTIALS_REPLACED",
 		"the store's credentials were replaced; the newer verification decides")
-	// ErrCredentialsUnreadable: the stored credentials cannot be opened or parsed (a removed
-	// key, tampering, or a row of another store). Permanent until they are replaced.
-	ErrCredentialsUnreadable = domain.NewError(domain.KindConflict, "CREDENTIALS_UNREADABLE",
-		"the store's stored credentials cannot be read; replace them")
+	// ErrCredentialsUnreadable is worker.ErrCredentialsUnreadable: the stored credentials
+	// cannot be opened or parsed. Permanent until they are replaced.
+	ErrCredentialsUnreadable = worker.ErrCredentialsUnreadable
 )
 
 // Config configures New. Every field is required.
@@ -196,7 +195,7 @@ func (h *Handler) start(ctx context.Context, job worker.Job, ev domain.StoreVeri
 
 // verify opens the credentials and asks the platform. It runs outside any transaction.
 func (h *Handler) verify(ctx context.Context, job worker.Job, s started) (port.VerifyResult, error) {
-	creds, err := openCredentials(h.cfg.Cipher, job.WorkspaceID, s.verification.StoreID, s.sealed)
+	creds, err := worker.OpenCredentials(h.cfg.Cipher, job.WorkspaceID, s.verification.StoreID, s.sealed)
 	if err != nil {
 		return port.VerifyResult{}, err
 	}
@@ -205,22 +204,6 @@ func (h *Handler) verify(ctx context.Context, job worker.Job, s started) (port.V
 		return port.VerifyResult{}, fmt.Errorf("storeverify: verify: %w", err)
 	}
 	return res, nil
-}
-
-// openCredentials opens and parses sealed credentials; any failure is a permanent
-// ErrCredentialsUnreadable (the cause names no secret: cipher and parse errors never quote
-// their input).
-func openCredentials(c port.CredentialCipher, workspaceID, storeID uuid.UUID, sealed port.SealedCredentials) (port.Credentials, error) {
-	plain, err := c.Open(sealed.Ciphertext, sealed.KeyID, port.CredentialsAD(workspaceID, storeID))
-	if err != nil {
-		return port.Credentials{}, worker.Permanent(ErrCredentialsUnreadable.WithCause(err))
-	}
-	creds, err := port.ParseCredentials(plain)
-	clear(plain)
-	if err != nil {
-		return port.Credentials{}, worker.Permanent(ErrCredentialsUnreadable.WithCause(err))
-	}
-	return creds, nil
 }
 
 // Fixed, client-safe messages of the operation result (the platform's reason stays out).
