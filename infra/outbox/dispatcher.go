@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -65,12 +66,16 @@ type DispatcherConfig struct {
 	// ID names this dispatcher in outbox_events.locked_by (with a per-claim suffix).
 	// Default: hostname:pid:random.
 	ID string
-	// BatchSize is the most events claimed from one workspace at once, and the largest
-	// Publish call. Default 500.
+	// BatchSize is the most events claimed from one workspace at once. Default 500.
 	BatchSize int
-	// Concurrency is the number of workspace batches in flight at once; each holds at most
-	// one pooled connection at a time (plus one for LISTEN and one for discovery). The work
-	// is I/O bound (claim, publish, mark): Default 8.
+	// RoundWorkspaces is the most workspaces one round claims: a round claims each of them
+	// in a transaction of its own but all in one round trip, publishes what it claimed in
+	// one call per destination, and marks it in one more round trip. Under load, rounds
+	// fill up and the cost per event falls. Default 32.
+	RoundWorkspaces int
+	// Concurrency is the number of rounds in flight at once; each holds at most one pooled
+	// connection at a time (plus one for LISTEN and one for discovery). The work is I/O
+	// bound (claim, publish, mark): Default 8.
 	Concurrency int
 	// Lease is how long a claim stays valid (locked_until = now + Lease). After it, another
 	// dispatcher may claim and publish the events again. Default 30s; must exceed
@@ -111,6 +116,7 @@ func (c *DispatcherConfig) setDefaults() {
 		c.ID = fmt.Sprintf("%s:%d:%s", host, os.Getpid(), hex.EncodeToString(b))
 	}
 	setDefault(&c.BatchSize, 500)
+	setDefault(&c.RoundWorkspaces, 32)
 	setDefault(&c.Concurrency, 8)
 	setDefault(&c.Lease, 30*time.Second)
 	setDefault(&c.PublishTimeout, 10*time.Second)
@@ -138,6 +144,8 @@ func (c DispatcherConfig) Validate() error {
 		return errors.New("outbox: DispatcherConfig.ID must have 1 to 180 bytes")
 	case c.BatchSize < 1 || c.BatchSize > 10000:
 		return fmt.Errorf("outbox: DispatcherConfig.BatchSize must be in [1, 10000], got %d", c.BatchSize)
+	case c.RoundWorkspaces < 1 || c.RoundWorkspaces > 1000:
+		return fmt.Errorf("outbox: DispatcherConfig.RoundWorkspaces must be in [1, 1000], got %d", c.RoundWorkspaces)
 	case c.Concurrency < 1:
 		return fmt.Errorf("outbox: DispatcherConfig.Concurrency must be >= 1, got %d", c.Concurrency)
 	case c.PublishTimeout <= 0:
@@ -217,7 +225,7 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 	if !d.running.CompareAndSwap(false, true) {
 		return errors.New("outbox.Dispatcher.Run: already running")
 	}
-	d.log.Info("outbox dispatcher started", "batch_size", d.cfg.BatchSize, "concurrency", d.cfg.Concurrency,
+	d.log.Info("outbox dispatcher started", "batch_size", d.cfg.BatchSize, "round_workspaces", d.cfg.RoundWorkspaces, "concurrency", d.cfg.Concurrency,
 		"lease", d.cfg.Lease, "listen", !d.cfg.DisableListen)
 	var wg sync.WaitGroup
 	if !d.cfg.DisableListen {
@@ -316,20 +324,21 @@ func (d *Dispatcher) listenOnce(ctx context.Context) error {
 	}
 }
 
-// work takes workspaces from the queue, one batch each, until ctx is cancelled.
+// work runs rounds of up to RoundWorkspaces queued workspaces until ctx is cancelled.
 func (d *Dispatcher) work(ctx context.Context) {
 	for {
-		ws, ok := d.queue.pop(ctx)
+		wss, ok := d.queue.pop(ctx, d.cfg.RoundWorkspaces)
 		if !ok {
 			return
 		}
-		d.dispatchWorkspace(ctx, ws)
+		d.dispatchRound(ctx, wss)
 	}
 }
 
 // claimed is one claimed outbox row.
 type claimed struct {
 	ID          uuid.UUID
+	WorkspaceID uuid.UUID
 	EventType   string
 	Destination string
 	Payload     []byte
@@ -338,66 +347,90 @@ type claimed struct {
 	Attempts    int
 }
 
-// dispatchWorkspace claims one batch of ws, requeues ws when the batch was full (fairness:
-// other queued workspaces get their batch first; other workers may take ws's next batch
-// meanwhile), publishes, and marks.
-func (d *Dispatcher) dispatchWorkspace(ctx context.Context, ws uuid.UUID) {
+// dispatchRound claims one batch of each of wss, requeues the workspaces whose batch was full
+// (fairness: every other queued workspace gets its batch first; other workers may take their
+// next batch meanwhile), publishes, and marks.
+func (d *Dispatcher) dispatchRound(ctx context.Context, wss []uuid.UUID) {
 	token := fmt.Sprintf("%s/%d", d.cfg.ID, d.claimSeq.Add(1))
-	rows, err := d.claim(ctx, ws, token, d.cfg.BatchSize)
-	if err != nil {
-		if ctx.Err() == nil {
-			d.log.Warn("outbox claim failed", "workspace_id", ws, "error", SanitizeError(err, d.cfg.ErrorMaxLen))
-		}
-		return
+	rows, err := d.claim(ctx, wss, token, d.cfg.BatchSize)
+	if err != nil && ctx.Err() == nil {
+		// Workspaces whose claim failed are found again by the next discovery.
+		d.log.Warn("outbox claim failed", "workspaces", len(wss), "error", SanitizeError(err, d.cfg.ErrorMaxLen))
 	}
 	if len(rows) == 0 {
 		return
 	}
-	if len(rows) >= d.cfg.BatchSize {
-		d.queue.requeue(ws)
+	for ws, idx := range byWorkspace(rows) {
+		if len(idx) >= d.cfg.BatchSize {
+			d.queue.requeue(ws)
+		}
 	}
-	d.deliver(ctx, ws, token, rows)
+	d.deliver(ctx, token, rows)
 }
 
-// claim selects up to limit due rows of ws (expired leases first, then pending by
-// next_attempt_at) with FOR UPDATE SKIP LOCKED, marks them dispatching under token with a
-// lease, and commits. A reclaimed expired lease counts as an attempt.
-func (d *Dispatcher) claim(ctx context.Context, ws uuid.UUID, token string, limit int) ([]claimed, error) {
-	// One statement: expired leases first, then due pending rows, each side locked with
-	// SKIP LOCKED along its own partial index. Rows locked beyond the limit are released
-	// unchanged at commit. The rows are returned only once the claim has committed.
+// byWorkspace indexes rows by workspace.
+func byWorkspace(rows []claimed) map[uuid.UUID][]int {
+	m := map[uuid.UUID][]int{}
+	for i, r := range rows {
+		m[r.WorkspaceID] = append(m[r.WorkspaceID], i)
+	}
+	return m
+}
+
+// claimSQL selects up to $2 due rows of workspace $1 (expired leases first, then pending by
+// next_attempt_at) with FOR UPDATE SKIP LOCKED, each side along its own partial index, and
+// marks them dispatching under token $3 with a lease of $4 ms. A reclaimed expired lease
+// counts as an attempt. Rows locked beyond the limit are released unchanged at commit.
+const claimSQL = `
+	WITH e AS (
+	  SELECT id FROM outbox_events
+	  WHERE workspace_id = $1 AND status = 'dispatching' AND locked_until <= now()
+	  ORDER BY locked_until LIMIT $2 FOR UPDATE SKIP LOCKED),
+	p AS (
+	  SELECT id FROM outbox_events
+	  WHERE workspace_id = $1 AND status = 'pending' AND next_attempt_at <= now()
+	  ORDER BY next_attempt_at LIMIT $2 FOR UPDATE SKIP LOCKED),
+	c AS (
+	  SELECT id, 1 AS expired FROM e UNION ALL SELECT id, 0 FROM p LIMIT $2)
+	UPDATE outbox_events o
+	SET status = 'dispatching', locked_by = $3, locked_until = now() + $4 * interval '1 millisecond',
+	    attempt_count = o.attempt_count + c.expired
+	FROM c WHERE o.id = c.id
+	RETURNING o.id, o.workspace_id, o.event_type, o.destination, o.event_payload, o.metadata, o.created_at, o.attempt_count`
+
+// claim claims up to limit due rows of each of wss under token, each workspace in a committed
+// transaction of its own, all in one round trip. It returns the rows of the claims that
+// committed, and the failures of the others (their rows stay due).
+func (d *Dispatcher) claim(ctx context.Context, wss []uuid.UUID, token string, limit int) ([]claimed, error) {
+	got := make([][]claimed, len(wss))
+	stmts := make([]scopedStmt, len(wss))
+	for i, ws := range wss {
+		stmts[i] = scopedStmt{ws: ws, sql: claimSQL, args: []any{ws, limit, token, d.cfg.Lease.Milliseconds()},
+			read: func(rows pgx.Rows) (err error) {
+				got[i], err = collectClaimed(rows)
+				return err
+			}}
+	}
 	var out []claimed
-	err := inWorkspace(ctx, d.pool, ws, func(rows pgx.Rows) (err error) {
-		out, err = collectClaimed(rows, nil)
-		return err
-	}, `
-		WITH e AS (
-		  SELECT id FROM outbox_events
-		  WHERE workspace_id = $1 AND status = 'dispatching' AND locked_until <= now()
-		  ORDER BY locked_until LIMIT $2 FOR UPDATE SKIP LOCKED),
-		p AS (
-		  SELECT id FROM outbox_events
-		  WHERE workspace_id = $1 AND status = 'pending' AND next_attempt_at <= now()
-		  ORDER BY next_attempt_at LIMIT $2 FOR UPDATE SKIP LOCKED),
-		c AS (
-		  SELECT id, 1 AS expired FROM e UNION ALL SELECT id, 0 FROM p LIMIT $2)
-		UPDATE outbox_events o
-		SET status = 'dispatching', locked_by = $3, locked_until = now() + $4 * interval '1 millisecond',
-		    attempt_count = o.attempt_count + c.expired
-		FROM c WHERE o.id = c.id
-		RETURNING o.id, o.event_type, o.destination, o.event_payload, o.metadata, o.created_at, o.attempt_count`,
-		ws, limit, token, d.cfg.Lease.Milliseconds())
-	if err != nil {
-		return nil, fmt.Errorf("outbox.Dispatcher.claim: %w", err)
+	var failed []error
+	for i, err := range inWorkspaces(ctx, d.pool, stmts) {
+		if err != nil {
+			failed = append(failed, fmt.Errorf("workspace %s: %w", wss[i], err))
+			continue
+		}
+		out = append(out, got[i]...)
+	}
+	if len(failed) > 0 {
+		return out, fmt.Errorf("outbox.Dispatcher.claim: %w", errors.Join(failed...))
 	}
 	return out, nil
 }
 
-func collectClaimed(rows pgx.Rows, out []claimed) ([]claimed, error) {
-	defer rows.Close()
+func collectClaimed(rows pgx.Rows) ([]claimed, error) {
+	var out []claimed
 	for rows.Next() {
 		var c claimed
-		if err := rows.Scan(&c.ID, &c.EventType, &c.Destination, &c.Payload, &c.Metadata, &c.CreatedAt, &c.Attempts); err != nil {
+		if err := rows.Scan(&c.ID, &c.WorkspaceID, &c.EventType, &c.Destination, &c.Payload, &c.Metadata, &c.CreatedAt, &c.Attempts); err != nil {
 			return nil, err
 		}
 		out = append(out, c)
@@ -423,7 +456,8 @@ type traceContext struct {
 
 // toMessage builds the delivered message: UUID = event id (the BullMQ jobId), payload = job
 // data JSON, metadata event_type (the job name), aggregate, correlation and trace.
-func toMessage(ws string, c claimed) (*message.Message, error) {
+func toMessage(c claimed) (*message.Message, error) {
+	ws := c.WorkspaceID.String()
 	occurred := c.CreatedAt
 	if t, err := time.Parse(time.RFC3339Nano, c.Metadata[MetadataOccurredAt]); err == nil {
 		occurred = t
@@ -454,12 +488,12 @@ func toMessage(ws string, c claimed) (*message.Message, error) {
 	return msg, nil
 }
 
-// deliver publishes a claimed batch grouped by destination and records the outcome. When ctx
-// is already cancelled nothing is published: the claims are released.
-func (d *Dispatcher) deliver(ctx context.Context, ws uuid.UUID, token string, rows []claimed) {
+// deliver publishes claimed rows grouped by destination and records the outcome. When ctx is
+// already cancelled nothing is published: the claims are released.
+func (d *Dispatcher) deliver(ctx context.Context, token string, rows []claimed) {
 	bg := context.WithoutCancel(ctx)
 	if ctx.Err() != nil {
-		d.release(bg, ws, token, rows)
+		d.release(bg, token, rows)
 		return
 	}
 	groups := map[string][]int{}
@@ -480,15 +514,14 @@ func (d *Dispatcher) deliver(ctx context.Context, ws uuid.UUID, token string, ro
 			}
 			continue
 		}
-		d.publishGroup(bg, ws, pub, dest, rows, idx, errs)
+		d.publishGroup(bg, pub, dest, rows, idx, errs)
 	}
-	ok := make([]uuid.UUID, 0, len(rows))
-	var failed []claimed
+	var ok, failed []claimed
 	var failErrs []error
 	published := make(map[string]int, len(order))
 	for i, r := range rows {
 		if errs[i] == nil {
-			ok = append(ok, r.ID)
+			ok = append(ok, r)
 			published[r.Destination]++
 		} else {
 			failed = append(failed, r)
@@ -502,29 +535,20 @@ func (d *Dispatcher) deliver(ctx context.Context, ws uuid.UUID, token string, ro
 	d.metrics.Attempts.WithLabelValues("failure").Add(float64(len(failed)))
 	markCtx, cancel := context.WithTimeout(bg, d.cfg.ShutdownTimeout)
 	defer cancel()
-	if len(ok) > 0 {
-		if err := d.markDispatched(markCtx, ws, token, ok); err != nil {
-			d.log.Error("outbox mark dispatched failed; events will be published again after the lease",
-				"workspace_id", ws, "events", len(ok), "error", SanitizeError(err, d.cfg.ErrorMaxLen))
-		}
-	}
-	if len(failed) > 0 {
-		if err := d.markFailed(markCtx, ws, token, failed, failErrs); err != nil {
-			d.log.Error("outbox mark failed failed; events will be retried after the lease",
-				"workspace_id", ws, "events", len(failed), "error", SanitizeError(err, d.cfg.ErrorMaxLen))
-		}
+	if err := d.mark(markCtx, token, ok, failed, failErrs); err != nil {
+		d.log.Error("outbox marking failed; the events will be published again after their lease",
+			"events", len(rows), "error", SanitizeError(err, d.cfg.ErrorMaxLen))
 	}
 }
 
 // publishGroup publishes rows[idx] to dest in one call; when that fails and there is more
 // than one message, each message is published alone so that one failing event does not
 // fail the others. errs receives the per-row outcome.
-func (d *Dispatcher) publishGroup(ctx context.Context, ws uuid.UUID, pub message.Publisher, dest string, rows []claimed, idx []int, errs []error) {
+func (d *Dispatcher) publishGroup(ctx context.Context, pub message.Publisher, dest string, rows []claimed, idx []int, errs []error) {
 	msgs := make([]*message.Message, 0, len(idx))
 	okIdx := make([]int, 0, len(idx))
-	wsID := ws.String()
 	for _, i := range idx {
-		m, err := toMessage(wsID, rows[i])
+		m, err := toMessage(rows[i])
 		if err != nil {
 			errs[i] = err
 			continue
@@ -550,7 +574,7 @@ func (d *Dispatcher) publishGroup(ctx context.Context, ws uuid.UUID, pub message
 		}
 		return
 	}
-	d.log.Warn("outbox batch publish failed; publishing one by one", "workspace_id", ws, "destination", dest,
+	d.log.Warn("outbox batch publish failed; publishing one by one", "destination", dest,
 		"events", len(msgs), "error", SanitizeError(err, d.cfg.ErrorMaxLen))
 	for k, m := range msgs {
 		errs[okIdx[k]] = publish(m)
@@ -568,81 +592,113 @@ func safePublish(pub message.Publisher, topic string, msgs []*message.Message) (
 	return pub.Publish(topic, msgs...)
 }
 
-// markDispatched sets the published events dispatched, only where this claim still holds
-// them (locked_by = token), and observes the dispatch latency.
-func (d *Dispatcher) markDispatched(ctx context.Context, ws uuid.UUID, token string, ids []uuid.UUID) error {
-	var lat []float64
-	err := inWorkspace(ctx, d.pool, ws, func(rows pgx.Rows) (err error) {
-		lat, err = pgx.CollectRows(rows, pgx.RowTo[float64])
-		return err
-	}, `
-		UPDATE outbox_events
-		SET status = 'dispatched', dispatched_at = clock_timestamp(), locked_by = NULL, locked_until = NULL, last_error = NULL
-		WHERE id = ANY($1) AND locked_by = $2 AND status = 'dispatching'
-		RETURNING extract(epoch FROM dispatched_at - created_at)::float8`, ids, token)
-	if err != nil {
-		return fmt.Errorf("outbox.Dispatcher.markDispatched: %w", err)
+// markDispatchedSQL sets the events $1 dispatched where claim $2 still holds them, and
+// returns their dispatch latency.
+const markDispatchedSQL = `
+	UPDATE outbox_events
+	SET status = 'dispatched', dispatched_at = clock_timestamp(), locked_by = NULL, locked_until = NULL, last_error = NULL
+	WHERE id = ANY($1) AND locked_by = $2 AND status = 'dispatching'
+	RETURNING extract(epoch FROM dispatched_at - created_at)::float8`
+
+// markFailedSQL records failed deliveries where claim $5 still holds them: attempt_count+1,
+// back to pending after the event's backoff, or dead_letter from attempt $4 on, with the
+// sanitized last_error.
+const markFailedSQL = `
+	UPDATE outbox_events o
+	SET attempt_count = o.attempt_count + 1,
+	    status = CASE WHEN o.attempt_count + 1 >= $4 THEN 'dead_letter' ELSE 'pending' END,
+	    next_attempt_at = now() + make_interval(secs => f.delay),
+	    last_error = f.err, locked_by = NULL, locked_until = NULL
+	FROM unnest($1::uuid[], $2::float8[], $3::text[]) AS f(id, delay, err)
+	WHERE o.id = f.id AND o.locked_by = $5 AND o.status = 'dispatching'
+	RETURNING o.status`
+
+// releaseSQL hands unpublished claims back: pending, no lock, attempt not counted.
+const releaseSQL = `
+	UPDATE outbox_events SET status = 'pending', locked_by = NULL, locked_until = NULL
+	WHERE id = ANY($1) AND locked_by = $2 AND status = 'dispatching'`
+
+// mark records the outcome of one round under token, only where the claim still holds the
+// events (a stale dispatcher cannot overwrite a newer claim): published ones dispatched
+// (observing their latency), failed ones back to pending with backoff or dead_letter past
+// MaxAttempts. One transaction per workspace and outcome, all in one round trip.
+func (d *Dispatcher) mark(ctx context.Context, token string, published, failed []claimed, errs []error) error {
+	var stmts []scopedStmt
+	var expected int
+	var latencies []float64
+	for ws, idx := range byWorkspace(published) {
+		ids := make([]uuid.UUID, len(idx))
+		for k, i := range idx {
+			ids[k] = published[i].ID
+		}
+		expected += len(ids)
+		stmts = append(stmts, scopedStmt{ws: ws, sql: markDispatchedSQL, args: []any{ids, token},
+			read: func(rows pgx.Rows) error {
+				lat, err := pgx.CollectRows(rows, pgx.RowTo[float64])
+				latencies = append(latencies, lat...)
+				return err
+			}})
 	}
-	for _, s := range lat {
+	dead := 0
+	msgs := make([]string, len(failed))
+	for ws, idx := range byWorkspace(failed) {
+		ids := make([]uuid.UUID, len(idx))
+		delays := make([]float64, len(idx))
+		wsMsgs := make([]string, len(idx))
+		for k, i := range idx {
+			ids[k] = failed[i].ID
+			delays[k] = backoff(d.cfg.BackoffBase, d.cfg.BackoffMax, failed[i].Attempts+1).Seconds()
+			msgs[i] = SanitizeError(errs[i], d.cfg.ErrorMaxLen)
+			wsMsgs[k] = msgs[i]
+		}
+		stmts = append(stmts, scopedStmt{ws: ws, sql: markFailedSQL, args: []any{ids, delays, wsMsgs, d.cfg.MaxAttempts, token},
+			read: func(rows pgx.Rows) error {
+				st, err := pgx.CollectRows(rows, pgx.RowTo[string])
+				dead += countOf(st, StatusDeadLetter)
+				return err
+			}})
+	}
+	errs = slices.DeleteFunc(inWorkspaces(ctx, d.pool, stmts), func(err error) bool { return err == nil })
+	for _, s := range latencies {
 		d.metrics.Latency.Observe(s)
 	}
-	if lost := len(ids) - len(lat); lost > 0 {
-		d.log.Warn("outbox lease lost before marking; another dispatcher holds the events", "workspace_id", ws, "events", lost)
+	if lost := expected - len(latencies); lost > 0 && len(errs) == 0 {
+		d.log.Warn("outbox lease lost before marking; another dispatcher holds the events", "events", lost)
+	}
+	if len(failed) > 0 {
+		d.metrics.DeadLettered.Add(float64(dead))
+		d.log.Warn("outbox delivery failed", "events", len(failed), "dead_lettered", dead, "first_event_id", failed[0].ID,
+			"workspace_id", failed[0].WorkspaceID, "event_type", failed[0].EventType, "destination", failed[0].Destination, "error", msgs[0])
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("outbox.Dispatcher.mark: %w", errors.Join(errs...))
 	}
 	return nil
 }
 
-// markFailed records failed deliveries: attempt_count+1, back to pending with backoff, or
-// dead_letter past MaxAttempts, with a sanitized last_error.
-func (d *Dispatcher) markFailed(ctx context.Context, ws uuid.UUID, token string, rows []claimed, errs []error) error {
-	ids := make([]uuid.UUID, len(rows))
-	delays := make([]float64, len(rows))
-	msgs := make([]string, len(rows))
-	for i, r := range rows {
-		ids[i] = r.ID
-		delays[i] = backoff(d.cfg.BackoffBase, d.cfg.BackoffMax, r.Attempts+1).Seconds()
-		msgs[i] = SanitizeError(errs[i], d.cfg.ErrorMaxLen)
-	}
-	var dead int
-	err := inWorkspace(ctx, d.pool, ws, func(rows pgx.Rows) error {
-		st, err := pgx.CollectRows(rows, pgx.RowTo[string])
-		for _, s := range st {
-			if s == StatusDeadLetter {
-				dead++
-			}
+func countOf[T comparable](s []T, v T) (n int) {
+	for _, x := range s {
+		if x == v {
+			n++
 		}
-		return err
-	}, `
-		UPDATE outbox_events o
-		SET attempt_count = o.attempt_count + 1,
-		    status = CASE WHEN o.attempt_count + 1 >= $4 THEN 'dead_letter' ELSE 'pending' END,
-		    next_attempt_at = now() + make_interval(secs => f.delay),
-		    last_error = f.err, locked_by = NULL, locked_until = NULL
-		FROM unnest($1::uuid[], $2::float8[], $3::text[]) AS f(id, delay, err)
-		WHERE o.id = f.id AND o.locked_by = $5 AND o.status = 'dispatching'
-		RETURNING o.status`, ids, delays, msgs, d.cfg.MaxAttempts, token)
-	if err != nil {
-		return fmt.Errorf("outbox.Dispatcher.markFailed: %w", err)
 	}
-	d.metrics.DeadLettered.Add(float64(dead))
-	d.log.Warn("outbox delivery failed", "workspace_id", ws, "events", len(rows), "dead_lettered", dead,
-		"first_event_id", rows[0].ID, "event_type", rows[0].EventType, "destination", rows[0].Destination, "error", msgs[0])
-	return nil
+	return n
 }
 
 // release hands unpublished claims back (pending, no lock, attempt not counted).
-func (d *Dispatcher) release(ctx context.Context, ws uuid.UUID, token string, rows []claimed) {
-	ids := make([]uuid.UUID, len(rows))
-	for i, r := range rows {
-		ids[i] = r.ID
+func (d *Dispatcher) release(ctx context.Context, token string, rows []claimed) {
+	var stmts []scopedStmt
+	for ws, idx := range byWorkspace(rows) {
+		ids := make([]uuid.UUID, len(idx))
+		for k, i := range idx {
+			ids[k] = rows[i].ID
+		}
+		stmts = append(stmts, scopedStmt{ws: ws, sql: releaseSQL, args: []any{ids, token}})
 	}
 	ctx, cancel := context.WithTimeout(ctx, d.cfg.ShutdownTimeout)
 	defer cancel()
-	err := inWorkspace(ctx, d.pool, ws, nil, `
-		UPDATE outbox_events SET status = 'pending', locked_by = NULL, locked_until = NULL
-		WHERE id = ANY($1) AND locked_by = $2 AND status = 'dispatching'`, ids, token)
-	if err != nil {
-		d.log.Warn("outbox release failed; the lease will expire", "workspace_id", ws, "events", len(ids),
+	if err := errors.Join(inWorkspaces(ctx, d.pool, stmts)...); err != nil {
+		d.log.Warn("outbox release failed; the lease will expire", "events", len(rows),
 			"error", SanitizeError(fmt.Errorf("outbox.Dispatcher.release: %w", err), d.cfg.ErrorMaxLen))
 	}
 }
@@ -715,32 +771,35 @@ func (q *wsQueue) notify() {
 	}
 }
 
-func (q *wsQueue) pop(ctx context.Context) (uuid.UUID, bool) {
+// pop takes up to n queued workspaces, fresh ones first, waiting for at least one. It
+// returns false when ctx is cancelled.
+func (q *wsQueue) pop(ctx context.Context, n int) ([]uuid.UUID, bool) {
 	for {
 		if ctx.Err() != nil {
-			return uuid.Nil, false
+			return nil, false
 		}
 		q.mu.Lock()
-		from := &q.fresh
-		if len(*from) == 0 {
-			from = &q.cont
+		var out []uuid.UUID
+		for _, from := range []*[]uuid.UUID{&q.fresh, &q.cont} {
+			k := min(n-len(out), len(*from))
+			out = append(out, (*from)[:k]...)
+			clear((*from)[:k])
+			*from = (*from)[k:]
 		}
-		if len(*from) > 0 {
-			id := (*from)[0]
-			(*from)[0] = uuid.Nil
-			*from = (*from)[1:]
+		for _, id := range out {
 			delete(q.queued, id)
-			more := len(q.fresh)+len(q.cont) > 0
-			q.mu.Unlock()
+		}
+		more := len(q.fresh)+len(q.cont) > 0
+		q.mu.Unlock()
+		if len(out) > 0 {
 			if more {
 				q.notify()
 			}
-			return id, true
+			return out, true
 		}
-		q.mu.Unlock()
 		select {
 		case <-ctx.Done():
-			return uuid.Nil, false
+			return nil, false
 		case <-q.signal:
 		}
 	}

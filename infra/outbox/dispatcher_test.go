@@ -108,10 +108,10 @@ func TestNoWorkspaceContextSeesNothing(t *testing.T) {
 	// Nor through the dispatcher's own claim, nor Ops.
 	d, err := NewDispatcher(fastConfig(), db.App, PublisherMap{}, nil, nil)
 	require.NoError(t, err)
-	got, err := d.claim(ctx, uuid.Nil, "x/1", 10)
+	got, err := d.claim(ctx, []uuid.UUID{uuid.Nil}, "x/1", 10)
 	require.NoError(t, err)
 	require.Empty(t, got)
-	got, err = d.claim(ctx, other, "x/2", 10)
+	got, err = d.claim(ctx, []uuid.UUID{other}, "x/2", 10)
 	require.NoError(t, err)
 	require.Empty(t, got)
 	_, err = NewOps(db.App).Show(ctx, other, ids[0])
@@ -130,32 +130,32 @@ func TestStaleClaimCannotOverwriteNewerClaim(t *testing.T) {
 	t.Parallel()
 	db := pgtest.New(t)
 	ws := createWorkspace(t, db)
-	ids := bulkInsert(t, db, []uuid.UUID{ws}, 3)
+	bulkInsert(t, db, []uuid.UUID{ws}, 3)
 	ctx := context.Background()
 	d, err := NewDispatcher(fastConfig(), db.App, PublisherMap{}, nil, nil)
 	require.NoError(t, err)
 
-	first, err := d.claim(ctx, ws, "old/1", 10)
+	first, err := d.claim(ctx, []uuid.UUID{ws}, "old/1", 10)
 	require.NoError(t, err)
 	require.Len(t, first, 3)
-	again, err := d.claim(ctx, ws, "other/1", 10)
+	again, err := d.claim(ctx, []uuid.UUID{ws}, "other/1", 10)
 	require.NoError(t, err)
 	require.Empty(t, again, "a valid lease is not claimed twice")
 
 	_, err = db.Owner.Exec(ctx, `UPDATE outbox_events SET locked_until = now() - interval '1 second'`)
 	require.NoError(t, err)
-	second, err := d.claim(ctx, ws, "new/1", 10)
+	second, err := d.claim(ctx, []uuid.UUID{ws}, "new/1", 10)
 	require.NoError(t, err)
 	require.Len(t, second, 3)
 	require.Equal(t, 1, second[0].Attempts, "a reclaimed lease counts as an attempt")
 
-	require.NoError(t, d.markDispatched(ctx, ws, "old/1", ids))
-	require.NoError(t, d.markFailed(ctx, ws, "old/1", first, []error{errors.New("x"), errors.New("x"), errors.New("x")}))
+	require.NoError(t, d.mark(ctx, "old/1", first, nil, nil))
+	require.NoError(t, d.mark(ctx, "old/1", nil, first, []error{errors.New("x"), errors.New("x"), errors.New("x")}))
 	require.Equal(t, map[string]int{StatusDispatching: 3}, statusCounts(t, db))
 	var lockedBy string
 	require.NoError(t, db.Owner.QueryRow(ctx, `SELECT DISTINCT locked_by FROM outbox_events`).Scan(&lockedBy))
 	require.Equal(t, "new/1", lockedBy)
-	require.NoError(t, d.markDispatched(ctx, ws, "new/1", ids))
+	require.NoError(t, d.mark(ctx, "new/1", second, nil, nil))
 	require.Equal(t, map[string]int{StatusDispatched: 3}, statusCounts(t, db))
 }
 
@@ -348,11 +348,11 @@ func TestReleaseHandsBackUnpublishedClaims(t *testing.T) {
 	d, err := NewDispatcher(fastConfig(), db.App, PublisherMap{}, nil, nil)
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
-	rows, err := d.claim(ctx, ws, "me/1", 100)
+	rows, err := d.claim(ctx, []uuid.UUID{ws}, "me/1", 100)
 	require.NoError(t, err)
 	require.Len(t, rows, 10)
 	cancel()
-	d.deliver(ctx, ws, "me/1", rows) // cancelled before publishing: release
+	d.deliver(ctx, "me/1", rows) // cancelled before publishing: release
 	require.Equal(t, map[string]int{StatusPending: 10}, statusCounts(t, db))
 	var n int
 	require.NoError(t, db.Owner.QueryRow(context.Background(), `SELECT count(*) FROM outbox_events WHERE locked_by IS NULL AND attempt_count = 0`).Scan(&n))
@@ -434,4 +434,26 @@ func TestSanitizeAndBackoff(t *testing.T) {
 
 func testutilValue(d *Dispatcher) float64 {
 	return testutil.ToFloat64(d.metrics.Published.WithLabelValues(testQueue))
+}
+
+// One round claims several workspaces, each in a transaction of its own scoped to it: every
+// row comes back with its own workspace, and a workspace without context (uuid.Nil) gets none.
+func TestClaimRoundScopesEachWorkspace(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	wss := []uuid.UUID{createWorkspace(t, db), createWorkspace(t, db)}
+	bulkInsert(t, db, wss, 4)
+	d, err := NewDispatcher(fastConfig(), db.App, PublisherMap{}, nil, nil)
+	require.NoError(t, err)
+	rows, err := d.claim(context.Background(), []uuid.UUID{wss[0], uuid.Nil, wss[1]}, "round/1", 3)
+	require.NoError(t, err)
+	per := map[uuid.UUID]int{}
+	for _, r := range rows {
+		per[r.WorkspaceID]++
+	}
+	require.Equal(t, map[uuid.UUID]int{wss[0]: 3, wss[1]: 3}, per, "the limit applies per workspace")
+	var n int
+	require.NoError(t, db.Owner.QueryRow(context.Background(), `SELECT count(*) FROM outbox_events
+		WHERE status = 'dispatching' AND locked_by = 'round/1'`).Scan(&n))
+	require.Equal(t, 6, n, "the claims committed")
 }

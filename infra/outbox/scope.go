@@ -2,9 +2,11 @@ package outbox
 
 import (
 	"context"
+	"fmt"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // scopeSQL scopes the rest of its transaction to one workspace and no user, as
@@ -39,12 +41,8 @@ type batchSender interface {
 // known only when inWorkspace returns: rows read before are not to be acted on unless it
 // returns nil (claim: publish only then).
 func inWorkspace(ctx context.Context, s batchSender, ws uuid.UUID, read func(pgx.Rows) error, stmt string, args ...any) error {
-	scope := "" // uuid.Nil: no workspace, no rows (as postgres.SetScope)
-	if ws != uuid.Nil {
-		scope = ws.String()
-	}
 	b := &pgx.Batch{}
-	b.Queue(scopeSQL, scope)
+	b.Queue(scopeSQL, scopeOf(ws))
 	b.Queue(stmt, args...)
 	br := s.SendBatch(ctx, b)
 	_, err := br.Exec()
@@ -63,6 +61,105 @@ func inWorkspace(ctx context.Context, s batchSender, ws uuid.UUID, read func(pgx
 	// Close reads up to the Sync's ReadyForQuery: an error there (the commit) is returned.
 	if cerr := br.Close(); err == nil {
 		err = cerr
+	}
+	return err
+}
+
+// scopeOf is the app.workspace_id value of ws; uuid.Nil scopes to no workspace (no rows, as
+// postgres.SetScope).
+func scopeOf(ws uuid.UUID) string {
+	if ws == uuid.Nil {
+		return ""
+	}
+	return ws.String()
+}
+
+// scopedStmt is one statement to run in a transaction of its own, scoped to one workspace.
+type scopedStmt struct {
+	ws   uuid.UUID
+	sql  string
+	args []any
+	// read, when not nil, consumes the statement's rows (it need not close them).
+	read func(pgx.Rows) error
+}
+
+// inWorkspaces runs each statement in an RLS transaction of its own, scoped to its
+// workspace, all in one round trip. errs[i] is nil when stmts[i] committed and its rows were
+// read; rows its read saw are to be acted on only then. (A failing read of our own cannot undo
+// what the server already ran: for a claim, the rows wait for their lease to expire.)
+//
+// It sends one batch of [BEGIN, scopeSQL(ws), stmt, COMMIT] per statement. An explicit
+// BEGIN/COMMIT inside the pipeline makes each group its own transaction: the earlier ones stay
+// committed whatever happens later. When a statement fails, PostgreSQL skips everything up to
+// the batch's Sync, so that statement and every later one fail (their errs say so) and the
+// failed transaction is still open on the connection: inWorkspaces then rolls it back, on the
+// same connection, before the connection is released (a pool would close a connection left
+// in a transaction).
+func inWorkspaces(ctx context.Context, pool *pgxpool.Pool, stmts []scopedStmt) []error {
+	errs := make([]error, len(stmts))
+	if len(stmts) == 0 {
+		return errs
+	}
+	conn, err := pool.Acquire(ctx)
+	if err != nil {
+		for i := range errs {
+			errs[i] = err
+		}
+		return errs
+	}
+	defer conn.Release()
+	b := &pgx.Batch{}
+	for _, st := range stmts {
+		b.Queue("BEGIN")
+		b.Queue(scopeSQL, scopeOf(st.ws))
+		b.Queue(st.sql, st.args...)
+		b.Queue("COMMIT")
+	}
+	br := conn.SendBatch(ctx, b)
+	var failed error
+	for i, st := range stmts {
+		if failed != nil {
+			errs[i] = fmt.Errorf("not run: an earlier transaction of its round trip failed: %w", failed)
+			continue
+		}
+		errs[i] = readScoped(br, st.read)
+		failed = errs[i]
+	}
+	if err := br.Close(); err != nil && failed == nil {
+		// Every group answered; a failure only at the Sync leaves nothing uncommitted to blame.
+		failed = err
+	}
+	if conn.Conn().PgConn().TxStatus() != 'I' {
+		_, _ = conn.Exec(context.WithoutCancel(ctx), "ROLLBACK")
+	}
+	return errs
+}
+
+// readScoped reads the results of one [BEGIN, scope, stmt, COMMIT] group.
+func readScoped(br pgx.BatchResults, read func(pgx.Rows) error) error {
+	if _, err := br.Exec(); err != nil { // BEGIN
+		return err
+	}
+	if _, err := br.Exec(); err != nil { // scope
+		return err
+	}
+	rows, err := br.Query()
+	if err != nil {
+		return err
+	}
+	if read != nil {
+		err = read(rows)
+	}
+	rows.Close()
+	if err == nil {
+		err = rows.Err()
+	}
+	if err != nil {
+		return err
+	}
+	tag, err := br.Exec() // COMMIT
+	if err == nil && tag.String() != "COMMIT" {
+		err = fmt.Errorf("transaction not committed (%s)", tag)
 	}
 	return err
 }

@@ -2,6 +2,7 @@ package outbox
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -9,6 +10,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/listingkit/listing/infra/postgres/pgtest"
@@ -154,5 +156,69 @@ func TestClaimCommitsBeforePublish(t *testing.T) {
 	case msg := <-cv.bad:
 		t.Fatal(msg)
 	default:
+	}
+}
+
+// inWorkspaces runs each statement in a transaction of its own, scoped to its workspace: a
+// failing one keeps nothing of itself, the ones before it stay committed, the ones after it
+// do not run, and the connection goes back to the pool idle and unscoped.
+func TestInWorkspacesOneTransactionEach(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	wss := []uuid.UUID{createWorkspace(t, db), createWorkspace(t, db), createWorkspace(t, db), createWorkspace(t, db)}
+	bulkInsert(t, db, wss, 2)
+	ctx := context.Background()
+	mark := func(ws uuid.UUID, sql string, seen *string) scopedStmt {
+		return scopedStmt{ws: ws, sql: sql, read: func(rows pgx.Rows) error {
+			for rows.Next() {
+				if err := rows.Scan(seen); err != nil {
+					return err
+				}
+			}
+			return nil
+		}}
+	}
+	const ok = `UPDATE outbox_events SET last_error = 'seen' RETURNING current_setting('app.workspace_id') || ':' || current_setting('synchronous_commit')`
+	const fails = `UPDATE outbox_events SET last_error = 'seen' RETURNING (1 / 0)::text`
+	seen := make([]string, len(wss))
+	for range 2 { // the second run reuses the prepared statements
+		errs := inWorkspaces(ctx, db.App, []scopedStmt{mark(wss[0], ok, &seen[0]), mark(wss[1], ok, &seen[1])})
+		require.Equal(t, []error{nil, nil}, errs)
+		require.Equal(t, wss[0].String()+":off", seen[0], "each statement runs scoped to its own workspace")
+		require.Equal(t, wss[1].String()+":off", seen[1])
+	}
+	// One connection only: the one that ran the failing round trip must come back usable.
+	cfg := db.App.Config()
+	cfg.MaxConns, cfg.MinConns = 1, 0
+	one, err := pgxpool.NewWithConfig(ctx, cfg)
+	require.NoError(t, err)
+	defer one.Close()
+	pid := func() (p uint32) {
+		c, err := one.Acquire(ctx)
+		require.NoError(t, err)
+		defer c.Release()
+		return c.Conn().PgConn().PID()
+	}
+	before := pid()
+	errs := inWorkspaces(ctx, one, []scopedStmt{mark(wss[2], ok, &seen[2]), mark(wss[3], fails, &seen[3]), mark(wss[0], ok, &seen[0])})
+	require.Equal(t, before, pid(), "the failed transaction was rolled back and the connection kept, not discarded")
+	require.NoError(t, errs[0])
+	require.ErrorContains(t, errs[1], "division by zero")
+	require.ErrorContains(t, errs[2], "not run")
+
+	var byWS []string
+	rows, err := db.Owner.Query(ctx, `SELECT workspace_id::text || ':' || count(*) FILTER (WHERE last_error = 'seen')
+		FROM outbox_events GROUP BY workspace_id ORDER BY workspace_id`)
+	require.NoError(t, err)
+	byWS, err = pgx.CollectRows(rows, pgx.RowTo[string])
+	require.NoError(t, err)
+	want := []string{wss[0].String() + ":2", wss[1].String() + ":2", wss[2].String() + ":2", wss[3].String() + ":0"}
+	slices.Sort(want)
+	require.Equal(t, want, byWS)
+	for _, c := range db.App.AcquireAllIdle(ctx) {
+		gotWS, n := sessionScope(t, c.Conn())
+		require.Empty(t, gotWS)
+		require.Zero(t, n)
+		c.Release()
 	}
 }
