@@ -1,10 +1,14 @@
 package tests
 
 import (
+	"context"
+	"encoding/json"
 	"net/http"
 	"testing"
+	"time"
 
 	"github.com/google/uuid"
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
 	"github.com/listingkit/listing/internal/servicetest"
@@ -38,4 +42,39 @@ func TestStorePublishEndToEnd(t *testing.T) {
 	require.Equal(t, "succeeded", op["status"], "%v", op)
 	pubID := pub.JSON(t)["publication"].(map[string]any)["id"].(string)
 	require.Equal(t, 1, env.Work.Externals.MarketplaceSandbox.ProductsWithRef(pubID))
+
+	// Every status change of the publish operation reaches the integration stream
+	// (watermill-redisstream, under the deployment's prefix) once, as job data. The outbox
+	// does not promise order: the versions tell it.
+	opID := op["id"].(string)
+	ropts, err := redis.ParseURL(env.Config.RedisURL)
+	require.NoError(t, err)
+	rdb := redis.NewClient(ropts)
+	defer rdb.Close()
+	var byVersion map[int]string
+	for deadline := time.Now().Add(10 * time.Second); len(byVersion) < 3 && time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		msgs, err := rdb.XRange(context.Background(), env.Config.BullMQPrefix+":operation-events", "-", "+").Result()
+		require.NoError(t, err)
+		byVersion = map[int]string{}
+		for _, m := range msgs {
+			var data struct {
+				WorkspaceID string `json:"workspace_id"`
+				EventType   string `json:"event_type"`
+				Payload     struct {
+					OperationID string `json:"operation_id"`
+					Status      string `json:"status"`
+					Version     int    `json:"version"`
+				} `json:"payload"`
+			}
+			require.NoError(t, json.Unmarshal([]byte(m.Values["payload"].(string)), &data))
+			if data.Payload.OperationID != opID {
+				continue
+			}
+			require.Equal(t, acct.WorkspaceID, data.WorkspaceID)
+			require.Equal(t, "operation.status_changed", data.EventType)
+			require.NotContains(t, byVersion, data.Payload.Version, "version %d delivered twice", data.Payload.Version)
+			byVersion[data.Payload.Version] = data.Payload.Status
+		}
+	}
+	require.Equal(t, map[int]string{1: "pending", 2: "running", 3: "succeeded"}, byVersion)
 }
