@@ -38,7 +38,7 @@ func subcommands() map[string]subcommand {
 		"dispatch": {"run the outbox dispatcher (outbox → BullMQ / Redis streams)", runDispatch},
 		"work":     {"run the BullMQ job consumers of every queue", runWork},
 		"cleanup":  {"delete expired idempotency records and old dispatched events (once, or -every D)", runCleanup},
-		"outbox":   {"operators: stats | list | show | redrive", runOutbox},
+		"outbox":   {"operators: stats | list | show | redrive | purge", runOutbox},
 		"all":      {"migrate, then run every role in one process (development)", runAll},
 	}
 }

@@ -83,10 +83,10 @@ func cleanupLoop(ctx context.Context, c *listing.Cleanup, every time.Duration, l
 	}
 }
 
-// runOutbox is the operators' tool: stats, list, show, redrive.
+// runOutbox is the operators' tool: stats, list, show, redrive, purge.
 func runOutbox(ctx context.Context, cfg config.Config, log *slog.Logger, args []string) error {
 	if len(args) == 0 {
-		return errors.New("usage: app outbox stats | list -workspace ID [-status S] | show -workspace ID -id EVENT | redrive -workspace ID (-id EVENT,... | -all) -by NAME -reason TEXT")
+		return errors.New("usage: app outbox stats | list -workspace ID [-status S] | show -workspace ID -id EVENT | (redrive | purge) -workspace ID (-id EVENT,... | -all) -by NAME -reason TEXT")
 	}
 	pool, err := postgres.Connect(ctx, postgres.PoolConfig{URL: cfg.DatabaseURL, MaxConns: 2})
 	if err != nil {
@@ -99,9 +99,9 @@ func runOutbox(ctx context.Context, cfg config.Config, log *slog.Logger, args []
 	ws := fs.String("workspace", "", "workspace id")
 	status := fs.String("status", "", "filter by status (pending, dispatching, dispatched, dead_letter)")
 	limit := fs.Int("limit", 50, "how many events to list")
-	ids := fs.String("id", "", "event id (comma-separated for redrive)")
-	all := fs.Bool("all", false, "redrive every dead letter of the workspace")
-	by := fs.String("by", "", "who redrives (recorded)")
+	ids := fs.String("id", "", "event id (comma-separated for redrive and purge)")
+	all := fs.Bool("all", false, "redrive or purge every dead letter of the workspace")
+	by := fs.String("by", "", "who redrives or purges (recorded)")
 	reason := fs.String("reason", "", "why (recorded)")
 	if err := fs.Parse(args[1:]); err != nil {
 		return err
@@ -137,12 +137,12 @@ func runOutbox(ctx context.Context, cfg config.Config, log *slog.Logger, args []
 			return err
 		}
 		return out.Encode(ev)
-	case "redrive":
+	case "redrive", "purge":
 		w, err := uuid.Parse(*ws)
 		if err != nil {
 			return errors.New("-workspace must be a workspace id")
 		}
-		p := outbox.RedriveParams{WorkspaceID: w, All: *all, By: *by, Reason: *reason}
+		p := outbox.DeadLetters{WorkspaceID: w, All: *all, By: *by, Reason: *reason}
 		for _, s := range strings.Split(*ids, ",") {
 			if s = strings.TrimSpace(s); s == "" {
 				continue
@@ -153,12 +153,16 @@ func runOutbox(ctx context.Context, cfg config.Config, log *slog.Logger, args []
 			}
 			p.EventIDs = append(p.EventIDs, id)
 		}
-		done, err := ops.Redrive(ctx, p)
+		act, key := ops.Redrive, "redriven"
+		if args[0] == "purge" {
+			act, key = ops.Purge, "purged"
+		}
+		done, err := act(ctx, p)
 		if err != nil {
 			return err
 		}
-		log.Info("outbox redrive", "workspace_id", w.String(), "events", len(done), "by", *by)
-		return out.Encode(map[string]any{"redriven": done})
+		log.Info("outbox "+args[0], "workspace_id", w.String(), "events", len(done), "by", p.By)
+		return out.Encode(map[string]any{key: done})
 	}
 	return fmt.Errorf("unknown outbox command %q", args[0])
 }

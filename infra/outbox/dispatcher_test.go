@@ -204,10 +204,10 @@ func TestPoisonEventDeadLettersAndRedrive(t *testing.T) {
 	require.Len(t, list, 1)
 	require.Equal(t, ids[7], list[0].ID)
 
-	_, err = ops.Redrive(ctx, RedriveParams{WorkspaceID: ws, EventIDs: []uuid.UUID{ids[7]}, By: "ops@example.test"})
+	_, err = ops.Redrive(ctx, DeadLetters{WorkspaceID: ws, EventIDs: []uuid.UUID{ids[7]}, By: "ops@example.test"})
 	require.Error(t, err, "a reason is required")
 	healed.Store(true)
-	redriven, err := ops.Redrive(ctx, RedriveParams{WorkspaceID: ws, All: true, By: "ops@example.test", Reason: "queue fixed"})
+	redriven, err := ops.Redrive(ctx, DeadLetters{WorkspaceID: ws, All: true, By: "ops@example.test", Reason: "queue fixed"})
 	require.NoError(t, err)
 	require.Equal(t, []uuid.UUID{ids[7]}, redriven)
 	waitFor(t, 10*time.Second, "redriven event delivered", func() bool { return statusCounts(t, db)[StatusDispatched] == 20 })
@@ -456,4 +456,50 @@ func TestClaimRoundScopesEachWorkspace(t *testing.T) {
 	require.NoError(t, db.Owner.QueryRow(context.Background(), `SELECT count(*) FROM outbox_events
 		WHERE status = 'dispatching' AND locked_by = 'round/1'`).Scan(&n))
 	require.Equal(t, 6, n, "the claims committed")
+}
+
+// Purge deletes dead letters only, records who, why and what each event was (not its
+// payload), and needs both an operator and a reason.
+func TestPurgeDeletesDeadLettersOnlyAndRecordsWhy(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	ws, other := createWorkspace(t, db), createWorkspace(t, db)
+	ids := bulkInsert(t, db, []uuid.UUID{ws, other}, 4)
+	ctx := context.Background()
+	// ws: two dead letters, one dispatched, one pending; other: four dead letters.
+	_, err := db.Owner.Exec(ctx, `UPDATE outbox_events SET status = 'dead_letter', attempt_count = 20, last_error = 'boom'
+		WHERE workspace_id = $2 OR id = ANY($1)`, []uuid.UUID{ids[0], ids[1]}, other)
+	require.NoError(t, err)
+	_, err = db.Owner.Exec(ctx, `UPDATE outbox_events SET status = 'dispatched', dispatched_at = now() WHERE id = $1`, ids[2])
+	require.NoError(t, err)
+	ops := NewOps(db.App)
+
+	_, err = ops.Purge(ctx, DeadLetters{WorkspaceID: ws, All: true, By: "ops@example.test"})
+	require.ErrorContains(t, err, "reason is required")
+	_, err = ops.Purge(ctx, DeadLetters{WorkspaceID: ws, All: true, Reason: "obsolete"})
+	require.ErrorContains(t, err, "operator")
+	_, err = ops.Purge(ctx, DeadLetters{WorkspaceID: ws, By: "ops@example.test", Reason: "obsolete"})
+	require.ErrorContains(t, err, "name events or set All")
+
+	// Named events that are not dead letters, or belong to another workspace, are left alone.
+	purged, err := ops.Purge(ctx, DeadLetters{WorkspaceID: ws, EventIDs: []uuid.UUID{ids[2], ids[3], ids[4]}, By: "ops@example.test", Reason: "obsolete"})
+	require.NoError(t, err)
+	require.Empty(t, purged)
+	purged, err = ops.Purge(ctx, DeadLetters{WorkspaceID: ws, All: true, By: "ops@example.test", Reason: "obsolete"})
+	require.NoError(t, err)
+	require.ElementsMatch(t, []uuid.UUID{ids[0], ids[1]}, purged)
+
+	var left []string
+	rows, err := db.Owner.Query(ctx, `SELECT (workspace_id = $1)::text || ':' || status FROM outbox_events ORDER BY 1`, ws)
+	require.NoError(t, err)
+	left, err = pgx.CollectRows(rows, pgx.RowTo[string])
+	require.NoError(t, err)
+	require.Equal(t, []string{"false:dead_letter", "false:dead_letter", "false:dead_letter", "false:dead_letter",
+		"true:dispatched", "true:pending"}, left)
+
+	var n int
+	require.NoError(t, db.Owner.QueryRow(ctx, `SELECT count(*) FROM outbox_purges WHERE workspace_id = $1 AND purged_by = 'ops@example.test'
+		AND reason = 'obsolete' AND event_type = 'test.happened' AND destination = $2 AND attempt_count = 20 AND last_error = 'boom'
+		AND event_id = ANY($3)`, ws, testQueue, []uuid.UUID{ids[0], ids[1]}).Scan(&n))
+	require.Equal(t, 2, n)
 }

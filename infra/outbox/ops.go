@@ -16,7 +16,7 @@ import (
 	"github.com/listingkit/listing/infra/postgres"
 )
 
-// Ops is the operators' view of the outbox (`app outbox stats|list|show|redrive`). It runs
+// Ops is the operators' view of the outbox (`app outbox stats|list|show|redrive|purge`). It runs
 // as app_user: Stats goes through the SECURITY DEFINER function outbox_stats (aggregates
 // only); every other call is scoped to one workspace by RLS.
 type Ops struct {
@@ -223,49 +223,45 @@ func (o *Ops) Show(ctx context.Context, workspaceID, eventID uuid.UUID) (EventDe
 	return e, nil
 }
 
-// RedriveParams selects dead letters of one workspace to send again.
-type RedriveParams struct {
+// DeadLetters selects dead letters of one workspace for an operator's redrive or purge, and
+// says who acts and why (both recorded).
+type DeadLetters struct {
 	// WorkspaceID is required.
 	WorkspaceID uuid.UUID
-	// EventIDs names the events; empty with All set redrives every dead letter of the
+	// EventIDs names the events; empty with All set selects every dead letter of the
 	// workspace.
 	EventIDs []uuid.UUID
 	All      bool
-	// By names the operator (required, at most 200 bytes); Reason says why (required).
+	// By names the operator (required, at most 200 bytes); Reason says why (required, at most
+	// 1000 bytes).
 	By     string
 	Reason string
 }
 
-// Redrive sets the selected dead_letter events back to pending, due now, with attempt_count
-// reset, and records who, when and why in outbox_redrives, in one transaction. Events not in
-// dead_letter are left alone. It returns the ids redriven.
-func (o *Ops) Redrive(ctx context.Context, p RedriveParams) ([]uuid.UUID, error) {
+func (p *DeadLetters) validate(op string) error {
 	p.By, p.Reason = strings.TrimSpace(p.By), strings.TrimSpace(p.Reason)
 	switch {
 	case p.WorkspaceID == uuid.Nil:
-		return nil, errors.New("outbox.Ops.Redrive: workspace id is required")
+		return fmt.Errorf("outbox.Ops.%s: workspace id is required", op)
 	case p.By == "" || len(p.By) > 200:
-		return nil, errors.New("outbox.Ops.Redrive: operator (by) is required, at most 200 bytes")
+		return fmt.Errorf("outbox.Ops.%s: operator (by) is required, at most 200 bytes", op)
 	case p.Reason == "" || len(p.Reason) > 1000:
-		return nil, errors.New("outbox.Ops.Redrive: reason is required, at most 1000 bytes")
+		return fmt.Errorf("outbox.Ops.%s: reason is required, at most 1000 bytes", op)
 	case len(p.EventIDs) == 0 && !p.All:
-		return nil, errors.New("outbox.Ops.Redrive: name events or set All")
+		return fmt.Errorf("outbox.Ops.%s: name events or set All", op)
+	}
+	return nil
+}
+
+// deadLetterAction runs stmt (which receives workspace, all, event ids, by, reason and returns
+// the ids acted on) in one transaction scoped to p's workspace.
+func (o *Ops) deadLetterAction(ctx context.Context, op string, p DeadLetters, stmt string) ([]uuid.UUID, error) {
+	if err := p.validate(op); err != nil {
+		return nil, err
 	}
 	var ids []uuid.UUID
 	err := postgres.InTx(ctx, o.pool, postgres.Scope{WorkspaceID: p.WorkspaceID}, func(ctx context.Context, tx pgx.Tx) error {
-		rows, err := tx.Query(ctx, `
-			WITH d AS (
-			  SELECT id, attempt_count, last_error FROM outbox_events
-			  WHERE workspace_id = $1 AND status = 'dead_letter' AND ($2 OR id = ANY($3))
-			  FOR UPDATE),
-			u AS (
-			  UPDATE outbox_events o SET status = 'pending', attempt_count = 0, next_attempt_at = now(),
-			         locked_by = NULL, locked_until = NULL
-			  FROM d WHERE o.id = d.id RETURNING o.id),
-			a AS (
-			  INSERT INTO outbox_redrives (id, workspace_id, event_id, redriven_by, reason, previous_attempt_count, previous_last_error)
-			  SELECT gen_random_uuid(), $1, d.id, $4, $5, d.attempt_count, d.last_error FROM d)
-			SELECT id FROM u`, p.WorkspaceID, p.All, p.EventIDs, p.By, p.Reason)
+		rows, err := tx.Query(ctx, stmt, p.WorkspaceID, p.All, p.EventIDs, p.By, p.Reason)
 		if err != nil {
 			return err
 		}
@@ -273,9 +269,46 @@ func (o *Ops) Redrive(ctx context.Context, p RedriveParams) ([]uuid.UUID, error)
 		return err
 	})
 	if err != nil {
-		return nil, fmt.Errorf("outbox.Ops.Redrive: %w", err)
+		return nil, fmt.Errorf("outbox.Ops.%s: %w", op, err)
 	}
 	return ids, nil
+}
+
+// Redrive sets the selected dead_letter events back to pending, due now, with attempt_count
+// reset, and records who, when and why in outbox_redrives, in one transaction. Events not in
+// dead_letter are left alone. It returns the ids redriven.
+func (o *Ops) Redrive(ctx context.Context, p DeadLetters) ([]uuid.UUID, error) {
+	return o.deadLetterAction(ctx, "Redrive", p, `
+		WITH d AS (
+		  SELECT id, attempt_count, last_error FROM outbox_events
+		  WHERE workspace_id = $1 AND status = 'dead_letter' AND ($2 OR id = ANY($3))
+		  FOR UPDATE),
+		u AS (
+		  UPDATE outbox_events o SET status = 'pending', attempt_count = 0, next_attempt_at = now(),
+		         locked_by = NULL, locked_until = NULL
+		  FROM d WHERE o.id = d.id RETURNING o.id),
+		a AS (
+		  INSERT INTO outbox_redrives (id, workspace_id, event_id, redriven_by, reason, previous_attempt_count, previous_last_error)
+		  SELECT gen_random_uuid(), $1, d.id, $4, $5, d.attempt_count, d.last_error FROM d)
+		SELECT id FROM u`)
+}
+
+// Purge deletes the selected dead_letter events for good and records who, when and why in
+// outbox_purges with what each event was (type, destination, attempts, last error; not its
+// payload), in one transaction. Events not in dead_letter are left alone. It returns the ids
+// purged.
+func (o *Ops) Purge(ctx context.Context, p DeadLetters) ([]uuid.UUID, error) {
+	return o.deadLetterAction(ctx, "Purge", p, `
+		WITH d AS (
+		  DELETE FROM outbox_events
+		  WHERE workspace_id = $1 AND status = 'dead_letter' AND ($2 OR id = ANY($3))
+		  RETURNING id, event_type, destination, created_at, attempt_count, last_error),
+		a AS (
+		  INSERT INTO outbox_purges (id, workspace_id, event_id, event_type, destination, event_created_at,
+		                             attempt_count, last_error, purged_by, reason)
+		  SELECT gen_random_uuid(), $1, d.id, d.event_type, d.destination, d.created_at,
+		         d.attempt_count, d.last_error, $4, $5 FROM d)
+		SELECT id FROM d`)
 }
 
 // ErrNotFound is domain.ErrNotFound, re-exported for callers of Show.
