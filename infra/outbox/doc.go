@@ -25,29 +25,32 @@
 // to the next poll.
 // Workspaces wait in a queue where each appears at most once (new ones before those
 // continuing a backlog); a notified workspace is claimed as soon as a worker is free. A
-// worker takes one, and in an RLS transaction scoped to it, as app_user, claims up to
-// BatchSize due rows (pending with next_attempt_at ≤ now, or
-// dispatching with an expired lease) with FOR UPDATE SKIP LOCKED, sets them dispatching with
-// locked_by = a per-claim token and locked_until = now + Lease, and commits. A full batch puts
-// the workspace back at the end of the FIFO, so a backlog in one workspace delays another
-// workspace's events by at most one batch per busy workspace.
+// worker runs rounds: it takes up to RoundWorkspaces queued workspaces and, for each, in an
+// RLS transaction of its own scoped to it, as app_user, claims up to BatchSize due rows
+// (pending with next_attempt_at ≤ now, or dispatching with an expired lease) with FOR UPDATE
+// SKIP LOCKED, sets them dispatching with locked_by = the round's token and locked_until =
+// now + Lease, and commits. A full batch puts the workspace back at the end of the FIFO, so
+// a backlog in one workspace delays another workspace's events by at most one batch per busy
+// workspace. Under load rounds fill up, so the round trips per event fall as the rate rises.
 //
 // Every statement on outbox_events runs as app_user in a transaction that first sets
 // app.workspace_id with set_config(…, true). On the dispatcher's hot path (claim, mark,
-// release) that transaction is one pgx.Batch sent without BEGIN: [set_config, statement],
-// pipelined in one round trip, which PostgreSQL runs as one implicit transaction committed
-// at the batch's Sync (or wholly rolled back if either statement fails). The local setting
-// ends with it, so the pooled connection is returned unscoped. The claimed rows are used only
-// after that commit has been confirmed. These transactions commit with synchronous_commit =
-// off: a crash that loses one only causes a re-delivery (see Guarantees); the business
-// transactions that insert the rows stay durable.
+// release) the transactions of one round go to PostgreSQL in one pgx.Batch, one round trip:
+// [BEGIN, set_config, statement, COMMIT] per workspace (inWorkspaces). Each is a transaction
+// of its own: a failing one keeps nothing of itself, those before it stay committed, those
+// after it do not run, and the failed one is rolled back on its connection before the
+// connection returns to the pool. The local setting ends with each transaction, so the
+// pooled connection is returned unscoped. Claimed rows are used only after their commit has
+// been confirmed. These transactions commit with synchronous_commit = off: a crash that
+// loses one only causes a re-delivery (see Guarantees); the business transactions that
+// insert the rows stay durable.
 //
 // The claimed rows are then published, grouped by destination, through the PublisherRouter:
 // message UUID = event id, payload = the job data of API.md ({event_id, workspace_id,
 // event_type, payload, occurred_at, correlation_id, trace}), metadata event_type = job name.
 // When a batch Publish fails, each message is published alone, so one failing event never
-// fails the others. Published rows are marked dispatched in one statement guarded by
-// locked_by = token: a dispatcher whose lease expired cannot overwrite a newer claim. Failed
+// fails the others. Published rows are marked dispatched, one statement per workspace of the
+// round, guarded by locked_by = token: a dispatcher whose lease expired cannot overwrite a newer claim. Failed
 // rows get attempt_count+1 and go back to pending with exponential backoff with jitter
 // (BackoffBase doubling up to BackoffMax), or to dead_letter after MaxAttempts, with a
 // sanitized, bounded last_error (SanitizeError). A reclaimed expired lease also counts as an

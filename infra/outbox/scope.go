@@ -22,49 +22,6 @@ import (
 const scopeSQL = `SELECT set_config('app.workspace_id', $1, true), set_config('app.user_id', '', true),
 	set_config('synchronous_commit', 'off', true)`
 
-// batchSender sends a pgx.Batch: the pool (the Dispatcher) or one connection (tests).
-type batchSender interface {
-	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
-}
-
-// inWorkspace runs one statement in an RLS transaction scoped to ws, in one round trip.
-//
-// It sends the batch [scopeSQL(ws), stmt] without BEGIN. pgx pipelines a batch (extended
-// protocol, one Sync at the end; or one multi-statement simple query), and PostgreSQL runs
-// everything before the Sync as one implicit transaction: stmt sees the setting, the
-// transaction commits at the Sync, and when either statement fails nothing of it is kept.
-// The setting, being local, ends with that transaction, so the connection goes back to the
-// pool unscoped. The transaction runs at the session's default isolation (READ COMMITTED,
-// PostgreSQL's default, as postgres.InTx asks for).
-//
-// read, when not nil, consumes stmt's rows (it need not close them). The commit outcome is
-// known only when inWorkspace returns: rows read before are not to be acted on unless it
-// returns nil (claim: publish only then).
-func inWorkspace(ctx context.Context, s batchSender, ws uuid.UUID, read func(pgx.Rows) error, stmt string, args ...any) error {
-	b := &pgx.Batch{}
-	b.Queue(scopeSQL, scopeOf(ws))
-	b.Queue(stmt, args...)
-	br := s.SendBatch(ctx, b)
-	_, err := br.Exec()
-	if err == nil {
-		var rows pgx.Rows
-		if rows, err = br.Query(); err == nil {
-			if read != nil {
-				err = read(rows)
-			}
-			rows.Close()
-			if err == nil {
-				err = rows.Err()
-			}
-		}
-	}
-	// Close reads up to the Sync's ReadyForQuery: an error there (the commit) is returned.
-	if cerr := br.Close(); err == nil {
-		err = cerr
-	}
-	return err
-}
-
 // scopeOf is the app.workspace_id value of ws; uuid.Nil scopes to no workspace (no rows, as
 // postgres.SetScope).
 func scopeOf(ws uuid.UUID) string {

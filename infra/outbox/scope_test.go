@@ -3,7 +3,6 @@ package outbox
 import (
 	"context"
 	"slices"
-	"strings"
 	"testing"
 	"time"
 
@@ -28,94 +27,6 @@ func sessionScope(t *testing.T, conn *pgx.Conn) (string, int) {
 		        (SELECT count(*)::int FROM outbox_events)`).Scan(&ws, &syncCommit, &n))
 	require.NotEqual(t, "off", syncCommit, "synchronous_commit leaked to the next use of the connection")
 	return ws, n
-}
-
-// The batch inWorkspace sends is one transaction: the statement sees the workspace setting,
-// its writes commit, and the setting does not outlive it on the connection.
-func TestInWorkspaceScopesOneTransactionAndDoesNotLeak(t *testing.T) {
-	t.Parallel()
-	db := pgtest.New(t)
-	ws := createWorkspace(t, db)
-	ids := bulkInsert(t, db, []uuid.UUID{ws}, 3)
-	ctx := context.Background()
-	pc, err := db.App.Acquire(ctx)
-	require.NoError(t, err)
-	defer pc.Release()
-	conn := pc.Conn()
-
-	for range 2 { // the second run reuses the prepared statements
-		var got string
-		var n, updated int
-		require.NoError(t, inWorkspace(ctx, conn, ws, func(rows pgx.Rows) error {
-			if !rows.Next() {
-				return pgx.ErrNoRows
-			}
-			return rows.Scan(&got, &n, &updated)
-		}, `WITH u AS (UPDATE outbox_events SET last_error = 'seen' WHERE id = $1 RETURNING 1)
-			SELECT current_setting('app.workspace_id') || ':' || current_setting('synchronous_commit'),
-			       (SELECT count(*)::int FROM outbox_events), (SELECT count(*)::int FROM u)`, ids[0]))
-		require.Equal(t, ws.String()+":off", got, "the statement runs scoped")
-		require.Equal(t, 3, n)
-		require.Equal(t, 1, updated)
-
-		gotWS, seen := sessionScope(t, conn)
-		require.Empty(t, gotWS, "app.workspace_id leaked to the next use of the connection")
-		require.Zero(t, seen)
-	}
-	var lastErr string
-	require.NoError(t, db.Owner.QueryRow(ctx, `SELECT last_error FROM outbox_events WHERE id = $1`, ids[0]).Scan(&lastErr))
-	require.Equal(t, "seen", lastErr, "the update committed")
-}
-
-// A failure anywhere in the batch keeps nothing of it, even rows the reader already saw, and
-// leaves the connection idle and unscoped.
-func TestInWorkspaceFailureRollsBackEverything(t *testing.T) {
-	t.Parallel()
-	db := pgtest.New(t)
-	ws := createWorkspace(t, db)
-	bulkInsert(t, db, []uuid.UUID{ws}, 5)
-	ctx := context.Background()
-	pc, err := db.App.Acquire(ctx)
-	require.NoError(t, err)
-	defer pc.Release()
-	conn := pc.Conn()
-
-	// The statement claims rows (RETURNING sends them) and fails on the last one.
-	var seen int
-	err = inWorkspace(ctx, conn, ws, func(rows pgx.Rows) error {
-		for rows.Next() {
-			seen++
-		}
-		return rows.Err()
-	}, `WITH u AS (UPDATE outbox_events SET status = 'dispatching', locked_by = 'x/1' RETURNING id)
-		SELECT id, 1 / (5 - row_number() OVER (ORDER BY id))::int FROM u ORDER BY id`)
-	t.Logf("rows read before the failure: %d", seen)
-	require.Error(t, err)
-	require.True(t, strings.Contains(err.Error(), "division by zero"), err.Error())
-	require.Equal(t, 5, statusCounts(t, db)[StatusPending])
-	gotWS, n := sessionScope(t, conn)
-	require.Empty(t, gotWS)
-	require.Zero(t, n)
-
-	// Several statements in one batch without BEGIN are one transaction: a later failure
-	// undoes an earlier statement's committed-looking update.
-	b := &pgx.Batch{}
-	b.Queue(scopeSQL, ws.String())
-	b.Queue(`UPDATE outbox_events SET status = 'dispatching', locked_by = 'x/2'`)
-	b.Queue(`SELECT 1 / 0`)
-	br := conn.SendBatch(ctx, b)
-	_, err = br.Exec()
-	require.NoError(t, err)
-	tag, err := br.Exec()
-	require.NoError(t, err)
-	require.EqualValues(t, 5, tag.RowsAffected())
-	_, err = br.Exec()
-	require.Error(t, err)
-	require.Error(t, br.Close())
-	require.Equal(t, 5, statusCounts(t, db)[StatusPending])
-	gotWS, n = sessionScope(t, conn)
-	require.Empty(t, gotWS)
-	require.Zero(t, n)
 }
 
 // claimVisible records, at each Publish, whether every published event is already committed
