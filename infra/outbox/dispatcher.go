@@ -7,11 +7,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
+	"net"
 	"os"
 	"slices"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
@@ -543,7 +546,8 @@ func (d *Dispatcher) deliver(ctx context.Context, token string, rows []claimed) 
 
 // publishGroup publishes rows[idx] to dest in one call; when that fails and there is more
 // than one message, each message is published alone so that one failing event does not
-// fail the others. errs receives the per-row outcome.
+// fail the others, until one fails as unreachable (then the rest fail with it). errs
+// receives the per-row outcome.
 func (d *Dispatcher) publishGroup(ctx context.Context, pub message.Publisher, dest string, rows []claimed, idx []int, errs []error) {
 	msgs := make([]*message.Message, 0, len(idx))
 	okIdx := make([]int, 0, len(idx))
@@ -576,9 +580,27 @@ func (d *Dispatcher) publishGroup(ctx context.Context, pub message.Publisher, de
 	}
 	d.log.Warn("outbox batch publish failed; publishing one by one", "destination", dest,
 		"events", len(msgs), "error", SanitizeError(err, d.cfg.ErrorMaxLen))
+	var down error // set once the destination looks unreachable: the rest fail with it, untried
 	for k, m := range msgs {
+		if down != nil {
+			errs[okIdx[k]] = down
+			continue
+		}
 		errs[okIdx[k]] = publish(m)
+		if unreachable(errs[okIdx[k]]) {
+			down = errs[okIdx[k]]
+		}
 	}
+}
+
+// unreachable reports whether a publish error says the destination could not be reached
+// (connection refused or reset, a network timeout, PublishTimeout): then no message can get
+// through, and trying the others one by one would only multiply the wait.
+func unreachable(err error) bool {
+	var ne net.Error
+	return err != nil && (errors.As(err, &ne) || errors.Is(err, context.DeadlineExceeded) ||
+		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET))
 }
 
 // safePublish turns a publisher panic into an error: a poison message must not stop the

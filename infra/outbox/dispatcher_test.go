@@ -5,8 +5,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -502,4 +504,43 @@ func TestPurgeDeletesDeadLettersOnlyAndRecordsWhy(t *testing.T) {
 		AND reason = 'obsolete' AND event_type = 'test.happened' AND destination = $2 AND attempt_count = 20 AND last_error = 'boom'
 		AND event_id = ANY($3)`, ws, testQueue, []uuid.UUID{ids[0], ids[1]}).Scan(&n))
 	require.Equal(t, 2, n)
+}
+
+// When a batch publish fails and the destination is unreachable, the dispatcher does not try
+// every message alone (each would wait for its own timeout): the first single publish that
+// fails as unreachable fails the rest of the batch with it. A message-specific failure still
+// falls back to one by one.
+func TestUnreachableDestinationStopsOneByOneFallback(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	ws := createWorkspace(t, db)
+	bulkInsert(t, db, []uuid.UUID{ws}, 50)
+	refused := &net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED}
+	rec := &recorder{fail: func([]*message.Message) error { return refused }}
+	d, err := NewDispatcher(fastConfig(), db.App, PublisherMap{testQueue: rec}, nil, nil)
+	require.NoError(t, err)
+	ctx := context.Background()
+	rows, err := d.claim(ctx, []uuid.UUID{ws}, "down/1", 100)
+	require.NoError(t, err)
+	require.Len(t, rows, 50)
+	d.deliver(ctx, "down/1", rows)
+	require.Equal(t, 2, rec.calls, "one batch call, one single call, then stop")
+	require.Equal(t, map[string]int{StatusPending: 50}, statusCounts(t, db), "all failed, back to pending")
+
+	_, err = db.Owner.Exec(ctx, `UPDATE outbox_events SET next_attempt_at = now()`)
+	require.NoError(t, err)
+	poison := errors.New("script error: bad job")
+	rec2 := &recorder{fail: func(msgs []*message.Message) error {
+		if len(msgs) > 1 || msgs[0].UUID == rows[0].ID.String() {
+			return poison
+		}
+		return nil
+	}}
+	d2, err := NewDispatcher(fastConfig(), db.App, PublisherMap{testQueue: rec2}, nil, nil)
+	require.NoError(t, err)
+	rows, err = d2.claim(ctx, []uuid.UUID{ws}, "poison/1", 100)
+	require.NoError(t, err)
+	d2.deliver(ctx, "poison/1", rows)
+	require.Equal(t, 51, rec2.calls, "one batch call, then each message alone")
+	require.Equal(t, 49, rec2.count())
 }
