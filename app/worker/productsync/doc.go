@@ -28,5 +28,6 @@
 // the queue retries with backoff; permanent ones (rejected credentials, an unverified store,
 // undecryptable credentials) and any failure of the last attempt fail the sync and the
 // operation with a client-safe code (worker.FailureOf), never the raw external error.
-// Credentials are opened only in memory, right before the calls, and never logged.
+// Credentials are opened only in memory, right before the calls, and never logged; credentials
+// that cannot be opened fail the sync at once with CREDENTIALS_UNREADABLE (worker.OpenCredentials).
 package productsync

@@ -139,7 +139,7 @@ func (h *Handler) run(ctx context.Context, job worker.Job, ev domain.ProductSync
 	if err != nil {
 		return Result{}, err
 	}
-	creds, err := h.open(sealed, sync)
+	creds, err := worker.OpenCredentials(h.cfg.Cipher, sync.WorkspaceID, sync.StoreID, sealed)
 	if err != nil {
 		return Result{}, err
 	}
@@ -217,20 +217,6 @@ func (h *Handler) record(ctx context.Context, id uuid.UUID, pos position, page p
 		}
 	}
 	return s, nil
-}
-
-// open decrypts the store's credentials; they stay in memory only.
-func (h *Handler) open(sealed port.SealedCredentials, sync domain.ProductSync) (port.Credentials, error) {
-	plain, err := h.cfg.Cipher.Open(sealed.Ciphertext, sealed.KeyID, port.CredentialsAD(sync.WorkspaceID, sync.StoreID))
-	if err != nil {
-		return port.Credentials{}, fmt.Errorf("open credentials: %w", err)
-	}
-	defer clear(plain)
-	creds, err := port.ParseCredentials(plain)
-	if err != nil {
-		return port.Credentials{}, fmt.Errorf("read credentials: %w", err)
-	}
-	return creds, nil
 }
 
 // settle turns the outcome of run into the job's outcome: a finished sync is success; a

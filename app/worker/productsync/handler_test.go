@@ -366,6 +366,26 @@ func TestSyncBadCredentialsFailAtOnce(t *testing.T) {
 	require.Zero(t, leaked)
 }
 
+// Credentials that cannot be opened fail the sync at once with CREDENTIALS_UNREADABLE, as in
+// every worker that calls the platform, before any call.
+func TestSyncUnreadableCredentialsFailAtOnce(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	s := b.seedSync(t, domain.StoreVerified, apiKey)
+	b.InTx(t, func(ctx context.Context) error {
+		return postgres.NewStores().SetCredentials(ctx, s.StoreID, port.SealedCredentials{Ciphertext: []byte("garbage"), KeyID: "nope"})
+	})
+
+	err := b.h.Handle(context.Background(), b.job(t, s)) // attempt 1 of many: still final
+	require.True(t, worker.IsPermanent(err))
+	require.ErrorIs(t, err, worker.ErrCredentialsUnreadable)
+	got, op := b.load(t, s.ID)
+	require.Equal(t, domain.TaskFailed, got.Status)
+	require.Equal(t, "CREDENTIALS_UNREADABLE", got.ErrorCode)
+	require.Equal(t, "CREDENTIALS_UNREADABLE", op.ErrorCode)
+	require.Zero(t, b.listCalls())
+}
+
 func TestSyncStoreNotVerified(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
