@@ -190,7 +190,7 @@ func InitializeWork(ctx context.Context, cfg config.Config, reg *prometheus.Regi
 		cleanup()
 		return nil, nil, err
 	}
-	runner, err := ProvideRunner(cfg, bullmqConfig, v, log)
+	runner, err := ProvideRunner(cfg, bullmqConfig, v, reg, log)
 	if err != nil {
 		cleanup3()
 		cleanup2()

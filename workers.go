@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/listingkit/listing/app/port"
 	"github.com/listingkit/listing/app/worker"
@@ -147,9 +148,12 @@ func deriveImage(b []byte) ([]mediaproc.Variant, error) {
 	return out, nil
 }
 
-// ProvideRunner builds the BullMQ consumers of every queue.
-func ProvideRunner(cfg config.Config, bcfg bullmq.Config, handlers map[string]worker.Handler, log *slog.Logger) (*jobs.Runner, error) {
-	return jobs.NewRunner(jobs.Config{BullMQ: bcfg, Concurrency: cfg.WorkerConcurrency, Handlers: handlers, Logger: log})
+// ProvideRunner builds the BullMQ consumers of every queue; their metrics (job outcomes,
+// handler time, queue depth) are registered on reg.
+func ProvideRunner(cfg config.Config, bcfg bullmq.Config, handlers map[string]worker.Handler, reg *prometheus.Registry,
+	log *slog.Logger) (*jobs.Runner, error) {
+	return jobs.NewRunner(jobs.Config{BullMQ: bcfg, Concurrency: cfg.WorkerConcurrency, Handlers: handlers, Logger: log,
+		Registerer: reg})
 }
 
 // Work is the assembled job consumers.

@@ -1,0 +1,65 @@
+package bullmq
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Job states counted by QueueCounts, named after their key suffix. Node.js
+// BullMQ's Queue.getJobCounts reports StateWait as "waiting".
+const (
+	StateWait            = "wait"
+	StateActive          = "active"
+	StatePrioritized     = "prioritized"
+	StateDelayed         = "delayed"
+	StateCompleted       = "completed"
+	StateFailed          = "failed"
+	StateWaitingChildren = "waiting-children"
+)
+
+// JobStates returns the states QueueCounts reports, in a fixed order.
+func JobStates() []string {
+	return []string{StateWait, StateActive, StatePrioritized, StateDelayed, StateCompleted, StateFailed, StateWaitingChildren}
+}
+
+// QueueCounts returns the number of jobs in each state of queue (every
+// state of JobStates, zero for a missing key), read in one pipelined round
+// trip: LLEN of wait and active, ZCARD of the other sets. Only cfg.Client and
+// cfg.Prefix (default DefaultPrefix) are used. The counts are read without a
+// transaction: a job moving between states during the call may be counted
+// twice or not at all. Safe for concurrent use.
+func QueueCounts(ctx context.Context, cfg Config, queue string) (map[string]int64, error) {
+	if cfg.Client == nil {
+		return nil, errors.New("bullmq.QueueCounts: Config.Client is required")
+	}
+	if queue == "" {
+		return nil, errors.New("bullmq.QueueCounts: queue is required")
+	}
+	prefix := cfg.Prefix
+	if prefix == "" {
+		prefix = DefaultPrefix
+	}
+	k := newQueueKeys(prefix, queue)
+	cmds := make(map[string]*redis.IntCmd, 7)
+	_, err := cfg.Client.Pipelined(ctx, func(p redis.Pipeliner) error {
+		cmds[StateWait] = p.LLen(ctx, k.wait)
+		cmds[StateActive] = p.LLen(ctx, k.active)
+		cmds[StatePrioritized] = p.ZCard(ctx, k.prioritized)
+		cmds[StateDelayed] = p.ZCard(ctx, k.delayed)
+		cmds[StateCompleted] = p.ZCard(ctx, k.completed)
+		cmds[StateFailed] = p.ZCard(ctx, k.failed)
+		cmds[StateWaitingChildren] = p.ZCard(ctx, k.base+"waiting-children")
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("bullmq.QueueCounts %s: %w", queue, err)
+	}
+	counts := make(map[string]int64, len(cmds))
+	for state, c := range cmds {
+		counts[state] = c.Val()
+	}
+	return counts, nil
+}
