@@ -8,10 +8,10 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// Job states counted by QueueCounts, named after their key suffix. Node.js
-// BullMQ's Queue.getJobCounts reports StateWait as "waiting".
+// Job states counted by QueueCounts, named as Node.js BullMQ's Queue.getJobCounts names them
+// (StateWaiting is the "wait" list).
 const (
-	StateWait            = "wait"
+	StateWaiting         = "waiting"
 	StateActive          = "active"
 	StatePrioritized     = "prioritized"
 	StateDelayed         = "delayed"
@@ -22,7 +22,7 @@ const (
 
 // JobStates returns the states QueueCounts reports, in a fixed order.
 func JobStates() []string {
-	return []string{StateWait, StateActive, StatePrioritized, StateDelayed, StateCompleted, StateFailed, StateWaitingChildren}
+	return []string{StateWaiting, StateActive, StatePrioritized, StateDelayed, StateCompleted, StateFailed, StateWaitingChildren}
 }
 
 // QueueCounts returns the number of jobs in each state of queue (every
@@ -45,7 +45,7 @@ func QueueCounts(ctx context.Context, cfg Config, queue string) (map[string]int6
 	k := newQueueKeys(prefix, queue)
 	cmds := make(map[string]*redis.IntCmd, 7)
 	_, err := cfg.Client.Pipelined(ctx, func(p redis.Pipeliner) error {
-		cmds[StateWait] = p.LLen(ctx, k.wait)
+		cmds[StateWaiting] = p.LLen(ctx, k.wait)
 		cmds[StateActive] = p.LLen(ctx, k.active)
 		cmds[StatePrioritized] = p.ZCard(ctx, k.prioritized)
 		cmds[StateDelayed] = p.ZCard(ctx, k.delayed)

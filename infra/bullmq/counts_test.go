@@ -140,7 +140,7 @@ func TestQueueCounts(t *testing.T) {
 	b.rdb.AddHook(rt)
 	got := b.counts(t)
 	assert.Equal(t, map[string]int64{
-		bullmq.StateWait:            3,
+		bullmq.StateWaiting:         3,
 		bullmq.StateActive:          1,
 		bullmq.StatePrioritized:     2,
 		bullmq.StateDelayed:         1,
@@ -154,7 +154,7 @@ func TestQueueCounts(t *testing.T) {
 	// Stopping hands the blocked job back to wait.
 	stop()
 	got = b.counts(t)
-	assert.Equal(t, int64(4), got[bullmq.StateWait])
+	assert.Equal(t, int64(4), got[bullmq.StateWaiting])
 	assert.Zero(t, got[bullmq.StateActive])
 }
 
@@ -208,14 +208,10 @@ func TestQueueCountsMatchNode(t *testing.T) {
 	node := report(t, b.prefix, b.queue, nil).Counts
 	want := map[string]int64{}
 	for _, s := range bullmq.JobStates() {
-		ns := s
-		if s == bullmq.StateWait {
-			ns = "waiting"
-		}
-		want[s] = int64(node[ns])
+		want[s] = int64(node[s])
 	}
 	assert.Equal(t, map[string]int64{
-		bullmq.StateWait: 2, bullmq.StateActive: 0, bullmq.StatePrioritized: 2, bullmq.StateDelayed: 1,
+		bullmq.StateWaiting: 2, bullmq.StateActive: 0, bullmq.StatePrioritized: 2, bullmq.StateDelayed: 1,
 		bullmq.StateCompleted: 1, bullmq.StateFailed: 1, bullmq.StateWaitingChildren: 0,
 	}, want, "Node.js getJobCounts")
 	assert.Equal(t, want, b.counts(t))

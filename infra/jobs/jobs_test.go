@@ -206,14 +206,14 @@ listing_job_queue_jobs{queue="jobs-a",state="completed"} 3
 listing_job_queue_jobs{queue="jobs-a",state="delayed"} 0
 listing_job_queue_jobs{queue="jobs-a",state="failed"} 4
 listing_job_queue_jobs{queue="jobs-a",state="prioritized"} 0
-listing_job_queue_jobs{queue="jobs-a",state="wait"} 0
+listing_job_queue_jobs{queue="jobs-a",state="waiting"} 0
 listing_job_queue_jobs{queue="jobs-a",state="waiting-children"} 0
 listing_job_queue_jobs{queue="jobs-idle",state="active"} 0
 listing_job_queue_jobs{queue="jobs-idle",state="completed"} 0
 listing_job_queue_jobs{queue="jobs-idle",state="delayed"} 0
 listing_job_queue_jobs{queue="jobs-idle",state="failed"} 0
 listing_job_queue_jobs{queue="jobs-idle",state="prioritized"} 0
-listing_job_queue_jobs{queue="jobs-idle",state="wait"} 0
+listing_job_queue_jobs{queue="jobs-idle",state="waiting"} 0
 listing_job_queue_jobs{queue="jobs-idle",state="waiting-children"} 0
 `), "listing_job_queue_jobs"))
 
@@ -236,7 +236,7 @@ listing_job_queue_jobs{queue="jobs-w",state="completed"} 0
 listing_job_queue_jobs{queue="jobs-w",state="delayed"} 0
 listing_job_queue_jobs{queue="jobs-w",state="failed"} 0
 listing_job_queue_jobs{queue="jobs-w",state="prioritized"} 0
-listing_job_queue_jobs{queue="jobs-w",state="wait"} 3
+listing_job_queue_jobs{queue="jobs-w",state="waiting"} 3
 listing_job_queue_jobs{queue="jobs-w",state="waiting-children"} 0
 `)))
 }
