@@ -18,12 +18,20 @@ const (
 
 // AITask is a call to the AI provider about a product. The provider is called with the task
 // id as Idempotency-Key, and usage is billed once per task (a ledger row unique per task).
+// The provider request is built from the task alone (Kind, Prompt, Snapshot), so every
+// delivery of the task sends the same request.
 type AITask struct {
 	Task
 	Kind      string
 	ProductID uuid.UUID
 	// Prompt is the instruction the client gave (input.prompt); it is user content, not a secret.
 	Prompt string
+	// Snapshot is the product's content when the task was requested, captured with the
+	// request and never changed: the task is about this content, not the product's current
+	// one. Nil only on a task requested before snapshots existed
+	// (sql/007_task_snapshots.sql) and not started since; the worker captures it, once, on
+	// the task's next start.
+	Snapshot *ProductSnapshot
 	// Output is the provider's result: text, a category path, or an image reference.
 	Output            json.RawMessage
 	ProviderRequestID string
@@ -37,8 +45,10 @@ var (
 // MaxPromptLength bounds input.prompt, in characters.
 const MaxPromptLength = 4000
 
-// NewAITask validates and returns a pending AI task.
-func NewAITask(id, workspaceID, operationID uuid.UUID, kind string, productID uuid.UUID, prompt string, now time.Time) (AITask, error) {
+// NewAITask validates and returns a pending AI task about the product's current content,
+// kept as the task's Snapshot. Call it with the product read in the transaction that inserts
+// the task.
+func NewAITask(id, workspaceID, operationID uuid.UUID, kind string, product Product, prompt string, now time.Time) (AITask, error) {
 	switch kind {
 	case AIKindText, AIKindCategory, AIKindImage:
 	default:
@@ -48,10 +58,13 @@ func NewAITask(id, workspaceID, operationID uuid.UUID, kind string, productID uu
 	if utf8.RuneCountInString(prompt) > MaxPromptLength {
 		return AITask{}, Invalid("input.prompt", "at most 4000 characters")
 	}
-	return AITask{Task: NewTask(id, workspaceID, operationID, now), Kind: kind, ProductID: productID, Prompt: prompt}, nil
+	snap := product.Snapshot()
+	return AITask{Task: NewTask(id, workspaceID, operationID, now), Kind: kind, ProductID: product.ID, Prompt: prompt,
+		Snapshot: &snap}, nil
 }
 
-// AITaskRequested asks a worker to run an AI task.
+// AITaskRequested asks a worker to run an AI task. It carries ids only; the content the task
+// is about is the task's Snapshot.
 type AITaskRequested struct {
 	AITaskID    uuid.UUID `json:"ai_task_id"`
 	OperationID uuid.UUID `json:"operation_id"`

@@ -9,11 +9,23 @@ import (
 // Publication is the first publish of a product to a store (seed §5). At most one
 // publication per product and store is ever active or done (a partial unique index); a
 // failed one may be replaced by a new request.
+//
+// A publication publishes one product revision: ProductRevision, the revision the product
+// had when the publication was requested, with its content frozen in Snapshot. Drafts saved
+// after the request are not part of it.
 type Publication struct {
 	Task
-	ProductID         uuid.UUID
-	StoreID           uuid.UUID
-	ProductRevision   int
+	ProductID uuid.UUID
+	StoreID   uuid.UUID
+	// ProductRevision is the requested revision (also in PublicationRequested).
+	ProductRevision int
+	// Snapshot is the content of ProductRevision (Snapshot.Revision == ProductRevision),
+	// captured with the request and never changed: it is what the worker publishes. Nil
+	// only on a publication requested before snapshots existed (sql/007_task_snapshots.sql)
+	// whose product had moved on by then; the worker captures it on its first start when
+	// the product is still at ProductRevision, and refuses with
+	// ErrProductRevisionUnavailable otherwise.
+	Snapshot          *ProductSnapshot
 	ExternalProductID string // the platform's id, once created
 }
 
@@ -26,14 +38,24 @@ var (
 	ErrPublicationNotFound     = NewError(KindNotFound, "PUBLICATION_NOT_FOUND", "the publication does not exist")
 	ErrProductAlreadyPublished = NewError(KindConflict, "PRODUCT_ALREADY_PUBLISHED",
 		"the product is already published, or being published, to this store")
+	// ErrProductRevisionUnavailable fails a publication whose requested revision's content
+	// is unknown (no Snapshot) and can no longer be read, the product having moved on: a
+	// new request publishes the current revision.
+	ErrProductRevisionUnavailable = NewError(KindConflict, "PRODUCT_REVISION_UNAVAILABLE",
+		"the requested product revision can no longer be published; request the publication again")
 )
 
-// NewPublication returns a pending publication of a product revision.
-func NewPublication(id, workspaceID, operationID, productID, storeID uuid.UUID, productRevision int, now time.Time) Publication {
-	return Publication{Task: NewTask(id, workspaceID, operationID, now), ProductID: productID, StoreID: storeID, ProductRevision: productRevision}
+// NewPublication returns a pending publication of the product's current revision, with that
+// revision's content as its Snapshot. Call it with the product read in the transaction that
+// inserts the publication.
+func NewPublication(id, workspaceID, operationID uuid.UUID, product Product, storeID uuid.UUID, now time.Time) Publication {
+	snap := product.Snapshot()
+	return Publication{Task: NewTask(id, workspaceID, operationID, now), ProductID: product.ID, StoreID: storeID,
+		ProductRevision: product.Revision, Snapshot: &snap}
 }
 
-// PublicationRequested asks a worker to create the platform product.
+// PublicationRequested asks a worker to create the platform product. It carries ids and the
+// requested revision only; the content to publish is the publication's Snapshot.
 type PublicationRequested struct {
 	PublicationID   uuid.UUID `json:"publication_id"`
 	OperationID     uuid.UUID `json:"operation_id"`

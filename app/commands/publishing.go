@@ -10,7 +10,8 @@ import (
 	"github.com/listingkit/listing/domain"
 )
 
-// PublishProduct starts the first publish of a product to a store (seed §5, row 4).
+// PublishProduct starts the first publish of a product to a store (seed §5, row 4): of the
+// product's revision when the command runs (see PublishingHandlers.Publish).
 type PublishProduct struct {
 	PublicationID uuid.UUID
 	WorkspaceID   uuid.UUID
@@ -33,7 +34,8 @@ type SyncStoreProducts struct {
 // CommandName implements bus.Command.
 func (SyncStoreProducts) CommandName() string { return "SyncStoreProducts" }
 
-// CreateAITask starts an AI task about a product (seed §5, row 6).
+// CreateAITask starts an AI task about a product as it is when the command runs (seed §5,
+// row 6; see PublishingHandlers.CreateAI).
 type CreateAITask struct {
 	TaskID      uuid.UUID
 	WorkspaceID uuid.UUID
@@ -81,6 +83,13 @@ func (h PublishingHandlers) verifiedStore(ctx context.Context, id uuid.UUID) (do
 
 // Publish handles PublishProduct. A second request for the same product and store is
 // PRODUCT_ALREADY_PUBLISHED while the first is pending, running or done.
+//
+// The request names no revision: it publishes the product as it is when this transaction
+// reads it. The publication records that revision (ProductRevision, also in the event and in
+// the response) and a snapshot of its content, both from the same row read, in the same
+// transaction as the publication and its event. The worker publishes that snapshot: drafts
+// saved after the request are not published by this publication, and every delivery sends
+// the same content.
 func (h PublishingHandlers) Publish(ctx context.Context, cmd PublishProduct) (Started[domain.Publication], error) {
 	p, err := h.product(ctx, cmd.ProductID)
 	if err != nil {
@@ -90,7 +99,7 @@ func (h PublishingHandlers) Publish(ctx context.Context, cmd PublishProduct) (St
 		return Started[domain.Publication]{}, err
 	}
 	op := h.newOperation(cmd.WorkspaceID, cmd.UserID, OpPublication, "publication", cmd.PublicationID)
-	pub := domain.NewPublication(cmd.PublicationID, cmd.WorkspaceID, op.ID, p.ID, cmd.StoreID, p.Revision, h.now())
+	pub := domain.NewPublication(cmd.PublicationID, cmd.WorkspaceID, op.ID, p, cmd.StoreID, h.now())
 	err = h.start(ctx, op, func() error { return h.Publications.Insert(ctx, pub) }, domain.PublicationRequested{
 		PublicationID: pub.ID, OperationID: op.ID, ProductID: p.ID, StoreID: cmd.StoreID, ProductRevision: p.Revision})
 	if err != nil {
@@ -122,13 +131,16 @@ func (h PublishingHandlers) Sync(ctx context.Context, cmd SyncStoreProducts) (St
 	return Started[domain.ProductSync]{Resource: sync, Operation: op}, nil
 }
 
-// CreateAI handles CreateAITask.
+// CreateAI handles CreateAITask. The task is about the product as this transaction reads it:
+// a snapshot of its content is stored on the task, in the same transaction, and the worker
+// builds the provider request from the task alone (see domain.AITask).
 func (h PublishingHandlers) CreateAI(ctx context.Context, cmd CreateAITask) (Started[domain.AITask], error) {
-	if _, err := h.product(ctx, cmd.ProductID); err != nil {
+	p, err := h.product(ctx, cmd.ProductID)
+	if err != nil {
 		return Started[domain.AITask]{}, err
 	}
 	op := h.newOperation(cmd.WorkspaceID, cmd.UserID, OpAITask, "ai_task", cmd.TaskID)
-	t, err := domain.NewAITask(cmd.TaskID, cmd.WorkspaceID, op.ID, cmd.Kind, cmd.ProductID, cmd.Prompt, h.now())
+	t, err := domain.NewAITask(cmd.TaskID, cmd.WorkspaceID, op.ID, cmd.Kind, p, cmd.Prompt, h.now())
 	if err != nil {
 		return Started[domain.AITask]{}, err
 	}

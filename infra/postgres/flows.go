@@ -184,16 +184,18 @@ func NewMaterialTransfers() *Repository[domain.MaterialTransfer] {
 func NewPublications() *Repository[domain.Publication] {
 	return newRepository(table[domain.Publication]{
 		name:    "publications",
-		columns: cols("product_id", "store_id", "product_revision", "external_product_id"),
+		columns: cols("product_id", "store_id", "product_revision", "external_product_id", "product_snapshot"),
 		scan: func(p *domain.Publication) []any {
-			return append(taskScan(&p.Task), &p.ProductID, &p.StoreID, &p.ProductRevision, &p.ExternalProductID)
+			return append(taskScan(&p.Task), &p.ProductID, &p.StoreID, &p.ProductRevision, &p.ExternalProductID, &p.Snapshot)
 		},
 		values: func(p *domain.Publication) []any {
-			return append(taskValues(&p.Task), p.ProductID, p.StoreID, p.ProductRevision, p.ExternalProductID)
+			return append(taskValues(&p.Task), p.ProductID, p.StoreID, p.ProductRevision, p.ExternalProductID,
+				snapshotValue(p.Snapshot))
 		},
 		key:      func(p *domain.Publication) (uuid.UUID, time.Time) { return taskKey(&p.Task) },
 		notFound: domain.ErrPublicationNotFound,
 		conflict: domain.ErrProductAlreadyPublished,
+		once:     []string{"product_snapshot"},
 	})
 }
 
@@ -256,19 +258,21 @@ func (r ProductSyncs) UpsertPlatformProducts(ctx context.Context, storeID, syncI
 func NewAITasks() *Repository[domain.AITask] {
 	return newRepository(table[domain.AITask]{
 		name:    "ai_tasks",
-		columns: cols("kind", "product_id", "prompt", "output", "provider_request_id"),
+		columns: cols("kind", "product_id", "prompt", "output", "provider_request_id", "product_snapshot"),
 		scan: func(t *domain.AITask) []any {
-			return append(taskScan(&t.Task), &t.Kind, &t.ProductID, &t.Prompt, &t.Output, &t.ProviderRequestID)
+			return append(taskScan(&t.Task), &t.Kind, &t.ProductID, &t.Prompt, &t.Output, &t.ProviderRequestID, &t.Snapshot)
 		},
 		values: func(t *domain.AITask) []any {
 			var out any
 			if len(t.Output) > 0 {
 				out = t.Output
 			}
-			return append(taskValues(&t.Task), t.Kind, t.ProductID, t.Prompt, out, t.ProviderRequestID)
+			return append(taskValues(&t.Task), t.Kind, t.ProductID, t.Prompt, out, t.ProviderRequestID,
+				snapshotValue(t.Snapshot))
 		},
 		key:      func(t *domain.AITask) (uuid.UUID, time.Time) { return taskKey(&t.Task) },
 		notFound: domain.ErrAITaskNotFound,
+		once:     []string{"product_snapshot"},
 	})
 }
 
@@ -295,6 +299,15 @@ func notFoundAs(err error, nf *domain.Error) error {
 		return nf
 	}
 	return err
+}
+
+// snapshotValue maps a task's product snapshot to its jsonb column (sql/007_task_snapshots.sql):
+// the snapshot's JSON form, or NULL when there is none.
+func snapshotValue(s *domain.ProductSnapshot) any {
+	if s == nil {
+		return nil
+	}
+	return s
 }
 
 // nullIfNil maps uuid.Nil to SQL NULL.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -31,6 +32,9 @@ type table[T any] struct {
 	// conflict is the domain error when a unique rule other than the primary key refuses an
 	// insert (nil when the table has none).
 	conflict *domain.Error
+	// once lists the columns written once: Insert writes them, and Save fills them only while
+	// they are NULL, so a value once stored never changes (e.g. a task's product snapshot).
+	once []string
 }
 
 // Repository implements port.Repository[T] for a table.
@@ -55,7 +59,11 @@ func newRepository[T any](t table[T]) *Repository[T] {
 		ph[i] = fmt.Sprintf("$%d", i+1)
 		if i != 0 && c != "workspace_id" && c != "created_at" {
 			updateArgs = append(updateArgs, i)
-			set = append(set, fmt.Sprintf("%s = $%d", c, len(updateArgs)))
+			if slices.Contains(t.once, c) {
+				set = append(set, fmt.Sprintf("%s = COALESCE(%s, $%d)", c, c, len(updateArgs)))
+			} else {
+				set = append(set, fmt.Sprintf("%s = $%d", c, len(updateArgs)))
+			}
 		}
 	}
 	return &Repository[T]{
@@ -126,7 +134,8 @@ func (r *Repository[T]) Update(ctx context.Context, id uuid.UUID, fn func(*T) er
 	return v, nil
 }
 
-// Save writes every column of v (callers hold the row lock, see Update).
+// Save writes every column of v but the write-once ones already set (callers hold the row
+// lock, see Update).
 func (r *Repository[T]) Save(ctx context.Context, v T) error {
 	tx, _, err := mustTx(ctx, r.op("Save"))
 	if err != nil {

@@ -3,9 +3,10 @@
 // image task": no duplicate calls, no double billing).
 //
 // Contract: Handler.Handle receives a domain.AITaskRequested (the stored task's kind and
-// product are authoritative, not the payload's). It loads the task, starts it
-// and its operation and reads the product (title, description) in one RLS transaction; then,
-// outside any transaction, calls the provider once with the task id as Idempotency-Key:
+// product are authoritative, not the payload's). It loads the task and starts it and its
+// operation in one RLS transaction; then, outside any transaction, calls the provider once
+// with the task id as Idempotency-Key and a request built from the stored task alone (see
+// Content):
 //   - text: a chat completion (Config.TextModel) of the client's instruction about the
 //     product; output {"text": "..."};
 //   - category: a chat completion asking for one category path; output {"category":
@@ -35,8 +36,13 @@
 // operation with a client-safe code (worker.FailureOf), never the provider's error text.
 // Prompts and outputs are never logged.
 //
-// Known limit: the provider request is rebuilt from the product on each delivery. If the
-// product's title or description changes between a delivery that reached the provider and its
-// redelivery, a provider that honors Idempotency-Key refuses the different request (409),
-// which fails the task with AI_PROVIDER_REJECTED; nothing is billed twice.
+// Content: a task is about the product as it was when the task was requested. The command
+// stores a snapshot of the product's content on the task (domain.AITask.Snapshot) in the
+// transaction that creates it, and the provider request is a pure function of the stored
+// task (kind, the client's instruction, the snapshot): the product's current content is never
+// read. Drafts saved after the request, even between a delivery that reached the provider
+// and its redelivery, change nothing: every delivery sends the same request with the same
+// Idempotency-Key. A task stored without a snapshot (requested before snapshots existed)
+// gets one, once, from the product's content in the transaction that starts it; from then
+// on the same holds.
 package aitask

@@ -40,7 +40,8 @@ type Config struct {
 	Deps worker.Deps
 	// Tasks stores the AI tasks. Required.
 	Tasks port.Repository[domain.AITask]
-	// Products gives the product a task is about. Required.
+	// Products reads the product of a task that has no snapshot (requested before snapshots
+	// existed), to capture it once; a task with a snapshot never reads it. Required.
 	Products port.Products
 	// Ledger bills usage, one row per task. Required.
 	Ledger port.AILedger
@@ -137,21 +138,24 @@ func (h *Handler) Handle(ctx context.Context, job worker.Job) error {
 func (h *Handler) run(ctx context.Context, job worker.Job, ev domain.AITaskRequested, billed *billing, log *slog.Logger) error {
 	d := h.cfg.Deps
 	var task domain.AITask
-	var product domain.Product
 	err := d.Step(ctx, job, func(ctx context.Context) error {
 		t, err := worker.BeginTask(ctx, d, h.cfg.Tasks, ev.AITaskID, taskOf)
 		if err != nil {
 			return err
 		}
+		if t.Snapshot == nil {
+			if t, err = h.capture(ctx, t.ID, t.ProductID); err != nil {
+				return err
+			}
+		}
 		task = t
-		product, err = h.cfg.Products.Get(ctx, t.ProductID)
-		return err
+		return nil
 	})
 	if err != nil {
 		return err
 	}
 
-	ans, err := h.call(ctx, task, product, billed)
+	ans, err := h.call(ctx, task, billed)
 	if err != nil {
 		return err
 	}
@@ -185,12 +189,31 @@ func (h *Handler) run(ctx context.Context, job worker.Job, ev domain.AITaskReque
 	return nil
 }
 
+// capture stores the product's current content as the snapshot of a task that has none (one
+// requested before snapshots existed), so that this and every later delivery send the same
+// request. It must run in the Step that started the task, which holds the task's row lock;
+// a snapshot once stored is never changed (see postgres.NewAITasks).
+func (h *Handler) capture(ctx context.Context, id, productID uuid.UUID) (domain.AITask, error) {
+	product, err := h.cfg.Products.Get(ctx, productID)
+	if err != nil {
+		return domain.AITask{}, err
+	}
+	return h.cfg.Tasks.Update(ctx, id, func(t *domain.AITask) error {
+		if t.Snapshot == nil {
+			snap := product.Snapshot()
+			t.Snapshot = &snap
+		}
+		return nil
+	})
+}
+
 // call makes the task's one provider call (Idempotency-Key: the task id) and, for an image,
 // stores it. It runs outside any transaction. billed receives the usage as soon as the
-// provider answered.
-func (h *Handler) call(ctx context.Context, task domain.AITask, product domain.Product, billed *billing) (answer, error) {
+// provider answered. The request is built from the stored task only (prompt), so every
+// delivery of the task sends the same one.
+func (h *Handler) call(ctx context.Context, task domain.AITask, billed *billing) (answer, error) {
 	key := task.ID.String()
-	p := prompt(task.Kind, task.Prompt, product)
+	p := prompt(task)
 	var out Output
 	var ans answer
 	switch task.Kind {

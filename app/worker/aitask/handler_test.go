@@ -100,7 +100,7 @@ func (b *bundle) seedTask(t *testing.T, kind, instruction string) (domain.AITask
 	b.InTx(t, func(ctx context.Context) error { return postgres.Products{}.Insert(ctx, product) })
 	id := uuid.New()
 	op := domain.NewOperation(b.Workspace, b.User, "ai_task", "ai_task", id, now)
-	task, err := domain.NewAITask(id, b.Workspace, op.ID, kind, product.ID, instruction, now)
+	task, err := domain.NewAITask(id, b.Workspace, op.ID, kind, product, instruction, now)
 	require.NoError(t, err)
 	workertest.InsertTask(t, b.Env, postgres.NewAITasks(), op, task)
 	return task, product
@@ -207,11 +207,11 @@ func TestCrashAfterProviderCallBeforeRecording(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	ctx := context.Background()
-	task, product := b.seedTask(t, domain.AIKindText, "")
+	task, _ := b.seedTask(t, domain.AIKindText, "")
 
 	// The earlier delivery reached the provider with the task's key, then died before
 	// recording anything.
-	first, err := b.client.CompleteText(ctx, task.ID.String(), "", prompt(task.Kind, task.Prompt, product))
+	first, err := b.client.CompleteText(ctx, task.ID.String(), "", prompt(task))
 	require.NoError(t, err)
 	require.Equal(t, 1, b.chatExecutions())
 
@@ -427,15 +427,18 @@ func TestImageKeyIsDeterministic(t *testing.T) {
 }
 
 func TestPromptIsAPureFunction(t *testing.T) {
-	p := domain.Product{ProductContent: domain.ProductContent{Title: "Mug", Description: strings.Repeat("é", 5000)}}
+	p := &domain.ProductSnapshot{Revision: 3, Title: "Mug", Description: strings.Repeat("é", 5000)}
+	task := func(kind, instruction string) domain.AITask {
+		return domain.AITask{Task: domain.Task{ID: uuid.New()}, Kind: kind, ProductID: uuid.New(), Prompt: instruction, Snapshot: p}
+	}
 	for _, kind := range []string{domain.AIKindText, domain.AIKindCategory, domain.AIKindImage} {
-		a, b := prompt(kind, " make it short ", p), prompt(kind, "make it short", p)
+		a, b := prompt(task(kind, " make it short ")), prompt(task(kind, "make it short"))
 		require.Equal(t, a, b)
 		require.Contains(t, a, "Product title: Mug")
 		require.Less(t, len([]rune(a)), 4600)
 	}
-	require.Contains(t, prompt(domain.AIKindText, "", p), defaultTextInstruction)
-	require.Contains(t, prompt(domain.AIKindImage, "", p), defaultImageInstruction)
+	require.Contains(t, prompt(task(domain.AIKindText, "")), defaultTextInstruction)
+	require.Contains(t, prompt(task(domain.AIKindImage, "")), defaultImageInstruction)
 }
 
 func TestCategoryParsing(t *testing.T) {

@@ -21,11 +21,17 @@ const (
 	defaultImageInstruction = "A clean, realistic product photo on a plain white background, no text."
 )
 
-// prompt builds the provider request's prompt for a task kind. It is a pure function of the
-// task's instruction and the product, so a redelivery sends the same request (and the
-// provider can answer it from its Idempotency-Key cache).
-func prompt(kind, instruction string, p domain.Product) string {
-	instruction = strings.TrimSpace(instruction)
+// prompt builds the provider request's prompt of a task. It is a pure function of what the
+// task stores — its kind, the client's instruction and the product snapshot taken with the
+// request — and never reads the product's current content, so every delivery sends the same
+// request (and the provider can answer a redelivery from its Idempotency-Key cache). A task
+// without a snapshot (the handler captures one before calling) quotes an empty product.
+func prompt(t domain.AITask) string {
+	var p domain.ProductSnapshot
+	if t.Snapshot != nil {
+		p = *t.Snapshot
+	}
+	kind, instruction := t.Kind, strings.TrimSpace(t.Prompt)
 	var b strings.Builder
 	switch kind {
 	case domain.AIKindCategory:

@@ -8,8 +8,9 @@
 //     publication ends the job: no platform call at all, even when the first job completed
 //     long ago and was removed from Redis. When the store is not verified, the publication
 //     and its operation fail with STORE_NOT_VERIFIED in the same transaction and the job
-//     fails permanently. Otherwise the publication and the operation start, and the
-//     product's current content and the store's sealed credentials are read.
+//     fails permanently. Otherwise the publication and the operation start, and the store's
+//     sealed credentials are read. What is published is the publication's snapshot, never
+//     the product's current content (see Content).
 //   - Outside any transaction: the credentials are opened; the platform is asked for a
 //     product whose external_ref is the publication id (FindProductByExternalRef). Found:
 //     it is the product, nothing is created. Not found: CreateProduct with the publication
@@ -37,8 +38,19 @@
 //     products: lookup-before-create cannot close the window between one worker's lookup
 //     and the other's create. Step B still records only the first result.
 //
-// Content: the product's current content is published (the revision in the event is the
-// one requested; drafts saved meanwhile are published as they are).
+// Content: a publication publishes the revision it was requested with
+// (domain.Publication.ProductRevision, also in the event) and nothing else. The command that
+// requests it reads the product once and stores that revision's content on the publication
+// (domain.Publication.Snapshot) in the same transaction; the create request is built from the
+// stored publication alone, so drafts saved after the request are not published, and every
+// delivery — a retry, a redelivery after a crash, an overlapping one — sends the same
+// request with the same Idempotency-Key. The product's current revision does not matter:
+// updating a published listing to a later draft is not this flow. A publication stored
+// without a snapshot (requested before snapshots existed) gets one in Step A from the
+// product when the product is still at the requested revision; otherwise that revision's
+// content is lost and the publication and its operation fail with
+// PRODUCT_REVISION_UNAVAILABLE in the same transaction, with no platform call (a new request
+// publishes the current revision).
 //
 // Errors: rate limits and transient failures are returned for BullMQ to retry. When
 // worker.GiveUp says no retry follows, the publication and the operation fail with a

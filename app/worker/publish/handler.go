@@ -24,7 +24,8 @@ type Config struct {
 	Deps worker.Deps
 	// Publications stores the publications.
 	Publications port.Repository[domain.Publication]
-	// Products reads the product to publish.
+	// Products reads the product of a publication that has no snapshot (requested before
+	// snapshots existed), to capture it; a publication with a snapshot never reads it.
 	Products port.Products
 	// Stores reads the store and its sealed credentials.
 	Stores port.Stores
@@ -83,6 +84,7 @@ const (
 	outcomeSkipped     = "skipped"
 	outcomeRecorded    = "already_recorded"
 	outcomeNotVerified = "store_not_verified"
+	outcomeRevision    = "revision_unavailable"
 	outcomeRetry       = "retry"
 	outcomeFailed      = "failed"
 	outcomeUnhandled   = "error"
@@ -109,7 +111,7 @@ func (h *Handler) Handle(ctx context.Context, job worker.Job) error {
 		log.InfoContext(ctx, "publication", slog.String("outcome", outcome))
 		return nil
 	}
-	if outcome == outcomeNotVerified {
+	if outcome == outcomeNotVerified || outcome == outcomeRevision {
 		log.WarnContext(ctx, "publication", slog.String("outcome", outcome))
 		return fmt.Errorf("publish.Handle: %w", err)
 	}
@@ -140,14 +142,16 @@ type started struct {
 }
 
 func (h *Handler) run(ctx context.Context, job worker.Job, ev domain.PublicationRequested) (string, error) {
-	s, notVerified, err := h.start(ctx, job, ev)
+	s, refused, err := h.start(ctx, job, ev)
 	switch {
 	case errors.Is(err, worker.ErrSkip):
 		return outcomeSkipped, nil
 	case err != nil:
 		return "", err
-	case notVerified:
-		return outcomeNotVerified, worker.Permanent(domain.ErrStoreNotVerified)
+	case refused == domain.ErrStoreNotVerified:
+		return outcomeNotVerified, worker.Permanent(refused)
+	case refused != nil:
+		return outcomeRevision, worker.Permanent(refused)
 	}
 	product, outcome, err := h.publish(ctx, job, s)
 	if err != nil {
@@ -170,12 +174,12 @@ func (h *Handler) run(ctx context.Context, job worker.Job, ev domain.Publication
 	return outcome, nil
 }
 
-// start is Step A. It reports notVerified when it failed the publication with
-// STORE_NOT_VERIFIED.
-func (h *Handler) start(ctx context.Context, job worker.Job, ev domain.PublicationRequested) (started, bool, error) {
+// start is Step A. It reports the refusal when it failed the publication instead of
+// starting it: domain.ErrStoreNotVerified or domain.ErrProductRevisionUnavailable.
+func (h *Handler) start(ctx context.Context, job worker.Job, ev domain.PublicationRequested) (started, *domain.Error, error) {
 	d := h.cfg.Deps
 	var s started
-	notVerified := false
+	var refused *domain.Error
 	err := d.Step(ctx, job, func(ctx context.Context) error {
 		p, err := h.cfg.Publications.Update(ctx, ev.PublicationID, func(p *domain.Publication) error {
 			if p.Status.Terminal() {
@@ -186,42 +190,73 @@ func (h *Handler) start(ctx context.Context, job worker.Job, ev domain.Publicati
 				return err
 			}
 			if store.Status != domain.StoreVerified {
-				notVerified = true
-				return p.Fail(domain.ErrStoreNotVerified.Code, domain.ErrStoreNotVerified.Message, d.Now())
+				refused = domain.ErrStoreNotVerified
+				return p.Fail(refused.Code, refused.Message, d.Now())
+			}
+			if p.Snapshot == nil {
+				if refused, err = h.capture(ctx, p); err != nil {
+					return err
+				}
+				if refused != nil {
+					return p.Fail(refused.Code, refused.Message, d.Now())
+				}
 			}
 			return p.Start(d.Now())
 		})
 		if err != nil {
 			return err
 		}
-		if notVerified {
-			return d.FailOperation(ctx, p.OperationID, domain.ErrStoreNotVerified.Code, domain.ErrStoreNotVerified.Message)
+		if refused != nil {
+			return d.FailOperation(ctx, p.OperationID, refused.Code, refused.Message)
 		}
 		if err := d.StartOperation(ctx, p.OperationID); err != nil {
-			return err
-		}
-		product, err := h.cfg.Products.Get(ctx, p.ProductID)
-		if err != nil {
 			return err
 		}
 		sealed, _, err := h.cfg.Stores.Credentials(ctx, p.StoreID)
 		if err != nil {
 			return err
 		}
-		s = started{publication: p, sealed: sealed, input: port.ProductInput{
-			ExternalRef: p.ExternalRef(),
-			Title:       product.Title,
-			Description: product.Description,
-			Price:       product.Price,
-			Currency:    product.Currency,
-			Images:      product.Images,
-		}}
+		s = started{publication: p, sealed: sealed, input: input(p)}
 		return nil
 	})
 	if err != nil && !errors.Is(err, worker.ErrSkip) {
 		err = fmt.Errorf("publish: step A: %w", err)
 	}
-	return s, notVerified, err
+	return s, refused, err
+}
+
+// capture gives a publication without a snapshot (requested before snapshots existed) the
+// content of its requested revision: the product's current content, when the product is
+// still at that revision. Otherwise that content is lost, and it returns
+// domain.ErrProductRevisionUnavailable: the publication must fail rather than publish
+// another revision. It runs under the publication's row lock; the stored snapshot is never
+// changed again (see postgres.NewPublications).
+func (h *Handler) capture(ctx context.Context, p *domain.Publication) (*domain.Error, error) {
+	product, err := h.cfg.Products.Get(ctx, p.ProductID)
+	if err != nil {
+		return nil, err
+	}
+	if product.Revision != p.ProductRevision {
+		return domain.ErrProductRevisionUnavailable, nil
+	}
+	snap := product.Snapshot()
+	p.Snapshot = &snap
+	return nil, nil
+}
+
+// input is the create request of a publication: its snapshot, the content of the requested
+// revision, and never the product's current content. It is a function of the stored
+// publication only, so every delivery sends the same request.
+func input(p domain.Publication) port.ProductInput {
+	c := p.Snapshot
+	return port.ProductInput{
+		ExternalRef: p.ExternalRef(),
+		Title:       c.Title,
+		Description: c.Description,
+		Price:       c.Price,
+		Currency:    c.Currency,
+		Images:      c.Images,
+	}
 }
 
 // publish finds or creates the platform product. It runs outside any transaction.

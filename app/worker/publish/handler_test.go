@@ -77,6 +77,21 @@ type fixture struct {
 // deliver.
 func (b *bundle) seed(t *testing.T, apiKey string, verified bool) fixture {
 	t.Helper()
+	f := b.seedStoreAndProduct(t, apiKey, verified)
+	now := time.Now()
+	f.op = domain.NewOperation(b.Workspace, b.User, "publication.create", "publication", uuid.Nil, now)
+	f.pub = domain.NewPublication(uuid.New(), b.Workspace, f.op.ID, f.product, f.store.ID, now)
+	f.op.ResourceID = f.pub.ID
+	workertest.InsertTask(t, b.Env, b.pubs, f.op, f.pub)
+	f.job = b.Job(t, domain.PublicationRequested{PublicationID: f.pub.ID, OperationID: f.op.ID, ProductID: f.product.ID,
+		StoreID: f.store.ID, ProductRevision: f.product.Revision}, 1, false)
+	return f
+}
+
+// seedStoreAndProduct creates a store with apiKey (verified when verified is set) and a
+// product at revision 1, and returns them in a fixture without a publication.
+func (b *bundle) seedStoreAndProduct(t *testing.T, apiKey string, verified bool) fixture {
+	t.Helper()
 	now := time.Now()
 	var f fixture
 	var err error
@@ -95,12 +110,6 @@ func (b *bundle) seed(t *testing.T, apiKey string, verified bool) fixture {
 		require.NoError(t, err)
 		return b.products.Insert(ctx, f.product)
 	})
-	f.op = domain.NewOperation(b.Workspace, b.User, "publication.create", "publication", uuid.Nil, now)
-	f.pub = domain.NewPublication(uuid.New(), b.Workspace, f.op.ID, f.product.ID, f.store.ID, f.product.Revision, now)
-	f.op.ResourceID = f.pub.ID
-	workertest.InsertTask(t, b.Env, b.pubs, f.op, f.pub)
-	f.job = b.Job(t, domain.PublicationRequested{PublicationID: f.pub.ID, OperationID: f.op.ID, ProductID: f.product.ID,
-		StoreID: f.store.ID, ProductRevision: f.product.Revision}, 1, false)
 	return f
 }
 
