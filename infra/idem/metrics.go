@@ -1,10 +1,11 @@
 package idem
 
 import (
-	"errors"
 	"fmt"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/listingkit/listing/infra/metrics"
 )
 
 // Metrics are the Prometheus counters of the middleware and the cleanup. The label "command"
@@ -43,26 +44,14 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	if reg == nil {
 		return m, nil
 	}
-	register := func(c prometheus.Collector) (prometheus.Collector, error) {
-		err := reg.Register(c)
-		var are prometheus.AlreadyRegisteredError
-		if errors.As(err, &are) {
-			return are.ExistingCollector, nil
-		}
-		return c, err
-	}
+	var err error
 	for _, p := range []**prometheus.CounterVec{&m.Executions, &m.Replays, &m.Conflicts, &m.InProgress} {
-		c, err := register(*p)
-		if err != nil {
-			return nil, fmt.Errorf("idem.NewMetrics: %w", err)
-		}
-		*p = c.(*prometheus.CounterVec)
+		*p = metrics.Register(reg, *p, &err)
 	}
-	c, err := register(m.CleanupDeleted)
+	m.CleanupDeleted = metrics.Register(reg, m.CleanupDeleted, &err)
 	if err != nil {
 		return nil, fmt.Errorf("idem.NewMetrics: %w", err)
 	}
-	m.CleanupDeleted = c.(prometheus.Counter)
 	return m, nil
 }
 

@@ -18,6 +18,7 @@ import (
 
 	"github.com/listingkit/listing/app/worker"
 	"github.com/listingkit/listing/infra/bullmq"
+	"github.com/listingkit/listing/infra/metrics"
 )
 
 // Config configures a Runner.
@@ -71,7 +72,7 @@ func NewRunner(cfg Config) (*Runner, error) {
 	}
 	if cfg.Registerer != nil {
 		var regErr error
-		register(cfg.Registerer, NewQueueCollector(cfg.BullMQ, queues, cfg.Logger), &regErr)
+		metrics.Register(cfg.Registerer, NewQueueCollector(cfg.BullMQ, queues, cfg.Logger), &regErr)
 		if regErr != nil {
 			return nil, fmt.Errorf("jobs.NewRunner: %w", regErr)
 		}

@@ -2,7 +2,6 @@ package jobs
 
 import (
 	"context"
-	"errors"
 	"log/slog"
 	"sync"
 	"time"
@@ -10,6 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/listingkit/listing/infra/bullmq"
+	"github.com/listingkit/listing/infra/metrics"
 )
 
 // Outcomes of a job attempt, the values of listing_jobs_total's outcome label.
@@ -51,8 +51,8 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		return m, nil
 	}
 	var err error
-	m.Jobs = register(reg, m.Jobs, &err)
-	m.Duration = register(reg, m.Duration, &err)
+	m.Jobs = metrics.Register(reg, m.Jobs, &err)
+	m.Duration = metrics.Register(reg, m.Duration, &err)
 	if err != nil {
 		return nil, err
 	}
@@ -65,19 +65,6 @@ func (m *Metrics) initQueue(queue string) {
 		m.Jobs.WithLabelValues(queue, o)
 	}
 	m.Duration.WithLabelValues(queue)
-}
-
-func register[C prometheus.Collector](reg prometheus.Registerer, c C, errp *error) C {
-	if err := reg.Register(c); err != nil {
-		var are prometheus.AlreadyRegisteredError
-		if errors.As(err, &are) {
-			if existing, ok := are.ExistingCollector.(C); ok {
-				return existing
-			}
-		}
-		*errp = errors.Join(*errp, err)
-	}
-	return c
 }
 
 // QueueScrapeTimeout bounds the Redis reads of one scrape of a QueueCollector.

@@ -1,9 +1,9 @@
 package outbox
 
 import (
-	"errors"
-
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/listingkit/listing/infra/metrics"
 )
 
 // Metrics are the outbox's Prometheus collectors. The gauges come from Ops.Stats (refreshed
@@ -58,30 +58,17 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		return m, nil
 	}
 	var err error
-	m.Pending = register(reg, m.Pending, &err)
-	m.OldestPendingAge = register(reg, m.OldestPendingAge, &err)
-	m.DeadLetters = register(reg, m.DeadLetters, &err)
-	m.Latency = register(reg, m.Latency, &err)
-	m.Attempts = register(reg, m.Attempts, &err)
-	m.DeadLettered = register(reg, m.DeadLettered, &err)
-	m.Published = register(reg, m.Published, &err)
+	m.Pending = metrics.Register(reg, m.Pending, &err)
+	m.OldestPendingAge = metrics.Register(reg, m.OldestPendingAge, &err)
+	m.DeadLetters = metrics.Register(reg, m.DeadLetters, &err)
+	m.Latency = metrics.Register(reg, m.Latency, &err)
+	m.Attempts = metrics.Register(reg, m.Attempts, &err)
+	m.DeadLettered = metrics.Register(reg, m.DeadLettered, &err)
+	m.Published = metrics.Register(reg, m.Published, &err)
 	if err != nil {
 		return nil, err
 	}
 	return m, nil
-}
-
-func register[C prometheus.Collector](reg prometheus.Registerer, c C, errp *error) C {
-	if err := reg.Register(c); err != nil {
-		var are prometheus.AlreadyRegisteredError
-		if errors.As(err, &are) {
-			if existing, ok := are.ExistingCollector.(C); ok {
-				return existing
-			}
-		}
-		*errp = errors.Join(*errp, err)
-	}
-	return c
 }
 
 // SetStats sets the gauges from st.
