@@ -64,7 +64,7 @@ bench: node-deps ## Run every benchmark; each prints ratios against a baseline m
 .PHONY: bench-idem
 bench-idem: ## POST /stores with vs without the idempotency middleware, 32 clients (p50/p99 ratios, replay ratio)
 	$(GO) run ./internal/idembench
-	$(GO) test -run '^$$' -bench BenchmarkIdempotentWrite -benchtime 100x ./infra/idem
+	$(GO) test -run '^$$' -count=1 -bench BenchmarkIdempotentWrite -benchtime 100x ./infra/idem
 
 .PHONY: bench-bullmq
 bench-bullmq: node-deps ## Go BullMQ publisher and consumer vs Node.js BullMQ addBulk and Worker, 100,000 jobs
