@@ -72,7 +72,7 @@ bench-bullmq: node-deps ## Go BullMQ publisher and consumer vs Node.js BullMQ ad
 
 .PHONY: bench-outbox
 bench-outbox: node-deps ## Outbox drain (1 and 10,000 workspaces) vs Node.js addBulk; commit-to-job latency at 1,000/s
-	OUTBOX_BENCH=1 $(GO) test -run '^TestOutboxBench$$' -v -timeout 30m ./infra/outbox/
+	OUTBOX_BENCH=1 $(GO) test -count=1 -run '^TestOutboxBench$$' -v -timeout 30m ./infra/outbox/
 
 .PHONY: ci
 ci: lint wire-check test fuzz ## What CI runs
