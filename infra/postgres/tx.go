@@ -49,7 +49,8 @@ func InTx(ctx context.Context, pool *pgxpool.Pool, scope Scope, fn func(ctx cont
 	if _, _, err := TxFromContext(ctx); err == nil {
 		return errors.New("postgres.InTx: already inside a transaction")
 	}
-	tx, err := pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
+	// BEGIN and the scope travel in one round trip (a simple-protocol query of two statements).
+	tx, err := pool.BeginTx(ctx, pgx.TxOptions{BeginQuery: beginScoped(scope)})
 	if err != nil {
 		return fmt.Errorf("postgres.InTx: begin: %w", TranslateError(err))
 	}
@@ -60,9 +61,6 @@ func InTx(ctx context.Context, pool *pgxpool.Pool, scope Scope, fn func(ctx cont
 			_ = tx.Rollback(context.WithoutCancel(ctx))
 		}
 	}()
-	if err := SetScope(ctx, tx, scope); err != nil {
-		return err
-	}
 	if err := fn(context.WithValue(ctx, txKey{}, &scopedTx{tx: tx, scope: scope}), tx); err != nil {
 		return err
 	}
@@ -73,15 +71,29 @@ func InTx(ctx context.Context, pool *pgxpool.Pool, scope Scope, fn func(ctx cont
 	return nil
 }
 
-// SetScope sets the RLS settings of tx for the rest of the transaction.
-func SetScope(ctx context.Context, tx pgx.Tx, scope Scope) error {
-	ws, user := "", ""
+// beginScoped is the query that begins a READ COMMITTED transaction and sets its RLS scope,
+// as SetScope does. The ids are written into the text as their canonical UUID form (hex digits
+// and dashes only), so nothing in it comes from user input.
+func beginScoped(scope Scope) string {
+	ws, user := scopeSettings(scope)
+	return "BEGIN ISOLATION LEVEL READ COMMITTED; SELECT set_config('app.workspace_id', '" + ws +
+		"', true), set_config('app.user_id', '" + user + "', true)"
+}
+
+// scopeSettings returns the app.workspace_id and app.user_id values of scope ("" for none).
+func scopeSettings(scope Scope) (ws, user string) {
 	if scope.WorkspaceID != uuid.Nil {
 		ws = scope.WorkspaceID.String()
 	}
 	if scope.UserID != uuid.Nil {
 		user = scope.UserID.String()
 	}
+	return ws, user
+}
+
+// SetScope sets the RLS settings of tx for the rest of the transaction.
+func SetScope(ctx context.Context, tx pgx.Tx, scope Scope) error {
+	ws, user := scopeSettings(scope)
 	if _, err := tx.Exec(ctx,
 		`SELECT set_config('app.workspace_id', $1, true), set_config('app.user_id', $2, true)`,
 		ws, user); err != nil {

@@ -1,0 +1,65 @@
+package postgres_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/listingkit/listing/infra/postgres"
+	"github.com/listingkit/listing/infra/postgres/pgtest"
+)
+
+// InTx opens a READ COMMITTED transaction scoped to its workspace and user (or to none),
+// rolls it back when fn fails, and leaves nothing of the scope on the pooled connection.
+func TestInTxScopesTheTransactionOnly(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	ctx := context.Background()
+	cfg := db.App.Config()
+	cfg.MaxConns = 1 // every call below uses the same connection
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+
+	settings := func(ctx context.Context, tx pgx.Tx) (ws, user, iso string) {
+		require.NoError(t, tx.QueryRow(ctx, `SELECT coalesce(current_setting('app.workspace_id', true), ''),
+			coalesce(current_setting('app.user_id', true), ''), current_setting('transaction_isolation')`).Scan(&ws, &user, &iso))
+		return ws, user, iso
+	}
+	ws, user := uuid.New(), uuid.New()
+	for _, scope := range []postgres.Scope{{WorkspaceID: ws, UserID: user}, {UserID: user}, {}} {
+		require.NoError(t, postgres.InTx(ctx, pool, scope, func(ctx context.Context, tx pgx.Tx) error {
+			gotWS, gotUser, iso := settings(ctx, tx)
+			want := func(id uuid.UUID) string {
+				if id == uuid.Nil {
+					return ""
+				}
+				return id.String()
+			}
+			require.Equal(t, want(scope.WorkspaceID), gotWS)
+			require.Equal(t, want(scope.UserID), gotUser)
+			require.Equal(t, "read committed", iso)
+			return nil
+		}))
+		var left string
+		require.NoError(t, pool.QueryRow(ctx, `SELECT coalesce(current_setting('app.workspace_id', true), '') ||
+			coalesce(current_setting('app.user_id', true), '')`).Scan(&left))
+		require.Empty(t, left, "the scope outlived its transaction")
+	}
+
+	boom := errors.New("boom")
+	err = postgres.InTx(ctx, pool, postgres.Scope{}, func(ctx context.Context, tx pgx.Tx) error {
+		_, err := tx.Exec(ctx, `CREATE TEMP TABLE intx_probe (x int)`)
+		require.NoError(t, err)
+		return boom
+	})
+	require.ErrorIs(t, err, boom)
+	var n int
+	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM pg_class WHERE relname = 'intx_probe'`).Scan(&n))
+	require.Zero(t, n, "rolled back")
+}
