@@ -383,18 +383,26 @@ func byWorkspace(rows []claimed) map[uuid.UUID][]int {
 // claimSQL selects up to $2 due rows of workspace $1 (expired leases first, then pending by
 // next_attempt_at) with FOR UPDATE SKIP LOCKED, each side along its own partial index, and
 // marks them dispatching under token $3 with a lease of $4 ms. A reclaimed expired lease
-// counts as an attempt. Rows locked beyond the limit are released unchanged at commit.
+// counts as an attempt; one that reaches MaxAttempts ($5) goes to dead_letter instead of
+// being claimed again (an event whose every delivery ends without an outcome, e.g. one that
+// crashes its dispatcher, stops there). Rows locked beyond the limit are released unchanged
+// at commit.
 const claimSQL = `
 	WITH e AS (
-	  SELECT id FROM outbox_events
+	  SELECT id, attempt_count FROM outbox_events
 	  WHERE workspace_id = $1 AND status = 'dispatching' AND locked_until <= now()
 	  ORDER BY locked_until LIMIT $2 FOR UPDATE SKIP LOCKED),
+	dead AS (
+	  UPDATE outbox_events o
+	  SET status = 'dead_letter', attempt_count = o.attempt_count + 1, locked_by = NULL, locked_until = NULL,
+	      last_error = 'lease expired before any delivery outcome was recorded, ' || (o.attempt_count + 1) || ' attempts'
+	  FROM e WHERE o.id = e.id AND e.attempt_count + 1 >= $5),
 	p AS (
 	  SELECT id FROM outbox_events
 	  WHERE workspace_id = $1 AND status = 'pending' AND next_attempt_at <= now()
 	  ORDER BY next_attempt_at LIMIT $2 FOR UPDATE SKIP LOCKED),
 	c AS (
-	  SELECT id, 1 AS expired FROM e UNION ALL SELECT id, 0 FROM p LIMIT $2)
+	  SELECT id, 1 AS expired FROM e WHERE e.attempt_count + 1 < $5 UNION ALL SELECT id, 0 FROM p LIMIT $2)
 	UPDATE outbox_events o
 	SET status = 'dispatching', locked_by = $3, locked_until = now() + $4 * interval '1 millisecond',
 	    attempt_count = o.attempt_count + c.expired
@@ -408,7 +416,7 @@ func (d *Dispatcher) claim(ctx context.Context, wss []uuid.UUID, token string, l
 	got := make([][]claimed, len(wss))
 	stmts := make([]scopedStmt, len(wss))
 	for i, ws := range wss {
-		stmts[i] = scopedStmt{ws: ws, sql: claimSQL, args: []any{ws, limit, token, d.cfg.Lease.Milliseconds()},
+		stmts[i] = scopedStmt{ws: ws, sql: claimSQL, args: []any{ws, limit, token, d.cfg.Lease.Milliseconds(), d.cfg.MaxAttempts},
 			read: func(rows pgx.Rows) (err error) {
 				got[i], err = collectClaimed(rows)
 				return err
@@ -429,12 +437,19 @@ func (d *Dispatcher) claim(ctx context.Context, wss []uuid.UUID, token string, l
 	return out, nil
 }
 
+// collectClaimed reads claimed rows. The metadata is context (correlation, trace, occurred
+// at): a row whose metadata is not an object of strings is delivered without it rather than
+// held back.
 func collectClaimed(rows pgx.Rows) ([]claimed, error) {
 	var out []claimed
 	for rows.Next() {
 		var c claimed
-		if err := rows.Scan(&c.ID, &c.WorkspaceID, &c.EventType, &c.Destination, &c.Payload, &c.Metadata, &c.CreatedAt, &c.Attempts); err != nil {
+		var meta []byte
+		if err := rows.Scan(&c.ID, &c.WorkspaceID, &c.EventType, &c.Destination, &c.Payload, &meta, &c.CreatedAt, &c.Attempts); err != nil {
 			return nil, err
+		}
+		if json.Unmarshal(meta, &c.Metadata) != nil {
+			c.Metadata = nil
 		}
 		out = append(out, c)
 	}

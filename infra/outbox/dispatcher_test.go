@@ -544,3 +544,45 @@ func TestUnreachableDestinationStopsOneByOneFallback(t *testing.T) {
 	require.Equal(t, 51, rec2.calls, "one batch call, then each message alone")
 	require.Equal(t, 49, rec2.count())
 }
+
+// A lease that expires for the MaxAttempts-th time sends its event to dead_letter instead of
+// claiming it again (an event that crashes every dispatcher stops there), and a row whose
+// metadata is not an object of strings is still claimed and delivered, without it.
+func TestClaimDeadLettersRepeatedlyExpiredLeasesAndToleratesMetadata(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	ws := createWorkspace(t, db)
+	ids := bulkInsert(t, db, []uuid.UUID{ws}, 3)
+	ctx := context.Background()
+	cfg := fastConfig()
+	cfg.MaxAttempts = 5
+	_, err := db.Owner.Exec(ctx, `UPDATE outbox_events SET status = 'dispatching', locked_by = 'gone/1',
+		locked_until = now() - interval '1 second', attempt_count = CASE WHEN id = $1 THEN 4 ELSE 0 END
+		WHERE id = ANY($2)`, ids[0], []uuid.UUID{ids[0], ids[1]})
+	require.NoError(t, err)
+	_, err = db.Owner.Exec(ctx, `UPDATE outbox_events SET metadata = '{"x": 1}' WHERE id = $1`, ids[2])
+	require.NoError(t, err)
+
+	d, err := NewDispatcher(cfg, db.App, PublisherMap{}, nil, nil)
+	require.NoError(t, err)
+	rows, err := d.claim(ctx, []uuid.UUID{ws}, "next/1", 10)
+	require.NoError(t, err)
+	got := map[uuid.UUID]claimed{}
+	for _, r := range rows {
+		got[r.ID] = r
+	}
+	require.Len(t, got, 2)
+	require.Equal(t, 1, got[ids[1]].Attempts, "an expired lease counts as an attempt")
+	require.Contains(t, got, ids[2])
+	require.Nil(t, got[ids[2]].Metadata)
+	_, err = toMessage(got[ids[2]])
+	require.NoError(t, err)
+
+	var status, lastErr string
+	var attempts int
+	require.NoError(t, db.Owner.QueryRow(ctx, `SELECT status, attempt_count, last_error FROM outbox_events WHERE id = $1`, ids[0]).
+		Scan(&status, &attempts, &lastErr))
+	require.Equal(t, StatusDeadLetter, status)
+	require.Equal(t, 5, attempts)
+	require.Contains(t, lastErr, "lease expired")
+}

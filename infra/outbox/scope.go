@@ -2,6 +2,7 @@ package outbox
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/google/uuid"
@@ -42,8 +43,9 @@ type scopedStmt struct {
 
 // inWorkspaces runs each statement in an RLS transaction of its own, scoped to its
 // workspace, all in one round trip. errs[i] is nil when stmts[i] committed and its rows were
-// read; rows its read saw are to be acted on only then. (A failing read of our own cannot undo
-// what the server already ran: for a claim, the rows wait for their lease to expire.)
+// read; rows its read saw are to be acted on only then. A failing read of our own does not
+// undo what the server ran: that group commits (for a claim, its rows wait for their lease to
+// expire) and the later groups run.
 //
 // It sends one batch of [BEGIN, scopeSQL(ws), stmt, COMMIT] per statement. An explicit
 // BEGIN/COMMIT inside the pipeline makes each group its own transaction: the earlier ones stay
@@ -73,50 +75,53 @@ func inWorkspaces(ctx context.Context, pool *pgxpool.Pool, stmts []scopedStmt) [
 		b.Queue("COMMIT")
 	}
 	br := conn.SendBatch(ctx, b)
-	var failed error
+	var failed error // a server-side failure: PostgreSQL skips the rest of the batch
 	for i, st := range stmts {
 		if failed != nil {
 			errs[i] = fmt.Errorf("not run: an earlier transaction of its round trip failed: %w", failed)
 			continue
 		}
-		errs[i] = readScoped(br, st.read)
-		failed = errs[i]
+		committed, err := readScoped(br, st.read)
+		errs[i] = err
+		if !committed {
+			failed = err
+		}
 	}
-	if err := br.Close(); err != nil && failed == nil {
-		// Every group answered; a failure only at the Sync leaves nothing uncommitted to blame.
-		failed = err
-	}
+	_ = br.Close() // every group's outcome is already in errs
 	if conn.Conn().PgConn().TxStatus() != 'I' {
 		_, _ = conn.Exec(context.WithoutCancel(ctx), "ROLLBACK")
 	}
 	return errs
 }
 
-// readScoped reads the results of one [BEGIN, scope, stmt, COMMIT] group.
-func readScoped(br pgx.BatchResults, read func(pgx.Rows) error) error {
+// readScoped reads the results of one [BEGIN, scope, stmt, COMMIT] group. committed reports
+// whether the server acknowledged its COMMIT; err is the group's first failure. A failure of
+// read alone (ours, not the server's) leaves the group committed and the batch running.
+func readScoped(br pgx.BatchResults, read func(pgx.Rows) error) (committed bool, err error) {
 	if _, err := br.Exec(); err != nil { // BEGIN
-		return err
+		return false, err
 	}
 	if _, err := br.Exec(); err != nil { // scope
-		return err
+		return false, err
 	}
 	rows, err := br.Query()
 	if err != nil {
-		return err
+		return false, err
 	}
+	var readErr error
 	if read != nil {
-		err = read(rows)
+		readErr = read(rows)
 	}
 	rows.Close()
-	if err == nil {
-		err = rows.Err()
-	}
-	if err != nil {
-		return err
+	if readErr == nil {
+		readErr = rows.Err() // a server error while streaming the rows, or a Scan error
 	}
 	tag, err := br.Exec() // COMMIT
-	if err == nil && tag.String() != "COMMIT" {
-		err = fmt.Errorf("transaction not committed (%s)", tag)
+	switch {
+	case err != nil:
+		return false, errors.Join(readErr, err)
+	case tag.String() != "COMMIT":
+		return false, errors.Join(readErr, fmt.Errorf("transaction not committed (%s)", tag))
 	}
-	return err
+	return true, readErr
 }

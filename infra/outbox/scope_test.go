@@ -2,6 +2,7 @@ package outbox
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"testing"
 	"time"
@@ -126,6 +127,20 @@ func TestInWorkspacesOneTransactionEach(t *testing.T) {
 	want := []string{wss[0].String() + ":2", wss[1].String() + ":2", wss[2].String() + ":2", wss[3].String() + ":0"}
 	slices.Sort(want)
 	require.Equal(t, want, byWS)
+	// Our own read failing (not the server) fails that group only: it and the later groups
+	// committed on the server.
+	_, err = db.Owner.Exec(ctx, `UPDATE outbox_events SET last_error = NULL`)
+	require.NoError(t, err)
+	ours := errors.New("our read failed")
+	failingRead := scopedStmt{ws: wss[1], sql: ok, read: func(pgx.Rows) error { return ours }}
+	errs = inWorkspaces(ctx, db.App, []scopedStmt{mark(wss[0], ok, &seen[0]), failingRead, mark(wss[2], ok, &seen[2])})
+	require.NoError(t, errs[0])
+	require.ErrorIs(t, errs[1], ours)
+	require.NoError(t, errs[2], "the group after a failed read runs")
+	var marked int
+	require.NoError(t, db.Owner.QueryRow(ctx, `SELECT count(*) FROM outbox_events WHERE last_error = 'seen'`).Scan(&marked))
+	require.Equal(t, 6, marked, "all three groups committed")
+
 	for _, c := range db.App.AcquireAllIdle(ctx) {
 		gotWS, n := sessionScope(t, c.Conn())
 		require.Empty(t, gotWS)
