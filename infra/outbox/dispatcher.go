@@ -22,6 +22,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
 )
 
 // NotifyChannel is the PostgreSQL channel the outbox_events insert trigger (sql/003)
@@ -355,6 +356,7 @@ type claimed struct {
 // next batch meanwhile), publishes, and marks.
 func (d *Dispatcher) dispatchRound(ctx context.Context, wss []uuid.UUID) {
 	token := fmt.Sprintf("%s/%d", d.cfg.ID, d.claimSeq.Add(1))
+	claimedAt := time.Now() // the leases end at the server's now() + Lease, a little later
 	rows, err := d.claim(ctx, wss, token, d.cfg.BatchSize)
 	if err != nil && ctx.Err() == nil {
 		// Workspaces whose claim failed are found again by the next discovery.
@@ -368,7 +370,7 @@ func (d *Dispatcher) dispatchRound(ctx context.Context, wss []uuid.UUID) {
 			d.queue.requeue(ws)
 		}
 	}
-	d.deliver(ctx, token, rows)
+	d.deliver(ctx, token, rows, claimedAt)
 }
 
 // byWorkspace indexes rows by workspace.
@@ -506,14 +508,23 @@ func toMessage(c claimed) (*message.Message, error) {
 	return msg, nil
 }
 
+// errNotTried marks a claimed row that deliver did not get to publish before its round's
+// publish deadline.
+var errNotTried = errors.New("outbox: not published before the round's deadline")
+
 // deliver publishes claimed rows grouped by destination and records the outcome. When ctx is
-// already cancelled nothing is published: the claims are released.
-func (d *Dispatcher) deliver(ctx context.Context, token string, rows []claimed) {
+// already cancelled nothing is published: the claims are released. Publishing stops at the
+// round's deadline, claimedAt + Lease - Lease/5, so that the marks land while the leases
+// still hold even when destinations hang: rows not tried by then are released (no attempt
+// counted), not marked failed.
+func (d *Dispatcher) deliver(ctx context.Context, token string, rows []claimed, claimedAt time.Time) {
 	bg := context.WithoutCancel(ctx)
 	if ctx.Err() != nil {
 		d.release(bg, token, rows)
 		return
 	}
+	pubCtx, cancelPub := context.WithDeadline(bg, claimedAt.Add(d.cfg.Lease-d.cfg.Lease/5))
+	defer cancelPub()
 	groups := map[string][]int{}
 	var order []string
 	for i, r := range rows {
@@ -523,8 +534,14 @@ func (d *Dispatcher) deliver(ctx context.Context, token string, rows []claimed) 
 		groups[r.Destination] = append(groups[r.Destination], i)
 	}
 	errs := make([]error, len(rows))
+	for i := range errs {
+		errs[i] = errNotTried
+	}
 	for _, dest := range order {
 		idx := groups[dest]
+		if pubCtx.Err() != nil {
+			break
+		}
 		pub, err := d.pubs.PublisherFor(dest)
 		if err != nil {
 			for _, i := range idx {
@@ -532,13 +549,25 @@ func (d *Dispatcher) deliver(ctx context.Context, token string, rows []claimed) 
 			}
 			continue
 		}
-		d.publishGroup(bg, pub, dest, rows, idx, errs)
+		d.publishGroup(pubCtx, pub, dest, rows, idx, errs)
+	}
+	var untried []claimed
+	for i, r := range rows {
+		if errors.Is(errs[i], errNotTried) {
+			untried = append(untried, r)
+		}
+	}
+	if len(untried) > 0 {
+		d.log.Warn("outbox round deadline reached; releasing the events not yet published", "events", len(untried))
+		d.release(bg, token, untried)
 	}
 	var ok, failed []claimed
 	var failErrs []error
 	published := make(map[string]int, len(order))
 	for i, r := range rows {
-		if errs[i] == nil {
+		if errors.Is(errs[i], errNotTried) {
+			continue
+		} else if errs[i] == nil {
 			ok = append(ok, r)
 			published[r.Destination]++
 		} else {
@@ -559,10 +588,11 @@ func (d *Dispatcher) deliver(ctx context.Context, token string, rows []claimed) 
 	}
 }
 
-// publishGroup publishes rows[idx] to dest in one call; when that fails and there is more
-// than one message, each message is published alone so that one failing event does not
-// fail the others, until one fails as unreachable (then the rest fail with it). errs
-// receives the per-row outcome.
+// publishGroup publishes rows[idx] to dest in one call; when that fails, unless the
+// destination looks unreachable, each message is published alone so that one failing event
+// does not fail the others, until one fails as unreachable (then the rest fail with it) or
+// ctx (the round's deadline) ends (then the rest stay errNotTried). errs receives the per-row
+// outcome.
 func (d *Dispatcher) publishGroup(ctx context.Context, pub message.Publisher, dest string, rows []claimed, idx []int, errs []error) {
 	msgs := make([]*message.Message, 0, len(idx))
 	okIdx := make([]int, 0, len(idx))
@@ -587,7 +617,7 @@ func (d *Dispatcher) publishGroup(ctx context.Context, pub message.Publisher, de
 		return safePublish(pub, dest, ms)
 	}
 	err := publish(msgs...)
-	if err == nil || len(msgs) == 1 {
+	if err == nil || len(msgs) == 1 || unreachable(err) {
 		for _, i := range okIdx {
 			errs[i] = err
 		}
@@ -597,23 +627,26 @@ func (d *Dispatcher) publishGroup(ctx context.Context, pub message.Publisher, de
 		"events", len(msgs), "error", SanitizeError(err, d.cfg.ErrorMaxLen))
 	var down error // set once the destination looks unreachable: the rest fail with it, untried
 	for k, m := range msgs {
-		if down != nil {
+		switch {
+		case down != nil:
 			errs[okIdx[k]] = down
-			continue
-		}
-		errs[okIdx[k]] = publish(m)
-		if unreachable(errs[okIdx[k]]) {
-			down = errs[okIdx[k]]
+		case ctx.Err() != nil: // the round's deadline: left errNotTried
+		default:
+			errs[okIdx[k]] = publish(m)
+			if unreachable(errs[okIdx[k]]) {
+				down = errs[okIdx[k]]
+			}
 		}
 	}
 }
 
 // unreachable reports whether a publish error says the destination could not be reached
-// (connection refused or reset, a network timeout, PublishTimeout): then no message can get
-// through, and trying the others one by one would only multiply the wait.
+// (connection refused or reset, a network timeout, no free Redis connection, PublishTimeout):
+// then no message can get through, and trying the others one by one would only multiply the
+// wait.
 func unreachable(err error) bool {
 	var ne net.Error
-	return err != nil && (errors.As(err, &ne) || errors.Is(err, context.DeadlineExceeded) ||
+	return err != nil && (errors.As(err, &ne) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, redis.ErrPoolTimeout) ||
 		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
 		errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET))
 }

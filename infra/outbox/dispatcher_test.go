@@ -354,7 +354,7 @@ func TestReleaseHandsBackUnpublishedClaims(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, rows, 10)
 	cancel()
-	d.deliver(ctx, "me/1", rows) // cancelled before publishing: release
+	d.deliver(ctx, "me/1", rows, time.Now()) // cancelled before publishing: release
 	require.Equal(t, map[string]int{StatusPending: 10}, statusCounts(t, db))
 	var n int
 	require.NoError(t, db.Owner.QueryRow(context.Background(), `SELECT count(*) FROM outbox_events WHERE locked_by IS NULL AND attempt_count = 0`).Scan(&n))
@@ -506,10 +506,11 @@ func TestPurgeDeletesDeadLettersOnlyAndRecordsWhy(t *testing.T) {
 	require.Equal(t, 2, n)
 }
 
-// When a batch publish fails and the destination is unreachable, the dispatcher does not try
-// every message alone (each would wait for its own timeout): the first single publish that
-// fails as unreachable fails the rest of the batch with it. A message-specific failure still
-// falls back to one by one.
+// When a publish fails because the destination is unreachable, the dispatcher does not try
+// every message alone (each would wait for its own timeout): an unreachable batch fails
+// whole, and in the one-by-one fallback (after a batch failure of another kind) the first
+// single publish that fails as unreachable fails the rest with it. A message-specific
+// failure still falls back to one by one.
 func TestUnreachableDestinationStopsOneByOneFallback(t *testing.T) {
 	t.Parallel()
 	db := pgtest.New(t)
@@ -523,9 +524,24 @@ func TestUnreachableDestinationStopsOneByOneFallback(t *testing.T) {
 	rows, err := d.claim(ctx, []uuid.UUID{ws}, "down/1", 100)
 	require.NoError(t, err)
 	require.Len(t, rows, 50)
-	d.deliver(ctx, "down/1", rows)
-	require.Equal(t, 2, rec.calls, "one batch call, one single call, then stop")
+	d.deliver(ctx, "down/1", rows, time.Now())
+	require.Equal(t, 1, rec.calls, "an unreachable batch is not retried one by one")
 	require.Equal(t, map[string]int{StatusPending: 50}, statusCounts(t, db), "all failed, back to pending")
+
+	_, err = db.Owner.Exec(ctx, `UPDATE outbox_events SET next_attempt_at = now()`)
+	require.NoError(t, err)
+	rec = &recorder{fail: func(msgs []*message.Message) error {
+		if len(msgs) > 1 {
+			return errors.New("script error")
+		}
+		return refused
+	}}
+	d, err = NewDispatcher(fastConfig(), db.App, PublisherMap{testQueue: rec}, nil, nil)
+	require.NoError(t, err)
+	rows, err = d.claim(ctx, []uuid.UUID{ws}, "down/2", 100)
+	require.NoError(t, err)
+	d.deliver(ctx, "down/2", rows, time.Now())
+	require.Equal(t, 2, rec.calls, "one batch call, one single call, then stop")
 
 	_, err = db.Owner.Exec(ctx, `UPDATE outbox_events SET next_attempt_at = now()`)
 	require.NoError(t, err)
@@ -538,9 +554,11 @@ func TestUnreachableDestinationStopsOneByOneFallback(t *testing.T) {
 	}}
 	d2, err := NewDispatcher(fastConfig(), db.App, PublisherMap{testQueue: rec2}, nil, nil)
 	require.NoError(t, err)
+	_, err = db.Owner.Exec(ctx, `UPDATE outbox_events SET next_attempt_at = now()`)
+	require.NoError(t, err)
 	rows, err = d2.claim(ctx, []uuid.UUID{ws}, "poison/1", 100)
 	require.NoError(t, err)
-	d2.deliver(ctx, "poison/1", rows)
+	d2.deliver(ctx, "poison/1", rows, time.Now())
 	require.Equal(t, 51, rec2.calls, "one batch call, then each message alone")
 	require.Equal(t, 49, rec2.count())
 }
@@ -585,4 +603,49 @@ func TestClaimDeadLettersRepeatedlyExpiredLeasesAndToleratesMetadata(t *testing.
 	require.Equal(t, StatusDeadLetter, status)
 	require.Equal(t, 5, attempts)
 	require.Contains(t, lastErr, "lease expired")
+}
+
+// hanging is a publisher that never answers: each Publish waits for its context (the
+// dispatcher's PublishTimeout, within the round's deadline).
+type hanging struct{ calls atomic.Int32 }
+
+func (h *hanging) Publish(_ string, msgs ...*message.Message) error {
+	h.calls.Add(1)
+	<-msgs[0].Context().Done()
+	return msgs[0].Context().Err()
+}
+
+func (*hanging) Close() error { return nil }
+
+// Hanging destinations cannot hold a round past its leases: publishing stops at the round's
+// deadline (Lease - Lease/5 after the claim); the rows tried are marked failed, those not
+// tried are released without an attempt counted, all before the leases end.
+func TestRoundDeadlineReleasesWhatItCouldNotTry(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	ws := createWorkspace(t, db)
+	ids := bulkInsert(t, db, []uuid.UUID{ws}, 30)
+	ctx := context.Background()
+	_, err := db.Owner.Exec(ctx, `UPDATE outbox_events SET destination = 'd' || (aggregate_id::int % 3)`)
+	require.NoError(t, err)
+	h := &hanging{}
+	cfg := fastConfig()
+	cfg.Lease, cfg.PublishTimeout = time.Second, 450*time.Millisecond
+	d, err := NewDispatcher(cfg, db.App, PublisherMap{"d0": h, "d1": h, "d2": h}, nil, nil)
+	require.NoError(t, err)
+	start := time.Now()
+	rows, err := d.claim(ctx, []uuid.UUID{ws}, "hang/1", 100)
+	require.NoError(t, err)
+	require.Len(t, rows, len(ids))
+	d.deliver(ctx, "hang/1", rows, start)
+	require.Less(t, time.Since(start), cfg.Lease, "the round ended within its leases")
+	require.EqualValues(t, 2, h.calls.Load(), "two destinations tried (timeout, then the round's deadline), the third not")
+
+	var tried, released int
+	require.NoError(t, db.Owner.QueryRow(ctx, `SELECT
+		count(*) FILTER (WHERE status = 'pending' AND attempt_count = 1),
+		count(*) FILTER (WHERE status = 'pending' AND attempt_count = 0 AND locked_by IS NULL)
+		FROM outbox_events`).Scan(&tried, &released))
+	require.Equal(t, 20, tried)
+	require.Equal(t, 10, released)
 }

@@ -49,7 +49,10 @@
 // message UUID = event id, payload = the job data of API.md ({event_id, workspace_id,
 // event_type, payload, occurred_at, correlation_id, trace}), metadata event_type = job name.
 // When a batch Publish fails, each message is published alone, so one failing event never
-// fails the others. Published rows are marked dispatched, one statement per workspace of the
+// fails the others; unless the destination looks unreachable (refused, reset, timed out):
+// then the batch, or the rest of it, fails at once. Publishing stops at the round's deadline
+// (Lease - Lease/5 after the claim), so a hanging destination cannot keep a round past its
+// leases: what was not tried by then is released without an attempt counted. Published rows are marked dispatched, one statement per workspace of the
 // round, guarded by locked_by = token: a dispatcher whose lease expired cannot overwrite a newer claim. Failed
 // rows get attempt_count+1 and go back to pending with exponential backoff with jitter
 // (BackoffBase doubling up to BackoffMax), or to dead_letter after MaxAttempts, with a
