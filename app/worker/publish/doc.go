@@ -48,9 +48,12 @@
 // updating a published listing to a later draft is not this flow. A publication stored
 // without a snapshot (requested before snapshots existed) gets one in Step A from the
 // product when the product is still at the requested revision; otherwise that revision's
-// content is lost and the publication and its operation fail with
+// content is lost. Never started, the publication and its operation then fail with
 // PRODUCT_REVISION_UNAVAILABLE in the same transaction, with no platform call (a new request
-// publishes the current revision).
+// publishes the current revision). Already started by an earlier delivery, the publication
+// first looks for the product that delivery may have created (by external_ref) and records
+// it; only when there is none does it fail with PRODUCT_REVISION_UNAVAILABLE. Nothing is ever
+// created from another revision.
 //
 // Errors: rate limits and transient failures are returned for BullMQ to retry. When
 // worker.GiveUp says no retry follows, the publication and the operation fail with a

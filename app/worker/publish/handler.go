@@ -216,7 +216,10 @@ func (h *Handler) start(ctx context.Context, job worker.Job, ev domain.Publicati
 		if err != nil {
 			return err
 		}
-		s = started{publication: p, sealed: sealed, input: input(p)}
+		s = started{publication: p, sealed: sealed}
+		if p.Snapshot != nil {
+			s.input = input(p)
+		}
 		return nil
 	})
 	if err != nil && !errors.Is(err, worker.ErrSkip) {
@@ -227,17 +230,21 @@ func (h *Handler) start(ctx context.Context, job worker.Job, ev domain.Publicati
 
 // capture gives a publication without a snapshot (requested before snapshots existed) the
 // content of its requested revision: the product's current content, when the product is
-// still at that revision. Otherwise that content is lost, and it returns
-// domain.ErrProductRevisionUnavailable: the publication must fail rather than publish
-// another revision. It runs under the publication's row lock; the stored snapshot is never
-// changed again (see postgres.NewPublications).
+// still at that revision. Otherwise that content is lost: a publication never started
+// fails (domain.ErrProductRevisionUnavailable) rather than publish another revision; one
+// already started keeps no snapshot, and publish only looks for the product an earlier
+// delivery may have created. It runs under the publication's row lock; the stored snapshot
+// is never changed again (see postgres.NewPublications).
 func (h *Handler) capture(ctx context.Context, p *domain.Publication) (*domain.Error, error) {
 	product, err := h.cfg.Products.Get(ctx, p.ProductID)
 	if err != nil {
 		return nil, err
 	}
 	if product.Revision != p.ProductRevision {
-		return domain.ErrProductRevisionUnavailable, nil
+		if p.Status == domain.TaskPending {
+			return domain.ErrProductRevisionUnavailable, nil
+		}
+		return nil, nil
 	}
 	snap := product.Snapshot()
 	p.Snapshot = &snap
@@ -272,6 +279,11 @@ func (h *Handler) publish(ctx context.Context, job worker.Job, s started) (port.
 	}
 	if found != nil {
 		return *found, outcomeFound, nil
+	}
+	if s.publication.Snapshot == nil {
+		// Started before snapshots existed, its revision's content since lost (see capture),
+		// and no earlier delivery created the product: nothing can be published.
+		return port.PlatformProduct{}, "", worker.Permanent(fmt.Errorf("publish: %w", domain.ErrProductRevisionUnavailable))
 	}
 	created, err := m.CreateProduct(ctx, creds, ref, s.input)
 	if err == nil {

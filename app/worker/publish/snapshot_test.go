@@ -197,3 +197,43 @@ func TestPublicationWithoutSnapshotOfAnOlderRevisionFails(t *testing.T) {
 	require.NoError(t, b.handler.Handle(context.Background(), again.job))
 	require.Equal(t, "Red mug", b.platformProduct(t, again).Title)
 }
+
+// A publication without a snapshot that an earlier delivery had already started (before
+// snapshots existed) and whose product moved on: the product that delivery may have created
+// is looked for first. Found, it is recorded (not orphaned); not found, the publication
+// fails with PRODUCT_REVISION_UNAVAILABLE, and nothing is created from another revision.
+func TestStartedPublicationWithoutSnapshotRecordsWhatAnEarlierDeliveryCreated(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	for _, created := range []bool{true, false} {
+		rec := &recorder{Marketplace: b.gateway}
+		h := b.newHandler(t, rec)
+		f := b.seed(t, "sk_test_pub_snap_4", true)
+		b.legacy(t, f)
+		_, err := b.DB.Owner.Exec(ctx, `UPDATE publications SET status = 'running', attempts = 1 WHERE id = $1`, f.pub.ID)
+		require.NoError(t, err)
+		var earlier port.PlatformProduct
+		if created { // the earlier delivery's create reached the platform, then it died
+			earlier, err = b.gateway.CreateProduct(ctx, f.creds, f.pub.ExternalRef(), port.ProductInput{
+				ExternalRef: f.pub.ExternalRef(), Title: "Blue mug", Price: "12.00", Currency: "EUR"})
+			require.NoError(t, err)
+		}
+		b.saveDraft(t, f.product.ID, draft2)
+
+		err = h.Handle(ctx, f.job)
+		require.Empty(t, rec.sent(), "nothing is created without the requested revision's content")
+		s := b.state(t, f)
+		if created {
+			require.NoError(t, err)
+			require.Equal(t, domain.TaskSucceeded, s.pub.Status)
+			require.Equal(t, earlier.ID, s.pub.ExternalProductID)
+		} else {
+			require.True(t, worker.IsPermanent(err))
+			require.ErrorIs(t, err, domain.ErrProductRevisionUnavailable)
+			require.Equal(t, domain.TaskFailed, s.pub.Status)
+			require.Equal(t, "PRODUCT_REVISION_UNAVAILABLE", s.pub.ErrorCode)
+			require.Equal(t, "PRODUCT_REVISION_UNAVAILABLE", s.op.ErrorCode)
+		}
+	}
+}
