@@ -18,6 +18,10 @@
 -- +goose Up
 SET LOCAL ROLE listing_owner;
 
+-- Every lock up front, in the order the commands take them (products, then the task
+-- tables), so a publish or AI request running meanwhile waits instead of deadlocking.
+LOCK TABLE products, publications, ai_tasks IN ACCESS EXCLUSIVE MODE;
+
 ALTER TABLE publications ADD COLUMN product_snapshot jsonb
   CONSTRAINT publications_snapshot_revision CHECK (product_snapshot IS NULL OR
     (jsonb_typeof(product_snapshot) = 'object' AND (product_snapshot->>'revision')::int = product_revision));

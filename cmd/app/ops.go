@@ -142,7 +142,7 @@ func runOutbox(ctx context.Context, cfg config.Config, log *slog.Logger, args []
 		if err != nil {
 			return errors.New("-workspace must be a workspace id")
 		}
-		p := outbox.DeadLetters{WorkspaceID: w, All: *all, By: *by, Reason: *reason}
+		p := outbox.DeadLetters{WorkspaceID: w, All: *all, By: strings.TrimSpace(*by), Reason: *reason}
 		for _, s := range strings.Split(*ids, ",") {
 			if s = strings.TrimSpace(s); s == "" {
 				continue

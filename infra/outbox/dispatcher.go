@@ -728,11 +728,11 @@ func (d *Dispatcher) mark(ctx context.Context, token string, published, failed [
 				return err
 			}})
 	}
-	errs = slices.DeleteFunc(inWorkspaces(ctx, d.pool, stmts), func(err error) bool { return err == nil })
+	markErrs := slices.DeleteFunc(inWorkspaces(ctx, d.pool, stmts), func(err error) bool { return err == nil })
 	for _, s := range latencies {
 		d.metrics.Latency.Observe(s)
 	}
-	if lost := expected - len(latencies); lost > 0 && len(errs) == 0 {
+	if lost := expected - len(latencies); lost > 0 && len(markErrs) == 0 {
 		d.log.Warn("outbox lease lost before marking; another dispatcher holds the events", "events", lost)
 	}
 	if len(failed) > 0 {
@@ -740,8 +740,8 @@ func (d *Dispatcher) mark(ctx context.Context, token string, published, failed [
 		d.log.Warn("outbox delivery failed", "events", len(failed), "dead_lettered", dead, "first_event_id", failed[0].ID,
 			"workspace_id", failed[0].WorkspaceID, "event_type", failed[0].EventType, "destination", failed[0].Destination, "error", msgs[0])
 	}
-	if len(errs) > 0 {
-		return fmt.Errorf("outbox.Dispatcher.mark: %w", errors.Join(errs...))
+	if len(markErrs) > 0 {
+		return fmt.Errorf("outbox.Dispatcher.mark: %w", errors.Join(markErrs...))
 	}
 	return nil
 }
