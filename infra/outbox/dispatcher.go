@@ -841,8 +841,8 @@ func (q *wsQueue) notify() {
 	}
 }
 
-// pop takes up to n queued workspaces, fresh ones first, waiting for at least one. It
-// returns false when ctx is cancelled.
+// pop takes up to n queued workspaces, fresh ones first (at most n-1 of them while a
+// continuing one waits), waiting for at least one. It returns false when ctx is cancelled.
 func (q *wsQueue) pop(ctx context.Context, n int) ([]uuid.UUID, bool) {
 	for {
 		if ctx.Err() != nil {
@@ -850,8 +850,17 @@ func (q *wsQueue) pop(ctx context.Context, n int) ([]uuid.UUID, bool) {
 		}
 		q.mu.Lock()
 		var out []uuid.UUID
+		// Fresh workspaces first; but a round of several keeps one place for a continuing
+		// backlog, so that a steady stream of new workspaces cannot starve it.
+		freshMax := n
+		if n > 1 && len(q.cont) > 0 {
+			freshMax = n - 1
+		}
 		for _, from := range []*[]uuid.UUID{&q.fresh, &q.cont} {
 			k := min(n-len(out), len(*from))
+			if from == &q.fresh {
+				k = min(k, freshMax)
+			}
 			out = append(out, (*from)[:k]...)
 			clear((*from)[:k])
 			*from = (*from)[k:]

@@ -649,3 +649,32 @@ func TestRoundDeadlineReleasesWhatItCouldNotTry(t *testing.T) {
 	require.Equal(t, 20, tried)
 	require.Equal(t, 10, released)
 }
+
+// A round takes fresh workspaces first, each workspace once, and keeps a place for a
+// continuing backlog so a steady stream of fresh ones cannot starve it.
+func TestWorkspaceQueueRounds(t *testing.T) {
+	q := newWSQueue()
+	ctx := context.Background()
+	ids := make([]uuid.UUID, 6)
+	for i := range ids {
+		ids[i] = uuid.New()
+	}
+	q.requeue(ids[0])
+	q.push(ids[1], ids[2], ids[3], ids[1])
+	q.requeue(ids[2]) // already queued: stays where it is
+	got, ok := q.pop(ctx, 3)
+	require.True(t, ok)
+	require.Equal(t, []uuid.UUID{ids[1], ids[2], ids[0]}, got, "two fresh, then the backlog")
+	got, _ = q.pop(ctx, 3)
+	require.Equal(t, []uuid.UUID{ids[3]}, got)
+	q.push(ids[4], ids[5])
+	got, _ = q.pop(ctx, 1)
+	require.Equal(t, []uuid.UUID{ids[4]}, got, "a round of one takes the fresh first")
+
+	cctx, cancel := context.WithCancel(ctx)
+	cancel()
+	got, _ = q.pop(ctx, 5)
+	require.Equal(t, []uuid.UUID{ids[5]}, got)
+	_, ok = q.pop(cctx, 5)
+	require.False(t, ok, "an empty queue waits until cancelled")
+}
