@@ -73,6 +73,13 @@ func StartAll(t testing.TB, opts ...Option) *Env {
 		wg.Wait()
 		cleanupWork()
 		cleanupDispatch()
+		// The queues and streams of this test's prefix go with it (the API's client is
+		// still open: its cleanup runs after this one).
+		ctx := context.Background()
+		iter := e.API.Redis.Scan(ctx, 0, e.Config.BullMQPrefix+":*", 500).Iterator()
+		for iter.Next(ctx) {
+			e.API.Redis.Del(ctx, iter.Val())
+		}
 	})
 	return e
 }
