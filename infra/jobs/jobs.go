@@ -139,7 +139,8 @@ func Adapt(queue string, h worker.Handler, log *slog.Logger, m *Metrics) bullmq.
 	}
 }
 
-// handle runs h, turning a panic into an error.
+// handle runs h, turning a panic into an error, so that the attempt is counted and logged
+// like any other failure (bullmq.Worker recovers too, but below the metrics).
 func handle(ctx context.Context, h worker.Handler, job worker.Job) (err error) {
 	defer func() {
 		if r := recover(); r != nil {

@@ -382,6 +382,15 @@ func byWorkspace(rows []claimed) map[uuid.UUID][]int {
 	return m
 }
 
+// idsOf returns the event ids of rows[idx].
+func idsOf(rows []claimed, idx []int) []uuid.UUID {
+	ids := make([]uuid.UUID, len(idx))
+	for k, i := range idx {
+		ids[k] = rows[i].ID
+	}
+	return ids
+}
+
 // claimSQL selects up to $2 due rows of workspace $1 (expired leases first, then pending by
 // next_attempt_at) with FOR UPDATE SKIP LOCKED, each side along its own partial index, and
 // marks them dispatching under token $3 with a lease of $4 ms. A reclaimed expired lease
@@ -551,29 +560,24 @@ func (d *Dispatcher) deliver(ctx context.Context, token string, rows []claimed, 
 		}
 		d.publishGroup(pubCtx, pub, dest, rows, idx, errs)
 	}
-	var untried []claimed
+	var ok, failed, untried []claimed
+	var failErrs []error
+	published := make(map[string]int, len(order))
 	for i, r := range rows {
-		if errors.Is(errs[i], errNotTried) {
+		switch {
+		case errs[i] == nil:
+			ok = append(ok, r)
+			published[r.Destination]++
+		case errors.Is(errs[i], errNotTried):
 			untried = append(untried, r)
+		default:
+			failed = append(failed, r)
+			failErrs = append(failErrs, errs[i])
 		}
 	}
 	if len(untried) > 0 {
 		d.log.Warn("outbox round deadline reached; releasing the events not yet published", "events", len(untried))
 		d.release(bg, token, untried)
-	}
-	var ok, failed []claimed
-	var failErrs []error
-	published := make(map[string]int, len(order))
-	for i, r := range rows {
-		if errors.Is(errs[i], errNotTried) {
-			continue
-		} else if errs[i] == nil {
-			ok = append(ok, r)
-			published[r.Destination]++
-		} else {
-			failed = append(failed, r)
-			failErrs = append(failErrs, errs[i])
-		}
 	}
 	for dest, n := range published {
 		d.metrics.Published.WithLabelValues(dest).Add(float64(n))
@@ -697,10 +701,7 @@ func (d *Dispatcher) mark(ctx context.Context, token string, published, failed [
 	var expected int
 	var latencies []float64
 	for ws, idx := range byWorkspace(published) {
-		ids := make([]uuid.UUID, len(idx))
-		for k, i := range idx {
-			ids[k] = published[i].ID
-		}
+		ids := idsOf(published, idx)
 		expected += len(ids)
 		stmts = append(stmts, scopedStmt{ws: ws, sql: markDispatchedSQL, args: []any{ids, token},
 			read: func(rows pgx.Rows) error {
@@ -712,11 +713,10 @@ func (d *Dispatcher) mark(ctx context.Context, token string, published, failed [
 	dead := 0
 	msgs := make([]string, len(failed))
 	for ws, idx := range byWorkspace(failed) {
-		ids := make([]uuid.UUID, len(idx))
+		ids := idsOf(failed, idx)
 		delays := make([]float64, len(idx))
 		wsMsgs := make([]string, len(idx))
 		for k, i := range idx {
-			ids[k] = failed[i].ID
 			delays[k] = backoff(d.cfg.BackoffBase, d.cfg.BackoffMax, failed[i].Attempts+1).Seconds()
 			msgs[i] = SanitizeError(errs[i], d.cfg.ErrorMaxLen)
 			wsMsgs[k] = msgs[i]
@@ -759,11 +759,7 @@ func countOf[T comparable](s []T, v T) (n int) {
 func (d *Dispatcher) release(ctx context.Context, token string, rows []claimed) {
 	var stmts []scopedStmt
 	for ws, idx := range byWorkspace(rows) {
-		ids := make([]uuid.UUID, len(idx))
-		for k, i := range idx {
-			ids[k] = rows[i].ID
-		}
-		stmts = append(stmts, scopedStmt{ws: ws, sql: releaseSQL, args: []any{ids, token}})
+		stmts = append(stmts, scopedStmt{ws: ws, sql: releaseSQL, args: []any{idsOf(rows, idx), token}})
 	}
 	ctx, cancel := context.WithTimeout(ctx, d.cfg.ShutdownTimeout)
 	defer cancel()
@@ -841,6 +837,15 @@ func (q *wsQueue) notify() {
 	}
 }
 
+// take moves up to n ids from the front of *from to the end of out.
+func take(from *[]uuid.UUID, n int, out []uuid.UUID) []uuid.UUID {
+	k := min(n, len(*from))
+	out = append(out, (*from)[:k]...)
+	clear((*from)[:k])
+	*from = (*from)[k:]
+	return out
+}
+
 // pop takes up to n queued workspaces, fresh ones first (at most n-1 of them while a
 // continuing one waits), waiting for at least one. It returns false when ctx is cancelled.
 func (q *wsQueue) pop(ctx context.Context, n int) ([]uuid.UUID, bool) {
@@ -849,22 +854,14 @@ func (q *wsQueue) pop(ctx context.Context, n int) ([]uuid.UUID, bool) {
 			return nil, false
 		}
 		q.mu.Lock()
-		var out []uuid.UUID
 		// Fresh workspaces first; but a round of several keeps one place for a continuing
 		// backlog, so that a steady stream of new workspaces cannot starve it.
 		freshMax := n
 		if n > 1 && len(q.cont) > 0 {
 			freshMax = n - 1
 		}
-		for _, from := range []*[]uuid.UUID{&q.fresh, &q.cont} {
-			k := min(n-len(out), len(*from))
-			if from == &q.fresh {
-				k = min(k, freshMax)
-			}
-			out = append(out, (*from)[:k]...)
-			clear((*from)[:k])
-			*from = (*from)[k:]
-		}
+		out := take(&q.fresh, freshMax, nil)
+		out = take(&q.cont, n-len(out), out)
 		for _, id := range out {
 			delete(q.queued, id)
 		}

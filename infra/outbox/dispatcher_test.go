@@ -438,8 +438,9 @@ func testutilValue(d *Dispatcher) float64 {
 	return testutil.ToFloat64(d.metrics.Published.WithLabelValues(testQueue))
 }
 
-// One round claims several workspaces, each in a transaction of its own scoped to it: every
-// row comes back with its own workspace, and a workspace without context (uuid.Nil) gets none.
+// One round claims several workspaces: the limit applies to each, every row comes back
+// tagged with its own workspace, and the nil workspace in the round claims nothing. (That each
+// group runs scoped to its own workspace under RLS is TestInWorkspacesOneTransactionEach's.)
 func TestClaimRoundScopesEachWorkspace(t *testing.T) {
 	t.Parallel()
 	db := pgtest.New(t)

@@ -11,7 +11,7 @@ import (
 )
 
 // scopeSQL scopes the rest of its transaction to one workspace and no user, as
-// postgres.SetScope does, and lets it commit without waiting for the WAL flush. Local
+// postgres.InTx does, and lets it commit without waiting for the WAL flush. Local
 // settings (set_config's third argument) end with the transaction.
 //
 // synchronous_commit = off is safe for the dispatcher's own transactions only, and only
@@ -24,7 +24,7 @@ const scopeSQL = `SELECT set_config('app.workspace_id', $1, true), set_config('a
 	set_config('synchronous_commit', 'off', true)`
 
 // scopeOf is the app.workspace_id value of ws; uuid.Nil scopes to no workspace (no rows, as
-// postgres.SetScope).
+// postgres.InTx).
 func scopeOf(ws uuid.UUID) string {
 	if ws == uuid.Nil {
 		return ""

@@ -189,8 +189,7 @@ func NewPublications() *Repository[domain.Publication] {
 			return append(taskScan(&p.Task), &p.ProductID, &p.StoreID, &p.ProductRevision, &p.ExternalProductID, &p.Snapshot)
 		},
 		values: func(p *domain.Publication) []any {
-			return append(taskValues(&p.Task), p.ProductID, p.StoreID, p.ProductRevision, p.ExternalProductID,
-				snapshotValue(p.Snapshot))
+			return append(taskValues(&p.Task), p.ProductID, p.StoreID, p.ProductRevision, p.ExternalProductID, p.Snapshot)
 		},
 		key:      func(p *domain.Publication) (uuid.UUID, time.Time) { return taskKey(&p.Task) },
 		notFound: domain.ErrPublicationNotFound,
@@ -267,8 +266,7 @@ func NewAITasks() *Repository[domain.AITask] {
 			if len(t.Output) > 0 {
 				out = t.Output
 			}
-			return append(taskValues(&t.Task), t.Kind, t.ProductID, t.Prompt, out, t.ProviderRequestID,
-				snapshotValue(t.Snapshot))
+			return append(taskValues(&t.Task), t.Kind, t.ProductID, t.Prompt, out, t.ProviderRequestID, t.Snapshot)
 		},
 		key:      func(t *domain.AITask) (uuid.UUID, time.Time) { return taskKey(&t.Task) },
 		notFound: domain.ErrAITaskNotFound,
@@ -299,15 +297,6 @@ func notFoundAs(err error, nf *domain.Error) error {
 		return nf
 	}
 	return err
-}
-
-// snapshotValue maps a task's product snapshot to its jsonb column (sql/007_task_snapshots.sql):
-// the snapshot's JSON form, or NULL when there is none.
-func snapshotValue(s *domain.ProductSnapshot) any {
-	if s == nil {
-		return nil
-	}
-	return s
 }
 
 // nullIfNil maps uuid.Nil to SQL NULL.

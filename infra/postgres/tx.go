@@ -71,35 +71,20 @@ func InTx(ctx context.Context, pool *pgxpool.Pool, scope Scope, fn func(ctx cont
 	return nil
 }
 
-// beginScoped is the query that begins a READ COMMITTED transaction and sets its RLS scope,
-// as SetScope does. The ids are written into the text as their canonical UUID form (hex digits
-// and dashes only), so nothing in it comes from user input.
+// beginScoped is the query that begins a READ COMMITTED transaction and sets its RLS scope
+// for the rest of the transaction (local settings; "" for no workspace or no user). The ids
+// are written into the text in their canonical UUID form (hex digits and dashes only), so
+// nothing in it comes from user input.
 func beginScoped(scope Scope) string {
-	ws, user := scopeSettings(scope)
-	return "BEGIN ISOLATION LEVEL READ COMMITTED; SELECT set_config('app.workspace_id', '" + ws +
-		"', true), set_config('app.user_id', '" + user + "', true)"
-}
-
-// scopeSettings returns the app.workspace_id and app.user_id values of scope ("" for none).
-func scopeSettings(scope Scope) (ws, user string) {
+	ws, user := "", ""
 	if scope.WorkspaceID != uuid.Nil {
 		ws = scope.WorkspaceID.String()
 	}
 	if scope.UserID != uuid.Nil {
 		user = scope.UserID.String()
 	}
-	return ws, user
-}
-
-// SetScope sets the RLS settings of tx for the rest of the transaction.
-func SetScope(ctx context.Context, tx pgx.Tx, scope Scope) error {
-	ws, user := scopeSettings(scope)
-	if _, err := tx.Exec(ctx,
-		`SELECT set_config('app.workspace_id', $1, true), set_config('app.user_id', $2, true)`,
-		ws, user); err != nil {
-		return fmt.Errorf("postgres.SetScope: %w", TranslateError(err))
-	}
-	return nil
+	return "BEGIN ISOLATION LEVEL READ COMMITTED; SELECT set_config('app.workspace_id', '" + ws +
+		"', true), set_config('app.user_id', '" + user + "', true)"
 }
 
 // TxMiddleware is the command-bus middleware that runs the rest of the chain in one RLS
