@@ -21,12 +21,14 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/redis/go-redis/v9"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/listingkit/listing/app"
 	"github.com/listingkit/listing/app/bus"
 	"github.com/listingkit/listing/app/commands"
 	"github.com/listingkit/listing/app/port"
 	"github.com/listingkit/listing/app/query"
+	"github.com/listingkit/listing/app/reconcile"
 	"github.com/listingkit/listing/app/worker"
 	"github.com/listingkit/listing/domain"
 	"github.com/listingkit/listing/infra/auth"
@@ -271,7 +273,8 @@ type API struct {
 
 // ProvideBullMQConfig is the queue configuration shared by publishers and workers.
 func ProvideBullMQConfig(cfg config.Config, rdb *redis.Client) bullmq.Config {
-	return bullmq.Config{Client: rdb, Prefix: cfg.BullMQPrefix, Attempts: cfg.JobAttempts}
+	return bullmq.Config{Client: rdb, Prefix: cfg.BullMQPrefix, Attempts: cfg.JobAttempts,
+		Backoff: bullmq.Backoff{Type: bullmq.BackoffExponential, Delay: config.JobBackoff.Milliseconds()}}
 }
 
 // ProvidePublishers builds the dispatcher's publishers: BullMQ for every job queue and a
@@ -351,7 +354,16 @@ func (c *Cleanup) RunOnce(ctx context.Context, log *slog.Logger) error {
 	return nil
 }
 
-// Dispatch is the assembled outbox dispatcher.
+// Dispatch is the assembled outbox dispatcher and the reconciler of stuck tasks.
 type Dispatch struct {
 	Dispatcher *outbox.Dispatcher
+	Reconciler *reconcile.Reconciler
+}
+
+// Run dispatches and reconciles until ctx ends.
+func (d *Dispatch) Run(ctx context.Context) error {
+	g, ctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return d.Dispatcher.Run(ctx) })
+	g.Go(func() error { return d.Reconciler.Run(ctx) })
+	return g.Wait()
 }

@@ -24,9 +24,10 @@ func InitializeAPI(ctx context.Context, cfg config.Config, opts Options, reg *pr
 	return nil, nil, nil
 }
 
-// InitializeDispatch assembles the outbox dispatcher and its publishers.
+// InitializeDispatch assembles the outbox dispatcher, its publishers and the reconciler.
 func InitializeDispatch(ctx context.Context, cfg config.Config, reg *prometheus.Registry, log *slog.Logger) (*Dispatch, func(), error) {
-	wire.Build(ProvidePool, ProvideRedis, ProvideBullMQConfig, ProvidePublishers, ProvideDispatcher, wire.Struct(new(Dispatch), "*"))
+	wire.Build(ProvidePool, ProvideRedis, ProvideBullMQConfig, ProvidePublishers, ProvideDispatcher, ProvideRepositories,
+		ProvideEventPublisher, ProvideWorkerDeps, ProvideTaskKinds, ProvideReconciler, wire.Struct(new(Dispatch), "*"))
 	return nil, nil, nil
 }
 
@@ -40,6 +41,7 @@ func InitializeCleanup(ctx context.Context, cfg config.Config, log *slog.Logger)
 // (or their development sandboxes).
 func InitializeWork(ctx context.Context, cfg config.Config, reg *prometheus.Registry, log *slog.Logger) (*Work, func(), error) {
 	wire.Build(ProvidePool, ProvideRedis, ProvideRepositories, ProvideEventPublisher, ProvideCipher, ProvideStorage,
-		ProvideFetcher, ProvideExternals, ProvideJobHandlers, ProvideBullMQConfig, ProvideRunner, wire.Struct(new(Work), "*"))
+		ProvideFetcher, ProvideExternals, ProvideWorkerDeps, ProvideTaskKinds, ProvideJobHandlers, ProvideBullMQConfig,
+		ProvideRunner, wire.Struct(new(Work), "*"))
 	return nil, nil, nil
 }

@@ -88,7 +88,7 @@ func InitializeAPI(ctx context.Context, cfg config.Config, opts Options, reg *pr
 	}, nil
 }
 
-// InitializeDispatch assembles the outbox dispatcher and its publishers.
+// InitializeDispatch assembles the outbox dispatcher, its publishers and the reconciler.
 func InitializeDispatch(ctx context.Context, cfg config.Config, reg *prometheus.Registry, log *slog.Logger) (*Dispatch, func(), error) {
 	pool, cleanup, err := ProvidePool(ctx, cfg)
 	if err != nil {
@@ -113,8 +113,26 @@ func InitializeDispatch(ctx context.Context, cfg config.Config, reg *prometheus.
 		cleanup()
 		return nil, nil, err
 	}
+	repositories := ProvideRepositories()
+	eventPublisher, err := ProvideEventPublisher()
+	if err != nil {
+		cleanup3()
+		cleanup2()
+		cleanup()
+		return nil, nil, err
+	}
+	deps := ProvideWorkerDeps(pool, repositories, eventPublisher, log)
+	taskKinds := ProvideTaskKinds(deps, repositories)
+	reconciler, err := ProvideReconciler(cfg, pool, taskKinds, reg, log)
+	if err != nil {
+		cleanup3()
+		cleanup2()
+		cleanup()
+		return nil, nil, err
+	}
 	dispatch := &Dispatch{
 		Dispatcher: dispatcher,
+		Reconciler: reconciler,
 	}
 	return dispatch, func() {
 		cleanup3()
@@ -159,6 +177,7 @@ func InitializeWork(ctx context.Context, cfg config.Config, reg *prometheus.Regi
 		cleanup()
 		return nil, nil, err
 	}
+	deps := ProvideWorkerDeps(pool, repositories, eventPublisher, log)
 	cipher, err := ProvideCipher(cfg, log)
 	if err != nil {
 		cleanup2()
@@ -183,14 +202,15 @@ func InitializeWork(ctx context.Context, cfg config.Config, reg *prometheus.Regi
 		cleanup()
 		return nil, nil, err
 	}
-	v, err := ProvideJobHandlers(cfg, pool, repositories, eventPublisher, cipher, storage, fetcher, externals, log)
+	v, err := ProvideJobHandlers(cfg, deps, repositories, cipher, storage, fetcher, externals)
 	if err != nil {
 		cleanup3()
 		cleanup2()
 		cleanup()
 		return nil, nil, err
 	}
-	runner, err := ProvideRunner(cfg, bullmqConfig, v, reg, log)
+	taskKinds := ProvideTaskKinds(deps, repositories)
+	runner, err := ProvideRunner(cfg, bullmqConfig, v, taskKinds, reg, log)
 	if err != nil {
 		cleanup3()
 		cleanup2()

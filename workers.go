@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/listingkit/listing/app/port"
+	"github.com/listingkit/listing/app/reconcile"
 	"github.com/listingkit/listing/app/worker"
 	"github.com/listingkit/listing/app/worker/aitask"
 	"github.com/listingkit/listing/app/worker/mediaproc"
@@ -102,10 +103,36 @@ func ProvideExternals(cfg config.Config, log *slog.Logger) (*Externals, func(), 
 	return x, cleanup, nil
 }
 
+// ProvideWorkerDeps builds what every job handler and task kind shares.
+func ProvideWorkerDeps(pool *pgxpool.Pool, repos *Repositories, events *outbox.EventPublisher, log *slog.Logger) worker.Deps {
+	return worker.Deps{Tx: postgres.Transactor{Pool: pool}, Operations: repos.Operations, Events: events, Now: time.Now, Log: log}
+}
+
+// TaskKinds describes the task of every queue to the engine.
+type TaskKinds []worker.TaskKind
+
+// ProvideTaskKinds builds the task kind of every queue.
+func ProvideTaskKinds(deps worker.Deps, repos *Repositories) TaskKinds {
+	return TaskKinds{
+		storeverify.Tasks(deps, repos.Verifications),
+		mediaproc.Tasks(deps, repos.MediaTasks, repos.Media),
+		transfer.Tasks(deps, repos.Transfers),
+		publish.Tasks(deps, repos.Publications),
+		productsync.Tasks(deps, repos.Syncs),
+		aitask.Tasks(deps, repos.AITasks),
+	}
+}
+
+// ProvideReconciler builds the reconciler of stuck tasks (app/reconcile).
+func ProvideReconciler(cfg config.Config, pool *pgxpool.Pool, kinds TaskKinds, reg *prometheus.Registry, log *slog.Logger) (*reconcile.Reconciler, error) {
+	return reconcile.New(reconcile.Config{Kinds: kinds, Stuck: postgres.StuckTasks{Pool: pool}, Tx: postgres.Transactor{Pool: pool},
+		After: cfg.ReconcileAfterQueues, DefaultAfter: cfg.ReconcileAfter, Interval: cfg.ReconcileInterval,
+		MaxReconciliations: cfg.ReconcileMax, Log: log, Registerer: reg})
+}
+
 // ProvideJobHandlers builds one handler per queue.
-func ProvideJobHandlers(cfg config.Config, pool *pgxpool.Pool, repos *Repositories, events *outbox.EventPublisher,
-	cipher *secret.Cipher, store *Storage, fetcher *fetch.Fetcher, x *Externals, log *slog.Logger) (map[string]worker.Handler, error) {
-	deps := worker.Deps{Tx: postgres.Transactor{Pool: pool}, Operations: repos.Operations, Events: events, Now: time.Now, Log: log}
+func ProvideJobHandlers(cfg config.Config, deps worker.Deps, repos *Repositories, cipher *secret.Cipher, store *Storage,
+	fetcher *fetch.Fetcher, x *Externals) (map[string]worker.Handler, error) {
 	sv, err := storeverify.New(storeverify.Config{Deps: deps, Verifications: repos.Verifications, Stores: repos.Stores,
 		Cipher: cipher, Marketplace: x.Marketplace})
 	pub, err2 := publish.New(publish.Config{Deps: deps, Publications: repos.Publications, Products: repos.Products,
@@ -150,10 +177,19 @@ func deriveImage(b []byte) ([]mediaproc.Variant, error) {
 
 // ProvideRunner builds the BullMQ consumers of every queue; their metrics (job outcomes,
 // handler time, queue depth) are registered on reg.
-func ProvideRunner(cfg config.Config, bcfg bullmq.Config, handlers map[string]worker.Handler, reg *prometheus.Registry,
-	log *slog.Logger) (*jobs.Runner, error) {
-	return jobs.NewRunner(jobs.Config{BullMQ: bcfg, Concurrency: cfg.WorkerConcurrency, Handlers: handlers, Logger: log,
-		Registerer: reg})
+func ProvideRunner(cfg config.Config, bcfg bullmq.Config, handlers map[string]worker.Handler, kinds TaskKinds,
+	reg *prometheus.Registry, log *slog.Logger) (*jobs.Runner, error) {
+	byQueue := map[string]worker.TaskKind{}
+	for _, k := range kinds {
+		byQueue[k.Queue()] = k
+	}
+	maxStalls := cfg.JobMaxStalls
+	if maxStalls == 0 {
+		maxStalls = -1 // bullmq's "fail on the first stall"
+	}
+	return jobs.NewRunner(jobs.Config{BullMQ: bcfg, Concurrency: cfg.WorkerConcurrency, Handlers: handlers, Kinds: byQueue,
+		LockDuration: cfg.JobLockDuration, StalledInterval: cfg.JobStalledInterval, MaxStalledCount: maxStalls,
+		Logger: log, Registerer: reg})
 }
 
 // Work is the assembled job consumers.

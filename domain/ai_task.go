@@ -82,3 +82,8 @@ func (AITaskRequested) AggregateType() string { return "ai_task" }
 func (e AITaskRequested) AggregateID() string { return e.AITaskID.String() }
 
 func init() { RegisterEvent(AITaskRequested{}) }
+
+// RequestEvent implements Requested.
+func (t AITask) RequestEvent() Event {
+	return AITaskRequested{AITaskID: t.ID, OperationID: t.OperationID, Kind: t.Kind, ProductID: t.ProductID}
+}

@@ -152,3 +152,13 @@ func init() {
 	RegisterEvent(MediaUploadCompleted{})
 	RegisterEvent(MaterialTransferRequested{})
 }
+
+// RequestEvent implements Requested.
+func (t MediaTask) RequestEvent() Event {
+	return MediaUploadCompleted{MediaID: t.MediaID, ProcessingID: t.ID, OperationID: t.OperationID}
+}
+
+// RequestEvent implements Requested.
+func (t MaterialTransfer) RequestEvent() Event {
+	return MaterialTransferRequested{TransferID: t.ID, OperationID: t.OperationID, MediaID: t.MediaID}
+}

@@ -45,3 +45,8 @@ func (ProductSyncRequested) AggregateType() string { return "product_sync" }
 func (e ProductSyncRequested) AggregateID() string { return e.SyncID.String() }
 
 func init() { RegisterEvent(ProductSyncRequested{}) }
+
+// RequestEvent implements Requested.
+func (s ProductSync) RequestEvent() Event {
+	return ProductSyncRequested{SyncID: s.ID, OperationID: s.OperationID, StoreID: s.StoreID}
+}

@@ -74,3 +74,8 @@ func (PublicationRequested) AggregateType() string { return "publication" }
 func (e PublicationRequested) AggregateID() string { return e.PublicationID.String() }
 
 func init() { RegisterEvent(PublicationRequested{}) }
+
+// RequestEvent implements Requested.
+func (p Publication) RequestEvent() Event {
+	return PublicationRequested{PublicationID: p.ID, OperationID: p.OperationID, ProductID: p.ProductID, StoreID: p.StoreID, ProductRevision: p.ProductRevision}
+}

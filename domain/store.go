@@ -118,3 +118,8 @@ func (StoreVerificationRequested) AggregateType() string { return "store" }
 func (e StoreVerificationRequested) AggregateID() string { return e.StoreID.String() }
 
 func init() { RegisterEvent(StoreVerificationRequested{}) }
+
+// RequestEvent implements Requested.
+func (v StoreVerification) RequestEvent() Event {
+	return StoreVerificationRequested{StoreID: v.StoreID, VerificationID: v.ID, OperationID: v.OperationID, CredentialsVersion: v.CredentialsVersion}
+}

@@ -25,16 +25,19 @@ func (s TaskStatus) Terminal() bool { return s == TaskSucceeded || s == TaskFail
 
 // Task is the state every domain task shares.
 type Task struct {
-	ID           uuid.UUID
-	WorkspaceID  uuid.UUID
-	OperationID  uuid.UUID
-	Status       TaskStatus
-	Attempts     int
-	ErrorCode    string
-	ErrorMessage string
-	Version      int
-	CreatedAt    time.Time
-	UpdatedAt    time.Time
+	ID          uuid.UUID
+	WorkspaceID uuid.UUID
+	OperationID uuid.UUID
+	Status      TaskStatus
+	Attempts    int
+	// Reconciliations counts how often the task was found stuck (not finished, not moving)
+	// and delivered again (see Reconcile).
+	Reconciliations int
+	ErrorCode       string
+	ErrorMessage    string
+	Version         int
+	CreatedAt       time.Time
+	UpdatedAt       time.Time
 }
 
 // NewTask returns a pending task.
@@ -75,4 +78,41 @@ func (t *Task) Fail(code, message string, now time.Time) error {
 	t.Status, t.ErrorCode, t.ErrorMessage, t.UpdatedAt = TaskFailed, code, message, now
 	t.Version++
 	return nil
+}
+
+// Task failure codes that the engine records, whatever the flow.
+var (
+	// ErrDeliveryExhausted fails a task that was delivered again MaxReconciliations times and
+	// still did not finish.
+	ErrDeliveryExhausted = NewError(KindUnavailable, "DELIVERY_EXHAUSTED",
+		"the task was delivered again several times and never finished")
+	// ErrJobStalled fails a task whose job stopped with its worker more often than allowed
+	// (a worker that keeps dying on the same job).
+	ErrJobStalled = NewError(KindUnavailable, "JOB_STALLED",
+		"the task's worker stopped repeatedly while running it")
+)
+
+// Reconcile counts one more delivery of a stuck task (see Reconciliations) and marks it
+// moved at now, so that it is not taken for stuck again before the threshold passes anew.
+// It reports whether the task may be delivered again: false when it already was max times
+// (the caller then fails it with ErrDeliveryExhausted). A finished task is ErrTaskFinished.
+func (t *Task) Reconcile(max int, now time.Time) (bool, error) {
+	if t.Status.Terminal() {
+		return false, ErrTaskFinished
+	}
+	if t.Reconciliations >= max {
+		return false, nil
+	}
+	t.Reconciliations++
+	t.UpdatedAt = now
+	t.Version++
+	return true, nil
+}
+
+// Requested is a task that can rebuild the event that asked for it, from its own state. The
+// engine sends that event again, under a new id, when the task stopped moving (its job failed
+// outside a handler, or was lost with Redis).
+type Requested interface {
+	// RequestEvent returns the event that requested the task, as the command published it.
+	RequestEvent() Event
 }

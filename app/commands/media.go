@@ -101,8 +101,7 @@ func (h MediaHandlers) Complete(ctx context.Context, cmd CompleteMediaUpload) (S
 	if err != nil {
 		return Started[domain.Media]{}, err
 	}
-	err = h.start(ctx, op, func() error { return h.Tasks.Insert(ctx, task) },
-		domain.MediaUploadCompleted{MediaID: m.ID, ProcessingID: task.ID, OperationID: op.ID})
+	err = h.start(ctx, op, func() error { return h.Tasks.Insert(ctx, task) }, task.RequestEvent())
 	if err != nil {
 		return Started[domain.Media]{}, err
 	}
@@ -114,8 +113,7 @@ func (h MediaHandlers) Transfer(ctx context.Context, cmd CreateMaterialTransfer)
 	op := h.newOperation(cmd.WorkspaceID, cmd.UserID, OpMaterialTransfer, "material_transfer", cmd.TransferID)
 	t := domain.MaterialTransfer{Task: domain.NewTask(cmd.TransferID, cmd.WorkspaceID, op.ID, h.now()),
 		SourceURL: cmd.SourceURL, MediaID: uuid.New()}
-	err := h.start(ctx, op, func() error { return h.Transfers.Insert(ctx, t) },
-		domain.MaterialTransferRequested{TransferID: t.ID, OperationID: op.ID, MediaID: t.MediaID})
+	err := h.start(ctx, op, func() error { return h.Transfers.Insert(ctx, t) }, t.RequestEvent())
 	if err != nil {
 		return Started[domain.MaterialTransfer]{}, err
 	}

@@ -100,8 +100,7 @@ func (h PublishingHandlers) Publish(ctx context.Context, cmd PublishProduct) (St
 	}
 	op := h.newOperation(cmd.WorkspaceID, cmd.UserID, OpPublication, "publication", cmd.PublicationID)
 	pub := domain.NewPublication(cmd.PublicationID, cmd.WorkspaceID, op.ID, p, cmd.StoreID, h.now())
-	err = h.start(ctx, op, func() error { return h.Publications.Insert(ctx, pub) }, domain.PublicationRequested{
-		PublicationID: pub.ID, OperationID: op.ID, ProductID: p.ID, StoreID: cmd.StoreID, ProductRevision: p.Revision})
+	err = h.start(ctx, op, func() error { return h.Publications.Insert(ctx, pub) }, pub.RequestEvent())
 	if err != nil {
 		return Started[domain.Publication]{}, err
 	}
@@ -116,8 +115,7 @@ func (h PublishingHandlers) Sync(ctx context.Context, cmd SyncStoreProducts) (St
 	}
 	op := h.newOperation(cmd.WorkspaceID, cmd.UserID, OpProductSync, "product_sync", cmd.SyncID)
 	sync := domain.NewProductSync(cmd.SyncID, cmd.WorkspaceID, op.ID, cmd.StoreID, h.now())
-	err := h.start(ctx, op, func() error { return h.Syncs.Insert(ctx, sync) },
-		domain.ProductSyncRequested{SyncID: sync.ID, OperationID: op.ID, StoreID: cmd.StoreID})
+	err := h.start(ctx, op, func() error { return h.Syncs.Insert(ctx, sync) }, sync.RequestEvent())
 	if errors.Is(err, domain.ErrProductSyncAlreadyActive) {
 		if active, aerr := h.Syncs.Active(ctx, cmd.StoreID); aerr == nil {
 			return Started[domain.ProductSync]{}, domain.ErrProductSyncAlreadyActive.
@@ -144,8 +142,7 @@ func (h PublishingHandlers) CreateAI(ctx context.Context, cmd CreateAITask) (Sta
 	if err != nil {
 		return Started[domain.AITask]{}, err
 	}
-	err = h.start(ctx, op, func() error { return h.AITasks.Insert(ctx, t) },
-		domain.AITaskRequested{AITaskID: t.ID, OperationID: op.ID, Kind: t.Kind, ProductID: t.ProductID})
+	err = h.start(ctx, op, func() error { return h.AITasks.Insert(ctx, t) }, t.RequestEvent())
 	if err != nil {
 		return Started[domain.AITask]{}, err
 	}

@@ -117,8 +117,7 @@ func (h StoreHandlers) seal(ctx context.Context, s domain.Store, creds port.Cred
 func (h StoreHandlers) verify(ctx context.Context, s domain.Store, user uuid.UUID) (Started[domain.Store], error) {
 	op := h.newOperation(s.WorkspaceID, user, OpStoreVerification, "store", s.ID)
 	v := domain.NewStoreVerification(uuid.New(), s.WorkspaceID, op.ID, s, h.now())
-	err := h.start(ctx, op, func() error { return h.Verifications.Insert(ctx, v) }, domain.StoreVerificationRequested{
-		StoreID: s.ID, VerificationID: v.ID, OperationID: op.ID, CredentialsVersion: v.CredentialsVersion})
+	err := h.start(ctx, op, func() error { return h.Verifications.Insert(ctx, v) }, v.RequestEvent())
 	if err != nil {
 		return Started[domain.Store]{}, err
 	}

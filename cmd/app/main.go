@@ -35,7 +35,7 @@ func subcommands() map[string]subcommand {
 	return map[string]subcommand{
 		"migrate":  {"apply the embedded database migrations (idempotent)", runMigrate},
 		"serve":    {"run the HTTP API", runServe},
-		"dispatch": {"run the outbox dispatcher (outbox → BullMQ / Redis streams)", runDispatch},
+		"dispatch": {"run the outbox dispatcher (outbox → BullMQ / Redis streams) and the reconciler of stuck tasks", runDispatch},
 		"work":     {"run the BullMQ job consumers of every queue", runWork},
 		"cleanup":  {"delete expired idempotency records and old dispatched events (once, or -every D)", runCleanup},
 		"outbox":   {"operators: stats | list | show | redrive | purge", runOutbox},

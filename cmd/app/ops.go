@@ -31,7 +31,7 @@ func runDispatch(ctx context.Context, cfg config.Config, log *slog.Logger, args 
 		return err
 	}
 	defer cleanup()
-	return runWithMetrics(ctx, *metricsAddr, reg, log, d.Dispatcher.Run)
+	return runWithMetrics(ctx, *metricsAddr, reg, log, d.Run)
 }
 
 func runWork(ctx context.Context, cfg config.Config, log *slog.Logger, args []string) error {

@@ -89,7 +89,7 @@ func runAll(ctx context.Context, cfg config.Config, log *slog.Logger, args []str
 
 	g, ctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return serveHTTP(ctx, cfg.HTTPAddr, api.Server, log) })
-	g.Go(func() error { return d.Dispatcher.Run(ctx) })
+	g.Go(func() error { return d.Run(ctx) })
 	g.Go(func() error { return work.Run(ctx) })
 	g.Go(func() error { return cleanupLoop(ctx, retention, cfg.CleanupInterval, log) })
 	return g.Wait()

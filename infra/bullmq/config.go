@@ -1,6 +1,7 @@
 package bullmq
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"time"
@@ -137,6 +138,11 @@ type WorkerConfig struct {
 	Name string
 	// Logger. Default watermill.NopLogger.
 	Logger watermill.LoggerAdapter
+	// DeferredFailureFunc, when set, is called before the worker fails a job without running
+	// its handler: BullMQ's deferred failure, set on a job that stalled more than
+	// MaxStalledCount times (reason is its failedReason). It lets the job's owner record the
+	// failure; its error is logged and the job fails all the same. Optional.
+	DeferredFailureFunc func(ctx context.Context, j *Job, reason string) error
 }
 
 func (c *WorkerConfig) setDefaults() {

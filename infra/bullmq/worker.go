@@ -283,6 +283,11 @@ func (w *Worker) parseTaken(res []any) (jobs []*Job, nextDelayedMs int64, limite
 func (w *Worker) process(rs *runState, j *Job) {
 	req := &finishReq{job: j, done: make(chan struct{})}
 	if j.deferred != "" {
+		if f := w.cfg.DeferredFailureFunc; f != nil {
+			if err := f(rs.jobCtx, j, j.deferred); err != nil {
+				w.logger.Error("bullmq: recording a deferred failure failed", err, watermill.LogFields{"job_id": j.ID})
+			}
+		}
 		w.failRequest(req, Unrecoverable(errors.New(j.deferred)))
 	} else {
 		res, err := w.call(rs.jobCtx, j)

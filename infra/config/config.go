@@ -64,6 +64,27 @@ type Config struct {
 	JobAttempts int `env:"JOB_ATTEMPTS" envDefault:"5"`
 	// WorkerConcurrency is how many jobs of each queue one `work` process runs at once.
 	WorkerConcurrency int `env:"WORKER_CONCURRENCY" envDefault:"4"`
+	// JobLockDuration is how long a worker's lock on a running job lasts (renewed at half of
+	// it): a job whose worker died is taken back by the stalled check once its lock expired.
+	JobLockDuration time.Duration `env:"JOB_LOCK_DURATION" envDefault:"30s"`
+	// JobStalledInterval is the period of the stalled check.
+	JobStalledInterval time.Duration `env:"JOB_STALLED_INTERVAL" envDefault:"30s"`
+	// JobMaxStalls is how often a job may stall (its worker stopped while holding it) before
+	// it fails, and its task with JOB_STALLED. A stall is the worker's fault, not the job's,
+	// so a stalled job runs again; the bound only stops a job that kills its worker each time.
+	JobMaxStalls int `env:"JOB_MAX_STALLS" envDefault:"5"`
+
+	// ReconcileAfter is how long a task may stay unfinished without moving before the
+	// reconciler delivers it again; ReconcileAfterQueues overrides it per queue
+	// ("queue=duration,..."). Each must exceed the longest a healthy task goes without
+	// moving: its longest job, the backoff of its retries and any upstream Retry-After.
+	ReconcileAfter       time.Duration            `env:"RECONCILE_AFTER" envDefault:"15m"`
+	ReconcileAfterQueues map[string]time.Duration `env:"RECONCILE_AFTER_QUEUES" envKeyValSeparator:"="`
+	// ReconcileInterval is the period of the reconciler's sweep.
+	ReconcileInterval time.Duration `env:"RECONCILE_INTERVAL" envDefault:"1m"`
+	// ReconcileMax is how often one task is delivered again before it fails with
+	// DELIVERY_EXHAUSTED.
+	ReconcileMax int `env:"RECONCILE_MAX" envDefault:"3"`
 
 	// PlatformBaseURL is the marketplace gateway. Empty in development: `all` and `work`
 	// start the marketplace sandbox on SandboxMarketplaceAddr instead.
@@ -142,10 +163,38 @@ func (c Config) Validate() error {
 	if c.JobAttempts < 1 || c.WorkerConcurrency < 1 || c.OutboxMaxAttempts < 1 {
 		errs = append(errs, errors.New("JOB_ATTEMPTS, WORKER_CONCURRENCY and OUTBOX_MAX_ATTEMPTS must be at least 1"))
 	}
+	if c.JobLockDuration < 10*time.Millisecond || c.JobStalledInterval < 10*time.Millisecond || c.JobMaxStalls < 0 {
+		errs = append(errs, errors.New("JOB_LOCK_DURATION and JOB_STALLED_INTERVAL must be at least 10ms, JOB_MAX_STALLS at least 0"))
+	}
+	if c.ReconcileInterval <= 0 || c.ReconcileMax < 0 {
+		errs = append(errs, errors.New("RECONCILE_INTERVAL must be positive and RECONCILE_MAX at least 0"))
+	}
+	if least := c.QuietestHealthyTask(); c.ReconcileAfter < least {
+		errs = append(errs, fmt.Errorf("RECONCILE_AFTER must be at least %s (the job lock plus the backoff of JOB_ATTEMPTS)", least))
+	}
+	for q, d := range c.ReconcileAfterQueues {
+		if least := c.QuietestHealthyTask(); d < least {
+			errs = append(errs, fmt.Errorf("RECONCILE_AFTER_QUEUES %s must be at least %s (the job lock plus the backoff of JOB_ATTEMPTS)", q, least))
+		}
+	}
 	if c.MaxBodyBytes < 1024 {
 		errs = append(errs, errors.New("MAX_BODY_BYTES must be at least 1024"))
 	}
 	return errors.Join(errs...)
+}
+
+// JobBackoff is the first retry delay of a job; retry n waits JobBackoff × 2^(n-1).
+const JobBackoff = time.Second
+
+// QuietestHealthyTask is the least time a healthy task may go without moving: a worker's
+// lock (a task whose worker died is taken back after it) plus the backoff of every retry of
+// JOB_ATTEMPTS. Reconciliation thresholds must not be shorter.
+func (c Config) QuietestHealthyTask() time.Duration {
+	backoff := time.Duration(0)
+	for n := 1; n < c.JobAttempts && n < 32; n++ {
+		backoff += JobBackoff << (n - 1)
+	}
+	return c.JobLockDuration + backoff
 }
 
 // Production reports whether APP_ENV=production.

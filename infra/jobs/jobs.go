@@ -17,6 +17,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/listingkit/listing/app/worker"
+	"github.com/listingkit/listing/domain"
 	"github.com/listingkit/listing/infra/bullmq"
 	"github.com/listingkit/listing/infra/metrics"
 )
@@ -32,6 +33,15 @@ type Config struct {
 	// Logger receives one line per failed job attempt and per failed queue-depth read.
 	// Default slog.Default().
 	Logger *slog.Logger
+	// Kinds describes the task of each queue (optional per queue): a job that the queue fails
+	// without running its handler (stalled more than MaxStalledCount times) records a final
+	// failure, JOB_STALLED, on its task through the queue's Kind.
+	Kinds map[string]worker.TaskKind
+	// LockDuration, StalledInterval and MaxStalledCount are the BullMQ workers' (see
+	// bullmq.WorkerConfig; zero: its defaults).
+	LockDuration    time.Duration
+	StalledInterval time.Duration
+	MaxStalledCount int
 	// Registerer receives the Metrics and a QueueCollector of the Handlers' queues.
 	// Optional: nil keeps the metrics unregistered. Collectors already registered on it
 	// (by another Runner) are reused.
@@ -61,8 +71,12 @@ func NewRunner(cfg Config) (*Runner, error) {
 	r := &Runner{}
 	queues := make([]string, 0, len(cfg.Handlers))
 	for queue, h := range cfg.Handlers {
-		w, err := bullmq.NewWorker(bullmq.WorkerConfig{Config: cfg.BullMQ, Queue: queue, Concurrency: cfg.Concurrency,
-			Name: "listing"}, Adapt(queue, h, cfg.Logger, m))
+		wc := bullmq.WorkerConfig{Config: cfg.BullMQ, Queue: queue, Concurrency: cfg.Concurrency, Name: "listing",
+			LockDuration: cfg.LockDuration, StalledInterval: cfg.StalledInterval, MaxStalledCount: cfg.MaxStalledCount}
+		if k, ok := cfg.Kinds[queue]; ok {
+			wc.DeferredFailureFunc = abandon(queue, k, cfg.Logger, m)
+		}
+		w, err := bullmq.NewWorker(wc, Adapt(queue, h, cfg.Logger, m))
 		if err != nil {
 			return nil, fmt.Errorf("jobs.NewRunner %s: %w", queue, err)
 		}
@@ -97,22 +111,11 @@ func Adapt(queue string, h worker.Handler, log *slog.Logger, m *Metrics) bullmq.
 	}
 	outcomes, duration := m.Jobs.MustCurryWith(prometheus.Labels{"queue": queue}), m.Duration.WithLabelValues(queue)
 	return func(ctx context.Context, j *bullmq.Job) (any, error) {
-		env, err := j.Envelope()
+		job, err := jobOf(j)
 		if err != nil {
 			outcomes.WithLabelValues(OutcomeFailed).Inc()
-			return nil, bullmq.Unrecoverable(fmt.Errorf("job %s: data is not a job envelope", j.ID))
+			return nil, bullmq.Unrecoverable(err)
 		}
-		ws, err := uuid.Parse(env.WorkspaceID)
-		if err != nil {
-			outcomes.WithLabelValues(OutcomeFailed).Inc()
-			return nil, bullmq.Unrecoverable(fmt.Errorf("job %s: bad workspace_id", j.ID))
-		}
-		attempts := 1
-		if j.Opts != nil && j.Opts.Attempts > 0 {
-			attempts = j.Opts.Attempts
-		}
-		job := worker.Job{ID: j.ID, WorkspaceID: ws, EventType: env.EventType, Payload: env.Payload,
-			Attempt: j.AttemptsMade + 1, LastAttempt: j.AttemptsMade+1 >= attempts}
 		start := time.Now()
 		err = handle(ctx, h, job)
 		took := time.Since(start)
@@ -121,8 +124,8 @@ func Adapt(queue string, h worker.Handler, log *slog.Logger, m *Metrics) bullmq.
 			outcomes.WithLabelValues(OutcomeCompleted).Inc()
 			return map[string]any{"ok": true}, nil
 		}
-		log.WarnContext(ctx, "job failed", "queue", queue, "job_id", j.ID, "event_type", env.EventType,
-			"workspace_id", ws.String(), "attempt", job.Attempt, "last_attempt", job.LastAttempt,
+		log.WarnContext(ctx, "job failed", "queue", queue, "job_id", j.ID, "event_type", job.EventType,
+			"workspace_id", job.WorkspaceID.String(), "attempt", job.Attempt, "last_attempt", job.LastAttempt,
 			"duration_ms", took.Milliseconds(), "err", err)
 		switch {
 		case ctx.Err() != nil && errors.Is(err, context.Canceled):
@@ -148,4 +151,39 @@ func handle(ctx context.Context, h worker.Handler, job worker.Job) (err error) {
 		}
 	}()
 	return h.Handle(ctx, job)
+}
+
+// jobOf reads the job envelope of j.
+func jobOf(j *bullmq.Job) (worker.Job, error) {
+	env, err := j.Envelope()
+	if err != nil {
+		return worker.Job{}, fmt.Errorf("job %s: data is not a job envelope", j.ID)
+	}
+	ws, err := uuid.Parse(env.WorkspaceID)
+	if err != nil {
+		return worker.Job{}, fmt.Errorf("job %s: bad workspace_id", j.ID)
+	}
+	attempts := 1
+	if j.Opts != nil && j.Opts.Attempts > 0 {
+		attempts = j.Opts.Attempts
+	}
+	return worker.Job{ID: j.ID, WorkspaceID: ws, EventType: env.EventType, Payload: env.Payload,
+		Attempt: j.AttemptsMade + 1, LastAttempt: j.AttemptsMade+1 >= attempts}, nil
+}
+
+// abandon returns the bullmq.WorkerConfig.DeferredFailureFunc of a queue: the job's task
+// fails with JOB_STALLED (a worker that keeps dying on it), counted as a failed job.
+func abandon(queue string, k worker.TaskKind, log *slog.Logger, m *Metrics) func(context.Context, *bullmq.Job, string) error {
+	failed := m.Jobs.WithLabelValues(queue, OutcomeFailed)
+	return func(ctx context.Context, j *bullmq.Job, reason string) error {
+		failed.Inc()
+		job, err := jobOf(j)
+		if err != nil {
+			return err
+		}
+		log.ErrorContext(ctx, "job failed without running: its task fails", "queue", queue, "job_id", j.ID,
+			"event_type", job.EventType, "workspace_id", job.WorkspaceID.String(), "reason", reason,
+			"code", domain.ErrJobStalled.Code)
+		return k.Abandon(ctx, job, worker.FailureOf(domain.ErrJobStalled))
+	}
 }

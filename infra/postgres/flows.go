@@ -13,16 +13,16 @@ import (
 )
 
 // taskColumns are the columns every domain task table starts with (see sql/005_flows.sql).
-var taskColumns = []string{"id", "workspace_id", "operation_id", "status", "attempts", "error_code",
-	"error_message", "version", "created_at", "updated_at"}
+var taskColumns = []string{"id", "workspace_id", "operation_id", "status", "attempts", "reconciliations",
+	"error_code", "error_message", "version", "created_at", "updated_at"}
 
 func taskScan(t *domain.Task) []any {
-	return []any{&t.ID, &t.WorkspaceID, &t.OperationID, &t.Status, &t.Attempts, &t.ErrorCode,
+	return []any{&t.ID, &t.WorkspaceID, &t.OperationID, &t.Status, &t.Attempts, &t.Reconciliations, &t.ErrorCode,
 		&t.ErrorMessage, &t.Version, &t.CreatedAt, &t.UpdatedAt}
 }
 
 func taskValues(t *domain.Task) []any {
-	return []any{t.ID, t.WorkspaceID, t.OperationID, t.Status, t.Attempts, t.ErrorCode,
+	return []any{t.ID, t.WorkspaceID, t.OperationID, t.Status, t.Attempts, t.Reconciliations, t.ErrorCode,
 		t.ErrorMessage, t.Version, t.CreatedAt, t.UpdatedAt}
 }
 

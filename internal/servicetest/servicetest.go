@@ -66,7 +66,7 @@ func StartAll(t testing.TB, opts ...Option) *Env {
 	e.Work = w
 	var wg sync.WaitGroup
 	wg.Add(2)
-	go func() { defer wg.Done(); _ = d.Dispatcher.Run(ctx) }()
+	go func() { defer wg.Done(); _ = d.Run(ctx) }()
 	go func() { defer wg.Done(); _ = w.Run(ctx) }()
 	t.Cleanup(func() {
 		cancel()

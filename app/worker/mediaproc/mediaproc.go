@@ -198,20 +198,8 @@ func (h *Handler) fail(ctx context.Context, job worker.Job, log *slog.Logger, ta
 	const op = "mediaproc.Handle"
 	d := h.cfg.Deps
 	f := worker.FailureOf(cause)
-	err := d.Step(ctx, job, func(ctx context.Context) error {
-		t, err := worker.FailTask(ctx, d, h.cfg.Tasks, task.ID, taskOf, f)
-		if err != nil {
-			return err
-		}
-		_, err = h.cfg.Media.Update(ctx, t.MediaID, func(m *domain.Media) error {
-			if m.Status == domain.MediaReady || m.Status == domain.MediaRejected {
-				return nil
-			}
-			m.Status, m.RejectReason, m.UpdatedAt = domain.MediaRejected, f.Code, d.Now()
-			return nil
-		})
-		return err
-	})
+	kind := Tasks(d, h.cfg.Tasks, h.cfg.Media)
+	err := d.Step(ctx, job, func(ctx context.Context) error { return kind.Fail(ctx, task.ID, f) })
 	switch {
 	case errors.Is(err, worker.ErrSkip):
 		log.InfoContext(ctx, "media processing finished by another delivery")

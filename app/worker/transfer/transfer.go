@@ -190,7 +190,7 @@ func (h *Handler) createMedia(ctx context.Context, t domain.MaterialTransfer, ob
 	task := domain.MediaTask{Task: domain.NewTask(taskID, t.WorkspaceID, procOpID, now), MediaID: m.ID}
 	switch err := h.cfg.MediaTasks.Insert(ctx, task); {
 	case err == nil:
-		events = append(events, domain.MediaUploadCompleted{MediaID: m.ID, ProcessingID: taskID, OperationID: procOpID})
+		events = append(events, task.RequestEvent())
 	case !errors.Is(err, domain.ErrConflict) && !errors.Is(err, domain.ErrMediaAlreadyComplete):
 		return err
 	}

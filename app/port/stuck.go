@@ -1,0 +1,24 @@
+package port
+
+import (
+	"context"
+	"time"
+
+	"github.com/google/uuid"
+)
+
+// StuckTasks finds domain tasks that stopped moving: not finished, and not changed since a
+// given time. It serves the reconciler (app/reconcile).
+type StuckTasks interface {
+	// Workspaces returns up to limit workspaces holding a task unfinished since before, the
+	// longest-waiting first. It runs outside any transaction and returns ids only.
+	Workspaces(ctx context.Context, before time.Time, limit int) ([]uuid.UUID, error)
+	// Find returns up to limit ids of the queue's tasks in the transaction's workspace that
+	// are unfinished since before and not owed a delivery by the outbox (no request event of
+	// theirs is pending or being dispatched), oldest first, and locks them; tasks locked by
+	// another transaction are skipped. It must run inside a transaction.
+	Find(ctx context.Context, queue string, before time.Time, limit int) ([]uuid.UUID, error)
+	// Exclusive runs fn unless another process is running an Exclusive fn of the same name,
+	// and reports whether fn ran. The exclusion ends with fn, or with this process.
+	Exclusive(ctx context.Context, name string, fn func(ctx context.Context) error) (bool, error)
+}

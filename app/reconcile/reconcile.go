@@ -1,0 +1,257 @@
+// Package reconcile keeps the seed's promise that an accepted request is processed once
+// BullMQ holds its job: the domain task, not the queue, knows whether the work is done. The
+// Reconciler periodically finds tasks that are neither finished nor moving — their job was
+// failed outside any handler, removed, or lost with Redis — and asks for them again through
+// the outbox, under a new job id (the old one may still be held by BullMQ's deduplication).
+// Workers compare-and-set on the task, so a second delivery of a task that was merely slow
+// changes nothing twice. A task that keeps coming back is failed after MaxReconciliations
+// with the code DELIVERY_EXHAUSTED.
+//
+// One Reconciler runs at a time across processes (StuckTasks.Exclusive); it works per
+// workspace, in a transaction of that workspace, under RLS like the dispatcher.
+package reconcile
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"slices"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/listingkit/listing/app/port"
+	"github.com/listingkit/listing/app/worker"
+)
+
+// Defaults of Config.
+const (
+	DefaultAfter              = 15 * time.Minute
+	DefaultInterval           = time.Minute
+	DefaultMaxReconciliations = 3
+	DefaultBatch              = 100
+	DefaultWorkspaces         = 1000
+)
+
+// Config configures a Reconciler.
+type Config struct {
+	// Kinds are the tasks to watch, one per queue. Required.
+	Kinds []worker.TaskKind
+	// Stuck finds stuck tasks. Required.
+	Stuck port.StuckTasks
+	// Tx opens the per-workspace transactions. Required.
+	Tx port.Transactor
+	// After is how long a task may stay unfinished without moving before it counts as
+	// stuck, per queue; queues not named use DefaultAfter. It must exceed the longest a
+	// healthy task goes without moving: its longest job plus the backoff of its retries, and
+	// the longest wait an upstream Retry-After may impose.
+	After map[string]time.Duration
+	// DefaultAfter applies to queues not in After. Default DefaultAfter (15m).
+	DefaultAfter time.Duration
+	// Interval between sweeps. Default DefaultInterval (1m).
+	Interval time.Duration
+	// MaxReconciliations is how often one task is delivered again before it fails with
+	// DELIVERY_EXHAUSTED. Default DefaultMaxReconciliations (3).
+	MaxReconciliations int
+	// Batch bounds the tasks of one queue handled per workspace and sweep. Default 100.
+	Batch int
+	// Now tells the time. Default time.Now.
+	Now func() time.Time
+	// Log receives one line per task reconciled and per failed workspace. Default
+	// slog.Default().
+	Log *slog.Logger
+	// Registerer receives listing_reconciliations_total{queue,outcome}. Optional.
+	Registerer prometheus.Registerer
+}
+
+func (c *Config) setDefaults() {
+	if c.DefaultAfter == 0 {
+		c.DefaultAfter = DefaultAfter
+	}
+	if c.Interval == 0 {
+		c.Interval = DefaultInterval
+	}
+	if c.MaxReconciliations == 0 {
+		c.MaxReconciliations = DefaultMaxReconciliations
+	}
+	if c.Batch == 0 {
+		c.Batch = DefaultBatch
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	if c.Log == nil {
+		c.Log = slog.Default()
+	}
+}
+
+// Validate reports the first invalid field. It does not change c.
+func (c Config) Validate() error {
+	switch {
+	case len(c.Kinds) == 0 || c.Stuck == nil || c.Tx == nil:
+		return errors.New("reconcile: Kinds, Stuck and Tx are required")
+	case c.DefaultAfter < 0 || c.Interval < 0 || c.MaxReconciliations < 0 || c.Batch < 0:
+		return errors.New("reconcile: DefaultAfter, Interval, MaxReconciliations and Batch must not be negative")
+	}
+	for q, d := range c.After {
+		if d <= 0 {
+			return fmt.Errorf("reconcile: After[%s] must be positive", q)
+		}
+	}
+	return nil
+}
+
+// Reconciler finds stuck tasks and delivers them again; see the package comment.
+type Reconciler struct {
+	cfg   Config
+	after map[string]time.Duration
+	total *prometheus.CounterVec
+}
+
+// Metric outcomes: worker.Redelivered and worker.Exhausted.
+
+// New returns a Reconciler.
+func New(cfg Config) (*Reconciler, error) {
+	cfg.setDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	r := &Reconciler{cfg: cfg, after: map[string]time.Duration{}}
+	for _, k := range cfg.Kinds {
+		r.after[k.Queue()] = cfg.DefaultAfter
+		if d, ok := cfg.After[k.Queue()]; ok {
+			r.after[k.Queue()] = d
+		}
+	}
+	for q := range cfg.After {
+		if _, ok := r.after[q]; !ok {
+			return nil, fmt.Errorf("reconcile: After names %q, which no Kind watches", q)
+		}
+	}
+	r.total = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "listing_reconciliations_total",
+		Help: "Stuck tasks the reconciler delivered again (redelivered) or failed with DELIVERY_EXHAUSTED (exhausted).",
+	}, []string{"queue", "outcome"})
+	for _, k := range cfg.Kinds {
+		r.total.WithLabelValues(k.Queue(), string(worker.Redelivered))
+		r.total.WithLabelValues(k.Queue(), string(worker.Exhausted))
+	}
+	if cfg.Registerer != nil {
+		if err := cfg.Registerer.Register(r.total); err != nil {
+			var are prometheus.AlreadyRegisteredError
+			if !errors.As(err, &are) {
+				return nil, fmt.Errorf("reconcile.New: %w", err)
+			}
+			r.total = are.ExistingCollector.(*prometheus.CounterVec)
+		}
+	}
+	return r, nil
+}
+
+// Result counts what one sweep did.
+type Result struct {
+	// Ran is false when another process held the sweep.
+	Ran         bool
+	Workspaces  int
+	Redelivered int
+	Exhausted   int
+	// Failed counts workspaces whose transaction failed (logged; retried next sweep).
+	Failed int
+}
+
+// Run sweeps now and every Interval until ctx ends. Errors are logged, never fatal.
+func (r *Reconciler) Run(ctx context.Context) error {
+	t := time.NewTicker(r.cfg.Interval)
+	defer t.Stop()
+	for {
+		if _, err := r.RunOnce(ctx); err != nil && ctx.Err() == nil {
+			r.cfg.Log.ErrorContext(ctx, "reconcile: sweep failed", "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+	}
+}
+
+// RunOnce sweeps every workspace holding a stuck task once, unless another process is
+// sweeping. A workspace whose transaction fails is logged and counted in Failed; its tasks
+// are taken again by the next sweep.
+func (r *Reconciler) RunOnce(ctx context.Context) (Result, error) {
+	var res Result
+	ran, err := r.cfg.Stuck.Exclusive(ctx, "reconcile", func(ctx context.Context) error {
+		now := r.cfg.Now()
+		wss, err := r.cfg.Stuck.Workspaces(ctx, now.Add(-slices.Min(slices.Collect(maps.Values(r.after)))), DefaultWorkspaces)
+		if err != nil {
+			return err
+		}
+		res.Workspaces = len(wss)
+		for _, ws := range wss {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			var done []reconciled
+			err := r.cfg.Tx.InTx(ctx, ws, uuid.Nil, func(ctx context.Context) error {
+				var err error
+				done, err = r.workspace(ctx, now)
+				return err
+			})
+			if err != nil {
+				res.Failed++
+				r.cfg.Log.ErrorContext(ctx, "reconcile: workspace failed; retried next sweep",
+					"workspace_id", ws.String(), "err", err)
+				continue
+			}
+			for _, d := range done {
+				r.total.WithLabelValues(d.queue, string(d.outcome)).Inc()
+				level := slog.LevelWarn
+				if d.outcome == worker.Exhausted {
+					res.Exhausted++
+					level = slog.LevelError
+				} else {
+					res.Redelivered++
+				}
+				r.cfg.Log.Log(ctx, level, "reconcile: stuck task", "outcome", string(d.outcome), "queue", d.queue,
+					"workspace_id", ws.String(), "task_id", d.id.String(), "stuck_after", r.after[d.queue].String())
+			}
+		}
+		return nil
+	})
+	res.Ran = ran
+	if err != nil {
+		return res, fmt.Errorf("reconcile.RunOnce: %w", err)
+	}
+	return res, nil
+}
+
+// reconciled is one task a sweep delivered again or failed.
+type reconciled struct {
+	queue   string
+	id      uuid.UUID
+	outcome worker.Reconciled
+}
+
+// workspace reconciles the stuck tasks of the transaction's workspace.
+func (r *Reconciler) workspace(ctx context.Context, now time.Time) ([]reconciled, error) {
+	var done []reconciled
+	for _, k := range r.cfg.Kinds {
+		ids, err := r.cfg.Stuck.Find(ctx, k.Queue(), now.Add(-r.after[k.Queue()]), r.cfg.Batch)
+		if err != nil {
+			return nil, err
+		}
+		for _, id := range ids {
+			outcome, err := k.Reconcile(ctx, id, r.cfg.MaxReconciliations)
+			if err != nil {
+				return nil, err
+			}
+			if outcome != worker.Unchanged {
+				done = append(done, reconciled{queue: k.Queue(), id: id, outcome: outcome})
+			}
+		}
+	}
+	return done, nil
+}

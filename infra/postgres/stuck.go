@@ -1,0 +1,113 @@
+package postgres
+
+import (
+	"context"
+	"fmt"
+	"hash/fnv"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/listingkit/listing/app/port"
+	"github.com/listingkit/listing/app/worker"
+)
+
+// StuckTasks implements port.StuckTasks over the task tables (sql/008_reconcile.sql).
+type StuckTasks struct {
+	Pool *pgxpool.Pool
+}
+
+var _ port.StuckTasks = StuckTasks{}
+
+// stuckQuery is, per queue, how to find its stuck tasks: the task table, and how the task's
+// request event is stored in outbox_events (its aggregate and the payload field holding the
+// task id), so that a task the outbox still owes a delivery is not taken for stuck.
+type stuckQuery struct {
+	table, aggregateType, aggregateColumn, payloadKey string
+}
+
+var stuckQueries = map[string]stuckQuery{
+	worker.QueueStoreVerification: {"store_verifications", "store", "store_id", "verification_id"},
+	worker.QueueMediaProcessing:   {"media_processings", "media", "media_id", "processing_id"},
+	worker.QueueMaterialTransfer:  {"material_transfers", "material_transfer", "id", "transfer_id"},
+	worker.QueueListingPublish:    {"publications", "publication", "id", "publication_id"},
+	worker.QueueProductSync:       {"product_syncs", "product_sync", "id", "sync_id"},
+	worker.QueueAITask:            {"ai_tasks", "ai_task", "id", "ai_task_id"},
+}
+
+func (q stuckQuery) sql() string {
+	return fmt.Sprintf(`SELECT t.id FROM %s t
+WHERE t.status IN ('pending', 'running') AND t.updated_at < $1
+  AND NOT EXISTS (SELECT 1 FROM outbox_events o
+    WHERE o.workspace_id = t.workspace_id AND o.aggregate_type = $2 AND o.aggregate_id = t.%s::text
+      AND o.status IN ('pending', 'dispatching') AND o.event_payload->>$3 = t.id::text)
+ORDER BY t.updated_at, t.id
+LIMIT $4
+FOR UPDATE OF t SKIP LOCKED`, q.table, q.aggregateColumn)
+}
+
+// Workspaces implements port.StuckTasks.
+func (s StuckTasks) Workspaces(ctx context.Context, before time.Time, limit int) ([]uuid.UUID, error) {
+	rows, err := s.Pool.Query(ctx, `SELECT workspace_id FROM stuck_task_workspaces($1, $2)`, before, limit)
+	if err != nil {
+		return nil, fmt.Errorf("postgres.StuckTasks.Workspaces: %w", TranslateError(err))
+	}
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[uuid.UUID])
+	if err != nil {
+		return nil, fmt.Errorf("postgres.StuckTasks.Workspaces: %w", TranslateError(err))
+	}
+	return ids, nil
+}
+
+// Find implements port.StuckTasks.
+func (s StuckTasks) Find(ctx context.Context, queue string, before time.Time, limit int) ([]uuid.UUID, error) {
+	const op = "postgres.StuckTasks.Find"
+	q, ok := stuckQueries[queue]
+	if !ok {
+		return nil, fmt.Errorf("%s: no task table for queue %q", op, queue)
+	}
+	tx, _, err := mustTx(ctx, op)
+	if err != nil {
+		return nil, err
+	}
+	rows, err := tx.Query(ctx, q.sql(), before, q.aggregateType, q.payloadKey, limit)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", op, TranslateError(err))
+	}
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[uuid.UUID])
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", op, TranslateError(err))
+	}
+	return ids, nil
+}
+
+// Exclusive implements port.StuckTasks with a session-level advisory lock held on a
+// connection of its own for the duration of fn; the lock goes with the session if the
+// process dies.
+func (s StuckTasks) Exclusive(ctx context.Context, name string, fn func(ctx context.Context) error) (bool, error) {
+	const op = "postgres.StuckTasks.Exclusive"
+	conn, err := s.Pool.Acquire(ctx)
+	if err != nil {
+		return false, fmt.Errorf("%s: %w", op, TranslateError(err))
+	}
+	defer conn.Release()
+	h := fnv.New64a()
+	_, _ = h.Write([]byte("listing exclusive: " + name))
+	key := int64(h.Sum64())
+	var got bool
+	if err := conn.QueryRow(ctx, `SELECT pg_try_advisory_lock($1)`, key).Scan(&got); err != nil {
+		return false, fmt.Errorf("%s: %w", op, TranslateError(err))
+	}
+	if !got {
+		return false, nil
+	}
+	defer func() {
+		if _, err := conn.Exec(context.WithoutCancel(ctx), `SELECT pg_advisory_unlock($1)`, key); err != nil {
+			// A session that cannot unlock must not go back to the pool still holding it.
+			_ = conn.Conn().Close(context.WithoutCancel(ctx))
+		}
+	}()
+	return true, fn(ctx)
+}
