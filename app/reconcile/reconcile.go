@@ -54,7 +54,7 @@ type Config struct {
 	// Interval between sweeps. Default DefaultInterval (1m).
 	Interval time.Duration
 	// MaxReconciliations is how often one task is delivered again before it fails with
-	// DELIVERY_EXHAUSTED. Default DefaultMaxReconciliations (3).
+	// DELIVERY_EXHAUSTED; 0 fails a stuck task at once (DefaultMaxReconciliations is 3).
 	MaxReconciliations int
 	// Batch bounds the tasks of one queue handled per workspace and sweep. Default 100.
 	Batch int
@@ -73,9 +73,6 @@ func (c *Config) setDefaults() {
 	}
 	if c.Interval == 0 {
 		c.Interval = DefaultInterval
-	}
-	if c.MaxReconciliations == 0 {
-		c.MaxReconciliations = DefaultMaxReconciliations
 	}
 	if c.Batch == 0 {
 		c.Batch = DefaultBatch
@@ -110,8 +107,6 @@ type Reconciler struct {
 	after map[string]time.Duration
 	total *prometheus.CounterVec
 }
-
-// Metric outcomes: worker.Redelivered and worker.Exhausted.
 
 // New returns a Reconciler.
 func New(cfg Config) (*Reconciler, error) {

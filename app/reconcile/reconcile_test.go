@@ -1,0 +1,227 @@
+package reconcile_test
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/stretchr/testify/require"
+
+	"github.com/listingkit/listing/app/reconcile"
+	"github.com/listingkit/listing/app/worker"
+	"github.com/listingkit/listing/app/worker/mediaproc"
+	"github.com/listingkit/listing/app/worker/transfer"
+	"github.com/listingkit/listing/domain"
+	"github.com/listingkit/listing/infra/postgres"
+	"github.com/listingkit/listing/internal/workertest"
+)
+
+type bundle struct {
+	env       *workertest.Env
+	transfers *postgres.Repository[domain.MaterialTransfer]
+	tasks     *postgres.Repository[domain.MediaTask]
+	media     *postgres.Repository[domain.Media]
+	reg       *prometheus.Registry
+	r         *reconcile.Reconciler
+}
+
+func setup(t *testing.T, max int) *bundle {
+	t.Helper()
+	e := workertest.New(t)
+	b := &bundle{env: e, transfers: postgres.NewMaterialTransfers(), tasks: postgres.NewMediaTasks(),
+		media: postgres.NewMedia(), reg: prometheus.NewRegistry()}
+	r, err := reconcile.New(reconcile.Config{
+		Kinds: []worker.TaskKind{transfer.Tasks(e.Deps, b.transfers), mediaproc.Tasks(e.Deps, b.tasks, b.media)},
+		Stuck: postgres.StuckTasks{Pool: e.DB.App}, Tx: e.Deps.Tx, DefaultAfter: time.Minute,
+		MaxReconciliations: max, Log: e.Log, Registerer: b.reg,
+	})
+	require.NoError(t, err)
+	b.r = r
+	return b
+}
+
+// transferTask inserts a pending transfer and its operation, as the command does but
+// without its outbox event: the event was dispatched and its job lost since.
+func (b *bundle) transferTask(t *testing.T) domain.MaterialTransfer {
+	t.Helper()
+	e := b.env
+	op := domain.NewOperation(e.Workspace, e.User, "material_transfer", "material_transfer", uuid.New(), time.Now())
+	tr := domain.MaterialTransfer{Task: domain.NewTask(op.ResourceID, e.Workspace, op.ID, time.Now()),
+		SourceURL: "https://example.com/a.jpg", MediaID: uuid.New()}
+	workertest.InsertTask(t, e, b.transfers, op, tr)
+	return tr
+}
+
+// age makes the task look unmoved for an hour.
+func (b *bundle) age(t *testing.T, table string, id uuid.UUID) {
+	t.Helper()
+	_, err := b.env.DB.Owner.Exec(context.Background(),
+		"UPDATE "+pgx.Identifier{table}.Sanitize()+" SET updated_at = now() - interval '1 hour' WHERE id = $1", id)
+	require.NoError(t, err)
+}
+
+// requests returns the ids of the outbox's material_transfer.requested events for id.
+func (b *bundle) requests(t *testing.T, id uuid.UUID) []uuid.UUID {
+	t.Helper()
+	rows, err := b.env.DB.Owner.Query(context.Background(), `SELECT id FROM outbox_events
+		WHERE event_type = 'material_transfer.requested' AND event_payload->>'transfer_id' = $1 ORDER BY created_at`, id.String())
+	require.NoError(t, err)
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[uuid.UUID])
+	require.NoError(t, err)
+	return ids
+}
+
+func (b *bundle) dispatchAll(t *testing.T) {
+	t.Helper()
+	_, err := b.env.DB.Owner.Exec(context.Background(),
+		`UPDATE outbox_events SET status = 'dispatched', dispatched_at = now() WHERE status = 'pending'`)
+	require.NoError(t, err)
+}
+
+func (b *bundle) sweep(t *testing.T) reconcile.Result {
+	t.Helper()
+	res, err := b.r.RunOnce(context.Background())
+	require.NoError(t, err)
+	require.True(t, res.Ran)
+	require.Zero(t, res.Failed)
+	return res
+}
+
+func TestStuckTaskIsDeliveredAgainThenExhausted(t *testing.T) {
+	b := setup(t, 2)
+	tr := b.transferTask(t)
+
+	// Fresh: not stuck.
+	require.Zero(t, b.sweep(t).Redelivered)
+	require.Empty(t, b.requests(t, tr.ID))
+
+	var seen []uuid.UUID
+	for n := 1; n <= 2; n++ {
+		b.age(t, "material_transfers", tr.ID)
+		res := b.sweep(t)
+		require.Equal(t, 1, res.Redelivered, "sweep %d", n)
+		ids := b.requests(t, tr.ID)
+		require.Len(t, ids, n, "one new request event per redelivery")
+		seen = append(seen, ids[n-1])
+		got := workertest.Load(t, b.env, b.transfers, tr.ID)
+		require.Equal(t, n, got.Reconciliations)
+		require.Equal(t, domain.TaskPending, got.Status)
+
+		// While the outbox owes the task its delivery, it is not stuck, however old.
+		b.age(t, "material_transfers", tr.ID)
+		require.Zero(t, b.sweep(t).Redelivered)
+		b.dispatchAll(t)
+	}
+	require.NotEqual(t, seen[0], seen[1], "every redelivery has a job id of its own")
+
+	// Past MaxReconciliations: the task and its operation fail for good.
+	b.age(t, "material_transfers", tr.ID)
+	res := b.sweep(t)
+	require.Equal(t, 1, res.Exhausted)
+	require.Zero(t, res.Redelivered)
+	got := workertest.Load(t, b.env, b.transfers, tr.ID)
+	require.Equal(t, domain.TaskFailed, got.Status)
+	require.Equal(t, "DELIVERY_EXHAUSTED", got.ErrorCode)
+	op := b.env.Operation(t, tr.OperationID)
+	require.Equal(t, domain.OperationFailed, op.Status)
+	require.Equal(t, "DELIVERY_EXHAUSTED", op.ErrorCode)
+	require.Equal(t, []string{"failed"}, b.env.StatusEvents(t, tr.OperationID))
+	require.Len(t, b.requests(t, tr.ID), 2, "no delivery after the last")
+
+	require.Equal(t, 2.0, counter(t, b.reg, "material-transfer", "redelivered"))
+	require.Equal(t, 1.0, counter(t, b.reg, "material-transfer", "exhausted"))
+	require.Contains(t, b.env.Logs.String(), `"outcome":"exhausted"`)
+
+	// A finished task is never touched again.
+	b.age(t, "material_transfers", tr.ID)
+	res = b.sweep(t)
+	require.Zero(t, res.Redelivered+res.Exhausted)
+}
+
+func TestExhaustedMediaProcessingRejectsTheMedia(t *testing.T) {
+	b := setup(t, 0)
+	e := b.env
+	m, err := domain.NewMedia(uuid.New(), e.Workspace, "a.png", "image/png", 10, 100, time.Now())
+	require.NoError(t, err)
+	m.Status = domain.MediaProcessing
+	e.InTx(t, func(ctx context.Context) error { return b.media.Insert(ctx, m) })
+	op := domain.NewOperation(e.Workspace, e.User, "media_processing", "media", m.ID, time.Now())
+	task := domain.MediaTask{Task: domain.NewTask(uuid.New(), e.Workspace, op.ID, time.Now()), MediaID: m.ID}
+	workertest.InsertTask(t, e, b.tasks, op, task)
+	b.age(t, "media_processings", task.ID)
+
+	require.Equal(t, 1, b.sweep(t).Exhausted)
+	got := workertest.Load(t, e, b.media, m.ID)
+	require.Equal(t, domain.MediaRejected, got.Status)
+	require.Equal(t, "DELIVERY_EXHAUSTED", got.RejectReason)
+}
+
+func TestOneSweepAtATime(t *testing.T) {
+	b := setup(t, 3)
+	tr := b.transferTask(t)
+	b.age(t, "material_transfers", tr.ID)
+
+	hold, release := make(chan struct{}), make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		ran, err := postgres.StuckTasks{Pool: b.env.DB.App}.Exclusive(context.Background(), "reconcile",
+			func(context.Context) error { close(hold); <-release; return nil })
+		require.NoError(t, err)
+		require.True(t, ran)
+	}()
+	<-hold
+	res, err := b.r.RunOnce(context.Background())
+	require.NoError(t, err)
+	require.False(t, res.Ran, "another process holds the sweep")
+	require.Empty(t, b.requests(t, tr.ID))
+	close(release)
+	wg.Wait()
+
+	require.Equal(t, 1, b.sweep(t).Redelivered, "the lock went with the sweep that held it")
+}
+
+func TestFindIsScopedToTheWorkspace(t *testing.T) {
+	b := setup(t, 3)
+	tr := b.transferTask(t)
+	b.age(t, "material_transfers", tr.ID)
+	stuck := postgres.StuckTasks{Pool: b.env.DB.App}
+	other := uuid.New()
+	err := b.env.Deps.Tx.InTx(context.Background(), other, uuid.Nil, func(ctx context.Context) error {
+		ids, err := stuck.Find(ctx, worker.QueueMaterialTransfer, time.Now(), 10)
+		require.Empty(t, ids)
+		return err
+	})
+	require.NoError(t, err)
+	wss, err := stuck.Workspaces(context.Background(), time.Now(), 10)
+	require.NoError(t, err)
+	require.Equal(t, []uuid.UUID{b.env.Workspace}, wss)
+}
+
+// counter reads listing_reconciliations_total{queue,outcome} from reg.
+func counter(t *testing.T, reg *prometheus.Registry, queue, outcome string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	require.NoError(t, err)
+	for _, mf := range mfs {
+		if mf.GetName() != "listing_reconciliations_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			labels := map[string]string{}
+			for _, l := range m.GetLabel() {
+				labels[l.GetName()] = l.GetValue()
+			}
+			if labels["queue"] == queue && labels["outcome"] == outcome {
+				return m.GetCounter().GetValue()
+			}
+		}
+	}
+	t.Fatalf("no listing_reconciliations_total{queue=%q,outcome=%q}", queue, outcome)
+	return 0
+}
