@@ -1,0 +1,276 @@
+package tests
+
+// Liveness: every accepted operation reaches a terminal state, however its BullMQ job ends.
+// Each test runs the real `app dispatch` and `app work` as child processes, kills them or
+// takes the job away from Redis, and waits for the operation to finish within the bound the
+// README states for the settings of livenessEnv.
+
+import (
+	"context"
+	"net/http"
+	"strconv"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+
+	"github.com/listingkit/listing/infra/config"
+	"github.com/listingkit/listing/infra/postgres/pgtest"
+	"github.com/listingkit/listing/infra/sandbox"
+	"github.com/listingkit/listing/infra/sandbox/marketplace"
+	"github.com/listingkit/listing/internal/servicetest"
+)
+
+// Settings of the liveness children: a dead worker's job is taken back within about
+// JOB_LOCK_DURATION + JOB_STALLED_INTERVAL; a task unmoved for RECONCILE_AFTER is delivered
+// again at the next sweep (RECONCILE_INTERVAL). RECONCILE_AFTER is the least config allows
+// for JOB_ATTEMPTS=3 (2 s of backoff) and the 2 s lock, plus one second.
+const (
+	livenessLock      = 2 * time.Second
+	livenessAfter     = 5 * time.Second
+	livenessInterval  = 500 * time.Millisecond
+	livenessJobBudget = 15 * time.Second // a publication job against the sandbox, with retries
+)
+
+// livenessBound is how long an operation whose job was lost may take to finish: one
+// reconciliation (RECONCILE_AFTER + RECONCILE_INTERVAL) and the job that follows.
+const livenessBound = livenessAfter + livenessInterval + livenessJobBudget
+
+func livenessEnv(extra map[string]string) map[string]string {
+	env := map[string]string{
+		"JOB_LOCK_DURATION":    livenessLock.String(),
+		"JOB_STALLED_INTERVAL": "500ms",
+		"RECONCILE_AFTER":      livenessAfter.String(),
+		"RECONCILE_INTERVAL":   livenessInterval.String(),
+	}
+	for k, v := range extra {
+		env[k] = v
+	}
+	return env
+}
+
+// heldFront serves a marketplace sandbox; the first `hold` calls to /v1/products from the
+// first creation on (the creation, then the lookup by external_ref that a redelivered job
+// makes first) are performed and never answered, as if their worker died before it read
+// the answer. Each held request is announced on held.
+type heldFront struct {
+	sb      *marketplace.Sandbox
+	hold    int32
+	created atomic.Bool
+	seen    atomic.Int32
+	held    chan struct{}
+	close   chan struct{}
+}
+
+func newHeldFront(t *testing.T, hold int, ignoreKey bool) (*heldFront, string) {
+	t.Helper()
+	sb, err := marketplace.New(marketplace.Config{})
+	require.NoError(t, err)
+	sb.SetIgnoreIdempotencyKey(ignoreKey)
+	f := &heldFront{sb: sb, hold: int32(hold), held: make(chan struct{}, hold+1), close: make(chan struct{})}
+	srv, err := sandbox.Start("", f)
+	require.NoError(t, err)
+	t.Cleanup(func() { close(f.close); _ = srv.Close() })
+	return f, srv.URL
+}
+
+func (f *heldFront) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.Method == http.MethodPost && r.URL.Path == "/v1/products" {
+		f.created.Store(true)
+	}
+	if r.URL.Path != "/v1/products" || !f.created.Load() || f.seen.Add(1) > f.hold {
+		f.sb.ServeHTTP(w, r)
+		return
+	}
+	f.sb.ServeHTTP(discard{}, r)
+	f.held <- struct{}{}
+	select {
+	case <-r.Context().Done():
+	case <-f.close:
+	}
+}
+
+// waitHeld waits until the next held request arrived.
+func (f *heldFront) waitHeld(t *testing.T) {
+	t.Helper()
+	select {
+	case <-f.held:
+	case <-time.After(60 * time.Second):
+		require.FailNow(t, "no worker reached the platform")
+	}
+}
+
+type discard struct{}
+
+func (discard) Header() http.Header         { return http.Header{} }
+func (discard) Write(b []byte) (int, error) { return len(b), nil }
+func (discard) WriteHeader(int)             {}
+
+// livenessWorld is one test's service: the API in process, `app dispatch` as a child, an
+// account with a verified store and a product, and the Redis database of the queues.
+type livenessWorld struct {
+	env       *servicetest.Env
+	db        *pgtest.DB
+	rdb       *redis.Client
+	prefix    string
+	redisURL  string
+	workEnv   map[string]string
+	acct      servicetest.Account
+	storeID   string
+	productID string
+}
+
+// newLivenessWorld starts the world; the store is verified by a first worker, which is
+// stopped before it returns. redisDB > 0 gives the test a Redis database of its own (it may
+// flush it).
+func newLivenessWorld(t *testing.T, front string, redisDB int, extra map[string]string) *livenessWorld {
+	t.Helper()
+	w := &livenessWorld{prefix: seedPrefix(), redisURL: seedRedisURL()}
+	if redisDB > 0 {
+		opts, err := redis.ParseURL(w.redisURL)
+		require.NoError(t, err)
+		opts.DB = redisDB
+		w.redisURL = "redis://" + opts.Addr + "/" + strconv.Itoa(redisDB)
+		w.rdb = redis.NewClient(opts)
+		t.Cleanup(func() { w.rdb.FlushDB(context.Background()); _ = w.rdb.Close() })
+	} else {
+		w.rdb = seedRedis(t, w.prefix)
+	}
+	w.env = servicetest.Start(t, func(c *config.Config) { c.BullMQPrefix, c.RedisURL = w.prefix, w.redisURL })
+	w.db = w.env.DB
+	w.workEnv = livenessEnv(map[string]string{"PLATFORM_BASE_URL": front, "REDIS_URL": w.redisURL})
+	for k, v := range extra {
+		w.workEnv[k] = v
+	}
+	seedStartProc(t, "dispatch", seedEnv(w.db.AppURL, w.prefix, w.workEnv), "dispatch").waitLog(t, "outbox dispatcher started")
+	w.acct = w.env.Register("liveness@example.com")
+	verifier := w.startWork(t)
+	w.storeID = seedVerifiedStore(t, w.env, w.acct, "liveness")
+	verifier.stop()
+	w.productID = seedProduct(t, w.env, w.acct)
+	return w
+}
+
+func (w *livenessWorld) startWork(t *testing.T) *seedProc {
+	t.Helper()
+	p, _ := seedStartWork(t, w.db.AppURL, w.prefix, w.workEnv)
+	return p
+}
+
+// publish requests the product's first publication; it returns the publication and
+// operation ids and the id of the job the outbox delivers.
+func (w *livenessWorld) publish(t *testing.T) (pubID, opID, jobID string) {
+	t.Helper()
+	pub := w.env.Do(servicetest.Request{Method: "POST", Path: seedWS(w.acct) + "/products/" + w.productID + "/publications",
+		Token: w.acct.AccessToken, Header: seedKey(), Body: map[string]any{"store_id": w.storeID}})
+	require.Equal(t, http.StatusAccepted, pub.Status, "%s", pub.Body)
+	pubID, opID = seedField(t, pub, "publication", "id"), seedField(t, pub, "operation", "id")
+	jobID = seedOutbox(t, w.db, w.acct.WorkspaceID, "listing-publish").ID
+	seedWaitStatus(t, w.db, "dispatched", "SELECT status FROM outbox_events WHERE id = $1", jobID)
+	return pubID, opID, jobID
+}
+
+// waitFinished waits until the operation is terminal, at most bound after since, and
+// returns its status and error code.
+func (w *livenessWorld) waitFinished(t *testing.T, opID string, since time.Time, bound time.Duration) (status, code string) {
+	t.Helper()
+	seedEventually(t, time.Until(since.Add(bound)), func() bool {
+		require.NoError(t, w.db.Owner.QueryRow(context.Background(),
+			"SELECT status, error_code FROM operations WHERE id = $1", opID).Scan(&status, &code))
+		return status == "succeeded" || status == "failed"
+	}, "operation %s not finished within %s (last %s)", opID, bound, &status)
+	return status, code
+}
+
+// TestLivenessWorkerKilledTwice: the worker holding a publication's job is SIGKILLed twice in
+// a row, while it waits for the platform: first after the platform created the product,
+// then during the next worker's lookup of it. With the default JOB_MAX_STALLS a stall is retried, so a third worker finishes the
+// publication; with JOB_MAX_STALLS=1 (BullMQ's default) the second stall fails the job
+// without running any handler, and that failure still reaches the task (JOB_STALLED). Either
+// way the operation ends, and the platform holds one product.
+func TestLivenessWorkerKilledTwice(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		name, maxStalls, status, code string
+	}{
+		{name: "stalls_retried", status: "succeeded"},
+		{name: "stall_limit_fails_the_task", maxStalls: "1", status: "failed", code: "JOB_STALLED"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			front, url := newHeldFront(t, 2, false)
+			// Not what this test is about: the reconciler stays out of the way.
+			extra := map[string]string{"RECONCILE_AFTER": "5m"}
+			if c.maxStalls != "" {
+				extra["JOB_MAX_STALLS"] = c.maxStalls
+			}
+			w := newLivenessWorld(t, url, 0, extra)
+			w1 := w.startWork(t)
+			pubID, opID, _ := w.publish(t)
+			front.waitHeld(t)
+			w1.kill(t)
+			w2 := w.startWork(t)
+			front.waitHeld(t)
+			w2.kill(t)
+			since := time.Now()
+			w.startWork(t)
+
+			// Taken back after the dead worker's lock and a stalled check, then one job.
+			status, code := w.waitFinished(t, opID, since, livenessLock+time.Second+livenessJobBudget)
+			require.Equal(t, c.status, status)
+			require.Equal(t, c.code, code)
+			require.Equal(t, c.status, seedOne(t, w.db, "SELECT status FROM publications WHERE id = $1", pubID))
+			require.Equal(t, 1, front.sb.ProductsWithRef(pubID), "platform products of the publication")
+		})
+	}
+}
+
+// TestLivenessRedisFlushedAfterDispatch: the worker dies after the platform created the
+// product, then the queues' Redis database is flushed (a restart without persistence): the
+// job is gone, the outbox row says dispatched, the publication is running. The reconciler
+// delivers it again under a new job id; against a gateway that ignores Idempotency-Key, the
+// worker's lookup by external_ref finds the product, so the platform still holds one.
+func TestLivenessRedisFlushedAfterDispatch(t *testing.T) {
+	t.Parallel()
+	front, url := newHeldFront(t, 1, true)
+	w := newLivenessWorld(t, url, 7, nil)
+	w1 := w.startWork(t)
+	pubID, opID, jobID := w.publish(t)
+	front.waitHeld(t)
+	w1.kill(t)
+	require.NoError(t, w.rdb.FlushDB(context.Background()).Err())
+	since := time.Now()
+	w.startWork(t)
+
+	status, code := w.waitFinished(t, opID, since, livenessBound)
+	require.Equal(t, "succeeded", status, code)
+	require.Equal(t, 1, front.sb.ProductsWithRef(pubID), "platform products of the publication")
+	require.Equal(t, "1", seedOne(t, w.db, "SELECT reconciliations::text FROM publications WHERE id = $1", pubID))
+	require.Equal(t, 2, w.env.Count(`SELECT count(*) FROM outbox_events WHERE event_type = 'publication.requested'
+		AND event_payload->>'publication_id' = $1`, pubID), "the request and one redelivery")
+	h, _ := seedJobCount(t, w.rdb, w.prefix, "listing-publish", jobID)
+	require.Zero(t, h, "the first job stays lost: the redelivery has a job id of its own")
+}
+
+// TestLivenessJobRemovedByHand: an operator removes a waiting publication job from Redis
+// (no worker ran it). The reconciler delivers the publication again and it succeeds.
+func TestLivenessJobRemovedByHand(t *testing.T) {
+	t.Parallel()
+	front, url := newHeldFront(t, 0, false)
+	w := newLivenessWorld(t, url, 0, nil)
+	pubID, opID, jobID := w.publish(t)
+	ctx := context.Background()
+	k := w.prefix + ":listing-publish:"
+	require.NoError(t, w.rdb.Del(ctx, k+jobID, k+"de:"+jobID).Err())
+	require.NoError(t, w.rdb.LRem(ctx, k+"wait", 0, jobID).Err())
+	h, places := seedJobCount(t, w.rdb, w.prefix, "listing-publish", jobID)
+	require.Zero(t, h+places)
+	since := time.Now()
+	w.startWork(t)
+
+	status, code := w.waitFinished(t, opID, since, livenessBound)
+	require.Equal(t, "succeeded", status, code)
+	require.Equal(t, 1, front.sb.ProductsWithRef(pubID))
+}
