@@ -19,10 +19,11 @@ type definer struct {
 // securityDefiners is every SECURITY DEFINER function of the database. A function added, or a
 // grant widened, must change this table.
 var securityDefiners = map[string]definer{
-	// The dispatcher's and the cleanup's workspace discovery: ids only.
+	// Workspace discovery of the dispatcher, the cleanup and the reconciler: ids only.
 	"outbox_due_workspaces(timestamp with time zone,integer)":          {"listing_discovery", "app_user"},
 	"outbox_retention_workspaces(timestamp with time zone,integer)":    {"listing_discovery", "app_user"},
 	"idempotency_expired_workspaces(timestamp with time zone,integer)": {"listing_discovery", "app_user"},
+	"stuck_task_workspaces(timestamp with time zone,integer)":          {"listing_discovery", "app_user"},
 	// The dispatcher's gauges: three numbers across workspaces.
 	"outbox_gauges()": {"listing_discovery", "app_user"},
 	// Operators only: aggregates across workspaces.
