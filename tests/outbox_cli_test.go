@@ -14,12 +14,18 @@ import (
 	"github.com/listingkit/listing/infra/postgres/pgtest"
 )
 
-// appOutbox runs `app outbox <args...>` against db as app_user and returns its standard
-// output, its standard error and whether it exited 0.
+// appOutbox runs `app outbox <args...>` against db as listing_operator and returns its
+// standard output, its standard error and whether it exited 0.
 func appOutbox(t *testing.T, db *pgtest.DB, args ...string) (stdout, stderr string, ok bool) {
 	t.Helper()
+	return appOutboxAs(t, db, db.OperatorURL, args...)
+}
+
+// appOutboxAs runs `app outbox <args...>` with OPERATOR_DATABASE_URL=operatorURL.
+func appOutboxAs(t *testing.T, db *pgtest.DB, operatorURL string, args ...string) (stdout, stderr string, ok bool) {
+	t.Helper()
 	cmd := exec.Command(seedBinary(t), append([]string{"outbox"}, args...)...)
-	for k, v := range seedEnv(db.AppURL, seedPrefix(), nil) {
+	for k, v := range seedEnv(db.AppURL, seedPrefix(), map[string]string{"OPERATOR_DATABASE_URL": operatorURL}) {
 		cmd.Env = append(cmd.Env, k+"="+v)
 	}
 	var out, errb strings.Builder
@@ -31,7 +37,7 @@ func appOutbox(t *testing.T, db *pgtest.DB, args ...string) (stdout, stderr stri
 	return out.String(), errb.String(), err == nil
 }
 
-// The operators' tool, run as the real binary: stats across workspaces, list and show of one
+// The operators' tool, run as the real binary and as listing_operator: stats across workspaces, list and show of one
 // workspace's dead letters, redrive and purge with who and why required and recorded.
 func TestOutboxOperatorCLI(t *testing.T) {
 	t.Parallel()
@@ -57,6 +63,9 @@ func TestOutboxOperatorCLI(t *testing.T) {
 	require.NoError(t, json.Unmarshal([]byte(out), &stats), out)
 	require.Equal(t, 3, stats.ByStatus["dead_letter"].Events)
 	require.Equal(t, 1, stats.ByStatus["dead_letter"].Workspaces)
+	_, errOut, ok = appOutboxAs(t, db, db.AppURL, "stats")
+	require.False(t, ok, "app_user cannot read the operators' stats")
+	require.Contains(t, errOut, "permission denied")
 
 	out, errOut, ok = appOutbox(t, db, "list", "-workspace", ws.String(), "-status", "dead_letter")
 	require.True(t, ok, errOut)

@@ -38,7 +38,9 @@ type Accounts interface {
 	// CreateWorkspace inserts ws with owner as its first member. The transaction's workspace
 	// scope must be ws.ID.
 	CreateWorkspace(ctx context.Context, ws domain.Workspace, owner uuid.UUID) error
-	// UserByEmail returns the user with that (normalized) email, or domain.ErrNotFound.
+	// UserByEmail returns the user with that (normalized) email, or domain.ErrNotFound. The
+	// rest of the transaction acts for the user found; a transaction that acts for another
+	// user already is refused.
 	UserByEmail(ctx context.Context, email string) (domain.User, error)
 	// IsMember reports whether user belongs to the transaction's workspace.
 	IsMember(ctx context.Context, workspaceID, user uuid.UUID) (bool, error)
@@ -61,7 +63,8 @@ const (
 type RefreshTokens interface {
 	NewFamily(ctx context.Context, user uuid.UUID) (uuid.UUID, error)
 	Insert(ctx context.Context, tokenHash []byte, family, user uuid.UUID, expiresAt time.Time) error
-	// Use marks the token used atomically and tells whether this was its first use.
+	// Use marks the token used atomically and tells whether this was its first use. Unless the
+	// outcome is RefreshInvalid, the rest of the transaction acts for the token's user.
 	Use(ctx context.Context, tokenHash []byte, now time.Time) (family, user uuid.UUID, outcome RefreshUse, err error)
 	RevokeFamily(ctx context.Context, family uuid.UUID, reason string) error
 }

@@ -83,12 +83,13 @@ func cleanupLoop(ctx context.Context, c *listing.Cleanup, every time.Duration, l
 	}
 }
 
-// runOutbox is the operators' tool: stats, list, show, redrive, purge.
+// runOutbox is the operators' tool: stats, list, show, redrive, purge, as listing_operator
+// (OPERATOR_DATABASE_URL).
 func runOutbox(ctx context.Context, cfg config.Config, log *slog.Logger, args []string) error {
 	if len(args) == 0 {
 		return errors.New("usage: app outbox stats | list -workspace ID [-status S] | show -workspace ID -id EVENT | (redrive | purge) -workspace ID (-id EVENT,... | -all) -by NAME -reason TEXT")
 	}
-	pool, err := postgres.Connect(ctx, postgres.PoolConfig{URL: cfg.DatabaseURL, MaxConns: 2})
+	pool, err := postgres.Connect(ctx, postgres.PoolConfig{URL: cfg.OperatorDatabaseURL, MaxConns: 2})
 	if err != nil {
 		return err
 	}

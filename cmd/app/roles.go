@@ -45,6 +45,9 @@ func runServe(ctx context.Context, cfg config.Config, log *slog.Logger, args []s
 		return err
 	}
 	cfg.HTTPAddr = *addr
+	if err := cfg.Validate(); err != nil { // -addr may move the API off loopback
+		return err
+	}
 	reg := listing.NewRegistry()
 	api, cleanup, err := listing.InitializeAPI(ctx, cfg, listing.Options{}, reg, log)
 	if err != nil {
@@ -62,6 +65,9 @@ func runAll(ctx context.Context, cfg config.Config, log *slog.Logger, args []str
 		return err
 	}
 	cfg.HTTPAddr = *addr
+	if err := cfg.Validate(); err != nil { // -addr may move the API off loopback
+		return err
+	}
 	if err := runMigrate(ctx, cfg, log, nil); err != nil {
 		return err
 	}

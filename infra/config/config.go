@@ -1,7 +1,8 @@
 // Package config reads the service configuration from environment variables. Every setting
 // has a development default that works on a machine where PostgreSQL listens on
-// 127.0.0.1:5432 (trust auth) and Redis on 127.0.0.1:6379; production refuses to start with
-// the development keys (APP_ENV=production). The README's configuration table mirrors the
+// 127.0.0.1:5432 (trust auth) and Redis on 127.0.0.1:6379. The development keys are public:
+// production (APP_ENV=production) refuses them, and so does development when HTTP_ADDR is not
+// a loopback address. The README's configuration table mirrors the
 // struct tags below.
 package config
 
@@ -10,6 +11,9 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"net"
+	"net/netip"
+	"strings"
 	"time"
 
 	"github.com/caarlos0/env/v11"
@@ -21,6 +25,10 @@ type Config struct {
 	Env string `env:"APP_ENV" envDefault:"development"`
 	// DatabaseURL connects as the service's non-owner role (app_user). RLS applies to it.
 	DatabaseURL string `env:"DATABASE_URL" envDefault:"postgres://app_user@127.0.0.1:5432/listing?sslmode=disable"`
+	// OperatorDatabaseURL connects as the operators' role (listing_operator: LOGIN,
+	// NOSUPERUSER, NOBYPASSRLS); `app outbox` uses it. Only this role may run the functions
+	// that read across workspaces for operators.
+	OperatorDatabaseURL string `env:"OPERATOR_DATABASE_URL" envDefault:"postgres://listing_operator@127.0.0.1:5432/listing?sslmode=disable"`
 	// MigrateDatabaseURL connects as the owner role; only `app migrate` uses it. In development
 	// it is the local superuser, which may also create the database and the roles.
 	MigrateDatabaseURL string `env:"MIGRATE_DATABASE_URL" envDefault:"postgres://root@127.0.0.1:5432/listing?sslmode=disable"`
@@ -140,22 +148,20 @@ func (c Config) Validate() error {
 	if c.Env != "development" && c.Env != "production" {
 		errs = append(errs, errors.New("APP_ENV must be development or production"))
 	}
+	devKeys := c.devKeys()
 	if c.Production() {
-		if c.AuthTokenKeys == "" {
-			errs = append(errs, errors.New("AUTH_TOKEN_KEYS is required in production"))
-		}
-		if c.FingerprintKeys == "" {
-			errs = append(errs, errors.New("FINGERPRINT_KEYS is required in production"))
-		}
-		if c.CredentialsKeys == "" {
-			errs = append(errs, errors.New("CREDENTIALS_KEYS is required in production"))
-		}
-		if c.UploadSigningKey == "" && c.S3Bucket == "" {
-			errs = append(errs, errors.New("UPLOAD_SIGNING_KEY is required in production with local storage"))
+		for _, name := range devKeys {
+			errs = append(errs, fmt.Errorf("%s is required in production (a real key, not the development one)", name))
 		}
 		if c.PlatformBaseURL == "" || c.AIBaseURL == "" {
 			errs = append(errs, errors.New("PLATFORM_BASE_URL and AI_BASE_URL are required in production (sandboxes are for development)"))
 		}
+		if c.FetchAllowPrivate {
+			errs = append(errs, errors.New("FETCH_ALLOW_PRIVATE=true is refused in production"))
+		}
+	} else if len(devKeys) > 0 && !loopback(c.HTTPAddr) {
+		errs = append(errs, fmt.Errorf("development keys (%s unset or public) are refused when HTTP_ADDR %q is not a loopback address",
+			strings.Join(devKeys, ", "), c.HTTPAddr))
 	}
 	if c.IdempotencyRetention < 24*time.Hour {
 		errs = append(errs, errors.New("IDEMPOTENCY_RETENTION must be at least 24h"))
@@ -195,6 +201,40 @@ func (c Config) QuietestHealthyTask() time.Duration {
 		backoff += JobBackoff << (n - 1)
 	}
 	return c.JobLockDuration + backoff
+}
+
+// devKeys names the key settings that would use a development key: unset, or holding the
+// public development secret. UPLOAD_SIGNING_KEY counts only with local storage.
+func (c Config) devKeys() []string {
+	var names []string
+	for _, k := range []struct{ name, spec, purpose string }{
+		{"AUTH_TOKEN_KEYS", c.AuthTokenKeys, "auth-token"},
+		{"FINGERPRINT_KEYS", c.FingerprintKeys, "idempotency-fingerprint"},
+		{"UPLOAD_SIGNING_KEY", c.UploadSigningKey, "upload-signing"},
+		{"CREDENTIALS_KEYS", c.CredentialsKeys, "credentials"},
+	} {
+		if k.name == "UPLOAD_SIGNING_KEY" && c.S3Bucket != "" {
+			continue
+		}
+		if k.spec == "" || strings.Contains(k.spec, strings.TrimPrefix(DevKey(k.purpose), "dev:")) {
+			names = append(names, k.name)
+		}
+	}
+	return names
+}
+
+// loopback reports whether addr (host:port) listens on loopback only: a loopback IP or
+// "localhost". An empty host listens on every interface.
+func loopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip, err := netip.ParseAddr(host)
+	return err == nil && ip.IsLoopback()
 }
 
 // Production reports whether APP_ENV=production.

@@ -105,7 +105,7 @@ type DispatcherConfig struct {
 	// ShutdownTimeout bounds the marking or releasing of the in-flight batches after Run's
 	// context is cancelled. Default 10s.
 	ShutdownTimeout time.Duration
-	// MetricsInterval is the period of the gauge refresh (Ops.Stats). Default 15s; negative
+	// MetricsInterval is the period of the gauge refresh (ReadGauges). Default 15s; negative
 	// disables it.
 	MetricsInterval time.Duration
 	// ErrorMaxLen bounds the sanitized last_error. Default 500, max 1000.
@@ -181,7 +181,6 @@ type Dispatcher struct {
 	pubs    PublisherRouter
 	log     *slog.Logger
 	metrics *Metrics
-	ops     *Ops
 
 	queue    *wsQueue
 	wake     chan struct{}
@@ -213,7 +212,6 @@ func NewDispatcher(cfg DispatcherConfig, pool *pgxpool.Pool, publishers Publishe
 		pubs:    publishers,
 		log:     logger.With("component", "outbox.dispatcher", "dispatcher_id", cfg.ID),
 		metrics: m,
-		ops:     NewOps(pool),
 		queue:   newWSQueue(),
 		wake:    make(chan struct{}, 1),
 	}, nil
@@ -775,8 +773,8 @@ func (d *Dispatcher) refreshGauges(ctx context.Context) {
 	t := time.NewTicker(d.cfg.MetricsInterval)
 	defer t.Stop()
 	for {
-		if st, err := d.ops.Stats(ctx); err == nil {
-			d.metrics.SetStats(st)
+		if g, err := ReadGauges(ctx, d.pool); err == nil {
+			d.metrics.SetGauges(g)
 		} else if ctx.Err() == nil {
 			d.log.Warn("outbox stats failed", "error", SanitizeError(err, d.cfg.ErrorMaxLen))
 		}

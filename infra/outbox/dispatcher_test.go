@@ -73,9 +73,12 @@ func TestDispatchOverGoChannel(t *testing.T) {
 	require.NoError(t, <-done)
 	require.Equal(t, 1.0, testutil.ToFloat64(d.metrics.Published.WithLabelValues(testQueue)))
 	require.Equal(t, 1, testutil.CollectAndCount(reg, "outbox_dispatch_latency_seconds"))
-	st, err := d.ops.Stats(context.Background())
+	st, err := NewOps(db.OperatorPool(t)).Stats(context.Background())
 	require.NoError(t, err)
 	require.EqualValues(t, 1, st.ByStatus[StatusDispatched].Events)
+	g, err := ReadGauges(context.Background(), db.App)
+	require.NoError(t, err)
+	require.Equal(t, Gauges{}, g, "nothing undelivered, no dead letter")
 }
 
 func TestNoWorkspaceContextSeesNothing(t *testing.T) {
@@ -116,7 +119,7 @@ func TestNoWorkspaceContextSeesNothing(t *testing.T) {
 	got, err = d.claim(ctx, []uuid.UUID{other}, "x/2", 10)
 	require.NoError(t, err)
 	require.Empty(t, got)
-	_, err = NewOps(db.App).Show(ctx, other, ids[0])
+	_, err = NewOps(db.OperatorPool(t)).Show(ctx, other, ids[0])
 	require.ErrorIs(t, err, ErrNotFound)
 	require.Equal(t, 5, statusCounts(t, db)[StatusPending])
 	// Inserting for another workspace is refused.
@@ -197,10 +200,15 @@ func TestPoisonEventDeadLettersAndRedrive(t *testing.T) {
 	}
 	require.Contains(t, lastErr, "dial redis://[redacted]@10.0.0.1:6379")
 
-	ops := NewOps(db.App)
+	g, err := ReadGauges(ctx, db.App)
+	require.NoError(t, err)
+	require.EqualValues(t, 1, g.DeadLetters)
+	ops := NewOps(db.OperatorPool(t))
 	st, err := ops.Stats(ctx)
 	require.NoError(t, err)
 	require.EqualValues(t, 1, st.ByStatus[StatusDeadLetter].Events)
+	_, err = NewOps(db.App).Stats(ctx)
+	require.ErrorContains(t, err, "permission denied", "app_user cannot read the operators' stats")
 	list, err := ops.List(ctx, ListParams{WorkspaceID: ws, Status: StatusDeadLetter})
 	require.NoError(t, err)
 	require.Len(t, list, 1)
@@ -475,7 +483,7 @@ func TestPurgeDeletesDeadLettersOnlyAndRecordsWhy(t *testing.T) {
 	require.NoError(t, err)
 	_, err = db.Owner.Exec(ctx, `UPDATE outbox_events SET status = 'dispatched', dispatched_at = now() WHERE id = $1`, ids[2])
 	require.NoError(t, err)
-	ops := NewOps(db.App)
+	ops := NewOps(db.OperatorPool(t))
 
 	_, err = ops.Purge(ctx, DeadLetters{WorkspaceID: ws, All: true, By: "ops@example.test"})
 	require.ErrorContains(t, err, "reason is required")

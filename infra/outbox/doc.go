@@ -33,8 +33,9 @@
 // a backlog in one workspace delays another workspace's events by at most one batch per busy
 // workspace. Under load rounds fill up, so the round trips per event fall as the rate rises.
 //
-// Every statement on outbox_events runs as app_user in a transaction that first sets
-// app.workspace_id with set_config(…, true). On the dispatcher's hot path (claim, mark,
+// Every statement on outbox_events runs in a transaction that first sets app.workspace_id
+// with set_config(…, true): as app_user for the dispatcher and the Cleaner, as
+// listing_operator for Ops. On the dispatcher's hot path (claim, mark,
 // release) the transactions of one round go to PostgreSQL in one pgx.Batch, one round trip:
 // [BEGIN, set_config, statement, COMMIT] per workspace (inWorkspaces). Each is a transaction
 // of its own: a failing one keeps nothing of itself, those before it stay committed, those

@@ -1,12 +1,17 @@
 package outbox
 
 import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/listingkit/listing/infra/metrics"
 )
 
-// Metrics are the outbox's Prometheus collectors. The gauges come from Ops.Stats (refreshed
+// Metrics are the outbox's Prometheus collectors. The gauges come from ReadGauges (refreshed
 // by the Dispatcher every MetricsInterval); the counters and the histogram are updated as
 // events are delivered.
 type Metrics struct {
@@ -71,9 +76,37 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	return m, nil
 }
 
-// SetStats sets the gauges from st.
-func (m *Metrics) SetStats(st Stats) {
-	m.Pending.Set(float64(st.ByStatus[StatusPending].Events + st.ByStatus[StatusDispatching].Events))
-	m.OldestPendingAge.Set(st.OldestPendingAge.Seconds())
-	m.DeadLetters.Set(float64(st.ByStatus[StatusDeadLetter].Events))
+// SetGauges sets the gauges from g.
+func (m *Metrics) SetGauges(g Gauges) {
+	m.Pending.Set(float64(g.Undelivered))
+	m.OldestPendingAge.Set(g.OldestUndeliveredAge.Seconds())
+	m.DeadLetters.Set(float64(g.DeadLetters))
+}
+
+// Gauges is the outbox across workspaces as the dispatcher's metrics show it: counts and an
+// age, nothing of any one workspace.
+type Gauges struct {
+	// Undelivered counts pending and dispatching events.
+	Undelivered int64
+	// OldestUndeliveredAge is the age of the oldest undelivered event; zero when none.
+	OldestUndeliveredAge time.Duration
+	// DeadLetters counts events in dead_letter.
+	DeadLetters int64
+}
+
+// ReadGauges reads the gauges through the SECURITY DEFINER function outbox_gauges, which
+// app_user may run (unlike outbox_stats, which is the operators').
+func ReadGauges(ctx context.Context, pool *pgxpool.Pool) (Gauges, error) {
+	var g Gauges
+	var now time.Time
+	var oldest *time.Time
+	err := pool.QueryRow(ctx, `SELECT now(), undelivered, oldest_undelivered_at, dead_letters FROM outbox_gauges()`).
+		Scan(&now, &g.Undelivered, &oldest, &g.DeadLetters)
+	if err != nil {
+		return Gauges{}, fmt.Errorf("outbox.ReadGauges: %w", err)
+	}
+	if oldest != nil {
+		g.OldestUndeliveredAge = max(now.Sub(*oldest), 0)
+	}
+	return g, nil
 }

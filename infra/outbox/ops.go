@@ -17,13 +17,14 @@ import (
 )
 
 // Ops is the operators' view of the outbox (`app outbox stats|list|show|redrive|purge`). It runs
-// as app_user: Stats goes through the SECURITY DEFINER function outbox_stats (aggregates
-// only); every other call is scoped to one workspace by RLS.
+// as listing_operator: Stats goes through the SECURITY DEFINER function outbox_stats
+// (aggregates only), which only that role may run; every other call is scoped to one
+// workspace by RLS.
 type Ops struct {
 	pool *pgxpool.Pool
 }
 
-// NewOps returns Ops on pool (the app_user pool).
+// NewOps returns Ops on pool (the listing_operator pool, OPERATOR_DATABASE_URL).
 func NewOps(pool *pgxpool.Pool) *Ops { return &Ops{pool: pool} }
 
 // StatusStats aggregates the events of one status across workspaces.

@@ -54,17 +54,21 @@ func (Accounts) CreateWorkspace(ctx context.Context, ws domain.Workspace, owner 
 	return nil
 }
 
-// UserByEmail implements port.Accounts.
+// UserByEmail implements port.Accounts through auth_user_by_email, then scopes the rest of
+// the transaction to the user found.
 func (Accounts) UserByEmail(ctx context.Context, email string) (domain.User, error) {
 	tx, _, err := mustTx(ctx, "postgres.UserByEmail")
 	if err != nil {
 		return domain.User{}, err
 	}
 	var u domain.User
-	err = tx.QueryRow(ctx, `SELECT id, email, password_hash, created_at FROM users WHERE lower(email) = lower($1)`, email).
+	err = tx.QueryRow(ctx, `SELECT id, email, password_hash, created_at FROM auth_user_by_email($1)`, email).
 		Scan(&u.ID, &u.Email, &u.PasswordHash, &u.CreatedAt)
 	if err != nil {
 		return domain.User{}, fmt.Errorf("postgres.UserByEmail: %w", TranslateError(err))
+	}
+	if err := actAs(ctx, "postgres.UserByEmail", u.ID); err != nil {
+		return domain.User{}, err
 	}
 	return u, nil
 }
@@ -133,38 +137,28 @@ func (Accounts) Insert(ctx context.Context, tokenHash []byte, family, user uuid.
 	return nil
 }
 
-// Use implements port.RefreshTokens. The row lock makes two concurrent uses of one token
-// serialize: exactly one of them sees the first use.
+// Use implements port.RefreshTokens through auth_use_refresh_token, then scopes the rest of
+// the transaction to the token's user (unless the token is invalid).
 func (Accounts) Use(ctx context.Context, tokenHash []byte, now time.Time) (uuid.UUID, uuid.UUID, port.RefreshUse, error) {
 	tx, _, err := mustTx(ctx, "postgres.UseRefreshToken")
 	if err != nil {
 		return uuid.Nil, uuid.Nil, port.RefreshInvalid, err
 	}
 	var family, user uuid.UUID
-	var used bool
-	var expiresAt time.Time
-	var revoked bool
-	err = tx.QueryRow(ctx, `
-		SELECT t.family_id, t.user_id, t.used_at IS NOT NULL, t.expires_at, f.revoked_at IS NOT NULL
-		FROM refresh_tokens t JOIN refresh_token_families f ON f.id = t.family_id
-		WHERE t.token_hash = $1
-		FOR UPDATE OF t`, tokenHash).Scan(&family, &user, &used, &expiresAt, &revoked)
+	var first bool
+	err = tx.QueryRow(ctx, `SELECT family_id, user_id, first_use FROM auth_use_refresh_token($1, $2)`, tokenHash, now).
+		Scan(&family, &user, &first)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return uuid.Nil, uuid.Nil, port.RefreshInvalid, nil
 	}
 	if err != nil {
 		return uuid.Nil, uuid.Nil, port.RefreshInvalid, fmt.Errorf("postgres.UseRefreshToken: %w", TranslateError(err))
 	}
-	switch {
-	case revoked:
-		return family, user, port.RefreshInvalid, nil
-	case used:
-		return family, user, port.RefreshReused, nil
-	case !now.Before(expiresAt):
-		return family, user, port.RefreshInvalid, nil
+	if err := actAs(ctx, "postgres.UseRefreshToken", user); err != nil {
+		return uuid.Nil, uuid.Nil, port.RefreshInvalid, err
 	}
-	if _, err := tx.Exec(ctx, `UPDATE refresh_tokens SET used_at = $2 WHERE token_hash = $1`, tokenHash, now); err != nil {
-		return uuid.Nil, uuid.Nil, port.RefreshInvalid, fmt.Errorf("postgres.UseRefreshToken: %w", TranslateError(err))
+	if !first {
+		return family, user, port.RefreshReused, nil
 	}
 	return family, user, port.RefreshOK, nil
 }

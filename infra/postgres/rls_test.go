@@ -31,6 +31,26 @@ func workspaceTables(t *testing.T, db *pgtest.DB) []string {
 	return names
 }
 
+// accountTables are the tables of accounts and sessions: scoped to one user, not to a workspace.
+var accountTables = []string{"users", "refresh_token_families", "refresh_tokens"}
+
+// appTables lists, from the catalog, every table of the public schema on which app_user holds
+// any privilege.
+func appTables(t *testing.T, db *pgtest.DB) []string {
+	t.Helper()
+	rows, err := db.Owner.Query(context.Background(), `
+		SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+		WHERE n.nspname = 'public' AND c.relkind IN ('r', 'p')
+		  AND has_table_privilege('app_user', c.oid, 'SELECT, INSERT, UPDATE, DELETE, TRUNCATE, REFERENCES, TRIGGER')
+		ORDER BY 1`)
+	require.NoError(t, err)
+	names, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	require.NoError(t, err)
+	return names
+}
+
+// Every table app_user may touch (workspace data, accounts and sessions alike) has RLS
+// enabled, forced and at least one policy.
 func TestRLSAuditFromCatalog(t *testing.T) {
 	t.Parallel()
 	db := pgtest.New(t)
@@ -42,7 +62,10 @@ func TestRLSAuditFromCatalog(t *testing.T) {
 	require.False(t, super, "app_user must not be a superuser")
 	require.False(t, bypass, "app_user must not bypass RLS")
 
-	for _, table := range workspaceTables(t, db) {
+	tables := appTables(t, db)
+	require.Subset(t, tables, workspaceTables(t, db))
+	require.Subset(t, tables, accountTables)
+	for _, table := range tables {
 		var enabled, forced bool
 		var policies int
 		require.NoError(t, db.Owner.QueryRow(ctx, `

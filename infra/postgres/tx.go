@@ -87,6 +87,27 @@ func beginScoped(scope Scope) string {
 		"', true), set_config('app.user_id', '" + user + "', true)"
 }
 
+// actAs scopes the rest of the transaction of ctx to user (app.user_id), for the auth flows
+// that learn who the user is inside the transaction (login, refresh). A transaction already
+// scoped to another user is refused: it never turns into someone else's.
+func actAs(ctx context.Context, op string, user uuid.UUID) error {
+	st, ok := ctx.Value(txKey{}).(*scopedTx)
+	if !ok {
+		return fmt.Errorf("%s: %w", op, ErrNoTx)
+	}
+	if st.scope.UserID == user {
+		return nil
+	}
+	if st.scope.UserID != uuid.Nil || user == uuid.Nil {
+		return fmt.Errorf("%s: the transaction acts for another user", op)
+	}
+	if _, err := st.tx.Exec(ctx, `SELECT set_config('app.user_id', $1, true)`, user.String()); err != nil {
+		return fmt.Errorf("%s: %w", op, TranslateError(err))
+	}
+	st.scope.UserID = user
+	return nil
+}
+
 // TxMiddleware is the command-bus middleware that runs the rest of the chain in one RLS
 // transaction scoped to the invocation's actor. The chain's outcome is returned only when the
 // commit succeeded.

@@ -35,11 +35,16 @@ const DefaultAdminURL = "postgres://root@127.0.0.1:5432/postgres?sslmode=disable
 // AppRole is the service's non-owner role, created by the migrations.
 const AppRole = "app_user"
 
+// OperatorRole is the operators' role, created by the migrations.
+const OperatorRole = "listing_operator"
+
 // DB is one isolated, migrated database.
 type DB struct {
 	Name string
 	// AppURL connects as app_user: RLS applies.
 	AppURL string
+	// OperatorURL connects as listing_operator (see OperatorPool).
+	OperatorURL string
 	// OwnerURL connects as the administrator: RLS does not apply. Setup and assertions only.
 	OwnerURL string
 	// App is a pool on AppURL.
@@ -73,7 +78,8 @@ func New(t testing.TB) *DB {
 	}); err != nil {
 		t.Fatalf("pgtest: create database: %v", err)
 	}
-	db := &DB{Name: name, OwnerURL: withDatabase(admin, name, ""), AppURL: withDatabase(admin, name, AppRole)}
+	db := &DB{Name: name, OwnerURL: withDatabase(admin, name, ""), AppURL: withDatabase(admin, name, AppRole),
+		OperatorURL: withDatabase(admin, name, OperatorRole)}
 	t.Cleanup(func() {
 		if db.App != nil {
 			db.App.Close()
@@ -95,6 +101,18 @@ func New(t testing.TB) *DB {
 		t.Fatalf("pgtest: owner pool: %v", err)
 	}
 	return db
+}
+
+// OperatorPool opens a pool on OperatorURL, closed when t ends (before the database is
+// dropped).
+func (db *DB) OperatorPool(t testing.TB) *pgxpool.Pool {
+	t.Helper()
+	pool, err := postgres.Connect(context.Background(), postgres.PoolConfig{URL: db.OperatorURL, MaxConns: 4})
+	if err != nil {
+		t.Fatalf("pgtest: operator pool: %v", err)
+	}
+	t.Cleanup(pool.Close)
+	return pool
 }
 
 // AdminURL is the administrator URL of the test server.

@@ -1,0 +1,96 @@
+package config
+
+import (
+	"testing"
+
+	"github.com/caarlos0/env/v11"
+	"github.com/stretchr/testify/require"
+)
+
+// defaults returns the configuration of an empty environment.
+func defaults(t *testing.T) Config {
+	t.Helper()
+	var c Config
+	require.NoError(t, env.ParseWithOptions(&c, env.Options{Environment: map[string]string{}}))
+	return c
+}
+
+// production returns a production configuration that Validate accepts.
+func production(t *testing.T) Config {
+	t.Helper()
+	c := defaults(t)
+	c.Env = "production"
+	c.AuthTokenKeys = "k1:" + "cmVhbC1hdXRoLWtleS1yZWFsLWF1dGgta2V5LXJlYWwtYXV0aA=="
+	c.FingerprintKeys = "k1:" + "cmVhbC1maW5nZXJwcmludC1rZXktcmVhbC1maW5nZXJwcmludA=="
+	c.CredentialsKeys = "k1:" + "cmVhbC1jcmVkZW50aWFscy1rZXktMzItYnl0ZXMtbG9uZyE="
+	c.UploadSigningKey = "cmVhbC11cGxvYWQtc2lnbmluZy1rZXktcmVhbC11cGxvYWQ="
+	c.PlatformBaseURL, c.AIBaseURL = "https://platform.example", "https://ai.example"
+	c.HTTPAddr = "0.0.0.0:8080"
+	return c
+}
+
+func TestDefaultsAreValid(t *testing.T) {
+	require.NoError(t, defaults(t).Validate())
+	require.NoError(t, production(t).Validate())
+}
+
+func TestOperatorDatabaseURLDefault(t *testing.T) {
+	require.Equal(t, "postgres://listing_operator@127.0.0.1:5432/listing?sslmode=disable", defaults(t).OperatorDatabaseURL)
+}
+
+func TestProductionRefusesFetchAllowPrivate(t *testing.T) {
+	c := production(t)
+	c.FetchAllowPrivate = true
+	require.ErrorContains(t, c.Validate(), "FETCH_ALLOW_PRIVATE")
+
+	dev := defaults(t)
+	dev.FetchAllowPrivate = true
+	require.NoError(t, dev.Validate(), "development may reach private addresses")
+}
+
+// Development keys are public: they are refused as soon as the API listens beyond loopback,
+// whatever APP_ENV says, and whether left unset or set to the development value.
+func TestDevelopmentKeysRefusedBeyondLoopback(t *testing.T) {
+	for _, addr := range []string{"127.0.0.1:8080", "localhost:8080", "[::1]:8080", "127.0.0.2:0"} {
+		c := defaults(t)
+		c.HTTPAddr = addr
+		require.NoError(t, c.Validate(), addr)
+	}
+	setting := map[string]func(*Config, string){
+		"AUTH_TOKEN_KEYS":    func(c *Config, v string) { c.AuthTokenKeys = v },
+		"FINGERPRINT_KEYS":   func(c *Config, v string) { c.FingerprintKeys = v },
+		"UPLOAD_SIGNING_KEY": func(c *Config, v string) { c.UploadSigningKey = v },
+		"CREDENTIALS_KEYS":   func(c *Config, v string) { c.CredentialsKeys = v },
+	}
+	devValue := map[string]string{
+		"AUTH_TOKEN_KEYS":    DevKey("auth-token"),
+		"FINGERPRINT_KEYS":   "k2:abc," + DevKey("idempotency-fingerprint"),
+		"UPLOAD_SIGNING_KEY": DevKey("upload-signing")[len("dev:"):],
+		"CREDENTIALS_KEYS":   DevKey("credentials"),
+	}
+	for _, addr := range []string{"0.0.0.0:8080", ":8080", "[::]:8080", "10.1.2.3:8080", "api.example.com:443"} {
+		for name, set := range setting {
+			for _, value := range []string{"", devValue[name]} {
+				c := production(t)
+				c.Env = "development"
+				c.HTTPAddr = addr
+				set(&c, value)
+				err := c.Validate()
+				require.ErrorContains(t, err, name, "%s=%q on %s", name, value, addr)
+				require.ErrorContains(t, err, "HTTP_ADDR", "%s=%q on %s", name, value, addr)
+			}
+		}
+	}
+
+	// The upload signing key is not used with S3 storage.
+	c := production(t)
+	c.UploadSigningKey, c.S3Bucket = "", "media"
+	require.NoError(t, c.Validate())
+}
+
+func TestProductionRefusesDevelopmentKeyValues(t *testing.T) {
+	c := production(t)
+	c.HTTPAddr = "127.0.0.1:8080"
+	c.AuthTokenKeys = DevKey("auth-token")
+	require.ErrorContains(t, c.Validate(), "AUTH_TOKEN_KEYS")
+}

@@ -1,0 +1,94 @@
+package postgres_test
+
+import (
+	"context"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/listingkit/listing/infra/postgres/pgtest"
+)
+
+// definer is what the catalog says of one SECURITY DEFINER function: the role it runs as and
+// the roles that may execute it (comma-separated, sorted; the owner left out).
+type definer struct {
+	Owner    string
+	Grantees string
+}
+
+// securityDefiners is every SECURITY DEFINER function of the database. A function added, or a
+// grant widened, must change this table.
+var securityDefiners = map[string]definer{
+	// Workspace discovery of the dispatcher, the cleanup and the reconciler: ids only.
+	"outbox_due_workspaces(timestamp with time zone,integer)":          {"listing_discovery", "app_user"},
+	"outbox_retention_workspaces(timestamp with time zone,integer)":    {"listing_discovery", "app_user"},
+	"idempotency_expired_workspaces(timestamp with time zone,integer)": {"listing_discovery", "app_user"},
+	"stuck_task_workspaces(timestamp with time zone,integer)":          {"listing_discovery", "app_user"},
+	// The dispatcher's gauges: three numbers across workspaces.
+	"outbox_gauges()": {"listing_discovery", "app_user"},
+	// Operators only: aggregates across workspaces.
+	"outbox_stats(timestamp with time zone)": {"listing_discovery", "listing_operator"},
+	// Auth flows that act before the user is known.
+	"auth_user_by_email(text)":                               {"listing_auth", "app_user"},
+	"auth_use_refresh_token(bytea,timestamp with time zone)": {"listing_auth", "app_user"},
+}
+
+func TestSecurityDefinerFunctionsAndGrantees(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	ctx := context.Background()
+
+	// A NULL proacl means the default privileges: EXECUTE for PUBLIC.
+	rows, err := db.Owner.Query(ctx, `
+		SELECT p.oid::regprocedure::text, o.rolname,
+		       coalesce((SELECT string_agg(CASE a.grantee WHEN 0 THEN 'PUBLIC' ELSE a.grantee::regrole::text END, ',' ORDER BY 1)
+		                 FROM aclexplode(coalesce(p.proacl, acldefault('f', p.proowner))) a
+		                 WHERE a.privilege_type = 'EXECUTE' AND a.grantee <> p.proowner), '')
+		FROM pg_proc p JOIN pg_roles o ON o.oid = p.proowner JOIN pg_namespace n ON n.oid = p.pronamespace
+		WHERE p.prosecdef AND n.nspname NOT IN ('pg_catalog', 'information_schema')`)
+	require.NoError(t, err)
+	got := map[string]definer{}
+	for rows.Next() {
+		var fn string
+		var d definer
+		require.NoError(t, rows.Scan(&fn, &d.Owner, &d.Grantees))
+		got[fn] = d
+	}
+	require.NoError(t, rows.Err())
+	require.Equal(t, securityDefiners, got)
+
+	// Every owner is a role made for its functions: it cannot log in, is no superuser and
+	// does not bypass RLS.
+	for _, d := range got {
+		var login, super, bypass bool
+		require.NoError(t, db.Owner.QueryRow(ctx, `SELECT rolcanlogin, rolsuper, rolbypassrls FROM pg_roles WHERE rolname = $1`,
+			d.Owner).Scan(&login, &super, &bypass))
+		require.False(t, login || super || bypass, "%s: login %v, superuser %v, bypassrls %v", d.Owner, login, super, bypass)
+	}
+}
+
+// The operator role logs in, without superuser or BYPASSRLS; app_user cannot become it.
+func TestOperatorRole(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	ctx := context.Background()
+	var login, super, bypass bool
+	require.NoError(t, db.Owner.QueryRow(ctx, `SELECT rolcanlogin, rolsuper, rolbypassrls FROM pg_roles WHERE rolname = 'listing_operator'`).
+		Scan(&login, &super, &bypass))
+	require.True(t, login)
+	require.False(t, super)
+	require.False(t, bypass)
+
+	op := db.OperatorPool(t)
+	var n int
+	require.NoError(t, op.QueryRow(ctx, `SELECT count(*) FROM outbox_stats(now())`).Scan(&n))
+	_, err := db.App.Exec(ctx, `SELECT * FROM outbox_stats(now())`)
+	require.ErrorContains(t, err, "permission denied")
+	_, err = db.App.Exec(ctx, "SET ROLE listing_operator")
+	require.Error(t, err)
+
+	// Without a workspace, the operator sees no outbox row either.
+	seedWorkspace(t, db)
+	require.NoError(t, op.QueryRow(ctx, `SELECT count(*) FROM outbox_events`).Scan(&n))
+	require.Zero(t, n)
+}
