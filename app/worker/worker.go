@@ -17,6 +17,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"time"
 
 	"github.com/google/uuid"
 
@@ -65,6 +66,10 @@ type Job struct {
 	// retryable failure: the handler must then record a final failure.
 	Attempt     int
 	LastAttempt bool
+	// Snoozes counts the earlier deliveries that were snoozed (see Snooze), and Snoozed their
+	// total delay.
+	Snoozes int
+	Snoozed time.Duration
 }
 
 // Decode unmarshals the payload into v.

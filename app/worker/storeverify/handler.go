@@ -4,9 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
-
-	"github.com/google/uuid"
 
 	"github.com/listingkit/listing/app/port"
 	"github.com/listingkit/listing/app/worker"
@@ -56,11 +53,12 @@ func (c Config) Validate() error {
 	return nil
 }
 
-// Handler handles the jobs of worker.QueueStoreVerification (see the package comment). It
-// is safe for concurrent use; every job may be delivered more than once.
+// Handler handles the jobs of worker.QueueStoreVerification (see the package comment)
+// through the task lifecycle (worker.Flow). It is safe for concurrent use; every job may be
+// delivered more than once.
 type Handler struct {
-	cfg Config
-	log *slog.Logger
+	cfg  Config
+	flow worker.Flow[domain.StoreVerification, started, port.VerifyResult]
 }
 
 var _ worker.Handler = (*Handler)(nil)
@@ -70,132 +68,44 @@ func New(cfg Config) (*Handler, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("storeverify.New: %w", err)
 	}
-	log := cfg.Deps.Log
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
-	}
-	return &Handler{cfg: cfg, log: log}, nil
+	h := &Handler{cfg: cfg}
+	h.flow = worker.Flow[domain.StoreVerification, started, port.VerifyResult]{Kind: Tasks(cfg.Deps, cfg.Verifications),
+		Begin: h.begin, Call: h.verify, Record: h.record}
+	return h, nil
 }
-
-// Outcomes, as logged.
-const (
-	outcomeVerified  = "verified"
-	outcomeSkipped   = "skipped"
-	outcomeReplaced  = "credentials_replaced"
-	outcomeRecorded  = "already_recorded"
-	outcomeRetry     = "retry"
-	outcomeFailed    = "failed"
-	outcomeUnhandled = "error"
-)
 
 // Handle implements worker.Handler.
-func (h *Handler) Handle(ctx context.Context, job worker.Job) error {
-	var ev domain.StoreVerificationRequested
-	if err := job.Decode(&ev); err != nil {
-		h.log.ErrorContext(ctx, "store verification: bad payload", slog.String("job_id", job.ID))
-		return err
-	}
-	log := h.log.With(slog.String("job_id", job.ID), slog.String("workspace_id", job.WorkspaceID.String()),
-		slog.String("verification_id", ev.VerificationID.String()), slog.String("store_id", ev.StoreID.String()),
-		slog.Int("attempt", job.Attempt))
+func (h *Handler) Handle(ctx context.Context, job worker.Job) error { return h.flow.Handle(ctx, job) }
 
-	outcome, err := h.run(ctx, job, ev)
-	if err == nil {
-		log.InfoContext(ctx, "store verification", slog.String("outcome", outcome))
-		return nil
-	}
-	if !worker.GiveUp(job, err) {
-		log.WarnContext(ctx, "store verification", slog.String("outcome", outcomeRetry), slog.String("error", err.Error()))
-		return fmt.Errorf("storeverify.Handle: %w", err)
-	}
-	failure := worker.FailureOf(err)
-	if ferr := h.fail(ctx, job, ev.VerificationID, ev.OperationID, failure); ferr != nil {
-		log.ErrorContext(ctx, "store verification", slog.String("outcome", outcomeUnhandled),
-			slog.String("error", err.Error()), slog.String("record_error", ferr.Error()))
-		if !job.LastAttempt {
-			// The failure is not recorded: let BullMQ retry the whole job.
-			return fmt.Errorf("storeverify.Handle: record failure: %w", ferr)
-		}
-		return worker.Permanent(fmt.Errorf("storeverify.Handle: %w", errors.Join(err, ferr)))
-	}
-	log.WarnContext(ctx, "store verification", slog.String("outcome", outcomeFailed),
-		slog.String("code", failure.Code), slog.String("error", err.Error()))
-	return worker.Permanent(fmt.Errorf("storeverify.Handle: %w", err))
-}
-
-// started is what Step A hands to the external call.
+// started is what the begin step hands to the external call.
 type started struct {
-	verification domain.StoreVerification
-	sealed       port.SealedCredentials
-	platform     string
-	shopID       string
+	sealed   port.SealedCredentials
+	platform string
+	shopID   string
 }
 
-func (h *Handler) run(ctx context.Context, job worker.Job, ev domain.StoreVerificationRequested) (string, error) {
-	s, replaced, err := h.start(ctx, job, ev)
-	switch {
-	case errors.Is(err, worker.ErrSkip):
-		return outcomeSkipped, nil
-	case err != nil:
-		return "", err
-	case replaced:
-		return outcomeReplaced, nil
-	}
-	res, err := h.verify(ctx, job, s)
+// begin runs under the verification's row lock: a verification of credentials replaced
+// since it was requested is refused (CREDENTIALS_REPLACED: the newer verification decides);
+// otherwise it reads the sealed credentials and the store's address.
+func (h *Handler) begin(ctx context.Context, v *domain.StoreVerification) (started, error) {
+	// The sealed value and its version come from one statement: they belong together.
+	sealed, version, err := h.cfg.Stores.Credentials(ctx, v.StoreID)
 	if err != nil {
-		return "", err
+		return started{}, err
 	}
-	return h.record(ctx, job, s.verification.ID, res)
-}
-
-// start is Step A. It reports replaced when it finished the verification with
-// CREDENTIALS_REPLACED.
-func (h *Handler) start(ctx context.Context, job worker.Job, ev domain.StoreVerificationRequested) (started, bool, error) {
-	d := h.cfg.Deps
-	var s started
-	replaced := false
-	err := d.Step(ctx, job, func(ctx context.Context) error {
-		v, err := h.cfg.Verifications.Update(ctx, ev.VerificationID, func(v *domain.StoreVerification) error {
-			if v.Status.Terminal() {
-				return worker.ErrSkip
-			}
-			// The sealed value and its version come from one statement: they belong together.
-			sealed, version, err := h.cfg.Stores.Credentials(ctx, v.StoreID)
-			if err != nil {
-				return err
-			}
-			if version != v.CredentialsVersion {
-				replaced = true
-				return v.Fail(ErrCredentialsReplaced.Code, ErrCredentialsReplaced.Message, d.Now())
-			}
-			s.sealed = sealed
-			return v.Start(d.Now())
-		})
-		if err != nil {
-			return err
-		}
-		if replaced {
-			return d.FailOperation(ctx, v.OperationID, ErrCredentialsReplaced.Code, ErrCredentialsReplaced.Message)
-		}
-		if err := d.StartOperation(ctx, v.OperationID); err != nil {
-			return err
-		}
-		store, err := h.cfg.Stores.Get(ctx, v.StoreID)
-		if err != nil {
-			return err
-		}
-		s.verification, s.platform, s.shopID = v, store.Platform, store.ShopID
-		return nil
-	})
-	if err != nil && !errors.Is(err, worker.ErrSkip) {
-		err = fmt.Errorf("storeverify: step A: %w", err)
+	if version != v.CredentialsVersion {
+		return started{}, worker.Refuse(ErrCredentialsReplaced)
 	}
-	return s, replaced, err
+	store, err := h.cfg.Stores.Get(ctx, v.StoreID)
+	if err != nil {
+		return started{}, err
+	}
+	return started{sealed: sealed, platform: store.Platform, shopID: store.ShopID}, nil
 }
 
 // verify opens the credentials and asks the platform. It runs outside any transaction.
-func (h *Handler) verify(ctx context.Context, job worker.Job, s started) (port.VerifyResult, error) {
-	creds, err := worker.OpenCredentials(h.cfg.Cipher, job.WorkspaceID, s.verification.StoreID, s.sealed)
+func (h *Handler) verify(ctx context.Context, v domain.StoreVerification, s started, _ worker.Tx) (port.VerifyResult, error) {
+	creds, err := worker.OpenCredentials(h.cfg.Cipher, v.WorkspaceID, v.StoreID, s.sealed)
 	if err != nil {
 		return port.VerifyResult{}, err
 	}
@@ -215,71 +125,26 @@ const (
 // errStale tells Stores.Update not to save a result of replaced credentials.
 var errStale = errors.New("storeverify: stale verification result")
 
-// record is Step B.
-func (h *Handler) record(ctx context.Context, job worker.Job, id uuid.UUID, res port.VerifyResult) (string, error) {
-	d := h.cfg.Deps
-	err := d.Step(ctx, job, func(ctx context.Context) error {
-		v, err := h.cfg.Verifications.Update(ctx, id, func(v *domain.StoreVerification) error {
-			if v.Status.Terminal() {
-				return worker.ErrSkip
-			}
-			valid := res.Valid
-			v.Valid = &valid
-			return v.Succeed(d.Now())
-		})
-		if err != nil {
-			return err
+// record stores the verdict on the verification and, unless the credentials were replaced
+// meanwhile, on the store (record step).
+func (h *Handler) record(ctx context.Context, v *domain.StoreVerification, res port.VerifyResult) (any, error) {
+	valid := res.Valid
+	v.Valid = &valid
+	_, err := h.cfg.Stores.Update(ctx, v.StoreID, func(s *domain.Store) error {
+		if !s.RecordVerification(v.CredentialsVersion, res.Valid, res.ShopName, res.Reason, h.cfg.Deps.Now()) {
+			return errStale
 		}
-		_, err = h.cfg.Stores.Update(ctx, v.StoreID, func(s *domain.Store) error {
-			if !s.RecordVerification(v.CredentialsVersion, res.Valid, res.ShopName, res.Reason, d.Now()) {
-				return errStale
-			}
-			return nil
-		})
-		if err != nil && !errors.Is(err, errStale) {
-			return err
-		}
-		msg := messageValid
-		if !res.Valid {
-			msg = messageInvalid
-		}
-		return d.SucceedOperation(ctx, v.OperationID, map[string]any{
-			"store_id": v.StoreID, "valid": res.Valid, "message": msg,
-		})
-	})
-	switch {
-	case errors.Is(err, worker.ErrSkip):
-		return outcomeRecorded, nil
-	case err != nil:
-		return "", fmt.Errorf("storeverify: step B: %w", err)
-	}
-	return outcomeVerified, nil
-}
-
-// fail records a final failure on the verification and its operation. A verification
-// already finished is left alone; when the verification is gone (deleted with its store),
-// the operation named by the event fails (if it exists).
-func (h *Handler) fail(ctx context.Context, job worker.Job, id, operationID uuid.UUID, f worker.Failure) error {
-	d := h.cfg.Deps
-	err := d.Step(ctx, job, func(ctx context.Context) error {
-		_, err := worker.FailTask(ctx, d, h.cfg.Verifications, id, taskOf, f)
-		if isNotFound(err) {
-			// The task is gone (deleted with its store or product): finish its operation,
-			// named by the event, so that the client does not wait forever.
-			return d.FailOperation(ctx, operationID, f.Code, f.Message)
-		}
-		return err
-	})
-	if errors.Is(err, worker.ErrSkip) || isNotFound(err) {
 		return nil
+	})
+	if err != nil && !errors.Is(err, errStale) {
+		return nil, err
 	}
-	return err
+	msg := messageValid
+	if !res.Valid {
+		msg = messageInvalid
+	}
+	return map[string]any{"store_id": v.StoreID, "valid": res.Valid, "message": msg}, nil
 }
 
-func isNotFound(err error) bool {
-	var de *domain.Error
-	return errors.As(err, &de) && de.Kind == domain.KindNotFound
-}
-
-// taskOf gives worker.BeginTask and worker.FailTask the task state it embeds.
+// taskOf gives worker.Kind the task state a verification embeds.
 func taskOf(v *domain.StoreVerification) *domain.Task { return &v.Task }

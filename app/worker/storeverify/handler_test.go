@@ -304,7 +304,9 @@ func TestReplacedCredentialsFailWithoutCallingThePlatform(t *testing.T) {
 		return b.stores.SetCredentials(ctx, f.store.ID, b.seal(t, f.store.ID, "sk_test_valid_7b"))
 	})
 
-	require.NoError(t, b.handler.Handle(context.Background(), f.job))
+	// A refusal is a final failure: the job fails with its task.
+	err := b.handler.Handle(context.Background(), f.job)
+	require.True(t, worker.IsPermanent(err), "%v", err)
 
 	s := b.state(t, f)
 	require.Equal(t, domain.TaskFailed, s.verif.Status)

@@ -1,0 +1,338 @@
+package worker
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/listingkit/listing/app/port"
+	"github.com/listingkit/listing/domain"
+)
+
+// Flow is one queue's work, stated as domain steps; the engine (Flow.Handle) runs them for
+// every job of the queue, the same way for every flow:
+//
+//  1. decode the job's request event and read the task id (Kind.TaskID);
+//  2. begin, in a transaction of the job's workspace: load the task under its row lock and
+//     stop (success, nothing done) if it is finished; Begin gathers what the call needs and
+//     may refuse the task; then the task and its operation start (compare-and-set);
+//  3. Call, outside any transaction (external systems, storage), with a deduplication key
+//     derived from the task;
+//  4. record, in a second transaction: the task under its row lock again, and, unless
+//     another delivery finished it meanwhile, Record applies the result; the task and its
+//     operation succeed.
+//
+// Every error goes through one policy (decide): a finished task is success; an upstream
+// Retry-After snoozes the job without spending an attempt (bounded: Snooze); a permanent
+// error, or any error on the last attempt, records a final failure on the task and its
+// operation (Kind.Fail, or OnFail); anything else is retried by the transport. The engine
+// logs one line per attempt.
+//
+// T is the task, W what Begin hands to Call, R what Call hands to Record.
+type Flow[T domain.Requested, W, R any] struct {
+	Kind[T]
+	// Begin runs in the begin transaction with the task locked and unfinished, before the
+	// engine starts it; it may change the task (it is saved). It returns what Call needs, or
+	// Refuse(reason) to fail the task at once without a call, or an error (retried). Optional.
+	Begin func(ctx context.Context, task *T) (W, error)
+	// Call does the work, outside any transaction. A long call may record progress in
+	// transactions of its own with tx. Required.
+	Call func(ctx context.Context, task T, w W, tx Tx) (R, error)
+	// Record runs in the record transaction with the task locked and unfinished: it applies
+	// r to the task (saved afterwards) and to whatever else the result changes, and returns
+	// the operation's result (JSON). Required.
+	Record func(ctx context.Context, task *T, r R) (any, error)
+	// Finished, when set, is told that the record step found the task finished by another
+	// delivery: r, this delivery's result, was dropped. It runs outside any transaction.
+	Finished func(ctx context.Context, task T, r R)
+	// OnFail, when set, replaces Kind.OnFail for the final failures of this flow's jobs: it
+	// also gets the result Call returned with its error (e.g. the usage a provider billed).
+	OnFail func(ctx context.Context, task T, r R, f Failure) error
+	// Log receives one line per attempt. Default: Deps.Log, else no logs.
+	Log *slog.Logger
+}
+
+// Tx runs fn in one transaction of the job's workspace (see Deps.Step).
+type Tx func(ctx context.Context, fn func(ctx context.Context) error) error
+
+// Validate reports the first missing field.
+func (f Flow[T, W, R]) Validate() error {
+	d := f.Deps
+	switch {
+	case f.QueueName == "":
+		return errors.New("worker.Flow: QueueName is required")
+	case d.Tx == nil || d.Operations == nil || d.Events == nil || d.Now == nil:
+		return fmt.Errorf("worker.Flow %s: Deps.Tx, Operations, Events and Now are required", f.QueueName)
+	case f.Tasks == nil || f.TaskOf == nil || f.TaskID == nil:
+		return fmt.Errorf("worker.Flow %s: Tasks, TaskOf and TaskID are required", f.QueueName)
+	case f.Call == nil || f.Record == nil:
+		return fmt.Errorf("worker.Flow %s: Call and Record are required", f.QueueName)
+	}
+	return nil
+}
+
+// Snooze bounds: a job is snoozed at most MaxSnoozes times, and at most MaxSnooze in total;
+// beyond, an upstream Retry-After is an ordinary retryable error (it spends an attempt), so
+// that a gateway that always answers 429 cannot keep a task running for ever.
+const (
+	MaxSnoozes = 10
+	MaxSnooze  = 30 * time.Minute
+)
+
+// SnoozeError asks the transport to deliver the job again after Delay without counting an
+// attempt (River's JobSnooze). Returned by Flow.Handle only.
+type SnoozeError struct {
+	Delay time.Duration
+	Err   error
+}
+
+func (e *SnoozeError) Error() string { return fmt.Sprintf("snoozed for %s: %v", e.Delay, e.Err) }
+func (e *SnoozeError) Unwrap() error { return e.Err }
+
+// SnoozeOf returns how long err asks to snooze the job, and whether it does.
+func SnoozeOf(err error) (time.Duration, bool) {
+	var s *SnoozeError
+	if errors.As(err, &s) {
+		return s.Delay, true
+	}
+	return 0, false
+}
+
+type refusal struct{ reason *domain.Error }
+
+func (r refusal) Error() string { return "refused: " + r.reason.Error() }
+func (r refusal) Unwrap() error { return r.reason }
+
+// Refuse is returned by Flow.Begin to fail the task at once with reason (a client-safe code
+// and message), without calling anything.
+func Refuse(reason *domain.Error) error { return refusal{reason} }
+
+// Outcomes of one attempt, as logged.
+const (
+	OutcomeSucceeded = "succeeded" // the task succeeded
+	OutcomeSkipped   = "skipped"   // the task was finished already: nothing done
+	OutcomeRetry     = "retry"     // retryable failure; the transport delivers again
+	OutcomeSnoozed   = "snoozed"   // upstream Retry-After; delivered again, no attempt spent
+	OutcomeFailed    = "failed"    // final failure, recorded on the task and its operation
+	OutcomeLost      = "error"     // final failure that could not be recorded (the reconciler will)
+)
+
+// Handle implements Handler: it runs one delivery of a job through the lifecycle and
+// returns nil (done), a *SnoozeError, a Permanent error (failed for good) or another error
+// (retry).
+func (f Flow[T, W, R]) Handle(ctx context.Context, job Job) error {
+	start := time.Now()
+	log := f.Log
+	if log == nil {
+		log = f.Deps.Log
+	}
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	log = log.With(slog.String("queue", f.QueueName), slog.String("job_id", job.ID),
+		slog.String("event_type", job.EventType), slog.String("workspace_id", job.WorkspaceID.String()),
+		slog.Int("attempt", job.Attempt))
+
+	var r R
+	id, err := f.TaskID(job)
+	if err == nil {
+		log = log.With(slog.String("task_id", id.String()))
+		r, err = f.run(ctx, job, id)
+	}
+	outcome, err := f.decide(ctx, job, id, r, err)
+	attrs := []any{slog.String("outcome", outcome), slog.Int64("duration_ms", time.Since(start).Milliseconds())}
+	level := slog.LevelInfo
+	switch outcome {
+	case OutcomeRetry, OutcomeSnoozed:
+		level = slog.LevelWarn
+		attrs = append(attrs, slog.String("error", err.Error()))
+	case OutcomeFailed, OutcomeLost:
+		level = slog.LevelError
+		attrs = append(attrs, slog.String("code", FailureOf(err).Code), slog.String("error", err.Error()))
+	}
+	if d, ok := SnoozeOf(err); ok {
+		attrs = append(attrs, slog.Duration("delay", d))
+	}
+	log.Log(ctx, level, "job", attrs...)
+	return err
+}
+
+// run is steps 2-4. Its error is ErrSkip when the task is finished.
+func (f Flow[T, W, R]) run(ctx context.Context, job Job, id uuid.UUID) (R, error) {
+	var r R
+	d := f.Deps
+	tx := Tx(func(ctx context.Context, fn func(ctx context.Context) error) error { return d.Step(ctx, job, fn) })
+
+	var task T
+	var w W
+	var refused *domain.Error
+	err := tx(ctx, func(ctx context.Context) error {
+		v, err := f.Tasks.Update(ctx, id, func(v *T) error {
+			t := f.TaskOf(v)
+			if t.Status.Terminal() {
+				return ErrSkip
+			}
+			if f.Begin != nil {
+				var err error
+				w, err = f.Begin(ctx, v)
+				var ref refusal
+				if errors.As(err, &ref) {
+					refused = ref.reason
+					return t.Fail(ref.reason.Code, ref.reason.Message, d.Now())
+				}
+				if err != nil {
+					return err
+				}
+			}
+			return t.Start(d.Now())
+		})
+		if err != nil {
+			return err
+		}
+		task = v
+		if refused != nil {
+			if err := d.FailOperation(ctx, f.TaskOf(&v).OperationID, refused.Code, refused.Message); err != nil {
+				return err
+			}
+			return f.failed(ctx, v, r, FailureOf(refused))
+		}
+		return d.StartOperation(ctx, f.TaskOf(&v).OperationID)
+	})
+	switch {
+	case err != nil:
+		return r, err
+	case refused != nil:
+		return r, refusal{refused}
+	}
+
+	r, err = f.Call(ctx, task, w, tx)
+	if err != nil {
+		return r, err
+	}
+
+	var finished *T
+	err = tx(ctx, func(ctx context.Context) error {
+		var result any
+		v, err := f.Tasks.Update(ctx, id, func(v *T) error {
+			t := f.TaskOf(v)
+			if t.Status.Terminal() {
+				finished = v
+				return ErrSkip
+			}
+			var err error
+			if result, err = f.Record(ctx, v, r); err != nil {
+				return err
+			}
+			return t.Succeed(d.Now())
+		})
+		if err != nil {
+			return err
+		}
+		return d.SucceedOperation(ctx, f.TaskOf(&v).OperationID, result)
+	})
+	if errors.Is(err, ErrSkip) && finished != nil && f.Finished != nil {
+		f.Finished(ctx, *finished, r)
+	}
+	return r, err
+}
+
+// failed records what else a final failure of task changes: OnFail, else Kind.OnFail.
+func (f Flow[T, W, R]) failed(ctx context.Context, task T, r R, fl Failure) error {
+	switch {
+	case f.OnFail != nil:
+		return f.OnFail(ctx, task, r, fl)
+	case f.Kind.OnFail != nil:
+		return f.Kind.OnFail(ctx, task, fl)
+	}
+	return nil
+}
+
+// decide is the error policy of every flow. It returns the attempt's outcome and the error
+// Handle returns.
+func (f Flow[T, W, R]) decide(ctx context.Context, job Job, id uuid.UUID, r R, err error) (string, error) {
+	var ref refusal
+	switch {
+	case err == nil:
+		return OutcomeSucceeded, nil
+	case errors.Is(err, ErrSkip):
+		return OutcomeSkipped, nil
+	case errors.As(err, &ref):
+		// Recorded by the begin step with the refusal.
+		return OutcomeFailed, Permanent(err)
+	case ctx.Err() != nil && errors.Is(err, context.Canceled):
+		// Shutdown: the transport hands the job back.
+		return OutcomeRetry, err
+	}
+	if delay, ok := retryAfter(err); ok && !permanent(err) && job.Snoozes < MaxSnoozes && job.Snoozed+delay <= MaxSnooze {
+		return OutcomeSnoozed, &SnoozeError{Delay: delay, Err: err}
+	}
+	if !permanent(err) && !job.LastAttempt {
+		return OutcomeRetry, err
+	}
+	fl := FailureOf(err)
+	recErr := f.recordFailure(ctx, job, id, r, fl)
+	switch {
+	case recErr == nil:
+		return OutcomeFailed, Permanent(err)
+	case !job.LastAttempt:
+		// Not recorded: deliver again, which records it (or succeeds).
+		return OutcomeRetry, fmt.Errorf("%w; recording the failure: %v", err, recErr)
+	}
+	return OutcomeLost, Permanent(fmt.Errorf("%w; recording the failure: %v", err, recErr))
+}
+
+// recordFailure fails the task and its operation with fl. A finished task is left alone. A
+// task that does not exist (deleted with its store or product, or an id of no task) fails
+// the operation its request event names, so that the client does not wait for ever.
+func (f Flow[T, W, R]) recordFailure(ctx context.Context, job Job, id uuid.UUID, r R, fl Failure) error {
+	if id == uuid.Nil {
+		return nil // no task to fail: the payload was unreadable
+	}
+	d := f.Deps
+	err := d.Step(ctx, job, func(ctx context.Context) error {
+		t, err := FailTask(ctx, d, f.Tasks, id, f.TaskOf, fl)
+		if isNotFound(err) {
+			if op := operationOf(job); op != uuid.Nil {
+				return d.FailOperation(ctx, op, fl.Code, fl.Message)
+			}
+		}
+		if err != nil {
+			return err
+		}
+		return f.failed(ctx, t, r, fl)
+	})
+	if errors.Is(err, ErrSkip) || isNotFound(err) {
+		return nil
+	}
+	return err
+}
+
+// operationOf reads the operation_id every request event carries; uuid.Nil when absent.
+func operationOf(job Job) uuid.UUID {
+	var ev struct {
+		OperationID uuid.UUID `json:"operation_id"`
+	}
+	_ = json.Unmarshal(job.Payload, &ev)
+	return ev.OperationID
+}
+
+func permanent(err error) bool { return IsPermanent(err) || port.IsPermanent(err) }
+
+// retryAfter reads the wait an upstream asked for (a 429 or 503 with Retry-After).
+func retryAfter(err error) (time.Duration, bool) {
+	var de *domain.Error
+	if errors.As(err, &de) && de.RetryAfter > 0 {
+		return de.RetryAfter, true
+	}
+	return 0, false
+}
+
+func isNotFound(err error) bool {
+	var de *domain.Error
+	return errors.As(err, &de) && de.Kind == domain.KindNotFound
+}
