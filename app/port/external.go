@@ -402,9 +402,9 @@ type ObjectStorage interface {
 
 // Fetcher errors (public codes: the HTTP layer maps them to problem+json as they are).
 var (
-	// ErrSourceURLInvalid: not an absolute http(s) URL, or it carries user info.
-	ErrSourceURLInvalid = domain.NewError(domain.KindInvalid, "SOURCE_URL_INVALID",
-		"source_url must be an absolute http or https URL").WithField("source_url", "invalid")
+	// ErrSourceURLInvalid: not an absolute http(s) URL, or it carries user info (the
+	// domain's error: see domain.ValidateSourceURL).
+	ErrSourceURLInvalid = domain.ErrSourceURLInvalid
 	// ErrSourceURLForbidden: the URL (or a redirect) leads to a private, loopback,
 	// link-local or otherwise non-public address.
 	ErrSourceURLForbidden = domain.NewError(domain.KindInvalid, "SOURCE_URL_FORBIDDEN",

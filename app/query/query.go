@@ -119,5 +119,8 @@ func (q Queries) MediaObject(ctx context.Context, s Scope, mediaID uuid.UUID) (i
 // CheckSourceURL refuses a material source that is malformed or leads to a forbidden
 // address, before anything is written.
 func (q Queries) CheckSourceURL(ctx context.Context, sourceURL string) error {
+	if err := domain.ValidateSourceURL(sourceURL); err != nil {
+		return err
+	}
 	return q.Fetcher.CheckURL(ctx, sourceURL)
 }
