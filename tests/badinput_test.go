@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -441,4 +443,37 @@ func TestBadInputTextFields(t *testing.T) {
 	}
 	// The draft was never changed by the refused saves.
 	require.Equal(t, 1, s.env.Count(`SELECT revision FROM products WHERE id = $1`, s.productID))
+}
+
+// TestBadInputUploadSingleUse: an upload URL is spent by its first complete upload. Another
+// PUT, before or after complete, gets 409 UPLOAD_ALREADY_COMPLETED and the stored original
+// keeps the first upload's bytes.
+func TestBadInputUploadSingleUse(t *testing.T) {
+	t.Parallel()
+	s := badStart(t)
+	first := []byte("\x89PNG\r\n\x1a\nfirst upload")
+	created := s.env.Do(s.req("POST", "/media", map[string]any{"filename": "a.png", "content_type": "image/png", "size": len(first)}))
+	require.Equal(t, http.StatusCreated, created.Status, "%s", created.Body)
+	m := created.JSON(t)
+	id := m["media"].(map[string]any)["id"].(string)
+	upload := m["upload"].(map[string]any)
+	url := strings.TrimPrefix(upload["url"].(string), s.env.Config.PublicBaseURL)
+	put := func(body []byte) servicetest.Response {
+		return s.env.Do(servicetest.Request{Method: "PUT", Path: url, Body: body, Header: map[string]string{"Content-Type": "image/png"}})
+	}
+	original := filepath.Join(s.env.Config.StorageDir, "objects", "workspaces", s.acct.WorkspaceID, "media", id, "original")
+
+	resp := put(first)
+	require.Equal(t, http.StatusOK, resp.Status, "%s", resp.Body)
+	other := []byte("\x89PNG\r\n\x1a\nother bytes!")
+	badProblem(t, put(other), http.StatusConflict, "UPLOAD_ALREADY_COMPLETED")
+
+	done := s.env.Do(servicetest.Request{Method: "POST", Path: s.ws + "/media/" + id + "/complete", Token: s.acct.AccessToken,
+		Header: map[string]string{"Idempotency-Key": uuid.NewString()}, Body: map[string]any{}})
+	require.Equal(t, http.StatusAccepted, done.Status, "%s", done.Body)
+	badProblem(t, put(other), http.StatusConflict, "UPLOAD_ALREADY_COMPLETED")
+
+	got, err := os.ReadFile(original)
+	require.NoError(t, err)
+	require.Equal(t, first, got, "the stored original changed")
 }

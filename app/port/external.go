@@ -391,10 +391,16 @@ type ObjectStorage interface {
 	Stat(ctx context.Context, key string) (ObjectInfo, error)
 	// Delete removes the object; deleting an absent object is not an error.
 	Delete(ctx context.Context, key string) error
-	// UploadTarget returns how a client uploads up to size bytes of contentType to key within
+	// UploadTarget returns how a client uploads up to size bytes of contentType for key within
 	// ttl: a URL on our own service for local storage, a presigned PUT for S3 (which enforces
-	// the exact size through a signed Content-Length).
+	// the exact size through a signed Content-Length). The bytes become the object under key
+	// only through CommitUpload, and only once.
 	UploadTarget(ctx context.Context, key, contentType string, size int64, ttl time.Duration) (UploadTarget, error)
+	// CommitUpload makes the bytes a client sent to key's upload target the object under key
+	// and describes it; ErrObjectNotFound when nothing was uploaded. An upload is committed
+	// once: when the object under key exists, it is returned unchanged, whatever was sent to
+	// the upload target since, so a used upload URL can never replace a stored object.
+	CommitUpload(ctx context.Context, key string) (ObjectInfo, error)
 }
 
 // ---------------------------------------------------------------------------------------------
