@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/google/uuid"
 )
@@ -146,4 +148,28 @@ func TestFailMessagesAreStorable(t *testing.T) {
 	if got := op.ErrorMessage; !strings.HasPrefix(got, "ab") || len([]rune(got)) != MaxOperationErrorLength {
 		t.Errorf("operation message: %q…", got[:10])
 	}
+}
+
+// FuzzSanitizeFilename: whatever the input, the result is a storable single name: valid
+// UTF-8, no separator or control character, not "." or "..", at most MaxFilenameLength
+// characters, and sanitizing it again changes nothing.
+func FuzzSanitizeFilename(f *testing.F) {
+	for _, s := range []string{"a.png", "../../x", `C:\a\b.png`, "a\x00b", "\xff\xfe", " . ", "名前.png"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, in string) {
+		out := SanitizeFilename(in)
+		if !utf8.ValidString(out) || strings.ContainsAny(out, `/\`) || out == "." || out == ".." ||
+			utf8.RuneCountInString(out) > MaxFilenameLength || out != strings.TrimSpace(out) {
+			t.Fatalf("SanitizeFilename(%q) = %q", in, out)
+		}
+		for _, r := range out {
+			if unicode.IsControl(r) {
+				t.Fatalf("SanitizeFilename(%q) = %q holds a control character", in, out)
+			}
+		}
+		if again := SanitizeFilename(out); again != out {
+			t.Fatalf("not idempotent: %q → %q → %q", in, out, again)
+		}
+	})
 }
