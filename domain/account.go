@@ -1,6 +1,7 @@
 package domain
 
 import (
+	"fmt"
 	"net/mail"
 	"strings"
 	"time"
@@ -39,20 +40,14 @@ var (
 		"the refresh token was already used; every session of its family is revoked")
 )
 
-// Password length bounds, in characters.
-const (
-	MinPasswordLength = 10
-	MaxPasswordLength = 256
-)
-
 // NormalizeEmail validates an email address and returns it trimmed and lowercased.
 func NormalizeEmail(email string) (string, error) {
 	e := strings.ToLower(strings.TrimSpace(email))
 	if e == "" {
 		return "", Invalid("email", "required")
 	}
-	if len(e) > 254 {
-		return "", Invalid("email", "too long")
+	if err := checkLine("email", e, MaxEmailLength); err != nil {
+		return "", err
 	}
 	addr, err := mail.ParseAddress(e)
 	if err != nil || addr.Address != e || !strings.Contains(e[strings.LastIndex(e, "@"):], ".") {
@@ -61,14 +56,14 @@ func NormalizeEmail(email string) (string, error) {
 	return e, nil
 }
 
-// ValidatePassword checks a new password's length. The password itself is never echoed.
+// ValidatePassword checks a new password: MinPasswordLength to MaxPasswordLength characters,
+// no control characters. The password itself is never echoed.
 func ValidatePassword(pw string) error {
-	n := utf8.RuneCountInString(pw)
-	switch {
-	case n < MinPasswordLength:
-		return Invalid("password", "must have at least 10 characters")
-	case n > MaxPasswordLength:
-		return Invalid("password", "must have at most 256 characters")
+	if err := checkLine("password", pw, MaxPasswordLength); err != nil {
+		return err
+	}
+	if utf8.RuneCountInString(pw) < MinPasswordLength {
+		return Invalid("password", fmt.Sprintf("must have at least %d characters", MinPasswordLength))
 	}
 	return nil
 }
@@ -79,8 +74,8 @@ func ValidateWorkspaceName(name string) (string, error) {
 	if name == "" {
 		return "", Invalid("workspace_name", "required")
 	}
-	if utf8.RuneCountInString(name) > 200 {
-		return "", Invalid("workspace_name", "must have at most 200 characters")
+	if err := checkLine("workspace_name", name, MaxWorkspaceNameLength); err != nil {
+		return "", err
 	}
 	return name, nil
 }

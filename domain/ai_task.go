@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/google/uuid"
 )
@@ -42,9 +41,6 @@ var (
 	ErrAITaskNotFound = NewError(KindNotFound, "AI_TASK_NOT_FOUND", "the AI task does not exist")
 )
 
-// MaxPromptLength bounds input.prompt, in characters.
-const MaxPromptLength = 4000
-
 // NewAITask validates and returns a pending AI task about the product's current content,
 // kept as the task's Snapshot. Call it with the product read in the transaction that inserts
 // the task.
@@ -55,8 +51,8 @@ func NewAITask(id, workspaceID, operationID uuid.UUID, kind string, product Prod
 		return AITask{}, Invalid("kind", "must be text, category or image")
 	}
 	prompt = strings.TrimSpace(prompt)
-	if utf8.RuneCountInString(prompt) > MaxPromptLength {
-		return AITask{}, Invalid("input.prompt", "at most 4000 characters")
+	if err := checkText("input.prompt", prompt, MaxPromptLength, lineBreaks); err != nil {
+		return AITask{}, err
 	}
 	snap := product.Snapshot()
 	return AITask{Task: NewTask(id, workspaceID, operationID, now), Kind: kind, ProductID: product.ID, Prompt: prompt,

@@ -99,7 +99,11 @@ func (e *Error) WithField(name, problem string) *Error {
 
 // Sentinel errors shared by every feature. Feature-specific codes live beside their feature.
 var (
-	ErrInvalidInput    = NewError(KindInvalid, "VALIDATION_FAILED", "the request is not valid")
+	ErrInvalidInput = NewError(KindInvalid, "VALIDATION_FAILED", "the request is not valid")
+	// ErrUnstorableInput: the database refused a value that validation let through (a NUL,
+	// text that is not UTF-8, a value over a column's limit or CHECK). Validation should
+	// have named the field; this code marks the safety net.
+	ErrUnstorableInput = NewError(KindInvalid, "INVALID_INPUT", "the request holds a value that cannot be stored")
 	ErrNotFound        = NewError(KindNotFound, "NOT_FOUND", "the resource does not exist")
 	ErrConflict        = NewError(KindConflict, "CONFLICT", "the request conflicts with the current state")
 	ErrUnauthenticated = NewError(KindUnauthenticated, "UNAUTHENTICATED", "valid credentials are required")

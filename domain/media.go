@@ -1,10 +1,7 @@
 package domain
 
 import (
-	"path"
-	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/google/uuid"
 )
@@ -60,11 +57,15 @@ var (
 	ErrMediaAlreadyComplete = NewError(KindConflict, "MEDIA_ALREADY_COMPLETED", "the media upload was already completed")
 )
 
-// NewMedia validates the client's description of an upload.
+// NewMedia validates the client's description of an upload. The filename must be valid
+// UTF-8 without control characters, at most MaxFilenameLength characters; it is kept as
+// SanitizeFilename makes it (its last path segment), and refused when nothing remains.
 func NewMedia(id, workspaceID uuid.UUID, filename, contentType string, size, maxSize int64, now time.Time) (Media, error) {
-	filename = path.Base(strings.TrimSpace(filename))
-	if filename == "" || filename == "." || filename == "/" || utf8.RuneCountInString(filename) > 255 {
-		return Media{}, Invalid("filename", "required, at most 255 characters")
+	if err := checkLine("filename", filename, MaxFilenameLength); err != nil {
+		return Media{}, err
+	}
+	if filename = SanitizeFilename(filename); filename == "" {
+		return Media{}, Invalid("filename", "required: a file name, not a path")
 	}
 	ok := false
 	for _, t := range AllowedMediaTypes {
@@ -130,7 +131,21 @@ type MaterialTransfer struct {
 // Material transfer errors.
 var (
 	ErrTransferNotFound = NewError(KindNotFound, "TRANSFER_NOT_FOUND", "the material transfer does not exist")
+	// ErrSourceURLInvalid: not an absolute http(s) URL, it carries user info, or it is not
+	// storable (longer than MaxSourceURLLength, control characters).
+	ErrSourceURLInvalid = NewError(KindInvalid, "SOURCE_URL_INVALID",
+		"source_url must be an absolute http or https URL").WithField("source_url", "invalid")
 )
+
+// ValidateSourceURL refuses with ErrSourceURLInvalid a source URL the transfer could not
+// store: not valid UTF-8, longer than MaxSourceURLLength characters, or holding a control
+// character. Whether it is an http(s) URL to an allowed address is the fetcher's check.
+func ValidateSourceURL(sourceURL string) error {
+	if checkLine("source_url", sourceURL, MaxSourceURLLength) != nil {
+		return ErrSourceURLInvalid.WithMessage("source_url must be valid UTF-8 without control characters, at most %d characters", MaxSourceURLLength)
+	}
+	return nil
+}
 
 // MaterialTransferRequested asks a worker to run a transfer.
 type MaterialTransferRequested struct {

@@ -75,15 +75,13 @@ func (o *Operation) Succeed(result json.RawMessage, now time.Time) error {
 	return nil
 }
 
-// Fail finishes the operation with a client-safe error.
+// Fail finishes the operation with a client-safe error; the message is made storable (see
+// boundText, at most MaxOperationErrorLength characters).
 func (o *Operation) Fail(code, message string, now time.Time) error {
 	if o.Status.Terminal() {
 		return ErrOperationFinished
 	}
-	if len(message) > 500 {
-		message = message[:500]
-	}
-	o.Status, o.ErrorCode, o.ErrorMessage, o.UpdatedAt = OperationFailed, code, message, now
+	o.Status, o.ErrorCode, o.ErrorMessage, o.UpdatedAt = OperationFailed, code, boundText(message, MaxOperationErrorLength), now
 	o.Version++
 	return nil
 }

@@ -1,11 +1,11 @@
 package domain
 
 import (
+	"fmt"
 	"net/url"
 	"regexp"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/google/uuid"
 )
@@ -44,36 +44,35 @@ var (
 	currencyRe = regexp.MustCompile(`^[A-Z]{3}$`)
 )
 
-// Product content limits.
-const (
-	MaxTitleLength       = 500
-	MaxDescriptionLength = 20000
-	MaxProductImages     = 20
-)
-
 // Validate checks the content and returns it normalized (trimmed title).
 func (c ProductContent) Validate() (ProductContent, error) {
 	c.Title = strings.TrimSpace(c.Title)
-	switch {
-	case c.Title == "":
+	if c.Title == "" {
 		return c, Invalid("title", "required")
-	case utf8.RuneCountInString(c.Title) > MaxTitleLength:
-		return c, Invalid("title", "must have at most 500 characters")
-	case utf8.RuneCountInString(c.Description) > MaxDescriptionLength:
-		return c, Invalid("description", "must have at most 20000 characters")
+	}
+	if err := checkLine("title", c.Title, MaxTitleLength); err != nil {
+		return c, err
+	}
+	if err := checkText("description", c.Description, MaxDescriptionLength, lineBreaks); err != nil {
+		return c, err
+	}
+	switch {
 	case !priceRe.MatchString(c.Price):
 		return c, Invalid("price", `must be a decimal string such as "19.90"`)
 	case !currencyRe.MatchString(c.Currency):
 		return c, Invalid("currency", "must be an ISO 4217 code such as EUR")
 	case len(c.Images) > MaxProductImages:
-		return c, Invalid("images", "at most 20 images")
+		return c, Invalid("images", fmt.Sprintf("at most %d images", MaxProductImages))
 	}
 	if c.Images == nil {
 		c.Images = []string{}
 	}
 	for _, img := range c.Images {
+		if err := checkLine("images", img, MaxImageURLLength); err != nil {
+			return c, err
+		}
 		u, err := url.Parse(img)
-		if err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" || len(img) > 2048 || u.User != nil {
+		if err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" || u.User != nil {
 			return c, Invalid("images", "each image must be an http(s) URL without credentials")
 		}
 	}

@@ -3,7 +3,6 @@ package domain
 import (
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/google/uuid"
 )
@@ -55,12 +54,18 @@ func NewStore(id, workspaceID uuid.UUID, platform, shopID, name string, platform
 		return Store{}, ErrPlatformUnsupported.WithMessage("platform must be one of: %s", strings.Join(platforms, ", "))
 	}
 	shopID = strings.TrimSpace(shopID)
-	if shopID == "" || utf8.RuneCountInString(shopID) > 200 {
-		return Store{}, Invalid("shop_id", "required, at most 200 characters")
+	if shopID == "" {
+		return Store{}, Invalid("shop_id", "required")
+	}
+	if err := checkLine("shop_id", shopID, MaxShopIDLength); err != nil {
+		return Store{}, err
 	}
 	name = strings.TrimSpace(name)
-	if name == "" || utf8.RuneCountInString(name) > 200 {
-		return Store{}, Invalid("name", "required, at most 200 characters")
+	if name == "" {
+		return Store{}, Invalid("name", "required")
+	}
+	if err := checkLine("name", name, MaxStoreNameLength); err != nil {
+		return Store{}, err
 	}
 	return Store{ID: id, WorkspaceID: workspaceID, Platform: platform, ShopID: shopID, Name: name,
 		Status: StorePendingVerification, CredentialsVersion: 1, CreatedAt: now, UpdatedAt: now}, nil

@@ -70,12 +70,13 @@ func (t *Task) Succeed(now time.Time) error {
 	return nil
 }
 
-// Fail finishes the task with a client-safe code and message.
+// Fail finishes the task with a client-safe code and message (made storable: see boundText,
+// at most MaxTaskErrorLength characters).
 func (t *Task) Fail(code, message string, now time.Time) error {
 	if t.Status.Terminal() {
 		return ErrTaskFinished
 	}
-	t.Status, t.ErrorCode, t.ErrorMessage, t.UpdatedAt = TaskFailed, code, message, now
+	t.Status, t.ErrorCode, t.ErrorMessage, t.UpdatedAt = TaskFailed, code, boundText(message, MaxTaskErrorLength), now
 	t.Version++
 	return nil
 }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -20,6 +22,7 @@ var badTables = []string{
 	"products", "stores", "store_verifications", "media", "media_processings", "material_transfers",
 	"publications", "product_syncs", "platform_products", "ai_tasks", "ai_usage_ledger",
 	"operations", "outbox_events", "idempotency_requests",
+	"users", "workspaces", "workspace_memberships", "refresh_token_families", "refresh_tokens",
 }
 
 // badCounts counts the rows of every badTables table as the owner (RLS does not apply).
@@ -238,6 +241,14 @@ func TestBadInputPublishingAndAI(t *testing.T) {
 	cases := []badCase{
 		{"draft without If-Match", s.req("PUT", draft, draftBody), 428, "PRECONDITION_REQUIRED"},
 		{"draft with a stale If-Match", withIfMatch(`"7"`), 412, "REVISION_MISMATCH"},
+		{"draft with If-Match \"+1\"", withIfMatch(`"+1"`), 400, "VALIDATION_FAILED"},
+		{"draft with If-Match \"01\"", withIfMatch(`"01"`), 400, "VALIDATION_FAILED"},
+		{"draft with If-Match \"001\"", withIfMatch(`"001"`), 400, "VALIDATION_FAILED"},
+		{"draft with If-Match \"-1\"", withIfMatch(`"-1"`), 400, "VALIDATION_FAILED"},
+		{"draft with If-Match \"0\"", withIfMatch(`"0"`), 400, "VALIDATION_FAILED"},
+		{"draft with a weak If-Match", withIfMatch(`W/"1"`), 400, "VALIDATION_FAILED"},
+		{"draft with If-Match \" 1\"", withIfMatch(`" 1"`), 400, "VALIDATION_FAILED"},
+		{"draft with an If-Match over int range", withIfMatch(`"99999999999999999999"`), 400, "VALIDATION_FAILED"},
 		{"second publication for the same product and store", s.req("POST", "/products/"+s.productID+"/publications", map[string]any{"store_id": s.storeID}), 409, "PRODUCT_ALREADY_PUBLISHED"},
 		{"publication of an unknown product", s.req("POST", "/products/"+uuid.NewString()+"/publications", map[string]any{"store_id": s.storeID}), 404, "PRODUCT_NOT_FOUND"},
 		{"publication with a store id that is not a uuid", s.req("POST", "/products/"+s.productID+"/publications", map[string]any{"store_id": "shop-1"}), 400, "VALIDATION_FAILED"},
@@ -298,4 +309,171 @@ func TestBadInputMalformedBodies(t *testing.T) {
 			t.Run(c.name, func(t *testing.T) { badExpect(t, s.env, c) })
 		}
 	}
+}
+
+// textField is one text field of a write endpoint: a valid body, where the field sits in it,
+// the longest value the API accepts, and the code a refused value gets.
+type textField struct {
+	endpoint string // "METHOD path", path relative to the workspace unless it starts with /v1/auth
+	body     map[string]any
+	field    []string // path of the field in body, e.g. {"input", "prompt"}
+	long     string   // a value one character over the field's limit (or plainly too long)
+	code     string   // the code of a refused value
+	status   int      // 400 unless set
+	// multiline fields accept line feeds, carriage returns and tabs (other control
+	// characters are refused everywhere).
+	multiline bool
+}
+
+// setField returns a deep copy of body with the value at path replaced by v.
+func setField(body map[string]any, path []string, v any) map[string]any {
+	out := make(map[string]any, len(body))
+	for k, val := range body {
+		out[k] = val
+	}
+	if len(path) == 1 {
+		out[path[0]] = v
+		return out
+	}
+	switch inner := body[path[0]].(type) {
+	case map[string]any:
+		out[path[0]] = setField(inner, path[1:], v)
+	case []any:
+		out[path[0]] = []any{v}
+	}
+	return out
+}
+
+// getField returns the string at path in body.
+func getField(body map[string]any, path []string) string {
+	switch v := body[path[0]].(type) {
+	case map[string]any:
+		return getField(v, path[1:])
+	case []any:
+		return v[0].(string)
+	default:
+		return v.(string)
+	}
+}
+
+// invalidUTF8Marker is replaced by bytes that are not UTF-8 after the body is marshaled.
+const invalidUTF8Marker = "INVALID-UTF8-MARKER"
+
+// TestBadInputTextFields: every text field of every write endpoint, sent with a NUL, a
+// control character, bytes that are not UTF-8 or a value over its limit, is refused with
+// problem+json and a stable code (never a 500), and nothing is written.
+func TestBadInputTextFields(t *testing.T) {
+	t.Parallel()
+	s := badStart(t)
+	product := map[string]any{"title": "Mug", "description": "A mug", "price": "9.90", "currency": "EUR",
+		"images": []any{"https://img.example.com/a.png"}}
+	store := map[string]any{"platform": "sandbox", "shop_id": "shop-9", "name": "Shop", "credentials": map[string]any{"api_key": "sk_test_x"}}
+	media := map[string]any{"filename": "a.png", "content_type": "image/png", "size": 10}
+	ai := map[string]any{"kind": "text", "product_id": s.productID, "input": map[string]any{"prompt": "describe it"}}
+	register := map[string]any{"email": "new@example.com", "password": "correct horse battery", "workspace_name": "Acme"}
+	login := map[string]any{"email": s.acct.Email, "password": s.acct.Password}
+	long := func(n int) string { return strings.Repeat("a", n) }
+	fields := []textField{
+		{"POST /products", product, []string{"title"}, long(501), "VALIDATION_FAILED", 0, false},
+		{"POST /products", product, []string{"description"}, long(20001), "VALIDATION_FAILED", 0, true},
+		{"POST /products", product, []string{"price"}, "1" + long(20), "VALIDATION_FAILED", 0, false},
+		{"POST /products", product, []string{"currency"}, "EURO", "VALIDATION_FAILED", 0, false},
+		{"POST /products", product, []string{"images", "0"}, "https://img.example.com/" + long(2048), "VALIDATION_FAILED", 0, false},
+		{"PUT /products/" + s.productID + "/draft", product, []string{"title"}, long(501), "VALIDATION_FAILED", 0, false},
+		{"PUT /products/" + s.productID + "/draft", product, []string{"description"}, long(20001), "VALIDATION_FAILED", 0, true},
+		{"PUT /products/" + s.productID + "/draft", product, []string{"images", "0"}, "https://img.example.com/" + long(2048), "VALIDATION_FAILED", 0, false},
+		{"POST /stores", store, []string{"platform"}, long(201), "PLATFORM_UNSUPPORTED", 0, false},
+		{"POST /stores", store, []string{"shop_id"}, long(201), "VALIDATION_FAILED", 0, false},
+		{"POST /stores", store, []string{"name"}, long(201), "VALIDATION_FAILED", 0, false},
+		{"POST /stores", store, []string{"credentials", "api_key"}, long(4097), "CREDENTIALS_INVALID", 0, false},
+		{"PUT /stores/" + s.storeID + "/authorization", map[string]any{"credentials": map[string]any{"api_key": "sk_test_y"}},
+			[]string{"credentials", "api_key"}, long(4097), "CREDENTIALS_INVALID", 0, false},
+		{"POST /media", media, []string{"filename"}, long(256), "VALIDATION_FAILED", 0, false},
+		{"POST /media", media, []string{"content_type"}, "image/" + long(200), "MEDIA_TYPE_UNSUPPORTED", 0, false},
+		{"POST /material-transfers", map[string]any{"source_url": "http://93.184.216.34/a.png"}, []string{"source_url"},
+			"http://93.184.216.34/" + long(2048-len("http://93.184.216.34/")+1), "SOURCE_URL_INVALID", 0, false},
+		{"POST /products/" + s.productID + "/publications", map[string]any{"store_id": s.storeID}, []string{"store_id"}, long(37), "VALIDATION_FAILED", 0, false},
+		{"POST /ai-tasks", ai, []string{"kind"}, long(10), "VALIDATION_FAILED", 0, false},
+		{"POST /ai-tasks", ai, []string{"product_id"}, long(37), "VALIDATION_FAILED", 0, false},
+		{"POST /ai-tasks", ai, []string{"input", "prompt"}, long(4001), "VALIDATION_FAILED", 0, true},
+		{"POST /v1/auth/register", register, []string{"email"}, long(250) + "@example.com", "VALIDATION_FAILED", 0, false},
+		{"POST /v1/auth/register", register, []string{"password"}, long(257), "VALIDATION_FAILED", 0, false},
+		{"POST /v1/auth/register", register, []string{"workspace_name"}, long(201), "VALIDATION_FAILED", 0, false},
+		{"POST /v1/auth/login", login, []string{"email"}, long(250) + "@example.com", "INVALID_CREDENTIALS", 401, false},
+		{"POST /v1/auth/login", login, []string{"password"}, long(257), "INVALID_CREDENTIALS", 401, false},
+		{"POST /v1/auth/refresh", map[string]any{"refresh_token": s.acct.RefreshToken}, []string{"refresh_token"}, long(129), "REFRESH_TOKEN_INVALID", 401, false},
+	}
+	for _, f := range fields {
+		method, path, _ := strings.Cut(f.endpoint, " ")
+		status := f.status
+		if status == 0 {
+			status = http.StatusBadRequest
+		}
+		// Each bad value is the valid one with something inserted after its first character.
+		valid := getField(f.body, f.field)
+		with := func(bad string) string { return valid[:1] + bad + valid[1:] }
+		values := []struct{ name, value, code string }{
+			{"NUL", with("\x00"), f.code},
+			{"control character", with("\x1b[2J"), f.code},
+			{"line feed", with("\n"), f.code},
+			{"over its limit", f.long, f.code},
+			{"not UTF-8", with(invalidUTF8Marker), "MALFORMED_JSON"},
+		}
+		if f.multiline {
+			values = append(values[:2], values[3:]...)
+		}
+		for _, v := range values {
+			name := f.endpoint + " " + strings.Join(f.field, ".") + ": " + v.name
+			raw, err := json.Marshal(setField(f.body, f.field, v.value))
+			require.NoError(t, err)
+			raw = []byte(strings.ReplaceAll(string(raw), invalidUTF8Marker, "\xff\xfe"))
+			req := s.req(method, path, raw)
+			if strings.HasPrefix(path, "/v1/auth/") {
+				req = servicetest.Request{Method: method, Path: path, Body: raw}
+			}
+			if strings.HasSuffix(path, "/draft") {
+				req.Header = map[string]string{"If-Match": `"1"`}
+			}
+			wantStatus := status
+			if v.code == "MALFORMED_JSON" {
+				wantStatus = http.StatusBadRequest
+			}
+			t.Run(name, func(t *testing.T) { badExpect(t, s.env, badCase{name, req, wantStatus, v.code}) })
+		}
+	}
+	// The draft was never changed by the refused saves.
+	require.Equal(t, 1, s.env.Count(`SELECT revision FROM products WHERE id = $1`, s.productID))
+}
+
+// TestBadInputUploadSingleUse: an upload URL is spent by its first complete upload. Another
+// PUT, before or after complete, gets 409 UPLOAD_ALREADY_COMPLETED and the stored original
+// keeps the first upload's bytes.
+func TestBadInputUploadSingleUse(t *testing.T) {
+	t.Parallel()
+	s := badStart(t)
+	first := []byte("\x89PNG\r\n\x1a\nfirst upload")
+	created := s.env.Do(s.req("POST", "/media", map[string]any{"filename": "a.png", "content_type": "image/png", "size": len(first)}))
+	require.Equal(t, http.StatusCreated, created.Status, "%s", created.Body)
+	m := created.JSON(t)
+	id := m["media"].(map[string]any)["id"].(string)
+	upload := m["upload"].(map[string]any)
+	url := strings.TrimPrefix(upload["url"].(string), s.env.Config.PublicBaseURL)
+	put := func(body []byte) servicetest.Response {
+		return s.env.Do(servicetest.Request{Method: "PUT", Path: url, Body: body, Header: map[string]string{"Content-Type": "image/png"}})
+	}
+	original := filepath.Join(s.env.Config.StorageDir, "objects", "workspaces", s.acct.WorkspaceID, "media", id, "original")
+
+	resp := put(first)
+	require.Equal(t, http.StatusOK, resp.Status, "%s", resp.Body)
+	other := []byte("\x89PNG\r\n\x1a\nother bytes!")
+	badProblem(t, put(other), http.StatusConflict, "UPLOAD_ALREADY_COMPLETED")
+
+	done := s.env.Do(servicetest.Request{Method: "POST", Path: s.ws + "/media/" + id + "/complete", Token: s.acct.AccessToken,
+		Header: map[string]string{"Idempotency-Key": uuid.NewString()}, Body: map[string]any{}})
+	require.Equal(t, http.StatusAccepted, done.Status, "%s", done.Body)
+	badProblem(t, put(other), http.StatusConflict, "UPLOAD_ALREADY_COMPLETED")
+
+	got, err := os.ReadFile(original)
+	require.NoError(t, err)
+	require.Equal(t, first, got, "the stored original changed")
 }

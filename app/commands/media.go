@@ -110,6 +110,9 @@ func (h MediaHandlers) Complete(ctx context.Context, cmd CompleteMediaUpload) (S
 
 // Transfer handles CreateMaterialTransfer.
 func (h MediaHandlers) Transfer(ctx context.Context, cmd CreateMaterialTransfer) (Started[domain.MaterialTransfer], error) {
+	if err := domain.ValidateSourceURL(cmd.SourceURL); err != nil {
+		return Started[domain.MaterialTransfer]{}, err
+	}
 	op := h.newOperation(cmd.WorkspaceID, cmd.UserID, OpMaterialTransfer, "material_transfer", cmd.TransferID)
 	t := domain.MaterialTransfer{Task: domain.NewTask(cmd.TransferID, cmd.WorkspaceID, op.ID, h.now()),
 		SourceURL: cmd.SourceURL, MediaID: uuid.New()}

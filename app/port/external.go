@@ -391,10 +391,16 @@ type ObjectStorage interface {
 	Stat(ctx context.Context, key string) (ObjectInfo, error)
 	// Delete removes the object; deleting an absent object is not an error.
 	Delete(ctx context.Context, key string) error
-	// UploadTarget returns how a client uploads up to size bytes of contentType to key within
+	// UploadTarget returns how a client uploads up to size bytes of contentType for key within
 	// ttl: a URL on our own service for local storage, a presigned PUT for S3 (which enforces
-	// the exact size through a signed Content-Length).
+	// the exact size through a signed Content-Length). The bytes become the object under key
+	// only through CommitUpload, and only once.
 	UploadTarget(ctx context.Context, key, contentType string, size int64, ttl time.Duration) (UploadTarget, error)
+	// CommitUpload makes the bytes a client sent to key's upload target the object under key
+	// and describes it; ErrObjectNotFound when nothing was uploaded. An upload is committed
+	// once: when the object under key exists, it is returned unchanged, whatever was sent to
+	// the upload target since, so a used upload URL can never replace a stored object.
+	CommitUpload(ctx context.Context, key string) (ObjectInfo, error)
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -402,9 +408,9 @@ type ObjectStorage interface {
 
 // Fetcher errors (public codes: the HTTP layer maps them to problem+json as they are).
 var (
-	// ErrSourceURLInvalid: not an absolute http(s) URL, or it carries user info.
-	ErrSourceURLInvalid = domain.NewError(domain.KindInvalid, "SOURCE_URL_INVALID",
-		"source_url must be an absolute http or https URL").WithField("source_url", "invalid")
+	// ErrSourceURLInvalid: not an absolute http(s) URL, or it carries user info (the
+	// domain's error: see domain.ValidateSourceURL).
+	ErrSourceURLInvalid = domain.ErrSourceURLInvalid
 	// ErrSourceURLForbidden: the URL (or a redirect) leads to a private, loopback,
 	// link-local or otherwise non-public address.
 	ErrSourceURLForbidden = domain.NewError(domain.KindInvalid, "SOURCE_URL_FORBIDDEN",

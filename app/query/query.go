@@ -103,10 +103,11 @@ func List[T any](ctx context.Context, tx port.Transactor, s Scope, repo port.Rep
 	return items, next, err
 }
 
-// MediaObject returns the size of a media's uploaded bytes in storage, or -1 when nothing
-// was uploaded yet. It reads storage, so it runs outside any transaction.
+// MediaObject commits a media's uploaded bytes as its original (port.ObjectStorage.CommitUpload:
+// once; a committed original is never replaced) and returns their size, or -1 when nothing
+// was uploaded yet. It calls storage, so it runs outside any transaction.
 func (q Queries) MediaObject(ctx context.Context, s Scope, mediaID uuid.UUID) (int64, error) {
-	info, err := q.Storage.Stat(ctx, domain.MediaObjectKey(s.WorkspaceID, mediaID))
+	info, err := q.Storage.CommitUpload(ctx, domain.MediaObjectKey(s.WorkspaceID, mediaID))
 	if errors.Is(err, port.ErrObjectNotFound) {
 		return -1, nil
 	}
@@ -119,5 +120,8 @@ func (q Queries) MediaObject(ctx context.Context, s Scope, mediaID uuid.UUID) (i
 // CheckSourceURL refuses a material source that is malformed or leads to a forbidden
 // address, before anything is written.
 func (q Queries) CheckSourceURL(ctx context.Context, sourceURL string) error {
+	if err := domain.ValidateSourceURL(sourceURL); err != nil {
+		return err
+	}
 	return q.Fetcher.CheckURL(ctx, sourceURL)
 }

@@ -8,6 +8,7 @@ import (
 	"mime"
 	"net/http"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/listingkit/listing/domain"
 )
@@ -19,8 +20,10 @@ var (
 	errUnknownField = domain.NewError(domain.KindInvalid, CodeUnknownField, "the body has a field this endpoint does not accept")
 )
 
-// readBody reads the whole body up to limit bytes, after checking it is JSON. The bytes are
-// returned so that idempotent endpoints can fingerprint exactly what was decoded.
+// readBody reads the whole body up to limit bytes, after checking it is JSON, and refuses a
+// body that is not UTF-8 (RFC 8259 §8.1) with MALFORMED_JSON rather than let the decoder
+// replace the bad bytes. The bytes are returned so that idempotent endpoints can fingerprint
+// exactly what was decoded.
 func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, error) {
 	mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
 	if err != nil || mt != "application/json" {
@@ -36,6 +39,9 @@ func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, erro
 	}
 	if err != nil {
 		return nil, errMalformed.WithMessage("the body could not be read")
+	}
+	if !utf8.Valid(body) {
+		return nil, errMalformed.WithMessage("the body is not valid UTF-8")
 	}
 	return body, nil
 }

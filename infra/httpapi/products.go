@@ -160,19 +160,22 @@ func pageOf(r *http.Request) (port.Page, error) {
 	return p, nil
 }
 
-// parseIfMatch reads If-Match: "<revision>" (a strong ETag of a positive integer).
+// parseIfMatch reads If-Match: "<revision>", exactly as ETag gives it: a strong ETag holding
+// a positive integer in canonical form (no sign, no leading zero). Anything else, "+3" and
+// "003" included, is the same 400; no header is 428.
 func parseIfMatch(r *http.Request) (int, error) {
 	values := r.Header.Values("If-Match")
 	if len(values) == 0 {
 		return 0, domain.ErrPreconditionRequired
 	}
+	malformed := domain.Invalid("If-Match", `must be a single "<revision>" as returned in ETag`)
 	v := strings.TrimSpace(values[0])
 	if len(values) != 1 || len(v) < 3 || v[0] != '"' || v[len(v)-1] != '"' {
-		return 0, domain.Invalid("If-Match", `must be a single "<revision>" as returned in ETag`)
+		return 0, malformed
 	}
 	n, err := strconv.Atoi(v[1 : len(v)-1])
-	if err != nil || n < 1 {
-		return 0, domain.Invalid("If-Match", `must be a single "<revision>" as returned in ETag`)
+	if err != nil || n < 1 || etag(n) != v {
+		return 0, malformed
 	}
 	return n, nil
 }

@@ -108,9 +108,12 @@ type DispatcherConfig struct {
 	// MetricsInterval is the period of the gauge refresh (ReadGauges). Default 15s; negative
 	// disables it.
 	MetricsInterval time.Duration
-	// ErrorMaxLen bounds the sanitized last_error. Default 500, max 1000.
+	// ErrorMaxLen bounds the sanitized last_error. Default 500, max MaxLastErrorLength.
 	ErrorMaxLen int
 }
+
+// MaxLastErrorLength bounds an outbox event's last_error (the column's CHECK).
+const MaxLastErrorLength = 1000
 
 func (c *DispatcherConfig) setDefaults() {
 	if c.ID == "" {
@@ -166,8 +169,8 @@ func (c DispatcherConfig) Validate() error {
 		return errors.New("outbox: DispatcherConfig.BackoffBase must be positive and at most BackoffMax")
 	case c.ShutdownTimeout <= 0:
 		return errors.New("outbox: DispatcherConfig.ShutdownTimeout must be positive")
-	case c.ErrorMaxLen < 1 || c.ErrorMaxLen > 1000:
-		return fmt.Errorf("outbox: DispatcherConfig.ErrorMaxLen must be in [1, 1000], got %d", c.ErrorMaxLen)
+	case c.ErrorMaxLen < 1 || c.ErrorMaxLen > MaxLastErrorLength:
+		return fmt.Errorf("outbox: DispatcherConfig.ErrorMaxLen must be in [1, %d], got %d", MaxLastErrorLength, c.ErrorMaxLen)
 	}
 	return nil
 }

@@ -233,21 +233,28 @@ type DeadLetters struct {
 	// workspace.
 	EventIDs []uuid.UUID
 	All      bool
-	// By names the operator (required, at most 200 bytes); Reason says why (required, at most
-	// 1000 bytes).
+	// By names the operator (required, at most MaxOperatorLength bytes); Reason says why
+	// (required, at most MaxReasonLength bytes).
 	By     string
 	Reason string
 }
+
+// Bounds of the operator's text recorded with a redrive or a purge, in bytes (the columns'
+// CHECKs count characters, never more than bytes).
+const (
+	MaxOperatorLength = 200
+	MaxReasonLength   = 1000
+)
 
 func (p *DeadLetters) validate(op string) error {
 	p.By, p.Reason = strings.TrimSpace(p.By), strings.TrimSpace(p.Reason)
 	switch {
 	case p.WorkspaceID == uuid.Nil:
 		return fmt.Errorf("outbox.Ops.%s: workspace id is required", op)
-	case p.By == "" || len(p.By) > 200:
-		return fmt.Errorf("outbox.Ops.%s: operator (by) is required, at most 200 bytes", op)
-	case p.Reason == "" || len(p.Reason) > 1000:
-		return fmt.Errorf("outbox.Ops.%s: reason is required, at most 1000 bytes", op)
+	case p.By == "" || len(p.By) > MaxOperatorLength:
+		return fmt.Errorf("outbox.Ops.%s: operator (by) is required, at most %d bytes", op, MaxOperatorLength)
+	case p.Reason == "" || len(p.Reason) > MaxReasonLength:
+		return fmt.Errorf("outbox.Ops.%s: reason is required, at most %d bytes", op, MaxReasonLength)
 	case len(p.EventIDs) == 0 && !p.All:
 		return fmt.Errorf("outbox.Ops.%s: name events or set All", op)
 	}

@@ -14,6 +14,10 @@ const (
 	CodeUniqueViolation       = "23505"
 	CodeForeignKeyViolation   = "23503"
 	CodeCheckViolation        = "23514"
+	CodeStringTooLong         = "22001" // string_data_right_truncation
+	CodeNotInRepertoire       = "22021" // character_not_in_repertoire: NUL, invalid UTF-8
+	CodeInvalidTextRepr       = "22P02" // invalid_text_representation: e.g. "x" as a uuid
+	CodeUntranslatable        = "22P05" // untranslatable_character
 	CodeSerializationFailure  = "40001"
 	CodeDeadlockDetected      = "40P01"
 	CodeInsufficientPrivilege = "42501"
@@ -24,8 +28,11 @@ const (
 // TranslateError maps PostgreSQL and pgx errors to domain errors at the adapter boundary:
 // no rows → domain.ErrNotFound; unique violation → domain.ErrConflict; serialization failure
 // and deadlock → domain.ErrRetryable; insufficient privilege (42501, which is also
-// what an RLS WITH CHECK refusal raises) → domain.ErrForbidden. The original error stays reachable with errors.As for logs;
-// the client-facing message never contains SQL text. Other errors are returned unchanged.
+// what an RLS WITH CHECK refusal raises) → domain.ErrForbidden; a value the database cannot
+// store (22001, 22021, 22P02, 22P05, 23514) → domain.ErrUnstorableInput (400 INVALID_INPUT),
+// the safety net behind the domain's validation. The original error stays reachable with
+// errors.As for logs; the client-facing message never contains SQL text. Other errors are
+// returned unchanged.
 func TranslateError(err error) error {
 	if err == nil {
 		return nil
@@ -44,6 +51,8 @@ func TranslateError(err error) error {
 		return domain.ErrRetryable.WithCause(err)
 	case CodeInsufficientPrivilege:
 		return domain.ErrForbidden.WithCause(err)
+	case CodeStringTooLong, CodeNotInRepertoire, CodeInvalidTextRepr, CodeUntranslatable, CodeCheckViolation:
+		return domain.ErrUnstorableInput.WithCause(err)
 	}
 	return err
 }

@@ -9,11 +9,14 @@
 // renames it into place (through an os.Root, so no key or symlink can reach outside the
 // directory); S3 PUTs are atomic by nature.
 //
-// Direct uploads (UploadTarget): S3 returns a presigned PUT whose signed Content-Type and
-// Content-Length the client must send. Local returns "PUT {PublicBaseURL}/v1/uploads/{token}",
-// a URL on our own service, where token is an HMAC-signed, expiring grant naming the key, the
-// content type and the maximum size (VerifyUploadToken); Local.UploadHandler is the
-// http.Handler the HTTP layer mounts at that path, and it streams the body into the store
-// within the size limit. Upload URLs and tokens are bearer capabilities: they are returned to
+// Direct uploads (UploadTarget, then CommitUpload) write a key once: a used upload URL never
+// replaces the stored object. S3 returns a presigned PUT of a staging object ("staging/<key>")
+// whose signed Content-Type and Content-Length the client must send; CommitUpload copies it to
+// the key unless an object is already there, and deletes it. Local returns
+// "PUT {PublicBaseURL}/v1/uploads/{token}", a URL on our own service, where token is an
+// HMAC-signed, expiring grant naming the key, the content type and the maximum size
+// (VerifyUploadToken); Local.UploadHandler is the http.Handler the HTTP layer mounts at that
+// path: it streams the body into the store within the size limit, and only when no object
+// exists under the key yet (409 UPLOAD_ALREADY_COMPLETED otherwise). Upload URLs and tokens are bearer capabilities: they are returned to
 // the client that asked and never logged, stored in events, or put in errors.
 package storage

@@ -19,6 +19,9 @@ var (
 	ErrUploadTokenInvalid = domain.NewError(domain.KindForbidden, "UPLOAD_TOKEN_INVALID", "the upload URL is not valid")
 	// ErrUploadTokenExpired: the upload token's time is up; ask for a new upload URL.
 	ErrUploadTokenExpired = domain.NewError(domain.KindForbidden, "UPLOAD_TOKEN_EXPIRED", "the upload URL has expired")
+	// ErrUploadAlreadyCompleted: the grant's upload is complete (the object exists); the
+	// stored object is never replaced through an upload URL.
+	ErrUploadAlreadyCompleted = domain.NewError(domain.KindConflict, "UPLOAD_ALREADY_COMPLETED", "this upload is already complete; its object cannot be replaced")
 	// ErrUploadContentType: the upload's Content-Type differs from the one granted.
 	ErrUploadContentType = domain.NewError(domain.KindUnsupportedMedia, "UPLOAD_CONTENT_TYPE_MISMATCH", "the Content-Type differs from the one announced")
 )

@@ -167,7 +167,19 @@ type localMeta struct {
 
 // Put implements port.ObjectStorage: temp file, fsync, rename.
 func (l *Local) Put(ctx context.Context, key string, r io.Reader, size int64, contentType string) error {
-	const op = "storage.Local.Put"
+	return l.put(ctx, "storage.Local.Put", key, r, size, contentType, true)
+}
+
+// create is Put that never replaces: when an object exists under key it stores nothing and
+// fails with ErrUploadAlreadyCompleted. Of concurrent creates of one key exactly one
+// succeeds (a hard link, which fails when its name exists). Its metadata is written just
+// after the object appears, so a reader racing the upload itself may see the default
+// content type.
+func (l *Local) create(ctx context.Context, key string, r io.Reader, contentType string) error {
+	return l.put(ctx, "storage.Local.create", key, r, -1, contentType, false)
+}
+
+func (l *Local) put(ctx context.Context, op, key string, r io.Reader, size int64, contentType string, replace bool) error {
 	if err := ValidateKey(key); err != nil {
 		return fmt.Errorf("%s: %w", op, err)
 	}
@@ -194,11 +206,24 @@ func (l *Local) Put(ctx context.Context, key string, r io.Reader, size int64, co
 		return fmt.Errorf("%s: %w", op, port.ErrStorageUnavailable.WithCause(err))
 	}
 	meta, _ := json.Marshal(localMeta{ContentType: contentType, SHA256: hex.EncodeToString(h.Sum(nil))})
-	if err := l.writeAtomic(metaPath(key), meta); err != nil {
-		return fmt.Errorf("%s: %w", op, err)
-	}
 	if err := l.root.MkdirAll(path.Dir(objectPath(key)), 0o750); err != nil {
 		return fmt.Errorf("%s: %w", op, mkdirError(err))
+	}
+	if !replace {
+		if err := l.root.Link(tmpData.name, objectPath(key)); err != nil {
+			if errors.Is(err, fs.ErrExist) {
+				return fmt.Errorf("%s: %w", op, ErrUploadAlreadyCompleted)
+			}
+			return fmt.Errorf("%s: %w", op, mkdirError(err))
+		}
+		if err := l.writeAtomic(metaPath(key), meta); err != nil {
+			_ = l.root.Remove(objectPath(key)) // a failed upload does not spend the grant
+			return fmt.Errorf("%s: %w", op, err)
+		}
+		return nil // the deferred cleanup removes the temporary name
+	}
+	if err := l.writeAtomic(metaPath(key), meta); err != nil {
+		return fmt.Errorf("%s: %w", op, err)
 	}
 	if err := l.root.Rename(tmpData.name, objectPath(key)); err != nil {
 		return fmt.Errorf("%s: %w", op, mkdirError(err))
@@ -355,6 +380,16 @@ func (l *Local) UploadTarget(ctx context.Context, key, contentType string, size 
 		Headers:   map[string]string{"Content-Type": contentType},
 		ExpiresAt: exp,
 	}, nil
+}
+
+// CommitUpload implements port.ObjectStorage. Local uploads write the key itself, once
+// (UploadHandler refuses a second one), so committing is describing the object.
+func (l *Local) CommitUpload(ctx context.Context, key string) (port.ObjectInfo, error) {
+	info, err := l.Stat(ctx, key)
+	if err != nil {
+		return port.ObjectInfo{}, fmt.Errorf("storage.Local.CommitUpload: %w", err)
+	}
+	return info, nil
 }
 
 func notFound(err error) error {

@@ -358,3 +358,97 @@ func (base64RawURL) DecodeString(s string) ([]byte, error) {
 	return base64.RawURLEncoding.DecodeString(s)
 }
 func (base64RawURL) EncodeToString(b []byte) string { return base64.RawURLEncoding.EncodeToString(b) }
+
+// TestUploadHandlerSingleUse: a grant is spent by its first complete upload. A refused upload
+// does not spend it; once one succeeded, every other PUT (after it, or racing it) gets 409
+// UPLOAD_ALREADY_COMPLETED and the stored bytes stay the first upload's.
+func TestUploadHandlerSingleUse(t *testing.T) {
+	l, _, _ := newLocal(t)
+	ctx := context.Background()
+	mux := http.NewServeMux()
+	mux.Handle("PUT /v1/uploads/{token}", l.UploadHandler(UploadHandlerConfig{}))
+	srv := httptest.NewServer(mux)
+	defer srv.Close()
+	put := func(url, body string) (int, string) {
+		req, _ := http.NewRequest(http.MethodPut, url, strings.NewReader(body))
+		req.Header.Set("Content-Type", "image/png")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Error(err)
+			return 0, ""
+		}
+		defer resp.Body.Close()
+		var p struct{ Code string }
+		json.NewDecoder(resp.Body).Decode(&p)
+		return resp.StatusCode, p.Code
+	}
+	stored := func(key string) string {
+		rc, _, err := l.Get(ctx, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer rc.Close()
+		b, _ := io.ReadAll(rc)
+		return string(b)
+	}
+	key := "ws/1/media/8/original"
+	target, _ := l.UploadTarget(ctx, key, "image/png", 5, time.Minute)
+	url := srv.URL + strings.TrimPrefix(target.URL, "http://api.test")
+
+	if status, code := put(url, "toolong"); status != 413 {
+		t.Fatalf("too large: %d %s", status, code)
+	}
+	if status, code := put(url, "first"); status != 200 {
+		t.Fatalf("first upload after a refused one: %d %s", status, code)
+	}
+	info, _ := l.Stat(ctx, key)
+	for _, body := range []string{"other", "x"} {
+		if status, code := put(url, body); status != 409 || code != "UPLOAD_ALREADY_COMPLETED" {
+			t.Fatalf("second upload: %d %s", status, code)
+		}
+	}
+	if got, after := stored(key), mustStat(t, l, key); got != "first" || after.ETag != info.ETag || after.ContentType != "image/png" {
+		t.Fatalf("stored %q %+v after refused uploads", got, after)
+	}
+
+	// Racing uploads of one grant: exactly one is stored, the others are refused.
+	key = "ws/1/media/9/original"
+	target, _ = l.UploadTarget(ctx, key, "image/png", 5, time.Minute)
+	url = srv.URL + strings.TrimPrefix(target.URL, "http://api.test")
+	bodies := []string{"aaaaa", "bbbbb", "ccccc", "ddddd", "eeeee", "fffff"}
+	statuses := make([]int, len(bodies))
+	var wg sync.WaitGroup
+	for i, b := range bodies {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			statuses[i], _ = put(url, b)
+		}()
+	}
+	wg.Wait()
+	winner := ""
+	for i, s := range statuses {
+		switch s {
+		case 200:
+			if winner != "" {
+				t.Fatalf("two uploads of one grant succeeded: %v", statuses)
+			}
+			winner = bodies[i]
+		case 409:
+		default:
+			t.Fatalf("racing upload: %d", s)
+		}
+	}
+	if winner == "" || stored(key) != winner {
+		t.Fatalf("winner %q, stored %q", winner, stored(key))
+	}
+}
+
+func mustStat(t *testing.T, l *Local, key string) port.ObjectInfo {
+	t.Helper()
+	info, err := l.Stat(context.Background(), key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return info
+}

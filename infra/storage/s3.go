@@ -264,8 +264,16 @@ func (s *S3) Delete(ctx context.Context, key string) error {
 	return nil
 }
 
-// UploadTarget implements port.ObjectStorage: a presigned PUT. Content-Type and
-// Content-Length (= size) are signed, so S3 accepts exactly size bytes of that type.
+// stagingPrefix holds the objects clients upload through presigned URLs until CommitUpload
+// moves them to their key. A bucket lifecycle rule on it may expire abandoned uploads.
+const stagingPrefix = "staging/"
+
+func stagingKey(key string) string { return stagingPrefix + key }
+
+// UploadTarget implements port.ObjectStorage: a presigned PUT of the staging object of key
+// (never key itself: S3 cannot make a presigned URL single use, so the URL must not reach
+// the stored object). Content-Type and Content-Length (= size) are signed, so S3 accepts
+// exactly size bytes of that type.
 func (s *S3) UploadTarget(ctx context.Context, key, contentType string, size int64, ttl time.Duration) (port.UploadTarget, error) {
 	const op = "storage.S3.UploadTarget"
 	if err := ValidateKey(key); err != nil {
@@ -279,7 +287,7 @@ func (s *S3) UploadTarget(ctx context.Context, key, contentType string, size int
 	}
 	req, err := s.presign.PresignPutObject(ctx, &s3.PutObjectInput{
 		Bucket:        aws.String(s.cfg.Bucket),
-		Key:           s.key(key),
+		Key:           s.key(stagingKey(key)),
 		ContentType:   aws.String(contentType),
 		ContentLength: aws.Int64(size),
 	}, s3.WithPresignExpires(ttl))
@@ -295,6 +303,41 @@ func (s *S3) UploadTarget(ctx context.Context, key, contentType string, size int
 	}
 	headers["Content-Type"] = contentType
 	return port.UploadTarget{Method: req.Method, URL: req.URL, Headers: headers, ExpiresAt: time.Now().Add(ttl)}, nil
+}
+
+// CommitUpload implements port.ObjectStorage: when no object exists under key, it copies the
+// staging object there (server side) and deletes the staging object. When one exists, it is
+// returned unchanged and the staging object is deleted: the original is written once. A
+// staging object left behind by a failed delete is harmless for the same reason.
+func (s *S3) CommitUpload(ctx context.Context, key string) (port.ObjectInfo, error) {
+	const op = "storage.S3.CommitUpload"
+	if err := ValidateKey(key); err != nil {
+		return port.ObjectInfo{}, fmt.Errorf("%s: %w", op, err)
+	}
+	staging := stagingKey(key)
+	info, err := s.Stat(ctx, key)
+	if errors.Is(err, port.ErrObjectNotFound) {
+		source := s.cfg.Bucket + "/" + escapeKey(s.cfg.KeyPrefix+staging)
+		_, err = s.client.CopyObject(ctx, &s3.CopyObjectInput{Bucket: aws.String(s.cfg.Bucket), Key: s.key(key), CopySource: aws.String(source)})
+		if err != nil {
+			return port.ObjectInfo{}, fmt.Errorf("%s: %w", op, mapS3Error(err))
+		}
+		info, err = s.Stat(ctx, key)
+	}
+	if err != nil {
+		return port.ObjectInfo{}, fmt.Errorf("%s: %w", op, err)
+	}
+	_ = s.Delete(ctx, staging)
+	return info, nil
+}
+
+// escapeKey URL-encodes each segment of an object key, as CopySource requires.
+func escapeKey(key string) string {
+	segs := strings.Split(key, "/")
+	for i, seg := range segs {
+		segs[i] = url.PathEscape(seg)
+	}
+	return strings.Join(segs, "/")
 }
 
 // isNotFound reports a missing object (or, for HeadBucket, a missing bucket). A missing

@@ -173,6 +173,9 @@ func TestS3PresignedPutWithPlainHTTPClient(t *testing.T) {
 	if resp.StatusCode != http.StatusOK {
 		t.Fatalf("presigned PUT status %d", resp.StatusCode)
 	}
+	if _, err := s.CommitUpload(ctx, "ws/1/media/9/original"); err != nil {
+		t.Fatal(err)
+	}
 	rc, info, err := s.Get(ctx, "ws/1/media/9/original")
 	if err != nil {
 		t.Fatal(err)
@@ -198,5 +201,80 @@ func TestS3ConfigValidate(t *testing.T) {
 		} else if strings.Contains(err.Error(), "pw") {
 			t.Errorf("error quotes a secret: %v", err)
 		}
+	}
+}
+
+// TestS3UploadsGoThroughStaging: the presigned PUT writes a staging object, never the key;
+// CommitUpload moves it into place once; a later PUT to the same URL and another commit leave
+// the stored original as it was.
+func TestS3UploadsGoThroughStaging(t *testing.T) {
+	s := newS3(t, func(c *S3Config) { c.KeyPrefix = "pfx/" })
+	ctx := context.Background()
+	key := "ws/1/media/9/original"
+	put := func(url string, headers map[string]string, body []byte) {
+		t.Helper()
+		req, _ := http.NewRequest(http.MethodPut, url, bytes.NewReader(body))
+		for k, v := range headers {
+			req.Header.Set(k, v)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("presigned PUT status %d", resp.StatusCode)
+		}
+	}
+	read := func() string {
+		t.Helper()
+		rc, _, err := s.Get(ctx, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer rc.Close()
+		b, _ := io.ReadAll(rc)
+		return string(b)
+	}
+	if _, err := s.CommitUpload(ctx, key); !errors.Is(err, port.ErrObjectNotFound) {
+		t.Fatalf("commit before any upload: %v", err)
+	}
+	first := []byte("first upload")
+	target, err := s.UploadTarget(ctx, key, "image/png", int64(len(first)), time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(target.URL, "/media/pfx/"+key+"?") {
+		t.Fatalf("the presigned URL names the original's key: %s", target.URL)
+	}
+	put(target.URL, target.Headers, first)
+	if _, err := s.Stat(ctx, key); !errors.Is(err, port.ErrObjectNotFound) {
+		t.Fatalf("the upload reached the original's key before commit: %v", err)
+	}
+	info, err := s.CommitUpload(ctx, key)
+	if err != nil || info.Size != int64(len(first)) || info.ContentType != "image/png" {
+		t.Fatalf("commit: %+v %v", info, err)
+	}
+	if got := read(); got != string(first) {
+		t.Fatalf("original %q", got)
+	}
+	if n := countObjects(t, s); n != 1 {
+		t.Fatalf("objects after commit = %d, want 1 (the staging object is deleted)", n)
+	}
+
+	// The URL still works until it expires, but only ever reaches the staging object.
+	put(target.URL, target.Headers, []byte("second bytes"))
+	if got := read(); got != string(first) {
+		t.Fatalf("a PUT after commit changed the original: %q", got)
+	}
+	info, err = s.CommitUpload(ctx, key)
+	if err != nil || info.Size != int64(len(first)) {
+		t.Fatalf("second commit: %+v %v", info, err)
+	}
+	if got := read(); got != string(first) {
+		t.Fatalf("a second commit changed the original: %q", got)
+	}
+	if n := countObjects(t, s); n != 1 {
+		t.Fatalf("objects after the second commit = %d, want 1", n)
 	}
 }

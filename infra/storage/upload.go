@@ -18,8 +18,8 @@ import (
 	"github.com/listingkit/listing/domain"
 )
 
-// UploadGrant is what an upload token allows: one PUT of at most MaxSize bytes of
-// ContentType to Key before ExpiresAt.
+// UploadGrant is what an upload token allows: one complete PUT of at most MaxSize bytes of
+// ContentType to Key before ExpiresAt. The grant is spent when that PUT stores the object.
 type UploadGrant struct {
 	Key         string
 	ContentType string
@@ -79,7 +79,8 @@ func (l *Local) VerifyUploadToken(token string) (UploadGrant, error) {
 // UploadHandlerConfig configures Local.UploadHandler.
 type UploadHandlerConfig struct {
 	// OnError writes an error response. Default: RFC 9457 problem+json with the error's code
-	// (403 token invalid/expired, 413 too large, 415 content type, 400 size mismatch, 503).
+	// (403 token invalid/expired, 409 upload already complete, 413 too large, 415 content
+	// type, 400 size mismatch, 503).
 	OnError func(w http.ResponseWriter, r *http.Request, err error)
 }
 
@@ -87,6 +88,9 @@ type UploadHandlerConfig struct {
 // r.PathValue("token") when the router set it, else from the last path segment. It checks the
 // grant and the Content-Type, then streams the body into the store, refusing more than the
 // granted size (413; nothing is stored). It answers 200 with an ETag and no body, as S3 does.
+// A grant is single use: once an object exists under its key (its first complete upload),
+// every other PUT, later or racing, gets 409 ErrUploadAlreadyCompleted and changes nothing;
+// a refused or broken upload stores nothing and does not spend the grant.
 // It never logs the token, the key or the body.
 func (l *Local) UploadHandler(cfg UploadHandlerConfig) http.Handler {
 	onError := cfg.OnError
@@ -116,8 +120,12 @@ func (l *Local) UploadHandler(cfg UploadHandlerConfig) http.Handler {
 			onError(w, r, port.ErrObjectTooLarge)
 			return
 		}
+		if _, err := l.Stat(r.Context(), g.Key); err == nil {
+			onError(w, r, ErrUploadAlreadyCompleted) // before reading a body that cannot be kept
+			return
+		}
 		body := &limitReader{r: r.Body, left: g.MaxSize}
-		if err := l.Put(r.Context(), g.Key, body, -1, g.ContentType); err != nil {
+		if err := l.create(r.Context(), g.Key, body, g.ContentType); err != nil {
 			l.cfg.Logger.WarnContext(r.Context(), "upload refused", slog.String("error", errorCode(err)))
 			onError(w, r, err)
 			return
@@ -169,7 +177,8 @@ func errorCode(err error) string {
 }
 
 // WriteProblem writes err as RFC 9457 problem+json: the domain error's code and client-safe
-// message, or a generic 500. It is UploadHandler's default OnError.
+// message, or a generic 500. It is UploadHandler's default OnError (409 for an upload
+// already complete).
 func WriteProblem(w http.ResponseWriter, _ *http.Request, err error) {
 	status, code, title := http.StatusInternalServerError, "INTERNAL", "internal error"
 	var de *domain.Error
@@ -185,6 +194,8 @@ func WriteProblem(w http.ResponseWriter, _ *http.Request, err error) {
 			status = http.StatusForbidden
 		case domain.KindNotFound:
 			status = http.StatusNotFound
+		case domain.KindConflict:
+			status = http.StatusConflict
 		case domain.KindTooLarge:
 			status = http.StatusRequestEntityTooLarge
 		case domain.KindUnsupportedMedia:

@@ -10,10 +10,6 @@ import (
 	"mime"
 	"net/http"
 	"net/url"
-	"path"
-	"strings"
-	"unicode"
-	"unicode/utf8"
 
 	"github.com/google/uuid"
 
@@ -272,25 +268,15 @@ func sniff(head []byte) string {
 	return ct
 }
 
-// filename derives a media filename from the source URL's last path segment; "transfer"
-// when it has none.
+// filename derives a media filename from the source URL's last path segment
+// (domain.SanitizeFilename); "transfer" when it has none.
 func filename(sourceURL string) string {
 	name := ""
 	if u, err := url.Parse(sourceURL); err == nil {
-		name = path.Base(u.Path)
+		name = domain.SanitizeFilename(u.Path)
 	}
-	name = strings.TrimSpace(strings.Map(func(r rune) rune {
-		if unicode.IsControl(r) || r == '/' || r == '\\' {
-			return -1
-		}
-		return r
-	}, strings.ToValidUTF8(name, "")))
-	if name == "" || name == "." || name == ".." {
+	if name == "" {
 		return "transfer"
-	}
-	for utf8.RuneCountInString(name) > 255 {
-		_, size := utf8.DecodeLastRuneInString(name)
-		name = name[:len(name)-size]
 	}
 	return name
 }
