@@ -119,7 +119,7 @@ func ProvideTaskKinds(deps worker.Deps, repos *Repositories) TaskKinds {
 		transfer.Tasks(deps, repos.Transfers),
 		publish.Tasks(deps, repos.Publications),
 		productsync.Tasks(deps, repos.Syncs),
-		aitask.Tasks(deps, repos.AITasks),
+		aitask.Tasks(deps, repos.AITasks, repos.AILedger),
 	}
 }
 

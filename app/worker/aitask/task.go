@@ -1,6 +1,8 @@
 package aitask
 
 import (
+	"context"
+
 	"github.com/google/uuid"
 
 	"github.com/listingkit/listing/app/port"
@@ -9,8 +11,13 @@ import (
 )
 
 // Tasks describes the AI tasks to the engine (worker.TaskKind): a job failed outside the
-// handler, or a task lost with its job, still reaches the task.
-func Tasks(d worker.Deps, tasks port.Repository[domain.AITask]) worker.Kind[domain.AITask] {
+// handler, or a task lost with its job, still reaches the task. A final failure also writes
+// the task's ledger row (no usage known), so that every finished task has one.
+func Tasks(d worker.Deps, tasks port.Repository[domain.AITask], ledger port.AILedger) worker.Kind[domain.AITask] {
 	return worker.Kind[domain.AITask]{QueueName: worker.QueueAITask, Deps: d, Tasks: tasks, TaskOf: taskOf,
-		TaskID: worker.PayloadID(func(e domain.AITaskRequested) uuid.UUID { return e.AITaskID })}
+		TaskID: worker.PayloadID(func(e domain.AITaskRequested) uuid.UUID { return e.AITaskID }),
+		OnFail: func(ctx context.Context, t domain.AITask, _ worker.Failure) error {
+			_, err := ledger.Record(ctx, t, port.Usage{}, "")
+			return err
+		}}
 }

@@ -64,10 +64,12 @@ func (c Config) Validate() error {
 	return nil
 }
 
-// Handler handles the jobs of the product-sync queue (worker.QueueProductSync). Safe for
-// concurrent use; see the package comment for its contract.
+// Handler handles the jobs of the product-sync queue (worker.QueueProductSync) through the
+// task lifecycle (worker.Flow). Safe for concurrent use; see the package comment for its
+// contract.
 type Handler struct {
-	cfg Config
+	cfg  Config
+	flow worker.Flow[domain.ProductSync, port.SealedCredentials, lastPage]
 }
 
 var _ worker.Handler = (*Handler)(nil)
@@ -78,8 +80,14 @@ func New(cfg Config) (*Handler, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("productsync.New: %w", err)
 	}
-	return &Handler{cfg: cfg}, nil
+	h := &Handler{cfg: cfg}
+	h.flow = worker.Flow[domain.ProductSync, port.SealedCredentials, lastPage]{Kind: Tasks(cfg.Deps, cfg.Syncs),
+		Begin: h.begin, Call: h.sync, Record: h.record}
+	return h, nil
 }
+
+// Handle runs the sync of a domain.ProductSyncRequested job (see the package comment).
+func (h *Handler) Handle(ctx context.Context, job worker.Job) error { return h.flow.Handle(ctx, job) }
 
 // Result is what a finished sync reports in its operation's result.
 type Result struct {
@@ -98,158 +106,108 @@ type position struct {
 	pages int
 }
 
-// Handle runs the sync of a domain.ProductSyncRequested job (see the package comment).
-func (h *Handler) Handle(ctx context.Context, job worker.Job) error {
-	var ev domain.ProductSyncRequested
-	if err := job.Decode(&ev); err != nil {
-		return err
-	}
-	log := h.cfg.Deps.Log.With(slog.String("job_id", job.ID), slog.String("workspace_id", job.WorkspaceID.String()),
-		slog.String("sync_id", ev.SyncID.String()), slog.Int("attempt", job.Attempt))
-	res, err := h.run(ctx, job, ev, log)
-	if err == nil {
-		log.InfoContext(ctx, "product sync finished", slog.Int("pages", res.Pages), slog.Int("items", res.Items))
-		return nil
-	}
-	return h.settle(ctx, job, ev, err, log)
+// lastPage is the sync's last page and where it was fetched from: the record step saves it
+// and finishes the sync.
+type lastPage struct {
+	at   position
+	page port.ProductPage
 }
 
-// run starts the sync and records pages until the last one. It returns worker.ErrSkip when
-// the sync is finished (by an earlier or a concurrent delivery).
-func (h *Handler) run(ctx context.Context, job worker.Job, ev domain.ProductSyncRequested, log *slog.Logger) (Result, error) {
-	d := h.cfg.Deps
-	var sync domain.ProductSync
-	var sealed port.SealedCredentials
-	err := d.Step(ctx, job, func(ctx context.Context) error {
-		s, err := worker.BeginTask(ctx, d, h.cfg.Syncs, ev.SyncID, taskOf)
-		if err != nil {
-			return err
-		}
-		sync = s
-		store, err := h.cfg.Stores.Get(ctx, s.StoreID)
-		if err != nil {
-			return err
-		}
-		if store.Status != domain.StoreVerified {
-			return domain.ErrStoreNotVerified
-		}
-		sealed, _, err = h.cfg.Stores.Credentials(ctx, s.StoreID)
-		return err
-	})
+// begin runs under the sync's row lock: a sync of a store that is no longer verified is
+// refused (STORE_NOT_VERIFIED); otherwise it reads the store's sealed credentials.
+func (h *Handler) begin(ctx context.Context, s *domain.ProductSync) (port.SealedCredentials, error) {
+	store, err := h.cfg.Stores.Get(ctx, s.StoreID)
 	if err != nil {
-		return Result{}, err
+		return port.SealedCredentials{}, err
 	}
-	creds, err := worker.OpenCredentials(h.cfg.Cipher, sync.WorkspaceID, sync.StoreID, sealed)
-	if err != nil {
-		return Result{}, err
+	if store.Status != domain.StoreVerified {
+		return port.SealedCredentials{}, worker.Refuse(domain.ErrStoreNotVerified)
 	}
+	sealed, _, err := h.cfg.Stores.Credentials(ctx, s.StoreID)
+	return sealed, err
+}
 
-	pos := position{token: sync.NextPageToken, pages: sync.PagesDone}
+// sync fetches pages from where the sync stands, saving each but the last in a transaction
+// of its own (compare-and-set on the position, so that two deliveries never save a page
+// twice); it returns the last page for the record step.
+func (h *Handler) sync(ctx context.Context, s domain.ProductSync, sealed port.SealedCredentials, tx worker.Tx) (lastPage, error) {
+	creds, err := worker.OpenCredentials(h.cfg.Cipher, s.WorkspaceID, s.StoreID, sealed)
+	if err != nil {
+		return lastPage{}, err
+	}
+	pos := position{token: s.NextPageToken, pages: s.PagesDone}
 	for {
 		page, err := h.cfg.Marketplace.ListProducts(ctx, creds, h.cfg.PageSize, pos.token)
 		if err != nil {
-			return Result{}, fmt.Errorf("list page %d: %w", pos.pages+1, err)
+			return lastPage{}, fmt.Errorf("list page %d: %w", pos.pages+1, err)
 		}
 		if page.NextPageToken != "" && page.NextPageToken == pos.token {
-			return Result{}, worker.Permanent(fmt.Errorf("list page %d: %w", pos.pages+1, ErrPaginationInvalid))
+			return lastPage{}, worker.Permanent(fmt.Errorf("list page %d: %w", pos.pages+1, ErrPaginationInvalid))
 		}
-		var cur domain.ProductSync
-		err = d.Step(ctx, job, func(ctx context.Context) error {
+		if page.NextPageToken == "" {
+			return lastPage{at: pos, page: page}, nil
+		}
+		var cur, moved domain.ProductSync
+		err = tx(ctx, func(ctx context.Context) error {
 			var err error
-			cur, err = h.record(ctx, sync.ID, pos, page)
+			cur, err = h.cfg.Syncs.Update(ctx, s.ID, func(cs *domain.ProductSync) error {
+				if cs.Status.Terminal() {
+					return worker.ErrSkip
+				}
+				if err := h.advance(cs, pos, page); err != nil {
+					moved = *cs
+					return err
+				}
+				return nil
+			})
 			if err != nil {
 				return err
 			}
-			if cur.Status != domain.TaskSucceeded {
-				return nil
-			}
-			return d.SucceedOperation(ctx, cur.OperationID, Result{SyncID: cur.ID, Pages: cur.PagesDone, Items: cur.ItemsSynced})
+			return h.upsert(ctx, cur, page)
 		})
 		switch {
 		case errors.Is(err, errMoved):
 			// Another delivery recorded this page: go on from where the database is.
-			log.DebugContext(ctx, "page already recorded by another delivery", slog.Int("pages_done", cur.PagesDone))
-			pos = position{token: cur.NextPageToken, pages: cur.PagesDone}
+			pos = position{token: moved.NextPageToken, pages: moved.PagesDone}
 			continue
 		case err != nil:
-			return Result{}, fmt.Errorf("record page %d: %w", pos.pages+1, err)
-		}
-		if cur.Status == domain.TaskSucceeded {
-			return Result{SyncID: cur.ID, Pages: cur.PagesDone, Items: cur.ItemsSynced}, nil
+			return lastPage{}, fmt.Errorf("record page %d: %w", pos.pages+1, err)
 		}
 		pos = position{token: cur.NextPageToken, pages: cur.PagesDone}
 	}
 }
 
-// record saves one page fetched from pos, with compare-and-set on pos. It must run in a
-// Step. When the sync moved on since, it writes nothing and returns errMoved with the sync
-// as it is; when the sync is finished, worker.ErrSkip.
-func (h *Handler) record(ctx context.Context, id uuid.UUID, pos position, page port.ProductPage) (domain.ProductSync, error) {
-	now := h.cfg.Deps.Now()
-	var current domain.ProductSync
-	s, err := h.cfg.Syncs.Update(ctx, id, func(s *domain.ProductSync) error {
-		if s.Status.Terminal() {
-			return worker.ErrSkip
-		}
-		if s.NextPageToken != pos.token || s.PagesDone != pos.pages {
-			current = *s
-			return errMoved
-		}
-		s.NextPageToken = page.NextPageToken
-		s.PagesDone++
-		s.ItemsSynced += len(page.Items)
-		s.UpdatedAt = now
-		s.Version++
-		if page.NextPageToken == "" {
-			return s.Succeed(now)
-		}
-		return nil
-	})
-	if errors.Is(err, errMoved) {
-		return current, err
+// record saves the last page (record step): the sync then succeeds. A sync moved on since
+// the page was fetched is errMoved (retried).
+func (h *Handler) record(ctx context.Context, s *domain.ProductSync, last lastPage) (any, error) {
+	if err := h.advance(s, last.at, last.page); err != nil {
+		return nil, err
 	}
-	if err != nil {
-		return s, err
+	if err := h.upsert(ctx, *s, last.page); err != nil {
+		return nil, err
 	}
-	if len(page.Items) > 0 {
-		if err := h.cfg.Syncs.UpsertPlatformProducts(ctx, s.StoreID, s.ID, page.Items); err != nil {
-			return s, err
-		}
-	}
-	return s, nil
+	return Result{SyncID: s.ID, Pages: s.PagesDone, Items: s.ItemsSynced}, nil
 }
 
-// settle turns the outcome of run into the job's outcome: a finished sync is success; a
-// retryable error is returned for a retry; otherwise the failure is recorded (sync and
-// operation failed, with a client-safe code) and the error is returned as permanent.
-func (h *Handler) settle(ctx context.Context, job worker.Job, ev domain.ProductSyncRequested, err error, log *slog.Logger) error {
-	if errors.Is(err, worker.ErrSkip) {
-		log.InfoContext(ctx, "product sync already finished: nothing to do")
+// advance moves s past page, fetched from pos; errMoved when s is no longer at pos.
+func (h *Handler) advance(s *domain.ProductSync, pos position, page port.ProductPage) error {
+	if s.NextPageToken != pos.token || s.PagesDone != pos.pages {
+		return errMoved
+	}
+	s.NextPageToken = page.NextPageToken
+	s.PagesDone++
+	s.ItemsSynced += len(page.Items)
+	s.UpdatedAt = h.cfg.Deps.Now()
+	s.Version++
+	return nil
+}
+
+// upsert saves the page's products as the sync's platform products.
+func (h *Handler) upsert(ctx context.Context, s domain.ProductSync, page port.ProductPage) error {
+	if len(page.Items) == 0 {
 		return nil
 	}
-	err = fmt.Errorf("productsync: sync %s: %w", ev.SyncID, err)
-	if errors.Is(err, domain.ErrProductSyncNotFound) {
-		log.WarnContext(ctx, "product sync not found")
-		return worker.Permanent(err)
-	}
-	if !worker.GiveUp(job, err) {
-		log.WarnContext(ctx, "product sync failed; it will be retried", slog.String("error", err.Error()))
-		return err
-	}
-	f := worker.FailureOf(err)
-	d := h.cfg.Deps
-	recErr := d.Step(ctx, job, func(ctx context.Context) error {
-		_, err := worker.FailTask(ctx, d, h.cfg.Syncs, ev.SyncID, taskOf, f)
-		return err
-	})
-	if recErr != nil && !errors.Is(recErr, worker.ErrSkip) {
-		log.ErrorContext(ctx, "product sync failure could not be recorded", slog.String("error", err.Error()),
-			slog.String("record_error", recErr.Error()))
-		// Not permanent: a retry records it (or succeeds).
-		return fmt.Errorf("%v; record failure: %w", err, recErr)
-	}
-	log.WarnContext(ctx, "product sync failed", slog.String("code", f.Code), slog.String("error", err.Error()))
-	return worker.Permanent(err)
+	return h.cfg.Syncs.UpsertPlatformProducts(ctx, s.StoreID, s.ID, page.Items)
 }
 
 // taskOf gives worker.BeginTask and worker.FailTask the task state it embeds.
