@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"mime"
 	"net/http"
 	"net/url"
@@ -62,10 +61,12 @@ func (c Config) Validate() error {
 	return nil
 }
 
-// Handler handles domain.MaterialTransferRequested jobs of worker.QueueMaterialTransfer. It is
-// safe for concurrent use; see the package documentation for its contract.
+// Handler handles domain.MaterialTransferRequested jobs of worker.QueueMaterialTransfer
+// through the task lifecycle (worker.Flow). It is safe for concurrent use; see the package
+// documentation for its contract.
 type Handler struct {
-	cfg Config
+	cfg  Config
+	flow worker.Flow[domain.MaterialTransfer, struct{}, stored]
 }
 
 var _ worker.Handler = (*Handler)(nil)
@@ -75,8 +76,17 @@ func New(cfg Config) (*Handler, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("transfer.New: %w", err)
 	}
-	return &Handler{cfg: cfg}, nil
+	h := &Handler{cfg: cfg}
+	h.flow = worker.Flow[domain.MaterialTransfer, struct{}, stored]{Kind: Tasks(cfg.Deps, cfg.Transfers),
+		Call: func(ctx context.Context, t domain.MaterialTransfer, _ struct{}, _ worker.Tx) (stored, error) {
+			return h.store(ctx, t)
+		},
+		Record: h.record}
+	return h, nil
 }
+
+// Handle implements worker.Handler.
+func (h *Handler) Handle(ctx context.Context, job worker.Job) error { return h.flow.Handle(ctx, job) }
 
 // ProcessingIDs returns the ids of the media processing task and operation a transfer
 // starts: fixed by the transfer, so a repeated Step B inserts nothing new.
@@ -92,75 +102,21 @@ type stored struct {
 	downloaded  bool
 }
 
-// Handle implements worker.Handler.
-func (h *Handler) Handle(ctx context.Context, job worker.Job) error {
-	const op = "transfer.Handle"
-	d := h.cfg.Deps
-	var ev domain.MaterialTransferRequested
-	if err := job.Decode(&ev); err != nil {
-		return err
+// record stores the object's size on the transfer, creates the media and starts its
+// processing (record step).
+func (h *Handler) record(ctx context.Context, t *domain.MaterialTransfer, obj stored) (any, error) {
+	t.Stored, t.Bytes = true, obj.bytes
+	taskID, procOpID := ProcessingIDs(t.ID)
+	if err := h.createMedia(ctx, *t, obj, taskID, procOpID); err != nil {
+		return nil, err
 	}
-	log := d.Log.With(slog.String("job_id", job.ID), slog.String("workspace_id", job.WorkspaceID.String()),
-		slog.String("transfer_id", ev.TransferID.String()), slog.String("media_id", ev.MediaID.String()))
-
-	// Step A: start the transfer and its operation.
-	var tr domain.MaterialTransfer
-	err := d.Step(ctx, job, func(ctx context.Context) error {
-		var err error
-		tr, err = worker.BeginTask(ctx, d, h.cfg.Transfers, ev.TransferID, taskOf)
-		return err
-	})
-	switch {
-	case errors.Is(err, worker.ErrSkip):
-		log.InfoContext(ctx, "transfer already finished; nothing to do")
-		return nil
-	case err != nil && port.IsPermanent(err):
-		return worker.Permanent(fmt.Errorf("%s: start: %w", op, err))
-	case err != nil:
-		return fmt.Errorf("%s: start: %w", op, err)
-	}
-
-	// Outside any transaction: store the object once.
-	obj, err := h.store(ctx, tr)
-	if err != nil {
-		if !worker.GiveUp(job, err) {
-			log.WarnContext(ctx, "transfer failed; will retry", slog.Int("attempt", job.Attempt),
-				slog.String("error_code", worker.FailureOf(err).Code))
-			return fmt.Errorf("%s: %w", op, err)
-		}
-		return h.fail(ctx, job, log, tr, err)
-	}
-
-	// Step B: record the object, create the media and start its processing.
-	taskID, procOpID := ProcessingIDs(tr.ID)
-	err = d.Step(ctx, job, func(ctx context.Context) error {
-		t, err := h.cfg.Transfers.Update(ctx, tr.ID, func(t *domain.MaterialTransfer) error {
-			if t.Status.Terminal() {
-				return worker.ErrSkip
-			}
-			t.Stored, t.Bytes = true, obj.bytes
-			return t.Succeed(d.Now())
-		})
-		if err != nil {
-			return err
-		}
-		return h.createMedia(ctx, t, obj, taskID, procOpID)
-	})
-	switch {
-	case errors.Is(err, worker.ErrSkip):
-		log.InfoContext(ctx, "transfer finished by another delivery")
-		return nil
-	case err != nil:
-		return fmt.Errorf("%s: record: %w", op, err)
-	}
-	log.InfoContext(ctx, "transfer stored", slog.Int64("bytes", obj.bytes), slog.Bool("downloaded", obj.downloaded),
-		slog.String("processing_id", taskID.String()), slog.Int("attempt", job.Attempt))
-	return nil
+	return map[string]any{"transfer_id": t.ID, "media_id": t.MediaID, "bytes": obj.bytes,
+		"processing_operation_id": procOpID}, nil
 }
 
-// createMedia inserts the media, its processing operation and task, publishes the events
-// that start the processing and finishes the transfer's operation. It runs in Step B; each
-// insert that finds its row already there is taken as done.
+// createMedia inserts the media, its processing operation and task, and publishes the
+// events that start the processing. It runs in the record step; each insert that finds its
+// row already there is taken as done.
 func (h *Handler) createMedia(ctx context.Context, t domain.MaterialTransfer, obj stored, taskID, procOpID uuid.UUID) error {
 	d := h.cfg.Deps
 	now := d.Now()
@@ -190,32 +146,7 @@ func (h *Handler) createMedia(ctx context.Context, t domain.MaterialTransfer, ob
 	case !errors.Is(err, domain.ErrConflict) && !errors.Is(err, domain.ErrMediaAlreadyComplete):
 		return err
 	}
-	if err := d.Events.Publish(ctx, events...); err != nil {
-		return err
-	}
-	return d.SucceedOperation(ctx, t.OperationID, map[string]any{"transfer_id": t.ID, "media_id": m.ID,
-		"bytes": obj.bytes, "processing_operation_id": procOpID})
-}
-
-// fail records a final failure (transfer and operation failed with a client-safe code) and
-// returns the permanent error the job ends with.
-func (h *Handler) fail(ctx context.Context, job worker.Job, log *slog.Logger, tr domain.MaterialTransfer, cause error) error {
-	const op = "transfer.Handle"
-	d := h.cfg.Deps
-	f := worker.FailureOf(cause)
-	err := d.Step(ctx, job, func(ctx context.Context) error {
-		_, err := worker.FailTask(ctx, d, h.cfg.Transfers, tr.ID, taskOf, f)
-		return err
-	})
-	switch {
-	case errors.Is(err, worker.ErrSkip):
-		log.InfoContext(ctx, "transfer finished by another delivery")
-		return nil
-	case err != nil:
-		return fmt.Errorf("%s: record failure %s: %w", op, f.Code, err)
-	}
-	log.WarnContext(ctx, "transfer failed", slog.String("error_code", f.Code), slog.Int("attempt", job.Attempt))
-	return worker.Permanent(fmt.Errorf("%s: %w", op, cause))
+	return d.Events.Publish(ctx, events...)
 }
 
 // store makes sure the transfer's object exists and describes it: an object already stored
