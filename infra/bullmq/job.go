@@ -39,6 +39,10 @@ type Job struct {
 	AttemptsStarted int
 	// StalledCounter counts stalls ("stc").
 	StalledCounter int
+	// Snoozes counts the times the job was snoozed ("snz", see Snooze), and Snoozed their
+	// total delay ("snzms"). Node.js BullMQ ignores both fields.
+	Snoozes int
+	Snoozed time.Duration
 	// FailedReason of the previous attempt, if any.
 	FailedReason string
 	// Stacktrace of the previous failed attempts, oldest first. Entries
@@ -48,25 +52,6 @@ type Job struct {
 	token    string // lock token of this attempt
 	deferred string // "defa": fail without running the handler
 	dedupID  string // "deid"
-}
-
-// Envelope is the job data of our jobs (API.md "Jobs").
-type Envelope struct {
-	EventID     string          `json:"event_id"`
-	WorkspaceID string          `json:"workspace_id"`
-	EventType   string          `json:"event_type"`
-	Payload     json.RawMessage `json:"payload"`
-	OccurredAt  string          `json:"occurred_at"`
-}
-
-// Envelope decodes Data as API.md's job data, giving the handler the event
-// id and workspace id it deduplicates and scopes work with.
-func (j *Job) Envelope() (Envelope, error) {
-	var e Envelope
-	if err := json.Unmarshal(j.Data, &e); err != nil {
-		return Envelope{}, fmt.Errorf("bullmq.Job.Envelope: %w", err)
-	}
-	return e, nil
 }
 
 // JobOptions are the BullMQ job options this package writes and reads.
@@ -287,6 +272,11 @@ func parseJob(id, token string, flat []any) (*Job, error) {
 			j.AttemptsStarted, _ = strconv.Atoi(v)
 		case "stc":
 			j.StalledCounter, _ = strconv.Atoi(v)
+		case "snz":
+			j.Snoozes, _ = strconv.Atoi(v)
+		case "snzms":
+			ms, _ := strconv.ParseInt(v, 10, 64)
+			j.Snoozed = time.Duration(ms) * time.Millisecond
 		case "failedReason":
 			j.FailedReason = v
 		case "stacktrace":
@@ -380,6 +370,22 @@ func Unrecoverable(err error) error {
 func IsUnrecoverable(err error) bool {
 	var u unrecoverableError
 	return errors.As(err, &u)
+}
+
+// snoozeError is returned by Snooze.
+type snoozeError struct {
+	delay time.Duration
+	err   error
+}
+
+func (e snoozeError) Error() string { return fmt.Sprintf("snoozed for %s: %v", e.delay, e.err) }
+func (e snoozeError) Unwrap() error { return e.err }
+
+// Snooze, returned by a handler, moves the job to delayed for delay (at least 1 ms) without
+// counting an attempt: attemptsMade stays as it was, and the job's Snoozes and Snoozed grow.
+// err is the reason, for the caller's logs; it is not stored.
+func Snooze(delay time.Duration, err error) error {
+	return snoozeError{delay: max(delay, time.Millisecond), err: err}
 }
 
 // ErrHandBack, returned (or wrapped) by a handler, puts the job back at the

@@ -40,10 +40,14 @@ func TestPublishMapsMessage(t *testing.T) {
 	assert.InDelta(t, (7 * 24 * time.Hour).Seconds(), ttl.Seconds(), 60)
 	assert.Equal(t, int64(1), b.rdb.LLen(ctx, b.key("wait")).Val())
 
-	got := make(chan bullmq.Envelope, 1)
+	type envelope struct {
+		EventID     string `json:"event_id"`
+		WorkspaceID string `json:"workspace_id"`
+	}
+	got := make(chan envelope, 1)
 	runWorker(t, b.worker(t, nil, func(_ context.Context, j *bullmq.Job) (any, error) {
-		e, err := j.Envelope()
-		require.NoError(t, err)
+		var e envelope
+		require.NoError(t, json.Unmarshal(j.Data, &e))
 		assert.Equal(t, "abc", j.Metadata["trace"])
 		got <- e
 		return nil, nil

@@ -263,6 +263,8 @@ end
 //     returnvalue or failedReason + stacktrace, finishedOn, atm, events,
 //     retries-exhausted, trimming by age and count, de: key cleanup;
 //   - "retry": back to delayed (delay > 0) or to the end of wait, atm + 1;
+//   - "snooze": back to delayed like a retry, but atm unchanged and no failedReason:
+//     snz + 1 and snzms + delay instead;
 //   - "handback": to the front of wait, no attempt counted.
 //
 // KEYS: 1 wait, 2 active, 3 prioritized, 4 events, 5 stalled, 6 meta,
@@ -334,10 +336,17 @@ local function finish(jobId, jk, dk, a, target)
   return atm
 end
 
-local function retry(jobId, jk, a)
-  rcall("HSET", jk, "failedReason", ARGV[a + 3], "stacktrace", ARGV[a + 8])
+local function retry(jobId, jk, a, snooze)
   local delay = tonumber(ARGV[a + 10])
-  local atm = rcall("HINCRBY", jk, "atm", 1)
+  local atm
+  if snooze then
+    rcall("HINCRBY", jk, "snz", 1)
+    rcall("HINCRBY", jk, "snzms", delay)
+    atm = tonumber(rcall("HGET", jk, "atm") or 0)
+  else
+    rcall("HSET", jk, "failedReason", ARGV[a + 3], "stacktrace", ARGV[a + 8])
+    atm = rcall("HINCRBY", jk, "atm", 1)
+  end
   if delay > 0 then
     local ts = tonumber(now) + delay
     local minScore = ts * 0x1000
@@ -401,7 +410,9 @@ for i = 1, n do
     if rcall("LREM", K.active, -1, jobId) < 1 then
       code = -3
     elseif kind == "retry" then
-      code = retry(jobId, jk, a)
+      code = retry(jobId, jk, a, false)
+    elseif kind == "snooze" then
+      code = retry(jobId, jk, a, true)
     elseif kind == "handback" then
       code = handBack(jobId, jk)
     else

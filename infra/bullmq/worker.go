@@ -71,6 +71,7 @@ const (
 	finishFail
 	finishRetry
 	finishHandBack
+	finishSnooze
 )
 
 type finishReq struct {
@@ -291,12 +292,15 @@ func (w *Worker) process(rs *runState, j *Job) {
 		w.failRequest(req, Unrecoverable(errors.New(j.deferred)))
 	} else {
 		res, err := w.call(rs.jobCtx, j)
+		var snooze snoozeError
 		switch {
 		case err == nil:
 			req.kind = finishComplete
 			req.value = returnValueJSON(res)
 		case errors.Is(err, ErrHandBack) || (rs.jobCtx.Err() != nil && errors.Is(err, context.Canceled)):
 			req.kind = finishHandBack
+		case errors.As(err, &snooze):
+			req.kind, req.delay = finishSnooze, snooze.delay.Milliseconds()
 		default:
 			w.failRequest(req, err)
 		}
@@ -522,6 +526,8 @@ func (w *Worker) finishCall(reqs []*finishReq, now int64, fetch int) scriptCall 
 			kind = "retry"
 		case finishHandBack:
 			kind = "handback"
+		case finishSnooze:
+			kind = "snooze"
 		}
 		count, age, limit := keep.keepArgs()
 		args = append(args, j.ID, j.token, kind, r.value, count, age, limit, j.Opts.Attempts, r.stack, dedupID, r.delay)

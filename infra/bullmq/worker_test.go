@@ -265,3 +265,41 @@ func TestErrHandBack(t *testing.T) {
 	assert.Equal(t, "2", h["ats"])
 	assert.Equal(t, `"ok"`, h["returnvalue"])
 }
+
+// A snoozed job waits in delayed for its delay with attemptsMade unchanged, then runs again
+// with Snoozes and Snoozed counted; a retry afterwards spends an attempt as usual.
+func TestSnoozeKeepsAttempts(t *testing.T) {
+	b := setup(t)
+	j := job(behaviour{}, &bullmq.JobOptions{Attempts: 2, Backoff: &bullmq.Backoff{Type: "fixed", Delay: 10}})
+	b.add(t, j)
+	type seen struct {
+		attemptsMade, snoozes int
+		snoozed               time.Duration
+		at                    time.Time
+	}
+	runs := make(chan seen, 4)
+	var n atomic.Int32
+	runWorker(t, b.worker(t, nil, func(_ context.Context, jb *bullmq.Job) (any, error) {
+		runs <- seen{jb.AttemptsMade, jb.Snoozes, jb.Snoozed, time.Now()}
+		switch n.Add(1) {
+		case 1:
+			return nil, bullmq.Snooze(400*time.Millisecond, errors.New("429"))
+		case 2:
+			return nil, errors.New("boom")
+		}
+		return "ok", nil
+	}))
+	first := <-runs
+	ctx := context.Background()
+	waitFor(t, 2*time.Second, "job in delayed", func() bool { return b.rdb.ZCard(ctx, b.key("delayed")).Val() == 1 })
+	h := b.rdb.HGetAll(ctx, b.key(j.ID)).Val()
+	assert.Equal(t, "", h["atm"], "a snooze spends no attempt")
+	assert.Equal(t, "", h["failedReason"])
+	second := <-runs
+	assert.GreaterOrEqual(t, second.at.Sub(first.at), 400*time.Millisecond)
+	assert.Equal(t, seen{attemptsMade: 0, snoozes: 1, snoozed: 400 * time.Millisecond}, seen{second.attemptsMade, second.snoozes, second.snoozed, time.Time{}})
+	third := <-runs
+	assert.Equal(t, 1, third.attemptsMade, "the retry spent the first attempt")
+	waitFor(t, 5*time.Second, "job completed", func() bool { return b.finished(t) == 1 })
+	assert.Equal(t, "2", b.rdb.HGet(ctx, b.key(j.ID), "atm").Val(), "the retry and the completion; the snooze none")
+}

@@ -1,8 +1,11 @@
 // Package jobs runs the application's job handlers (app/worker) on BullMQ queues: one
-// infra/bullmq Worker per queue, each job's data decoded as API.md's envelope and handed to
-// the queue's worker.Handler. A handler error is retried by BullMQ with the job's backoff; a
-// worker.Permanent error (or the last attempt) fails the job for good. Metrics reports job
-// outcomes and handler time; QueueCollector reports queue depth at scrape time.
+// infra/bullmq Worker per queue, each job's data decoded as the app's envelope
+// (worker.DecodeEnvelope) and handed to the queue's worker.Handler, whose error says what
+// becomes of the job: nil completes it, a worker.SnoozeError delays it without spending an
+// attempt, a worker.Permanent error fails it for good, any other error is retried by BullMQ
+// with the job's backoff (or fails it on the last attempt). The handlers log each attempt;
+// this package counts them (Metrics) and reports queue depth at scrape time
+// (QueueCollector).
 package jobs
 
 import (
@@ -12,7 +15,6 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/google/uuid"
 	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/sync/errgroup"
 
@@ -114,20 +116,20 @@ func Adapt(queue string, h worker.Handler, log *slog.Logger, m *Metrics) bullmq.
 		job, err := jobOf(j)
 		if err != nil {
 			outcomes.WithLabelValues(OutcomeFailed).Inc()
+			log.ErrorContext(ctx, "job", "queue", queue, "job_id", j.ID, "outcome", worker.OutcomeFailed, "error", err.Error())
 			return nil, bullmq.Unrecoverable(err)
 		}
 		start := time.Now()
-		err = handle(ctx, h, job)
-		took := time.Since(start)
-		duration.Observe(took.Seconds())
-		if err == nil {
+		err = handle(ctx, h, job, queue, log)
+		duration.Observe(time.Since(start).Seconds())
+		if delay, ok := worker.SnoozeOf(err); ok {
+			outcomes.WithLabelValues(OutcomeSnoozed).Inc()
+			return nil, bullmq.Snooze(delay, err)
+		}
+		switch {
+		case err == nil:
 			outcomes.WithLabelValues(OutcomeCompleted).Inc()
 			return map[string]any{"ok": true}, nil
-		}
-		log.WarnContext(ctx, "job failed", "queue", queue, "job_id", j.ID, "event_type", job.EventType,
-			"workspace_id", job.WorkspaceID.String(), "attempt", job.Attempt, "last_attempt", job.LastAttempt,
-			"duration_ms", took.Milliseconds(), "err", err)
-		switch {
 		case ctx.Err() != nil && errors.Is(err, context.Canceled):
 			// Shutdown: the bullmq Worker hands the job back without counting an attempt.
 		case worker.IsPermanent(err):
@@ -142,33 +144,33 @@ func Adapt(queue string, h worker.Handler, log *slog.Logger, m *Metrics) bullmq.
 	}
 }
 
-// handle runs h, turning a panic into an error, so that the attempt is counted and logged
-// like any other failure (bullmq.Worker recovers too, but below the metrics).
-func handle(ctx context.Context, h worker.Handler, job worker.Job) (err error) {
+// handle runs h, turning a panic into an error of the attempt, counted like any other
+// failure (bullmq.Worker recovers too, but below the metrics). A panic skipped the
+// handler's own log line, so it is logged here.
+func handle(ctx context.Context, h worker.Handler, job worker.Job, queue string, log *slog.Logger) (err error) {
 	defer func() {
 		if r := recover(); r != nil {
 			err = fmt.Errorf("job handler panicked: %v", r)
+			log.ErrorContext(ctx, "job", "queue", queue, "job_id", job.ID, "event_type", job.EventType,
+				"workspace_id", job.WorkspaceID.String(), "attempt", job.Attempt, "outcome", worker.OutcomeRetry,
+				"error", err.Error())
 		}
 	}()
 	return h.Handle(ctx, job)
 }
 
-// jobOf reads the job envelope of j.
+// jobOf reads the job envelope of j (an error is worker.Permanent).
 func jobOf(j *bullmq.Job) (worker.Job, error) {
-	env, err := j.Envelope()
+	env, err := worker.DecodeEnvelope(j.Data)
 	if err != nil {
-		return worker.Job{}, fmt.Errorf("job %s: data is not a job envelope", j.ID)
-	}
-	ws, err := uuid.Parse(env.WorkspaceID)
-	if err != nil {
-		return worker.Job{}, fmt.Errorf("job %s: bad workspace_id", j.ID)
+		return worker.Job{}, fmt.Errorf("job %s: %w", j.ID, err)
 	}
 	attempts := 1
-	if j.Opts != nil && j.Opts.Attempts > 0 {
+	if j.Opts != nil {
 		attempts = j.Opts.Attempts
 	}
-	return worker.Job{ID: j.ID, WorkspaceID: ws, EventType: env.EventType, Payload: env.Payload,
-		Attempt: j.AttemptsMade + 1, LastAttempt: j.AttemptsMade+1 >= attempts}, nil
+	return env.Job(worker.Delivery{ID: j.ID, Attempt: j.AttemptsMade + 1, Attempts: attempts,
+		Snoozes: j.Snoozes, Snoozed: j.Snoozed}), nil
 }
 
 // abandon returns the bullmq.WorkerConfig.DeferredFailureFunc of a queue: the job's task

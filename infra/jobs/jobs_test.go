@@ -80,8 +80,8 @@ func (b bundle) add(t *testing.T, queue string, eventTypes ...string) {
 	js := make([]bullmq.Job, len(eventTypes))
 	for i, et := range eventTypes {
 		id := uuid.NewString()
-		data, err := json.Marshal(bullmq.Envelope{EventID: id, WorkspaceID: uuid.NewString(), EventType: et,
-			Payload: json.RawMessage(`{}`), OccurredAt: time.Now().UTC().Format(time.RFC3339)})
+		data, err := json.Marshal(worker.Envelope{EventID: id, WorkspaceID: uuid.NewString(), EventType: et,
+			Payload: json.RawMessage(`{}`), OccurredAt: time.Now().UTC()})
 		require.NoError(t, err)
 		js[i] = bullmq.Job{ID: id, Name: et, Data: data}
 	}
@@ -136,6 +136,10 @@ var behave = worker.HandlerFunc(func(_ context.Context, j worker.Job) error {
 		return worker.Permanent(errors.New("cannot be fixed"))
 	case "panic":
 		panic("handler bug")
+	case "snooze": // snoozed once, then completes
+		if j.Snoozes == 0 {
+			return &worker.SnoozeError{Delay: 300 * time.Millisecond, Err: errors.New("429")}
+		}
 	}
 	return nil
 })
@@ -181,20 +185,22 @@ func TestRunnerMetrics(t *testing.T) {
 	// A job whose data is not an envelope fails without running the handler.
 	_, err = b.pub.Add(context.Background(), q, []bullmq.Job{{ID: uuid.NewString(), Name: "bad", Data: []byte(`"not an envelope"`)}})
 	require.NoError(t, err)
-	b.add(t, q, "ok", "ok", "flaky", "always", "permanent", "panic")
+	b.add(t, q, "ok", "ok", "flaky", "always", "permanent", "panic", "snooze")
 	run(t, r)
-	waitFor(t, "7 finished jobs", func() bool {
+	waitFor(t, "8 finished jobs", func() bool {
 		c := b.counts(t, q)
-		return c[bullmq.StateCompleted]+c[bullmq.StateFailed] == 7
+		return c[bullmq.StateCompleted]+c[bullmq.StateFailed] == 8
 	})
 
-	// completed: ok ×2, flaky's second attempt. retry: the first attempts of flaky, always
-	// and panic. failed: bad envelope, permanent, the last attempts of always and panic.
-	assert.Equal(t, 3.0, testutil.ToFloat64(m.Jobs.WithLabelValues(q, jobs.OutcomeCompleted)), "completed")
+	// completed: ok ×2, flaky's second attempt, snooze's second delivery. retry: the first
+	// attempts of flaky, always and panic. snoozed: snooze's first delivery. failed: bad
+	// envelope, permanent, the last attempts of always and panic.
+	assert.Equal(t, 4.0, testutil.ToFloat64(m.Jobs.WithLabelValues(q, jobs.OutcomeCompleted)), "completed")
 	assert.Equal(t, 3.0, testutil.ToFloat64(m.Jobs.WithLabelValues(q, jobs.OutcomeRetry)), "retry")
+	assert.Equal(t, 1.0, testutil.ToFloat64(m.Jobs.WithLabelValues(q, jobs.OutcomeSnoozed)), "snoozed")
 	assert.Equal(t, 4.0, testutil.ToFloat64(m.Jobs.WithLabelValues(q, jobs.OutcomeFailed)), "failed")
-	// The handler ran 9 times: ok ×2, flaky ×2, always ×2, permanent ×1, panic ×2.
-	assert.Equal(t, uint64(9), histogramCount(t, b.reg, q))
+	// The handler ran 11 times: ok ×2, flaky ×2, always ×2, permanent ×1, panic ×2, snooze ×2.
+	assert.Equal(t, uint64(11), histogramCount(t, b.reg, q))
 	assert.Zero(t, histogramCount(t, b.reg, idle))
 	assert.Zero(t, testutil.ToFloat64(m.Jobs.WithLabelValues(idle, jobs.OutcomeCompleted)))
 
@@ -202,7 +208,7 @@ func TestRunnerMetrics(t *testing.T) {
 # HELP listing_job_queue_jobs BullMQ jobs in each state of a queue, read from Redis at scrape time.
 # TYPE listing_job_queue_jobs gauge
 listing_job_queue_jobs{queue="jobs-a",state="active"} 0
-listing_job_queue_jobs{queue="jobs-a",state="completed"} 3
+listing_job_queue_jobs{queue="jobs-a",state="completed"} 4
 listing_job_queue_jobs{queue="jobs-a",state="delayed"} 0
 listing_job_queue_jobs{queue="jobs-a",state="failed"} 4
 listing_job_queue_jobs{queue="jobs-a",state="prioritized"} 0
@@ -275,7 +281,7 @@ func TestRunnersShareRegistry(t *testing.T) {
 	_, err = jobs.NewRunner(jobs.Config{BullMQ: b.bcfg, Handlers: h}) // no registry
 	require.NoError(t, err)
 	assert.Equal(t, len(bullmq.JobStates()), testutil.CollectAndCount(b.reg, "listing_job_queue_jobs"))
-	assert.Equal(t, 3, testutil.CollectAndCount(b.reg, "listing_jobs_total"))
+	assert.Equal(t, 4, testutil.CollectAndCount(b.reg, "listing_jobs_total"))
 }
 
 type lockedWriter struct {

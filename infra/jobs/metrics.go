@@ -21,6 +21,9 @@ const (
 	// OutcomeFailed: a worker.Permanent error, a failure on the last attempt, or job data
 	// that is not a job envelope; the job fails for good.
 	OutcomeFailed = "failed"
+	// OutcomeSnoozed: an upstream asked to wait (Retry-After); the job is delivered again
+	// after that delay without spending an attempt.
+	OutcomeSnoozed = "snoozed"
 )
 
 // Metrics are the job consumers' Prometheus collectors, updated when a handler returns
@@ -28,7 +31,7 @@ const (
 // back to the queue is observed in Duration but not counted in Jobs.
 type Metrics struct {
 	// Jobs is listing_jobs_total{queue, outcome}: job attempts by outcome (OutcomeCompleted,
-	// OutcomeRetry, OutcomeFailed).
+	// OutcomeRetry, OutcomeSnoozed, OutcomeFailed).
 	Jobs *prometheus.CounterVec
 	// Duration is listing_job_duration_seconds{queue}: handler time of each attempt.
 	Duration *prometheus.HistogramVec
@@ -61,7 +64,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 
 // initQueue makes the series of queue visible at zero before its first job.
 func (m *Metrics) initQueue(queue string) {
-	for _, o := range []string{OutcomeCompleted, OutcomeRetry, OutcomeFailed} {
+	for _, o := range []string{OutcomeCompleted, OutcomeRetry, OutcomeSnoozed, OutcomeFailed} {
 		m.Jobs.WithLabelValues(queue, o)
 	}
 	m.Duration.WithLabelValues(queue)

@@ -23,6 +23,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/listingkit/listing/app/worker"
 )
 
 // NotifyChannel is the PostgreSQL channel the outbox_events insert trigger (sql/003)
@@ -468,22 +470,6 @@ func collectClaimed(rows pgx.Rows) ([]claimed, error) {
 	return out, rows.Err()
 }
 
-// jobData is the job data of API.md "Jobs".
-type jobData struct {
-	EventID       string          `json:"event_id"`
-	WorkspaceID   string          `json:"workspace_id"`
-	EventType     string          `json:"event_type"`
-	Payload       json.RawMessage `json:"payload"`
-	OccurredAt    time.Time       `json:"occurred_at"`
-	CorrelationID string          `json:"correlation_id,omitempty"`
-	Trace         *traceContext   `json:"trace,omitempty"`
-}
-
-type traceContext struct {
-	TraceParent string `json:"traceparent,omitempty"`
-	TraceState  string `json:"tracestate,omitempty"`
-}
-
 // toMessage builds the delivered message: UUID = event id (the BullMQ jobId), payload = job
 // data JSON, metadata event_type (the job name), aggregate, correlation and trace.
 func toMessage(c claimed) (*message.Message, error) {
@@ -492,7 +478,7 @@ func toMessage(c claimed) (*message.Message, error) {
 	if t, err := time.Parse(time.RFC3339Nano, c.Metadata[MetadataOccurredAt]); err == nil {
 		occurred = t
 	}
-	jd := jobData{
+	jd := worker.Envelope{
 		EventID:       c.ID.String(),
 		WorkspaceID:   ws,
 		EventType:     c.EventType,
@@ -501,7 +487,7 @@ func toMessage(c claimed) (*message.Message, error) {
 		CorrelationID: c.Metadata[MetadataCorrelationID],
 	}
 	if tp, ts := c.Metadata[MetadataTraceParent], c.Metadata[MetadataTraceState]; tp != "" || ts != "" {
-		jd.Trace = &traceContext{TraceParent: tp, TraceState: ts}
+		jd.Trace = &worker.Trace{TraceParent: tp, TraceState: ts}
 	}
 	b, err := json.Marshal(jd)
 	if err != nil {
