@@ -270,6 +270,9 @@ func (c *Client) do(ctx context.Context, op, path, idemKey string, in, out any, 
 		}
 		ra := outbound.RetryAfter(resp.Header.Get("Retry-After"), time.Now(), c.cfg.MaxRetryAfter)
 		return "", fmt.Errorf("%s: HTTP 429: %w", op, &port.RateLimitedError{Service: "ai", RetryAfter: ra, Sentinel: port.ErrAIRateLimited})
+	case status == http.StatusServiceUnavailable && resp.Header.Get("Retry-After") != "":
+		ra := outbound.RetryAfter(resp.Header.Get("Retry-After"), time.Now(), c.cfg.MaxRetryAfter)
+		return "", fmt.Errorf("%s: HTTP 503%s: %w", op, c.snippet(body), port.ErrAITransient.WithRetryAfter(ra))
 	case status == http.StatusRequestTimeout || status >= 500:
 		return "", fmt.Errorf("%s: HTTP %d%s: %w", op, status, c.snippet(body), port.ErrAITransient)
 	default:

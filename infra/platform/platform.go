@@ -283,6 +283,9 @@ func (c *Client) do(ctx context.Context, op string, creds port.Credentials, meth
 	case status == http.StatusTooManyRequests:
 		ra := outbound.RetryAfter(resp.Header.Get("Retry-After"), time.Now(), c.cfg.MaxRetryAfter)
 		return fmt.Errorf("%s: HTTP 429: %w", op, &port.RateLimitedError{Service: "platform", RetryAfter: ra, Sentinel: port.ErrPlatformRateLimited})
+	case status == http.StatusServiceUnavailable && resp.Header.Get("Retry-After") != "":
+		ra := outbound.RetryAfter(resp.Header.Get("Retry-After"), time.Now(), c.cfg.MaxRetryAfter)
+		return fmt.Errorf("%s: HTTP 503%s: %w", op, snippet(raw, creds.APIKey()), port.ErrPlatformTransient.WithRetryAfter(ra))
 	case status == http.StatusRequestTimeout || status >= 500:
 		return fmt.Errorf("%s: HTTP %d%s: %w", op, status, snippet(raw, creds.APIKey()), port.ErrPlatformTransient)
 	default:

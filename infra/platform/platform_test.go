@@ -286,6 +286,15 @@ func TestErrorMapping(t *testing.T) {
 			t.Fatal(err)
 		}
 	})
+	t.Run("503 with Retry-After", func(t *testing.T) {
+		b := setup(t)
+		b.sb.InjectFault(sandbox.Fault{Endpoint: marketplace.EndpointCreateProduct, Status: 503, RetryAfter: 20 * time.Second})
+		_, err := b.client.CreateProduct(ctx, b.creds, "k", input("r"))
+		var de *domain.Error
+		if !errors.Is(err, port.ErrPlatformTransient) || !errors.As(err, &de) || de.RetryAfter != 20*time.Second || port.IsPermanent(err) {
+			t.Fatalf("err = %v (%+v)", err, de)
+		}
+	})
 	t.Run("5xx transient, also after the effect", func(t *testing.T) {
 		b := setup(t)
 		b.sb.InjectFault(sandbox.Fault{Status: 503, Count: 2})

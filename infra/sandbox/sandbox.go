@@ -63,7 +63,8 @@ type Fault struct {
 	Status int `json:"status"`
 	// Count is how many calls fail. Default 1.
 	Count int `json:"count"`
-	// RetryAfter is sent as Retry-After (whole seconds) with a 429. Default 1 s.
+	// RetryAfter is sent as Retry-After (whole seconds) with a 429 (default 1 s) or, when
+	// set, with a 503.
 	RetryAfter time.Duration `json:"-"`
 	// RetryAfterSeconds is RetryAfter for the JSON admin endpoint.
 	RetryAfterSeconds int `json:"retry_after_seconds"`
@@ -79,7 +80,7 @@ type Faults struct {
 	latency time.Duration
 }
 
-// Inject queues f (after defaults: Status 500, Count 1, RetryAfter 1 s).
+// Inject queues f (after defaults: Status 500, Count 1).
 func (f *Faults) Inject(ft Fault) {
 	if ft.Status == 0 {
 		ft.Status = http.StatusInternalServerError
@@ -89,9 +90,6 @@ func (f *Faults) Inject(ft Fault) {
 	}
 	if ft.RetryAfter == 0 && ft.RetryAfterSeconds > 0 {
 		ft.RetryAfter = time.Duration(ft.RetryAfterSeconds) * time.Second
-	}
-	if ft.RetryAfter <= 0 {
-		ft.RetryAfter = time.Second
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -153,10 +151,11 @@ func (f *Faults) Sleep(ctx context.Context) {
 	}
 }
 
-// FaultHeaders returns the headers a fault response carries (Retry-After for a 429).
+// FaultHeaders returns the headers a fault response carries (Retry-After for a 429, and for
+// a 503 that sets one).
 func FaultHeaders(ft Fault) http.Header {
 	h := http.Header{}
-	if ft.Status == http.StatusTooManyRequests {
+	if ft.Status == http.StatusTooManyRequests || (ft.Status == http.StatusServiceUnavailable && ft.RetryAfter > 0) {
 		secs := int(ft.RetryAfter.Round(time.Second) / time.Second)
 		if secs < 1 {
 			secs = 1
