@@ -6,10 +6,7 @@ package tests
 
 import (
 	"bytes"
-	"compress/flate"
-	"encoding/binary"
 	"fmt"
-	"hash/crc32"
 	"image"
 	"image/color"
 	"image/jpeg"
@@ -26,6 +23,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/listingkit/listing/infra/postgres/pgtest"
+	"github.com/listingkit/listing/internal/imagebomb"
 	"github.com/listingkit/listing/internal/servicetest"
 )
 
@@ -56,9 +54,9 @@ func TestMemoryMediaBomb(t *testing.T) {
 		name, contentType string
 		data              []byte
 	}{
-		{"progressive.jpg", "image/jpeg", memProgressiveJPEG(memBombSide, memBombSide)},
-		{"deep.png", "image/png", memPNG16(memBombSide, memBombSide, true)},
-		{"truncated.png", "image/png", memPNG16(memBombSide, memBombSide, false)},
+		{"progressive.jpg", "image/jpeg", imagebomb.ProgressiveJPEG(memBombSide, memBombSide)},
+		{"deep.png", "image/png", imagebomb.PNG16(memBombSide, memBombSide)},
+		{"truncated.png", "image/png", imagebomb.TruncatedPNG16(memBombSide, memBombSide)},
 	}
 	require.Less(t, len(bombs[0].data), 1<<10)
 	require.Less(t, len(bombs[1].data), 1<<20)
@@ -224,143 +222,22 @@ func memSmallPNG(t *testing.T) []byte {
 	return buf.Bytes()
 }
 
-// memProgressiveJPEG returns a valid progressive, 3-component 4:4:4 JPEG of w×h pixels,
-// all of them mid gray, in a few hundred bytes: one AC scan per component whose blocks are
-// all covered by end-of-band runs (EOB0..EOB14, at most 32,767 blocks per symbol), and no DC
-// scan (every coefficient is zero). Decoding it holds a coefficient block for every 8×8
-// block of every component, then the whole image.
-func memProgressiveJPEG(w, h int) []byte {
-	var b bytes.Buffer
-	segment := func(marker byte, payload []byte) {
-		b.Write([]byte{0xFF, marker})
-		_ = binary.Write(&b, binary.BigEndian, uint16(len(payload)+2))
-		b.Write(payload)
-	}
-	b.Write([]byte{0xFF, 0xD8})                                      // SOI
-	segment(0xDB, append([]byte{0}, bytes.Repeat([]byte{1}, 64)...)) // DQT 0: all ones
-	sof := []byte{8, byte(h >> 8), byte(h), byte(w >> 8), byte(w), 3}
-	for c := byte(1); c <= 3; c++ {
-		sof = append(sof, c, 0x11, 0) // 1×1 sampling, quantization table 0
-	}
-	segment(0xC2, sof)                                                   // SOF2: progressive
-	dht := []byte{0x10, 0, 0, 0, 15, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0} // AC table 0: fifteen 4-bit codes
-	for n := byte(0); n <= 14; n++ {
-		dht = append(dht, n<<4) // EOBn: a run of 2^n + (n extra bits) blocks
-	}
-	segment(0xC4, dht)
-	blocks := ((w + 7) / 8) * ((h + 7) / 8)
-	for c := byte(1); c <= 3; c++ {
-		segment(0xDA, []byte{1, c, 0x00, 1, 63, 0}) // SOS: component c, AC 1..63
-		var bits memBits
-		for left := blocks; left > 0; {
-			run := min(left, 1<<15-1)
-			n := 0
-			for 1<<(n+1) <= run {
-				n++
-			}
-			bits.write(uint32(n), 4)        // the code of EOBn is n
-			bits.write(uint32(run-1<<n), n) // the run's low bits
-			left -= run
-		}
-		b.Write(bits.flush())
-	}
-	b.Write([]byte{0xFF, 0xD9}) // EOI
-	return b.Bytes()
-}
-
-// memBits writes JPEG entropy-coded bits, most significant first, with 0xFF byte stuffing.
-type memBits struct {
-	out   []byte
-	acc   uint64
-	nbits int
-}
-
-func (w *memBits) write(v uint32, n int) {
-	w.acc = w.acc<<n | uint64(v)&(1<<n-1)
-	w.nbits += n
-	for w.nbits >= 8 {
-		c := byte(w.acc >> (w.nbits - 8))
-		w.out = append(w.out, c)
-		if c == 0xFF {
-			w.out = append(w.out, 0)
-		}
-		w.nbits -= 8
-	}
-}
-
-// flush pads the last byte with one bits and returns the bytes.
-func (w *memBits) flush() []byte {
-	if w.nbits > 0 {
-		w.write(1<<(8-w.nbits)-1, 8-w.nbits)
-	}
-	return w.out
-}
-
-// memPNG16 returns a 16-bit RGBA PNG of w×h transparent black pixels; with pixels false it
-// stops after the IHDR chunk (a truncated file of 33 bytes).
-func memPNG16(w, h int, pixels bool) []byte {
-	var b bytes.Buffer
-	b.WriteString("\x89PNG\r\n\x1a\n")
-	ihdr := make([]byte, 13)
-	binary.BigEndian.PutUint32(ihdr[0:], uint32(w))
-	binary.BigEndian.PutUint32(ihdr[4:], uint32(h))
-	ihdr[8], ihdr[9] = 16, 6 // bit depth 16, color type 6 (RGBA)
-	memChunk(&b, "IHDR", ihdr)
-	if !pixels {
-		return b.Bytes()
-	}
-	memChunk(&b, "IDAT", memZlibZeros(h*(1+8*w))) // each row: filter byte 0, then zeros
-	memChunk(&b, "IEND", nil)
-	return b.Bytes()
-}
-
-func memChunk(b *bytes.Buffer, typ string, data []byte) {
-	_ = binary.Write(b, binary.BigEndian, uint32(len(data)))
-	b.WriteString(typ)
-	b.Write(data)
-	crc := crc32.NewIEEE()
-	crc.Write([]byte(typ))
-	crc.Write(data)
-	_ = binary.Write(b, binary.BigEndian, crc.Sum32())
-}
-
-// memZlibZeros returns a zlib stream of n zero bytes without compressing n bytes (slow
-// under -race): the blocks of one compressed MiB, flushed to a byte boundary, decode to
-// a MiB of zeros wherever they stand, so they are repeated; a final block holds the rest.
-func memZlibZeros(n int) []byte {
-	const chunk = 1 << 20
-	var one bytes.Buffer
-	fw, _ := flate.NewWriter(&one, flate.BestCompression)
-	_, _ = fw.Write(make([]byte, chunk))
-	_ = fw.Flush()
-	out := bytes.NewBuffer([]byte{0x78, 0xDA})
-	for range n / chunk {
-		out.Write(one.Bytes())
-	}
-	fw, _ = flate.NewWriter(out, flate.BestCompression)
-	_, _ = fw.Write(make([]byte, n%chunk))
-	_ = fw.Close()
-	// Adler-32 of n zeros: a stays 1, b counts the bytes.
-	_ = binary.Write(out, binary.BigEndian, uint32(n%65521)<<16|1)
-	return out.Bytes()
-}
-
 // TestMemoryBombImagesDecode checks the crafted bombs are what they claim: headers of
 // near-cap images (the full decode is left to the child).
 func TestMemoryBombImagesDecode(t *testing.T) {
 	t.Parallel()
-	cfg, err := jpeg.DecodeConfig(bytes.NewReader(memProgressiveJPEG(memBombSide, memBombSide)))
+	cfg, err := jpeg.DecodeConfig(bytes.NewReader(imagebomb.ProgressiveJPEG(memBombSide, memBombSide)))
 	require.NoError(t, err)
 	require.Equal(t, [2]int{memBombSide, memBombSide}, [2]int{cfg.Width, cfg.Height})
-	cfg, err = png.DecodeConfig(bytes.NewReader(memPNG16(memBombSide, memBombSide, false)))
+	cfg, err = png.DecodeConfig(bytes.NewReader(imagebomb.TruncatedPNG16(memBombSide, memBombSide)))
 	require.NoError(t, err)
 	require.Equal(t, [2]int{memBombSide, memBombSide}, [2]int{cfg.Width, cfg.Height})
 	require.Equal(t, color.NRGBA64Model, cfg.ColorModel)
 	// A small version decodes in full, so the big one is valid too.
-	img, err := jpeg.Decode(bytes.NewReader(memProgressiveJPEG(100, 60)))
+	img, err := jpeg.Decode(bytes.NewReader(imagebomb.ProgressiveJPEG(100, 60)))
 	require.NoError(t, err)
 	require.Equal(t, image.Rect(0, 0, 100, 60), img.Bounds())
-	img, err = png.Decode(bytes.NewReader(memPNG16(300, 200, true)))
+	img, err = png.Decode(bytes.NewReader(imagebomb.PNG16(300, 200)))
 	require.NoError(t, err)
 	require.Equal(t, image.Rect(0, 0, 300, 200), img.Bounds())
 }

@@ -123,6 +123,16 @@ type Config struct {
 	UploadSigningKey string `env:"UPLOAD_SIGNING_KEY"`
 	// MediaMaxBytes bounds an uploaded or transferred media.
 	MediaMaxBytes int64 `env:"MEDIA_MAX_BYTES" envDefault:"20971520"`
+	// MediaDecodeMaxBytes bounds the memory decoding one image may take, computed from its
+	// header before any pixel is decoded (infra/imaging.Header.DecodeBytes); an image
+	// beyond it is rejected with MEDIA_TOO_LARGE. Default 128 MiB: a 50-megapixel 4:2:0
+	// JPEG (75 MB) fits, a progressive or 16-bit image of that size does not.
+	MediaDecodeMaxBytes int64 `env:"MEDIA_DECODE_MAX_BYTES" envDefault:"134217728"`
+	// MediaDecodeConcurrency bounds how many images one process holds decoded at once
+	// (each up to MediaDecodeMaxBytes plus about 85 MiB to derive its variants); further
+	// media jobs wait. Default 1: a 2-core machine gains little from more, and decode
+	// memory stays bounded whatever WorkerConcurrency says.
+	MediaDecodeConcurrency int `env:"MEDIA_DECODE_CONCURRENCY" envDefault:"1"`
 	// FetchAllowPrivate lets material transfers reach private, loopback and link-local
 	// addresses (development and tests only).
 	FetchAllowPrivate bool `env:"FETCH_ALLOW_PRIVATE" envDefault:"false"`
@@ -185,6 +195,9 @@ func (c Config) Validate() error {
 	}
 	if c.MaxBodyBytes < 1024 {
 		errs = append(errs, errors.New("MAX_BODY_BYTES must be at least 1024"))
+	}
+	if c.MediaDecodeMaxBytes < 1<<20 || c.MediaDecodeConcurrency < 1 {
+		errs = append(errs, errors.New("MEDIA_DECODE_MAX_BYTES must be at least 1 MiB and MEDIA_DECODE_CONCURRENCY at least 1"))
 	}
 	return errors.Join(errs...)
 }
