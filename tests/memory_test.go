@@ -37,10 +37,11 @@ const memBombSide = 7071
 
 // TestMemoryMediaBomb uploads small images that declare near-cap canvases through the real
 // media flow (describe, PUT, complete) all at once: a 407-byte progressive JPEG whose
-// decoder would hold coefficients for the whole image, a ~390 KB 16-bit RGBA PNG, and a
-// PNG of under 100 bytes truncated after its header. Each must end refused with
-// MEDIA_TOO_LARGE (or processed), and the process's peak memory must grow by at most
-// memGrowthBound.
+// decoder would hold coefficients for the whole image, a ~390 KB 16-bit RGBA PNG, a PNG of
+// under 100 bytes truncated after its header, and a ~290 KB baseline 4:2:0 JPEG (75 MB
+// decoded). Each must end refused with MEDIA_TOO_LARGE or processed (the truncated PNG
+// refused, the baseline JPEG, within the default decode budget, processed), and the
+// process's peak memory must grow by at most memGrowthBound.
 func TestMemoryMediaBomb(t *testing.T) {
 	t.Parallel()
 	proc, env := memStartAll(t)
@@ -57,6 +58,7 @@ func TestMemoryMediaBomb(t *testing.T) {
 		{"progressive.jpg", "image/jpeg", imagebomb.ProgressiveJPEG(memBombSide, memBombSide)},
 		{"deep.png", "image/png", imagebomb.PNG16(memBombSide, memBombSide)},
 		{"truncated.png", "image/png", imagebomb.TruncatedPNG16(memBombSide, memBombSide)},
+		{"baseline.jpg", "image/jpeg", imagebomb.BaselineJPEG(memBombSide, memBombSide)},
 	}
 	require.Less(t, len(bombs[0].data), 1<<10)
 	require.Less(t, len(bombs[1].data), 1<<20)
@@ -85,6 +87,7 @@ func TestMemoryMediaBomb(t *testing.T) {
 		}
 	}
 	require.Equal(t, "failed", results[2]["status"], "the truncated PNG is refused from its header")
+	require.Equal(t, "succeeded", results[3]["status"], "a near-cap baseline JPEG fits the decode budget")
 }
 
 // TestMemoryConcurrentFailedLogins sends 20 logins with a wrong password from one address
@@ -240,4 +243,8 @@ func TestMemoryBombImagesDecode(t *testing.T) {
 	img, err = png.Decode(bytes.NewReader(imagebomb.PNG16(300, 200)))
 	require.NoError(t, err)
 	require.Equal(t, image.Rect(0, 0, 300, 200), img.Bounds())
+	img, err = jpeg.Decode(bytes.NewReader(imagebomb.BaselineJPEG(100, 60)))
+	require.NoError(t, err)
+	require.Equal(t, image.Rect(0, 0, 100, 60), img.Bounds())
+	require.IsType(t, &image.YCbCr{}, img)
 }

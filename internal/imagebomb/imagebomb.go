@@ -55,6 +55,34 @@ func ProgressiveJPEG(w, h int) []byte {
 	return b.Bytes()
 }
 
+// BaselineJPEG returns a baseline 4:2:0 JPEG of w×h mid-gray pixels in about w×h/85
+// bytes: every 8×8 block is a zero DC difference and an end of block, one bit each.
+// image/jpeg decodes it into an *image.YCbCr of 1.5 bytes per pixel.
+func BaselineJPEG(w, h int) []byte {
+	var b bytes.Buffer
+	segment := func(marker byte, payload []byte) {
+		b.Write([]byte{0xFF, marker})
+		_ = binary.Write(&b, binary.BigEndian, uint16(len(payload)+2))
+		b.Write(payload)
+	}
+	b.Write([]byte{0xFF, 0xD8})                                      // SOI
+	segment(0xDB, append([]byte{0}, bytes.Repeat([]byte{1}, 64)...)) // DQT 0: all ones
+	segment(0xC0, []byte{8, byte(h >> 8), byte(h), byte(w >> 8), byte(w), 3,
+		1, 0x22, 0, 2, 0x11, 0, 3, 0x11, 0}) // SOF0: Y 2×2, Cb and Cr 1×1
+	oneCode := []byte{1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0} // a single 1-bit code
+	segment(0xC4, append(append([]byte{0x00}, oneCode...), 0x00))     // DC table 0: category 0
+	segment(0xC4, append(append([]byte{0x10}, oneCode...), 0x00))     // AC table 0: end of block
+	segment(0xDA, []byte{3, 1, 0x00, 2, 0x00, 3, 0x00, 0, 63, 0})     // SOS: all three, sequential
+	mcus := ((w + 15) / 16) * ((h + 15) / 16)
+	var bits bitWriter
+	for range 6 * mcus { // 4 Y blocks, 1 Cb, 1 Cr
+		bits.write(0, 2) // DC difference 0, then end of block
+	}
+	b.Write(bits.flush())
+	b.Write([]byte{0xFF, 0xD9}) // EOI
+	return b.Bytes()
+}
+
 // bitWriter writes JPEG entropy-coded bits, most significant first, with 0xFF byte stuffing.
 type bitWriter struct {
 	out   []byte
