@@ -141,6 +141,13 @@ type Config struct {
 
 	// CredentialsKeys seal store credentials: "id:base64-32-bytes,..."; the first seals.
 	CredentialsKeys string `env:"CREDENTIALS_KEYS"`
+	// PasswordHashConcurrency bounds the password hashes (argon2id, 64 MiB each) one
+	// process computes at once, for register and login; 0 (default) means the number of
+	// CPUs.
+	PasswordHashConcurrency int `env:"PASSWORD_HASH_CONCURRENCY" envDefault:"0"`
+	// PasswordHashWait is how long a register or login waits for a hashing slot before it
+	// is answered 503 SERVICE_BUSY with Retry-After.
+	PasswordHashWait time.Duration `env:"PASSWORD_HASH_WAIT" envDefault:"2s"`
 }
 
 // Load reads the environment.
@@ -198,6 +205,9 @@ func (c Config) Validate() error {
 	}
 	if c.MediaDecodeMaxBytes < 1<<20 || c.MediaDecodeConcurrency < 1 {
 		errs = append(errs, errors.New("MEDIA_DECODE_MAX_BYTES must be at least 1 MiB and MEDIA_DECODE_CONCURRENCY at least 1"))
+	}
+	if c.PasswordHashConcurrency < 0 || c.PasswordHashWait <= 0 {
+		errs = append(errs, errors.New("PASSWORD_HASH_CONCURRENCY must not be negative and PASSWORD_HASH_WAIT must be positive"))
 	}
 	return errors.Join(errs...)
 }
