@@ -14,6 +14,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"os/exec"
 	"strconv"
 	"strings"
 	"testing"
@@ -113,6 +114,8 @@ func TestMemoryConcurrentFailedLogins(t *testing.T) {
 	t.Logf("VmHWM %d MiB before %d concurrent failed logins, %d MiB after: growth %d MiB (bound %d MiB); answers %v",
 		before>>20, n, after>>20, growth>>20, memGrowthBound>>20, counts)
 	require.LessOrEqual(t, growth, int64(memGrowthBound), "peak memory grew by %d MiB", growth>>20)
+	require.Contains(t, proc.out.String(), `msg="memory limit" bytes=1073741824 source=MEMORY_LIMIT`,
+		"the default memory limit is set and logged")
 	for _, r := range out {
 		switch r.Status {
 		case http.StatusUnauthorized:
@@ -247,4 +250,29 @@ func TestMemoryBombImagesDecode(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, image.Rect(0, 0, 100, 60), img.Bounds())
 	require.IsType(t, &image.YCbCr{}, img)
+}
+
+// TestMemoryLimitIsSetAtStart: every subcommand sets the runtime's memory limit from
+// MEMORY_LIMIT and logs it, unless the operator set GOMEMLIMIT, which wins. (migrate
+// against an unreachable database: the limit is set before the subcommand runs.)
+func TestMemoryLimitIsSetAtStart(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		env  map[string]string
+		want string
+	}{
+		{map[string]string{"MEMORY_LIMIT": "512MiB"}, `msg="memory limit" bytes=536870912 source=MEMORY_LIMIT`},
+		{map[string]string{"MEMORY_LIMIT": "512MiB", "GOMEMLIMIT": "300MiB"}, `msg="memory limit" bytes=314572800 source=GOMEMLIMIT`},
+		{map[string]string{"MEMORY_LIMIT": "off"}, `msg="memory limit" bytes=9223372036854775807 source=MEMORY_LIMIT`},
+	}
+	for _, c := range cases {
+		cmd := exec.Command(seedBinary(t), "migrate")
+		cmd.Env = []string{"LOG_FORMAT=text", "MIGRATE_DATABASE_URL=postgres://root@127.0.0.1:1/none?sslmode=disable&connect_timeout=1"}
+		for k, v := range c.env {
+			cmd.Env = append(cmd.Env, k+"="+v)
+		}
+		out, err := cmd.CombinedOutput()
+		require.Error(t, err, "migrate cannot reach port 1")
+		require.Contains(t, string(out), c.want)
+	}
 }

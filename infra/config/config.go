@@ -11,8 +11,10 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"math"
 	"net"
 	"net/netip"
+	"strconv"
 	"strings"
 	"time"
 
@@ -148,6 +150,14 @@ type Config struct {
 	// PasswordHashWait is how long a register or login waits for a hashing slot before it
 	// is answered 503 SERVICE_BUSY with Retry-After.
 	PasswordHashWait time.Duration `env:"PASSWORD_HASH_WAIT" envDefault:"2s"`
+
+	// MemoryLimit is the Go runtime's soft memory limit (runtime/debug.SetMemoryLimit) that
+	// every subcommand sets at start: a number of bytes with an optional unit B, KiB, MiB,
+	// GiB or TiB (the syntax of GOMEMLIMIT); "off" or 0 set none. A GOMEMLIMIT environment
+	// variable, when set, wins. Default 1GiB: several times what one process needs at its
+	// bounds (decodes, hashes, pools), a small share of the 24 GiB development machine, so
+	// the collector works harder near it instead of letting garbage pile up.
+	MemoryLimit ByteSize `env:"MEMORY_LIMIT" envDefault:"1GiB"`
 }
 
 // Load reads the environment.
@@ -208,6 +218,9 @@ func (c Config) Validate() error {
 	}
 	if c.PasswordHashConcurrency < 0 || c.PasswordHashWait <= 0 {
 		errs = append(errs, errors.New("PASSWORD_HASH_CONCURRENCY must not be negative and PASSWORD_HASH_WAIT must be positive"))
+	}
+	if c.MemoryLimit < 0 {
+		errs = append(errs, errors.New("MEMORY_LIMIT must not be negative"))
 	}
 	return errors.Join(errs...)
 }
@@ -278,4 +291,34 @@ func Keys(spec, purpose string) (string, bool) {
 		return spec, false
 	}
 	return DevKey(purpose), true
+}
+
+// ByteSize is a number of bytes written as GOMEMLIMIT writes it: digits with an optional
+// unit B, KiB, MiB, GiB or TiB ("1GiB", "512MiB", "1073741824"); "off" reads as 0.
+type ByteSize int64
+
+// UnmarshalText implements encoding.TextUnmarshaler.
+func (b *ByteSize) UnmarshalText(text []byte) error {
+	s := strings.TrimSpace(string(text))
+	if s == "off" {
+		*b = 0
+		return nil
+	}
+	units := []struct {
+		suffix string
+		shift  uint
+	}{{"TiB", 40}, {"GiB", 30}, {"MiB", 20}, {"KiB", 10}, {"B", 0}}
+	var shift uint
+	for _, u := range units {
+		if n, ok := strings.CutSuffix(s, u.suffix); ok {
+			s, shift = n, u.shift
+			break
+		}
+	}
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil || n < 0 || n > math.MaxInt64>>shift {
+		return fmt.Errorf("%q is not a byte size such as 1GiB, 512MiB or 1073741824", text)
+	}
+	*b = ByteSize(n << shift)
+	return nil
 }
