@@ -148,6 +148,9 @@ func memStartAll(t *testing.T) (*seedProc, *servicetest.Env) {
 		"PUBLIC_BASE_URL":          base,
 		"SANDBOX_MARKETPLACE_ADDR": seedFreeAddr(t),
 		"SANDBOX_AI_ADDR":          seedFreeAddr(t),
+		// The default (the number of CPUs) of the 2-core reference machine, pinned so that
+		// the bound means the same on a larger runner.
+		"PASSWORD_HASH_CONCURRENCY": "2",
 	}), "all")
 	seedWaitHTTP(t, p, base+"/readyz")
 	return p, seedChildEnv(t, db, base)
