@@ -242,7 +242,8 @@ func ProvideApplication(cfg config.Config, b *bus.Bus, pool *pgxpool.Pool, hashe
 	}, nil
 }
 
-// ProvideHTTP builds the HTTP API.
+// ProvideHTTP builds the HTTP API, with the process's password-hashing slots
+// (PASSWORD_HASH_CONCURRENCY, PASSWORD_HASH_WAIT): a process builds one API.
 func ProvideHTTP(cfg config.Config, application *app.Application, tokens *auth.Tokens, guard *idem.Guard, store *Storage,
 	pool *pgxpool.Pool, rdb *redis.Client, reg *prometheus.Registry, log *slog.Logger) (*httpapi.Server, error) {
 	var extra func(chi.Router)
@@ -257,9 +258,10 @@ func ProvideHTTP(cfg config.Config, application *app.Application, tokens *auth.T
 			{Name: "postgres", Check: func(ctx context.Context) error { return pool.Ping(ctx) }},
 			{Name: "redis", Check: func(ctx context.Context) error { return rdb.Ping(ctx).Err() }},
 		},
-		Registry: reg,
-		Logger:   log,
-		Extra:    extra,
+		HashSlots: auth.NewHashSlots(cfg.PasswordHashConcurrency, cfg.PasswordHashWait),
+		Registry:  reg,
+		Logger:    log,
+		Extra:     extra,
 	})
 }
 

@@ -130,7 +130,8 @@ func ProvideReconciler(cfg config.Config, pool *pgxpool.Pool, kinds TaskKinds, r
 		MaxReconciliations: cfg.ReconcileMax, Log: log, Registerer: reg})
 }
 
-// ProvideJobHandlers builds one handler per queue.
+// ProvideJobHandlers builds one handler per queue. A process calls it once: the media
+// handler's decode slots (MEDIA_DECODE_CONCURRENCY) bound the whole process.
 func ProvideJobHandlers(cfg config.Config, deps worker.Deps, repos *Repositories, cipher *secret.Cipher, store *Storage,
 	fetcher *fetch.Fetcher, x *Externals) (map[string]worker.Handler, error) {
 	sv, err := storeverify.New(storeverify.Config{Deps: deps, Verifications: repos.Verifications, Stores: repos.Stores,
@@ -142,7 +143,7 @@ func ProvideJobHandlers(cfg config.Config, deps worker.Deps, repos *Repositories
 	at, err4 := aitask.New(aitask.Config{Deps: deps, Tasks: repos.AITasks, Products: repos.Products, Ledger: repos.AILedger,
 		Provider: x.AI, Storage: store, TextModel: cfg.AITextModel})
 	mp, err5 := mediaproc.New(mediaproc.Config{Deps: deps, Tasks: repos.MediaTasks, Media: repos.Media, Storage: store,
-		MaxBytes: cfg.MediaMaxBytes, InspectFunc: inspectImage, DeriveFunc: deriveImage})
+		MaxBytes: cfg.MediaMaxBytes, Decodes: cfg.MediaDecodeConcurrency, InspectFunc: inspectImage(cfg.MediaDecodeMaxBytes)})
 	tr, err6 := transfer.New(transfer.Config{Deps: deps, Transfers: repos.Transfers, Media: repos.Media, MediaTasks: repos.MediaTasks,
 		Storage: store, Fetcher: fetcher, MaxBytes: cfg.MediaMaxBytes})
 	if err := errors.Join(err, err2, err3, err4, err5, err6); err != nil {
@@ -158,21 +159,27 @@ func ProvideJobHandlers(cfg config.Config, deps worker.Deps, repos *Repositories
 	}, nil
 }
 
-func inspectImage(r io.Reader, max int64) (mediaproc.Info, []byte, error) {
-	info, b, err := imaging.Inspect(r, max)
-	return mediaproc.Info(info), b, err
-}
-
-func deriveImage(b []byte) ([]mediaproc.Variant, error) {
-	ds, err := imaging.Derive(b, imaging.DefaultVariants)
-	if err != nil {
-		return nil, err
+// inspectImage inspects and decodes an original with imaging within the decode budget
+// maxDecode; the result derives the default variants from the decoded pixels.
+func inspectImage(maxDecode int64) mediaproc.InspectFunc {
+	return func(r io.Reader, maxBytes int64) (mediaproc.Inspected, error) {
+		im, err := imaging.Inspect(r, imaging.Limits{MaxBytes: maxBytes, MaxDecodeBytes: maxDecode})
+		if err != nil {
+			return mediaproc.Inspected{}, err
+		}
+		derive := func() ([]mediaproc.Variant, error) {
+			ds, err := im.Derive(imaging.DefaultVariants)
+			if err != nil {
+				return nil, err
+			}
+			out := make([]mediaproc.Variant, len(ds))
+			for i, d := range ds {
+				out[i] = mediaproc.Variant(d)
+			}
+			return out, nil
+		}
+		return mediaproc.Inspected{Info: mediaproc.Info(im.Info), Data: im.Data, DeriveFunc: derive}, nil
 	}
-	out := make([]mediaproc.Variant, len(ds))
-	for i, d := range ds {
-		out[i] = mediaproc.Variant(d)
-	}
-	return out, nil
 }
 
 // ProvideRunner builds the BullMQ consumers of every queue; their metrics (job outcomes,

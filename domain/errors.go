@@ -111,6 +111,9 @@ var (
 	ErrRetryable       = NewError(KindUnavailable, "TRANSIENT_CONFLICT", "the request collided with another; retry it")
 	ErrUnavailable     = NewError(KindUnavailable, "SERVICE_UNAVAILABLE", "a dependency is unavailable; retry later")
 	ErrRateLimited     = NewError(KindRateLimited, "RATE_LIMITED", "too many requests; retry later")
+	// ErrServiceBusy: the process is at its bound of a costly resource (password hashing)
+	// and none freed up in time; nothing was done, retry after RetryAfter.
+	ErrServiceBusy = NewError(KindUnavailable, "SERVICE_BUSY", "the service is busy; retry later")
 )
 
 // Invalid returns a VALIDATION_FAILED error naming one offending field.

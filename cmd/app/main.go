@@ -9,7 +9,8 @@
 //	app all       everything in one process (development default)
 //
 // Run `app help` for the full list. Configuration comes from environment variables (see the
-// README); main only sets up signals and logging, then runs the subcommand.
+// README); main only sets up signals, logging and the runtime's memory limit (MEMORY_LIMIT,
+// unless GOMEMLIMIT is set), then runs the subcommand.
 package main
 
 import (
@@ -17,8 +18,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"sort"
 	"strings"
 	"syscall"
@@ -73,11 +76,29 @@ func realMain(ctx context.Context, args []string) error {
 		return err
 	}
 	slog.SetDefault(log)
+	limit, source := memoryLimit(cfg, os.LookupEnv)
+	if source == "MEMORY_LIMIT" {
+		debug.SetMemoryLimit(limit)
+	}
+	log.Info("memory limit", "bytes", limit, "source", source)
 	err = cmd.run(ctx, cfg, log, args[1:])
 	if errors.Is(err, context.Canceled) && ctx.Err() != nil {
 		return nil // stopped by a signal: a clean exit
 	}
 	return err
+}
+
+// memoryLimit returns the Go runtime's soft memory limit for this process and where it comes
+// from: the runtime's own when the operator set GOMEMLIMIT (the runtime applied it at
+// start), else MEMORY_LIMIT (0: none, math.MaxInt64), which the caller applies.
+func memoryLimit(cfg config.Config, lookupEnv func(string) (string, bool)) (int64, string) {
+	if v, ok := lookupEnv("GOMEMLIMIT"); ok && v != "" {
+		return debug.SetMemoryLimit(-1), "GOMEMLIMIT"
+	}
+	if cfg.MemoryLimit <= 0 {
+		return math.MaxInt64, "MEMORY_LIMIT"
+	}
+	return int64(cfg.MemoryLimit), "MEMORY_LIMIT"
 }
 
 func usage(cmds map[string]subcommand) {

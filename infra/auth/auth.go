@@ -1,5 +1,6 @@
 // Package auth implements the account security ports: argon2id password hashing and signed,
-// short-lived access tokens (JWT, HS256, with a key id so signing keys can be rotated).
+// short-lived access tokens (JWT, HS256, with a key id so signing keys can be rotated); and
+// HashSlots, the process-wide bound on password hashes computed at once.
 package auth
 
 import (

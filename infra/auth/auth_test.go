@@ -1,6 +1,8 @@
 package auth
 
 import (
+	"context"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -73,4 +75,52 @@ func TestHasherVerify(t *testing.T) {
 	require.False(t, ok)
 	_, err = h.Verify("x", "not a hash")
 	require.Error(t, err)
+}
+
+func TestHashSlotsBoundAndRefuseAfterTheWait(t *testing.T) {
+	t.Parallel()
+	s := NewHashSlots(2, 50*time.Millisecond)
+	ctx := context.Background()
+	r1, err := s.Acquire(ctx)
+	require.NoError(t, err)
+	r2, err := s.Acquire(ctx)
+	require.NoError(t, err)
+
+	start := time.Now()
+	_, err = s.Acquire(ctx)
+	require.ErrorIs(t, err, domain.ErrServiceBusy)
+	require.GreaterOrEqual(t, time.Since(start), 50*time.Millisecond, "waited before refusing")
+	var de *domain.Error
+	require.ErrorAs(t, err, &de)
+	require.Equal(t, domain.KindUnavailable, de.Kind)
+	require.Equal(t, time.Second, de.RetryAfter)
+
+	// A slot released during the wait is taken.
+	go func() { time.Sleep(10 * time.Millisecond); r1() }()
+	r3, err := s.Acquire(ctx)
+	require.NoError(t, err)
+
+	// A caller that goes away gets its own context's error.
+	cctx, cancel := context.WithCancel(ctx)
+	cancel()
+	_, err = s.Acquire(cctx)
+	require.ErrorIs(t, err, context.Canceled)
+	r2()
+	r3()
+}
+
+func TestHashSlotsDefaultToTheCPUs(t *testing.T) {
+	t.Parallel()
+	s := NewHashSlots(0, time.Millisecond)
+	var releases []func()
+	for range runtime.NumCPU() {
+		r, err := s.Acquire(context.Background())
+		require.NoError(t, err)
+		releases = append(releases, r)
+	}
+	_, err := s.Acquire(context.Background())
+	require.ErrorIs(t, err, domain.ErrServiceBusy)
+	for _, r := range releases {
+		r()
+	}
 }

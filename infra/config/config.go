@@ -11,8 +11,10 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"math"
 	"net"
 	"net/netip"
+	"strconv"
 	"strings"
 	"time"
 
@@ -123,6 +125,16 @@ type Config struct {
 	UploadSigningKey string `env:"UPLOAD_SIGNING_KEY"`
 	// MediaMaxBytes bounds an uploaded or transferred media.
 	MediaMaxBytes int64 `env:"MEDIA_MAX_BYTES" envDefault:"20971520"`
+	// MediaDecodeMaxBytes bounds the memory decoding one image may take, computed from its
+	// header before any pixel is decoded (infra/imaging.Header.DecodeBytes); an image
+	// beyond it is rejected with MEDIA_TOO_LARGE. Default 128 MiB: a 50-megapixel 4:2:0
+	// JPEG (75 MB) fits, a progressive or 16-bit image of that size does not.
+	MediaDecodeMaxBytes int64 `env:"MEDIA_DECODE_MAX_BYTES" envDefault:"134217728"`
+	// MediaDecodeConcurrency bounds how many images one process holds decoded at once
+	// (each up to MediaDecodeMaxBytes plus about 85 MiB to derive its variants); further
+	// media jobs wait. Default 1: a 2-core machine gains little from more, and decode
+	// memory stays bounded whatever WorkerConcurrency says.
+	MediaDecodeConcurrency int `env:"MEDIA_DECODE_CONCURRENCY" envDefault:"1"`
 	// FetchAllowPrivate lets material transfers reach private, loopback and link-local
 	// addresses (development and tests only).
 	FetchAllowPrivate bool `env:"FETCH_ALLOW_PRIVATE" envDefault:"false"`
@@ -131,6 +143,21 @@ type Config struct {
 
 	// CredentialsKeys seal store credentials: "id:base64-32-bytes,..."; the first seals.
 	CredentialsKeys string `env:"CREDENTIALS_KEYS"`
+	// PasswordHashConcurrency bounds the password hashes (argon2id, 64 MiB each) one
+	// process computes at once, for register and login; 0 (default) means the number of
+	// CPUs.
+	PasswordHashConcurrency int `env:"PASSWORD_HASH_CONCURRENCY" envDefault:"0"`
+	// PasswordHashWait is how long a register or login waits for a hashing slot before it
+	// is answered 503 SERVICE_BUSY with Retry-After.
+	PasswordHashWait time.Duration `env:"PASSWORD_HASH_WAIT" envDefault:"2s"`
+
+	// MemoryLimit is the Go runtime's soft memory limit (runtime/debug.SetMemoryLimit) that
+	// every subcommand sets at start: a number of bytes with an optional unit B, KiB, MiB,
+	// GiB or TiB (the syntax of GOMEMLIMIT); "off" or 0 set none. A GOMEMLIMIT environment
+	// variable, when set, wins. Default 1GiB: several times what one process needs at its
+	// bounds (decodes, hashes, pools), a small share of the 24 GiB development machine, so
+	// the collector works harder near it instead of letting garbage pile up.
+	MemoryLimit ByteSize `env:"MEMORY_LIMIT" envDefault:"1GiB"`
 }
 
 // Load reads the environment.
@@ -185,6 +212,15 @@ func (c Config) Validate() error {
 	}
 	if c.MaxBodyBytes < 1024 {
 		errs = append(errs, errors.New("MAX_BODY_BYTES must be at least 1024"))
+	}
+	if c.MediaDecodeMaxBytes < 1<<20 || c.MediaDecodeConcurrency < 1 {
+		errs = append(errs, errors.New("MEDIA_DECODE_MAX_BYTES must be at least 1 MiB and MEDIA_DECODE_CONCURRENCY at least 1"))
+	}
+	if c.PasswordHashConcurrency < 0 || c.PasswordHashWait <= 0 {
+		errs = append(errs, errors.New("PASSWORD_HASH_CONCURRENCY must not be negative and PASSWORD_HASH_WAIT must be positive"))
+	}
+	if c.MemoryLimit < 0 {
+		errs = append(errs, errors.New("MEMORY_LIMIT must not be negative"))
 	}
 	return errors.Join(errs...)
 }
@@ -255,4 +291,34 @@ func Keys(spec, purpose string) (string, bool) {
 		return spec, false
 	}
 	return DevKey(purpose), true
+}
+
+// ByteSize is a number of bytes written as GOMEMLIMIT writes it: digits with an optional
+// unit B, KiB, MiB, GiB or TiB ("1GiB", "512MiB", "1073741824"); "off" reads as 0.
+type ByteSize int64
+
+// UnmarshalText implements encoding.TextUnmarshaler.
+func (b *ByteSize) UnmarshalText(text []byte) error {
+	s := strings.TrimSpace(string(text))
+	if s == "off" {
+		*b = 0
+		return nil
+	}
+	units := []struct {
+		suffix string
+		shift  uint
+	}{{"TiB", 40}, {"GiB", 30}, {"MiB", 20}, {"KiB", 10}, {"B", 0}}
+	var shift uint
+	for _, u := range units {
+		if n, ok := strings.CutSuffix(s, u.suffix); ok {
+			s, shift = n, u.shift
+			break
+		}
+	}
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil || n < 0 || n > math.MaxInt64>>shift {
+		return fmt.Errorf("%q is not a byte size such as 1GiB, 512MiB or 1073741824", text)
+	}
+	*b = ByteSize(n << shift)
+	return nil
 }

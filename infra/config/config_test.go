@@ -2,6 +2,7 @@ package config
 
 import (
 	"testing"
+	"time"
 
 	"github.com/caarlos0/env/v11"
 	"github.com/stretchr/testify/require"
@@ -93,4 +94,32 @@ func TestProductionRefusesDevelopmentKeyValues(t *testing.T) {
 	c.HTTPAddr = "127.0.0.1:8080"
 	c.AuthTokenKeys = DevKey("auth-token")
 	require.ErrorContains(t, c.Validate(), "AUTH_TOKEN_KEYS")
+}
+
+func TestByteSize(t *testing.T) {
+	good := map[string]ByteSize{
+		"1GiB": 1 << 30, "512MiB": 512 << 20, "64KiB": 64 << 10, "2TiB": 2 << 40, "100B": 100,
+		"1073741824": 1 << 30, "0": 0, "off": 0, " 1GiB ": 1 << 30,
+	}
+	for in, want := range good {
+		var b ByteSize
+		require.NoError(t, b.UnmarshalText([]byte(in)), in)
+		require.Equal(t, want, b, in)
+	}
+	for _, in := range []string{"", "1GB", "1 GiB", "-1", "1.5GiB", "GiB", "9999999TiB", "lots"} {
+		var b ByteSize
+		require.Error(t, b.UnmarshalText([]byte(in)), in)
+	}
+}
+
+func TestMemoryBoundDefaults(t *testing.T) {
+	c := defaults(t)
+	require.Equal(t, ByteSize(1<<30), c.MemoryLimit)
+	require.Equal(t, int64(128<<20), c.MediaDecodeMaxBytes)
+	require.Equal(t, 1, c.MediaDecodeConcurrency)
+	require.Zero(t, c.PasswordHashConcurrency)
+	require.Equal(t, 2*time.Second, c.PasswordHashWait)
+
+	err := env.ParseWithOptions(&c, env.Options{Environment: map[string]string{"MEMORY_LIMIT": "lots"}})
+	require.ErrorContains(t, err, "not a byte size")
 }

@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"context"
 	"net/http"
 	"strings"
 	"time"
@@ -37,6 +38,15 @@ func (l *authLimits) limitAccount(w http.ResponseWriter, r *http.Request, email 
 		return true
 	}
 	return !l.account.RespondOnLimit(w, r, "account:"+key)
+}
+
+// hashSlot takes a password-hashing slot for a request that hashes a password (see
+// Deps.HashSlots).
+func (s *Server) hashSlot(ctx context.Context) (release func(), err error) {
+	if s.deps.HashSlots == nil {
+		return func() {}, nil
+	}
+	return s.deps.HashSlots.Acquire(ctx)
 }
 
 type userJSON struct {
@@ -89,6 +99,12 @@ func (s *Server) register(w http.ResponseWriter, r *http.Request) {
 	if !s.limits.limitAccount(w, r, in.Email) {
 		return
 	}
+	release, err := s.hashSlot(r.Context())
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+	defer release()
 	cmd := commands.NewRegisterUser(in.Email, in.Password, in.WorkspaceName)
 	reply, err := bus.Execute(r.Context(), s.app.Bus, s.app.Commands.RegisterUser, bus.Request[commands.RegisterUser]{
 		Command: cmd, Actor: bus.Actor{UserID: cmd.UserID, WorkspaceID: cmd.WorkspaceID},
@@ -118,6 +134,12 @@ func (s *Server) login(w http.ResponseWriter, r *http.Request) {
 	if !s.limits.limitAccount(w, r, in.Email) {
 		return
 	}
+	release, err := s.hashSlot(r.Context())
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+	defer release()
 	reply, err := bus.Execute(r.Context(), s.app.Bus, s.app.Commands.Login, bus.Request[commands.Login]{
 		Command: commands.Login{Email: in.Email, Password: in.Password},
 	})

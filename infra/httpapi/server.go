@@ -58,14 +58,25 @@ type ReadinessCheck struct {
 	Check func(ctx context.Context) error
 }
 
+// HashSlots bounds the requests that hash a password (auth.HashSlots). Acquire waits a
+// little for a slot and returns domain.ErrServiceBusy when none frees up; the caller calls
+// release once its hash is done.
+type HashSlots interface {
+	Acquire(ctx context.Context) (release func(), err error)
+}
+
 // Deps are the collaborators of the HTTP layer.
 type Deps struct {
 	App         *app.Application
 	Tokens      port.TokenIssuer
 	Idempotency IdempotencyPolicy
 	Ready       []ReadinessCheck
-	Registry    *prometheus.Registry
-	Logger      *slog.Logger
+	// HashSlots bounds register and login, which hash a password: each takes a slot before
+	// its command (and its transaction) starts, so waiting holds no database connection,
+	// and answers 503 SERVICE_BUSY with Retry-After when none frees up. Nil: no bound.
+	HashSlots HashSlots
+	Registry  *prometheus.Registry
+	Logger    *slog.Logger
 	// Extra mounts routes owned by other packages (e.g. the local upload endpoint).
 	Extra func(r chi.Router)
 }

@@ -12,7 +12,6 @@ import (
 	"math"
 	"mime"
 	"net/http"
-	"slices"
 
 	"golang.org/x/image/draw"
 	"golang.org/x/image/webp"
@@ -29,7 +28,8 @@ const JPEGQuality = 85
 
 // Errors of this package: *domain.Error values matched by code with errors.Is.
 var (
-	// ErrTooLarge: the media has more bytes than allowed.
+	// ErrTooLarge: the media has more bytes than allowed, or decoding it would take more
+	// memory than allowed.
 	ErrTooLarge = domain.NewError(domain.KindTooLarge, "MEDIA_TOO_LARGE", "the media is larger than allowed")
 	// ErrUnsupportedType: the content is not one of domain.AllowedMediaTypes.
 	ErrUnsupportedType = domain.NewError(domain.KindInvalid, "MEDIA_TYPE_UNSUPPORTED", "the media must be a JPEG, PNG, GIF or WebP image")
@@ -78,13 +78,37 @@ var codecs = map[string]codec{
 	"image/webp": {webp.DecodeConfig, webp.Decode},
 }
 
-// Inspect reads at most maxBytes+1 bytes from r, sniffs and validates the image they hold,
-// and returns its description and the bytes. See the package documentation for the checks
+// DefaultMaxDecodeBytes is the decode budget of Derive and of Limits without one: 128 MiB.
+const DefaultMaxDecodeBytes = 128 << 20
+
+// Limits bound what Inspect accepts.
+type Limits struct {
+	// MaxBytes bounds the encoded image (required, > 0).
+	MaxBytes int64
+	// MaxDecodeBytes bounds Header.DecodeBytes, the memory decoding the pixels takes;
+	// 0 means DefaultMaxDecodeBytes.
+	MaxDecodeBytes int64
+}
+
+// Image is an inspected image: its description, the bytes read and the decoded pixels.
+// Derive uses the pixels, so an image is decoded once however many variants it gets. It is
+// safe for concurrent use; it holds Header.DecodeBytes of memory until it is dropped.
+type Image struct {
+	Info Info
+	// Data is the bytes read, which the caller stores as the original.
+	Data   []byte
+	pixels image.Image
+}
+
+// Inspect reads at most lim.MaxBytes+1 bytes from r, sniffs and validates the image they
+// hold within lim, and decodes its pixels. See the package documentation for the checks
 // and their errors.
-func Inspect(r io.Reader, maxBytes int64) (Info, []byte, error) {
+func Inspect(r io.Reader, lim Limits) (*Image, error) {
 	const op = "imaging.Inspect"
-	if maxBytes <= 0 {
-		return Info{}, nil, fmt.Errorf("%s: maxBytes must be positive, got %d", op, maxBytes)
+	maxBytes := lim.MaxBytes
+	if maxBytes <= 0 || lim.MaxDecodeBytes < 0 {
+		return nil, fmt.Errorf("%s: MaxBytes must be positive and MaxDecodeBytes not negative, got %d and %d",
+			op, maxBytes, lim.MaxDecodeBytes)
 	}
 	limit := maxBytes
 	if limit < math.MaxInt64 {
@@ -92,42 +116,63 @@ func Inspect(r io.Reader, maxBytes int64) (Info, []byte, error) {
 	}
 	data, err := io.ReadAll(io.LimitReader(r, limit))
 	if err != nil {
-		return Info{}, nil, fmt.Errorf("%s: read: %w", op, err)
+		return nil, fmt.Errorf("%s: read: %w", op, err)
 	}
 	if int64(len(data)) > maxBytes {
-		return Info{}, nil, fmt.Errorf("%s: %w", op, ErrTooLarge.WithMessage("the media is larger than %d bytes", maxBytes))
+		return nil, fmt.Errorf("%s: %w", op, ErrTooLarge.WithMessage("the media is larger than %d bytes", maxBytes))
 	}
-	ct, img, err := decode(data)
-	if err != nil {
-		return Info{}, nil, fmt.Errorf("%s: %w", op, err)
-	}
-	b := img.Bounds()
-	return Info{ContentType: ct, Width: b.Dx(), Height: b.Dy(), Size: int64(len(data))}, data, nil
-}
-
-// Derive decodes data once and encodes each variant in order as a JPEG. See the package
-// documentation.
-func Derive(data []byte, variants []VariantSpec) ([]Derived, error) {
-	const op = "imaging.Derive"
-	seen := make(map[string]bool, len(variants))
-	for _, v := range variants {
-		if v.Name == "" || v.MaxSide <= 0 {
-			return nil, fmt.Errorf("%s: invalid variant %q: needs a name and a positive MaxSide", op, v.Name)
-		}
-		if seen[v.Name] {
-			return nil, fmt.Errorf("%s: duplicate variant %q", op, v.Name)
-		}
-		seen[v.Name] = true
-	}
-	_, src, err := decode(data)
+	ct, img, err := decode(data, lim.MaxDecodeBytes)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", op, err)
 	}
+	b := img.Bounds()
+	return &Image{Info: Info{ContentType: ct, Width: b.Dx(), Height: b.Dy(), Size: int64(len(data))}, Data: data,
+		pixels: img}, nil
+}
+
+// Derive decodes data as Inspect does, within DefaultMaxDecodeBytes, then derives the
+// variants as Image.Derive does.
+func Derive(data []byte, variants []VariantSpec) ([]Derived, error) {
+	const op = "imaging.Derive"
+	if err := checkVariants(variants); err != nil {
+		return nil, fmt.Errorf("%s: %w", op, err)
+	}
+	_, src, err := decode(data, 0)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", op, err)
+	}
+	return derive(src, variants)
+}
+
+// Derive encodes each variant of the image in order as a JPEG. See the package
+// documentation.
+func (im *Image) Derive(variants []VariantSpec) ([]Derived, error) {
+	if err := checkVariants(variants); err != nil {
+		return nil, fmt.Errorf("imaging.Derive: %w", err)
+	}
+	return derive(im.pixels, variants)
+}
+
+func checkVariants(variants []VariantSpec) error {
+	seen := make(map[string]bool, len(variants))
+	for _, v := range variants {
+		if v.Name == "" || v.MaxSide <= 0 {
+			return fmt.Errorf("invalid variant %q: needs a name and a positive MaxSide", v.Name)
+		}
+		if seen[v.Name] {
+			return fmt.Errorf("duplicate variant %q", v.Name)
+		}
+		seen[v.Name] = true
+	}
+	return nil
+}
+
+func derive(src image.Image, variants []VariantSpec) ([]Derived, error) {
 	out := make([]Derived, 0, len(variants))
 	for _, v := range variants {
 		b, w, h, err := encodeVariant(src, v.MaxSide)
 		if err != nil {
-			return nil, fmt.Errorf("%s: variant %q: %w", op, v.Name, err)
+			return nil, fmt.Errorf("imaging.Derive: variant %q: %w", v.Name, err)
 		}
 		out = append(out, Derived{
 			Variant: domain.MediaVariant{Name: v.Name, Width: w, Height: h, Size: int64(len(b))},
@@ -149,38 +194,32 @@ func sniff(data []byte) string {
 	return ct
 }
 
-// decode sniffs, checks the header and the pixel count, then decodes the pixels. The image it
-// returns has bounds (0,0)-(Width,Height) of the header. Its errors are *domain.Error values,
-// not yet wrapped with an operation name.
-func decode(data []byte) (string, image.Image, error) {
-	if len(data) == 0 {
-		return "", nil, ErrUnsupportedType.WithMessage("the media is empty")
+// decode reads the header, checks the pixel count and the decode budget (maxDecode, 0 for
+// DefaultMaxDecodeBytes), then decodes the pixels. The image it returns has bounds
+// (0,0)-(Width,Height) of the header. Its errors are *domain.Error values, not yet wrapped
+// with an operation name.
+func decode(data []byte, maxDecode int64) (string, image.Image, error) {
+	if maxDecode == 0 {
+		maxDecode = DefaultMaxDecodeBytes
 	}
-	ct := sniff(data)
-	c, ok := codecs[ct]
-	if !ok || !slices.Contains(domain.AllowedMediaTypes, ct) {
-		return "", nil, ErrUnsupportedType.WithCause(fmt.Errorf("sniffed %s", ct))
-	}
-	cfg, err := c.config(bytes.NewReader(data))
+	hd, err := ReadHeader(data)
 	if err != nil {
-		return "", nil, ErrCorrupt.WithCause(fmt.Errorf("%s header: %w", ct, err))
+		return "", nil, err
 	}
-	if cfg.Width <= 0 || cfg.Height <= 0 {
-		return "", nil, ErrCorrupt.WithCause(fmt.Errorf("%s header: %dx%d", ct, cfg.Width, cfg.Height))
+	ct := hd.ContentType
+	if hd.DecodeBytes > maxDecode {
+		return "", nil, ErrTooLarge.WithMessage("decoding the %dx%d image would take %d bytes of memory; at most %d are allowed",
+			hd.Width, hd.Height, hd.DecodeBytes, maxDecode)
 	}
-	if int64(cfg.Width)*int64(cfg.Height) > MaxPixels {
-		return "", nil, ErrTooManyPixels.WithMessage("the image is %dx%d pixels; at most %d pixels are allowed",
-			cfg.Width, cfg.Height, MaxPixels)
-	}
-	img, err := c.decode(bytes.NewReader(data))
+	img, err := codecs[ct].decode(bytes.NewReader(data))
 	if err != nil {
 		return "", nil, ErrCorrupt.WithCause(fmt.Errorf("%s pixels: %w", ct, err))
 	}
-	full := image.Rect(0, 0, cfg.Width, cfg.Height)
+	full := image.Rect(0, 0, hd.Width, hd.Height)
 	b := img.Bounds()
 	if b.Empty() || !b.In(full) {
 		return "", nil, ErrCorrupt.WithCause(fmt.Errorf("%s: header says %dx%d, pixels are %v",
-			ct, cfg.Width, cfg.Height, b))
+			ct, hd.Width, hd.Height, b))
 	}
 	if b != full {
 		// The first frame of a GIF may cover part of its logical screen only.
@@ -202,6 +241,14 @@ func (c canvas) At(x, y int) color.Color {
 		return color.Transparent
 	}
 	return c.Image.At(x, y)
+}
+
+func (c canvas) RGBA64At(x, y int) color.RGBA64 {
+	if !image.Pt(x, y).In(c.Image.Bounds()) {
+		return color.RGBA64{}
+	}
+	r, g, b, a := c.Image.At(x, y).RGBA()
+	return color.RGBA64{R: uint16(r), G: uint16(g), B: uint16(b), A: uint16(a)}
 }
 
 // fit returns the size of a w×h image scaled so that its longer side is at most maxSide,
@@ -228,11 +275,76 @@ func encodeVariant(src image.Image, maxSide int) ([]byte, int, int, error) {
 	if w == sb.Dx() && h == sb.Dy() {
 		draw.Draw(dst, dst.Bounds(), src, sb.Min, draw.Over)
 	} else {
-		draw.CatmullRom.Scale(dst, dst.Bounds(), src, sb, draw.Over, nil)
+		small := shrink(src, maxSide)
+		draw.CatmullRom.Scale(dst, dst.Bounds(), small, small.Bounds(), draw.Over, nil)
 	}
 	var buf bytes.Buffer
 	if err := jpeg.Encode(&buf, dst, &jpeg.Options{Quality: JPEGQuality}); err != nil {
 		return nil, 0, 0, fmt.Errorf("encode jpeg: %w", err)
 	}
 	return buf.Bytes(), w, h, nil
+}
+
+// DeriveWorkBytes bounds the memory Image.Derive holds at once, beyond the decoded image,
+// for a variant whose longer side is at most maxSide, whatever the size of the source:
+// the reduced copy of the source (under (2·maxSide)² × 4 bytes, see shrink), the scaler's
+// scratch (maxSide × 2·maxSide × 32 bytes), the variant (maxSide² × 4 bytes) and its
+// JPEG encoding (under maxSide² bytes): 85 MiB for 1024.
+func DeriveWorkBytes(maxSide int) int64 {
+	m := int64(maxSide)
+	return (16 + 64 + 4 + 1) * m * m
+}
+
+// shrink returns src reduced by the largest integer factor k that keeps its longer side at
+// least maxSide: each pixel is the mean of a k×k block of src (of the part of the block
+// inside src, at the right and bottom edges), premultiplied, 8 bits per channel. Scaling
+// the result needs scratch memory in proportion to the variant, not to src (draw's kernel
+// scalers hold dst width × src height × 32 bytes); the result itself is smaller than
+// (2·maxSide)² × 4 bytes. A k below 2 returns src itself.
+func shrink(src image.Image, maxSide int) image.Image {
+	sb := src.Bounds()
+	sw, sh := sb.Dx(), sb.Dy()
+	k := max(sw, sh) / maxSide
+	if k < 2 {
+		return src
+	}
+	at := rgba64At(src)
+	w, h := (sw+k-1)/k, (sh+k-1)/k
+	dst := image.NewRGBA(image.Rect(0, 0, w, h))
+	sums := make([]uint64, 4*w) // the sums of the block row being read
+	for y := range sh {
+		for x := range sw {
+			c := at(sb.Min.X+x, sb.Min.Y+y)
+			s := sums[4*(x/k) : 4*(x/k)+4]
+			s[0] += uint64(c.R)
+			s[1] += uint64(c.G)
+			s[2] += uint64(c.B)
+			s[3] += uint64(c.A)
+		}
+		if (y+1)%k != 0 && y != sh-1 {
+			continue
+		}
+		rows := y%k + 1
+		row := dst.Pix[(y/k)*dst.Stride:]
+		for i := range w {
+			n := uint64(rows * min(k, sw-i*k))
+			for c := range 4 {
+				row[4*i+c] = uint8(sums[4*i+c] / n >> 8)
+				sums[4*i+c] = 0
+			}
+		}
+	}
+	return dst
+}
+
+// rgba64At returns the premultiplied 16-bit color function of img, without allocating
+// when img has one.
+func rgba64At(img image.Image) func(x, y int) color.RGBA64 {
+	if m, ok := img.(image.RGBA64Image); ok {
+		return m.RGBA64At
+	}
+	return func(x, y int) color.RGBA64 {
+		r, g, b, a := img.At(x, y).RGBA()
+		return color.RGBA64{R: uint16(r), G: uint16(g), B: uint16(b), A: uint16(a)}
+	}
 }

@@ -142,10 +142,11 @@ func TestInspectRoundTrip(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			info, got, err := imaging.Inspect(bytes.NewReader(c.data), int64(len(c.data)))
+			im, err := imaging.Inspect(bytes.NewReader(c.data), imaging.Limits{MaxBytes: int64(len(c.data))})
 			if err != nil {
 				t.Fatal(err)
 			}
+			info, got := im.Info, im.Data
 			want := imaging.Info{ContentType: c.ct, Width: c.w, Height: c.h, Size: int64(len(c.data))}
 			if info != want {
 				t.Fatalf("info = %+v, want %+v", info, want)
@@ -153,9 +154,13 @@ func TestInspectRoundTrip(t *testing.T) {
 			if !bytes.Equal(got, c.data) {
 				t.Fatal("returned bytes differ from the input")
 			}
-			d, err := imaging.Derive(got, imaging.DefaultVariants)
+			d, err := im.Derive(imaging.DefaultVariants)
 			if err != nil {
 				t.Fatal(err)
+			}
+			again, err := imaging.Derive(got, imaging.DefaultVariants)
+			if err != nil || !equalDerived(d, again) {
+				t.Fatalf("Derive of the bytes differs from Derive of the inspected image (err %v)", err)
 			}
 			if len(d) != len(imaging.DefaultVariants) {
 				t.Fatalf("got %d variants, want %d", len(d), len(imaging.DefaultVariants))
@@ -189,21 +194,21 @@ func checkJPEG(t *testing.T, d imaging.Derived, w, h int) image.Image {
 func TestInspectSizeLimit(t *testing.T) {
 	data := encodePNG(t, gradient(16, 16))
 	n := int64(len(data))
-	if _, _, err := imaging.Inspect(bytes.NewReader(data), n); err != nil {
+	if _, err := imaging.Inspect(bytes.NewReader(data), imaging.Limits{MaxBytes: n}); err != nil {
 		t.Fatalf("exactly maxBytes: %v", err)
 	}
-	_, got, err := imaging.Inspect(bytes.NewReader(data), n-1)
+	got, err := imaging.Inspect(bytes.NewReader(data), imaging.Limits{MaxBytes: n - 1})
 	wantCode(t, err, "imaging.Inspect", imaging.ErrTooLarge)
 	if !errors.Is(err, domain.ErrMediaTooLarge) {
 		t.Fatalf("err = %v, want it to match domain.ErrMediaTooLarge", err)
 	}
 	if got != nil {
-		t.Fatal("bytes returned with an error")
+		t.Fatal("an image returned with an error")
 	}
 
 	// An endless stream: Inspect reads maxBytes+1 bytes and stops.
 	cr := &countingReader{r: io.MultiReader(bytes.NewReader(data), zeroes{})}
-	_, _, err = imaging.Inspect(cr, 1000)
+	_, err = imaging.Inspect(cr, imaging.Limits{MaxBytes: 1000})
 	wantCode(t, err, "imaging.Inspect", imaging.ErrTooLarge)
 	if cr.n != 1001 {
 		t.Fatalf("read %d bytes, want 1001", cr.n)
@@ -226,11 +231,14 @@ func (c *countingReader) Read(p []byte) (int, error) {
 }
 
 func TestInspectBadArguments(t *testing.T) {
-	if _, _, err := imaging.Inspect(strings.NewReader("x"), 0); err == nil {
-		t.Fatal("maxBytes 0 accepted")
+	if _, err := imaging.Inspect(strings.NewReader("x"), imaging.Limits{}); err == nil {
+		t.Fatal("MaxBytes 0 accepted")
+	}
+	if _, err := imaging.Inspect(strings.NewReader("x"), imaging.Limits{MaxBytes: 10, MaxDecodeBytes: -1}); err == nil {
+		t.Fatal("negative MaxDecodeBytes accepted")
 	}
 	readErr := errors.New("connection reset")
-	_, _, err := imaging.Inspect(io.MultiReader(strings.NewReader("GIF89a"), &failingReader{readErr}), 1<<20)
+	_, err := imaging.Inspect(io.MultiReader(strings.NewReader("GIF89a"), &failingReader{readErr}), imaging.Limits{MaxBytes: 1 << 20})
 	if !errors.Is(err, readErr) || !strings.HasPrefix(err.Error(), "imaging.Inspect: ") {
 		t.Fatalf("err = %v, want the read error wrapped", err)
 	}
@@ -259,7 +267,7 @@ func TestInspectUnsupportedType(t *testing.T) {
 	}
 	for name, data := range cases {
 		t.Run(name, func(t *testing.T) {
-			_, _, err := imaging.Inspect(bytes.NewReader(data), 1<<20)
+			_, err := imaging.Inspect(bytes.NewReader(data), imaging.Limits{MaxBytes: 1 << 20})
 			wantCode(t, err, "imaging.Inspect", imaging.ErrUnsupportedType)
 			if !errors.Is(err, domain.ErrMediaTypeUnsupported) {
 				t.Fatalf("err = %v, want it to match domain.ErrMediaTypeUnsupported", err)
@@ -290,7 +298,7 @@ func TestInspectCorrupt(t *testing.T) {
 	}
 	for name, data := range cases {
 		t.Run(name, func(t *testing.T) {
-			_, _, err := imaging.Inspect(bytes.NewReader(data), 1<<20)
+			_, err := imaging.Inspect(bytes.NewReader(data), imaging.Limits{MaxBytes: 1 << 20})
 			wantCode(t, err, "imaging.Inspect", imaging.ErrCorrupt)
 			_, err = imaging.Derive(data, imaging.DefaultVariants)
 			wantCode(t, err, "imaging.Derive", imaging.ErrCorrupt)
@@ -321,15 +329,16 @@ func TestInspectPixelBomb(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			// Were the pixels decoded, the PNG and GIF headers would be corrupt (no data
 			// follows) and the allocation enormous: the pixel count must be refused first.
-			_, _, err := imaging.Inspect(bytes.NewReader(data), 1<<20)
+			_, err := imaging.Inspect(bytes.NewReader(data), imaging.Limits{MaxBytes: 1 << 20})
 			wantCode(t, err, "imaging.Inspect", imaging.ErrTooManyPixels)
 			_, err = imaging.Derive(data, imaging.DefaultVariants)
 			wantCode(t, err, "imaging.Derive", imaging.ErrTooManyPixels)
 		})
 	}
-	// At the limit exactly, the header is accepted and the (missing) pixels are then corrupt.
-	_, _, err := imaging.Inspect(bytes.NewReader(pngHeader(imaging.MaxPixels, 1)), 1<<20)
-	wantCode(t, err, "imaging.Inspect", imaging.ErrCorrupt)
+	// At the limit exactly, the pixel count is accepted and the decode budget decides:
+	// 50 megapixels of RGB take 200 MB.
+	_, err := imaging.Inspect(bytes.NewReader(pngHeader(imaging.MaxPixels, 1)), imaging.Limits{MaxBytes: 1 << 20})
+	wantCode(t, err, "imaging.Inspect", imaging.ErrTooLarge)
 }
 
 func TestDeriveScalesDownPreservingAspect(t *testing.T) {
@@ -408,14 +417,14 @@ func TestDeriveGIFFrameSmallerThanScreen(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	info, data, err := imaging.Inspect(&buf, 1<<20)
+	im, err := imaging.Inspect(&buf, imaging.Limits{MaxBytes: 1 << 20})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if info.Width != 20 || info.Height != 10 {
-		t.Fatalf("info = %+v, want 20x10", info)
+	if im.Info.Width != 20 || im.Info.Height != 10 {
+		t.Fatalf("info = %+v, want 20x10", im.Info)
 	}
-	d, err := imaging.Derive(data, imaging.DefaultVariants[:1])
+	d, err := im.Derive(imaging.DefaultVariants[:1])
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -482,4 +491,16 @@ func TestDeriveBadVariants(t *testing.T) {
 	if err != nil || len(d) != 0 {
 		t.Fatalf("no variants: %v, %v", d, err)
 	}
+}
+
+func equalDerived(a, b []imaging.Derived) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i].Variant != b[i].Variant || !bytes.Equal(a[i].Bytes, b[i].Bytes) {
+			return false
+		}
+	}
+	return true
 }

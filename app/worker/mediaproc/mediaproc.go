@@ -9,6 +9,8 @@ import (
 	"log/slog"
 	"slices"
 
+	"golang.org/x/sync/semaphore"
+
 	"github.com/listingkit/listing/app/port"
 	"github.com/listingkit/listing/app/worker"
 	"github.com/listingkit/listing/domain"
@@ -31,14 +33,22 @@ type Variant struct {
 	Bytes   []byte
 }
 
-// InspectFunc reads at most maxBytes+1 bytes of r, validates the image they hold and returns
-// its description and the bytes. Invalid content is a *domain.Error of a non-transient kind
-// (too large, unsupported type, corrupt); other errors are read errors.
-type InspectFunc func(r io.Reader, maxBytes int64) (Info, []byte, error)
+// InspectFunc reads at most maxBytes+1 bytes of r, validates the image they hold (checking
+// its decode budget from the header before any pixel is decoded) and decodes it. Invalid
+// content, and an image whose decoding would exceed the budget, is a *domain.Error of a
+// non-transient kind (too large, unsupported type, corrupt); other errors are read errors.
+type InspectFunc func(r io.Reader, maxBytes int64) (Inspected, error)
 
-// DeriveFunc derives the variants of an inspected image, deterministically: the same bytes
-// give the same variants, in the same order.
-type DeriveFunc func(data []byte) ([]Variant, error)
+// Inspected is an image InspectFunc validated and decoded. It holds the decoded pixels until
+// it is dropped.
+type Inspected struct {
+	Info Info
+	// Data is the bytes read: the original.
+	Data []byte
+	// DeriveFunc derives the variants from the decoded pixels (no second decode),
+	// deterministically: the same bytes give the same variants, in the same order.
+	DeriveFunc func() ([]Variant, error)
+}
 
 // VariantContentType is the content type of every stored variant.
 const VariantContentType = "image/jpeg"
@@ -53,7 +63,7 @@ var (
 		"the uploaded image's type does not match the declared content_type")
 )
 
-// Config configures New. Every field is required.
+// Config configures New. Every field is required but Decodes.
 type Config struct {
 	// Deps are the worker's transaction, operations, events, clock and logger.
 	Deps worker.Deps
@@ -65,10 +75,14 @@ type Config struct {
 	Storage port.ObjectStorage
 	// MaxBytes bounds a media's size (the same bound the upload command enforces).
 	MaxBytes int64
-	// InspectFunc validates the original (infra/imaging.Inspect).
+	// InspectFunc validates and decodes the original (infra/imaging.Inspect, whose Image
+	// derives the default variants).
 	InspectFunc InspectFunc
-	// DeriveFunc derives the variants (infra/imaging.Derive with its default variants).
-	DeriveFunc DeriveFunc
+	// Decodes bounds how many originals the Handler holds decoded at once, from the read
+	// of the original to the last variant derived; other deliveries wait for a slot. A
+	// process builds one Handler, so this is the process's bound on decode memory
+	// (Decodes × the decode budget and the deriver's work). 0 means 1.
+	Decodes int
 }
 
 // Validate reports the first missing field.
@@ -82,8 +96,10 @@ func (c Config) Validate() error {
 		return errors.New("mediaproc: Storage is required")
 	case c.MaxBytes <= 0:
 		return errors.New("mediaproc: MaxBytes must be positive")
-	case c.InspectFunc == nil || c.DeriveFunc == nil:
-		return errors.New("mediaproc: InspectFunc and DeriveFunc are required")
+	case c.InspectFunc == nil:
+		return errors.New("mediaproc: InspectFunc is required")
+	case c.Decodes < 0:
+		return errors.New("mediaproc: Decodes must not be negative")
 	}
 	return nil
 }
@@ -91,7 +107,8 @@ func (c Config) Validate() error {
 // Handler handles domain.MediaUploadCompleted jobs of worker.QueueMediaProcessing. It is
 // safe for concurrent use; see the package documentation for its contract.
 type Handler struct {
-	cfg Config
+	cfg     Config
+	decodes *semaphore.Weighted
 }
 
 var _ worker.Handler = (*Handler)(nil)
@@ -101,7 +118,7 @@ func New(cfg Config) (*Handler, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("mediaproc.New: %w", err)
 	}
-	return &Handler{cfg: cfg}, nil
+	return &Handler{cfg: cfg, decodes: semaphore.NewWeighted(int64(max(cfg.Decodes, 1)))}, nil
 }
 
 // result is what the processing outside the transactions found.
@@ -212,44 +229,18 @@ func (h *Handler) fail(ctx context.Context, job worker.Job, log *slog.Logger, ta
 	return worker.Permanent(fmt.Errorf("%s: %w", op, cause))
 }
 
-// process validates the original of m, derives its variants and stores them. Its errors
+// process validates the original of m, derives its variants and stores them, holding a
+// decode slot from the read of the original until the variants are derived. Its errors
 // are *domain.Error values without causes (no storage key or path reaches a caller), or
 // internal errors of the deriver.
 func (h *Handler) process(ctx context.Context, m domain.Media) (result, error) {
-	rc, oi, err := h.cfg.Storage.Get(ctx, domain.MediaObjectKey(m.WorkspaceID, m.ID))
-	if errors.Is(err, port.ErrObjectNotFound) {
-		return result{}, domain.ErrMediaNotUploaded
+	if err := h.decodes.Acquire(ctx, 1); err != nil {
+		return result{}, fmt.Errorf("wait for a decode slot: %w", err)
 	}
+	info, derived, err := h.decode(ctx, m)
+	h.decodes.Release(1)
 	if err != nil {
-		return result{}, scrub(err, "get original")
-	}
-	defer rc.Close()
-	if oi.Size > h.cfg.MaxBytes {
-		return result{}, domain.ErrMediaTooLarge.WithMessage("the media is larger than %d bytes", h.cfg.MaxBytes)
-	}
-	if oi.Size >= 0 && oi.Size != m.Size {
-		return result{}, ErrSizeMismatch
-	}
-	info, data, err := h.cfg.InspectFunc(rc, h.cfg.MaxBytes)
-	if err != nil {
-		return result{}, scrub(err, "inspect")
-	}
-	if int64(len(data)) != m.Size {
-		return result{}, ErrSizeMismatch
-	}
-	if !slices.Contains(domain.AllowedMediaTypes, info.ContentType) {
-		return result{}, domain.ErrMediaTypeUnsupported
-	}
-	if info.ContentType != m.ContentType {
-		return result{}, ErrTypeMismatch
-	}
-	derived, err := h.cfg.DeriveFunc(data)
-	if err != nil {
-		var de *domain.Error
-		if errors.As(err, &de) {
-			return result{}, de.WithCause(nil)
-		}
-		return result{}, fmt.Errorf("derive: %w", err)
+		return result{}, err
 	}
 	variants := make([]domain.MediaVariant, 0, len(derived))
 	for _, v := range derived {
@@ -260,6 +251,46 @@ func (h *Handler) process(ctx context.Context, m domain.Media) (result, error) {
 		variants = append(variants, v.Variant)
 	}
 	return result{info: info, variants: variants}, nil
+}
+
+// decode reads the original of m, checks it against m and derives its variants.
+func (h *Handler) decode(ctx context.Context, m domain.Media) (Info, []Variant, error) {
+	rc, oi, err := h.cfg.Storage.Get(ctx, domain.MediaObjectKey(m.WorkspaceID, m.ID))
+	if errors.Is(err, port.ErrObjectNotFound) {
+		return Info{}, nil, domain.ErrMediaNotUploaded
+	}
+	if err != nil {
+		return Info{}, nil, scrub(err, "get original")
+	}
+	defer rc.Close()
+	if oi.Size > h.cfg.MaxBytes {
+		return Info{}, nil, domain.ErrMediaTooLarge.WithMessage("the media is larger than %d bytes", h.cfg.MaxBytes)
+	}
+	if oi.Size >= 0 && oi.Size != m.Size {
+		return Info{}, nil, ErrSizeMismatch
+	}
+	img, err := h.cfg.InspectFunc(rc, h.cfg.MaxBytes)
+	if err != nil {
+		return Info{}, nil, scrub(err, "inspect")
+	}
+	if int64(len(img.Data)) != m.Size {
+		return Info{}, nil, ErrSizeMismatch
+	}
+	if !slices.Contains(domain.AllowedMediaTypes, img.Info.ContentType) {
+		return Info{}, nil, domain.ErrMediaTypeUnsupported
+	}
+	if img.Info.ContentType != m.ContentType {
+		return Info{}, nil, ErrTypeMismatch
+	}
+	derived, err := img.DeriveFunc()
+	if err != nil {
+		var de *domain.Error
+		if errors.As(err, &de) {
+			return Info{}, nil, de.WithCause(nil)
+		}
+		return Info{}, nil, fmt.Errorf("derive: %w", err)
+	}
+	return img.Info, derived, nil
 }
 
 // scrub keeps the code, kind and client message of a storage or inspector error and drops

@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"image"
 	"image/color"
 	"image/png"
@@ -28,6 +29,7 @@ import (
 	"github.com/listingkit/listing/infra/imaging"
 	"github.com/listingkit/listing/infra/postgres"
 	"github.com/listingkit/listing/infra/storage"
+	"github.com/listingkit/listing/internal/imagebomb"
 	"github.com/listingkit/listing/internal/workertest"
 )
 
@@ -65,11 +67,16 @@ type bundle struct {
 	dir   string
 	store *countingStorage
 	h     *mediaproc.Handler
+	// inspects counts InspectFunc calls; decoding counts the images held decoded (from
+	// InspectFunc to the end of their DeriveFunc), and maxDecoding its highest value.
+	inspects, decoding, maxDecoding atomic.Int64
 }
 
 type options struct {
-	maxBytes int64
-	failAt   int64
+	maxBytes     int64
+	failAt       int64
+	decodes      int
+	inspectDelay time.Duration
 }
 
 func setup(t *testing.T, opts options) *bundle {
@@ -90,17 +97,27 @@ func setup(t *testing.T, opts options) *bundle {
 		Media:    postgres.NewMedia(),
 		Storage:  b.store,
 		MaxBytes: opts.maxBytes,
-		InspectFunc: func(r io.Reader, max int64) (mediaproc.Info, []byte, error) {
-			info, data, err := imaging.Inspect(r, max)
-			return mediaproc.Info(info), data, err
-		},
-		DeriveFunc: func(data []byte) ([]mediaproc.Variant, error) {
-			ds, err := imaging.Derive(data, imaging.DefaultVariants)
-			out := make([]mediaproc.Variant, len(ds))
-			for i, d := range ds {
-				out[i] = mediaproc.Variant(d)
+		Decodes:  opts.decodes,
+		InspectFunc: func(r io.Reader, max int64) (mediaproc.Inspected, error) {
+			b.inspects.Add(1)
+			n := b.decoding.Add(1)
+			for old := b.maxDecoding.Load(); n > old && !b.maxDecoding.CompareAndSwap(old, n); old = b.maxDecoding.Load() {
 			}
-			return out, err
+			time.Sleep(opts.inspectDelay)
+			im, err := imaging.Inspect(r, imaging.Limits{MaxBytes: max})
+			if err != nil {
+				b.decoding.Add(-1)
+				return mediaproc.Inspected{}, err
+			}
+			return mediaproc.Inspected{Info: mediaproc.Info(im.Info), Data: im.Data, DeriveFunc: func() ([]mediaproc.Variant, error) {
+				defer b.decoding.Add(-1)
+				ds, err := im.Derive(imaging.DefaultVariants)
+				out := make([]mediaproc.Variant, len(ds))
+				for i, d := range ds {
+					out[i] = mediaproc.Variant(d)
+				}
+				return out, err
+			}}, nil
 		},
 	})
 	require.NoError(t, err)
@@ -310,6 +327,10 @@ func TestInvalidMediaIsRejected(t *testing.T) {
 	t.Parallel()
 	valid := makePNG(t, 64, 48)
 	corrupt := append(append([]byte(nil), valid[:40]...), bytes.Repeat([]byte{0xAB}, 200)...)
+	// Near-cap canvases whose decoding would exceed the default decode budget.
+	jpegBomb := imagebomb.ProgressiveJPEG(7071, 7071)
+	pngBomb := imagebomb.PNG16(7071, 7071)
+	truncatedBomb := imagebomb.TruncatedPNG16(7071, 7071)
 	cases := []struct {
 		name        string
 		data        []byte
@@ -325,6 +346,9 @@ func TestInvalidMediaIsRejected(t *testing.T) {
 		{"not an image", []byte("<html><body>hello</body></html>"), "image/png", 31, 0, "MEDIA_TYPE_UNSUPPORTED"},
 		{"too large", valid, "image/png", int64(len(valid)), 100, "MEDIA_TOO_LARGE"},
 		{"not uploaded", nil, "image/png", 1234, 0, "MEDIA_NOT_UPLOADED"},
+		{"progressive jpeg bomb", jpegBomb, "image/jpeg", int64(len(jpegBomb)), 0, "MEDIA_TOO_LARGE"},
+		{"16-bit png bomb", pngBomb, "image/png", int64(len(pngBomb)), 0, "MEDIA_TOO_LARGE"},
+		{"truncated png bomb", truncatedBomb, "image/png", int64(len(truncatedBomb)), 0, "MEDIA_TOO_LARGE"},
 	}
 	b := setup(t, options{})
 	small := setup(t, options{maxBytes: 100})
@@ -394,4 +418,40 @@ func TestConfigValidate(t *testing.T) {
 	t.Parallel()
 	_, err := mediaproc.New(mediaproc.Config{})
 	require.Error(t, err)
+}
+
+// TestDecodesBoundTheImagesHeldDecoded: with Decodes 1, concurrent deliveries hold one
+// decoded image at a time, and each original is decoded once; with Decodes 3 they overlap
+// (so the measure can see an overlap).
+func TestDecodesBoundTheImagesHeldDecoded(t *testing.T) {
+	t.Parallel()
+	for _, decodes := range []int{1, 3} {
+		t.Run(fmt.Sprint(decodes), func(t *testing.T) {
+			t.Parallel()
+			b := setup(t, options{decodes: decodes, inspectDelay: 50 * time.Millisecond})
+			data := makePNG(t, 300, 200)
+			const jobs = 4
+			evs := make([]domain.MediaUploadCompleted, jobs)
+			for i := range evs {
+				evs[i] = b.seed(t, data, "image/png", int64(len(data)))
+			}
+			var wg sync.WaitGroup
+			errs := make([]error, jobs)
+			for i, ev := range evs {
+				job := b.Job(t, ev, 1, false)
+				wg.Go(func() { errs[i] = b.h.Handle(context.Background(), job) })
+			}
+			wg.Wait()
+			for i, ev := range evs {
+				require.NoError(t, errs[i])
+				require.Equal(t, domain.MediaReady, b.state(t, ev).media.Status)
+			}
+			require.Equal(t, int64(jobs), b.inspects.Load(), "one decode per delivery")
+			if decodes == 1 {
+				require.Equal(t, int64(1), b.maxDecoding.Load())
+			} else {
+				require.Greater(t, b.maxDecoding.Load(), int64(1))
+			}
+		})
+	}
 }

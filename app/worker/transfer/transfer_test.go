@@ -180,17 +180,19 @@ func (b *bundle) mediaproc(t *testing.T) *mediaproc.Handler {
 	t.Helper()
 	h, err := mediaproc.New(mediaproc.Config{Deps: b.Deps, Tasks: postgres.NewMediaTasks(), Media: postgres.NewMedia(),
 		Storage: b.store, MaxBytes: 10 << 20,
-		InspectFunc: func(r io.Reader, max int64) (mediaproc.Info, []byte, error) {
-			info, data, err := imaging.Inspect(r, max)
-			return mediaproc.Info(info), data, err
-		},
-		DeriveFunc: func(data []byte) ([]mediaproc.Variant, error) {
-			ds, err := imaging.Derive(data, imaging.DefaultVariants)
-			out := make([]mediaproc.Variant, len(ds))
-			for i, d := range ds {
-				out[i] = mediaproc.Variant(d)
+		InspectFunc: func(r io.Reader, max int64) (mediaproc.Inspected, error) {
+			im, err := imaging.Inspect(r, imaging.Limits{MaxBytes: max})
+			if err != nil {
+				return mediaproc.Inspected{}, err
 			}
-			return out, err
+			return mediaproc.Inspected{Info: mediaproc.Info(im.Info), Data: im.Data, DeriveFunc: func() ([]mediaproc.Variant, error) {
+				ds, err := im.Derive(imaging.DefaultVariants)
+				out := make([]mediaproc.Variant, len(ds))
+				for i, d := range ds {
+					out[i] = mediaproc.Variant(d)
+				}
+				return out, err
+			}}, nil
 		}})
 	require.NoError(t, err)
 	return h
