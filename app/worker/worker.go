@@ -1,14 +1,18 @@
-// Package worker holds what every job handler shares: the queue names and routing of domain
-// events (API.md "Jobs"), the Job a handler receives, the outcome vocabulary (retry or give
-// up), and the operation bookkeeping each step does in its own RLS transaction.
+// Package worker is the engine the job handlers run on: the queue names and routing of
+// domain events, the job envelope every transport carries (Envelope), the Job a handler
+// receives, and the task lifecycle every flow uses (Flow: begin, call, record, with one
+// error policy), plus what the engine does with a task outside any handler (TaskKind:
+// abandon, reconcile).
 //
 // Re-entrancy contract (seed §4.5): a job may be delivered more than once, at any point of
 // its previous delivery — before the external call, after it but before the result was
-// recorded, or after. Handlers therefore (1) load the domain task in a transaction and stop
-// when it is finished, (2) make external calls with a deduplication key derived from the
-// task, or look the result up before creating it, (3) record results with compare-and-set
-// transitions, so that a second delivery changes nothing twice. BullMQ's "runs once" is
-// never relied on.
+// recorded, or after. Flow makes every flow (1) load the domain task in a transaction and
+// stop when it is finished, (2) call outside any transaction, where a flow uses a
+// deduplication key derived from the task or looks the result up before creating it, (3)
+// record results with compare-and-set transitions, so that a second delivery changes
+// nothing twice. BullMQ's "runs once" is never relied on.
+//
+// Adding a flow: docs/adding-a-flow.md.
 package worker
 
 import (
@@ -194,39 +198,9 @@ func FailureOf(err error) Failure {
 	return Failure{Code: "INTERNAL", Message: "the task failed; it will not be retried"}
 }
 
-// GiveUp reports whether err ends the task: it is permanent (by mark or by kind), or no
-// retry follows this attempt.
-func GiveUp(job Job, err error) bool {
-	return IsPermanent(err) || port.IsPermanent(err) || job.LastAttempt
-}
-
 // ErrSkip is returned inside a Step to say "nothing to do: the task is finished" and roll
 // the step back; handlers turn it into success.
 var ErrSkip = errors.New("worker: task already finished")
-
-// BeginTask is the start of every flow's first step (re-entrancy rule 1): it loads the task
-// id through tasks under a row lock and, unless the task is finished, starts it (one more
-// attempt) and then its operation (worker.StartOperation: once, with the change published).
-// task returns the domain.Task that T embeds.
-//
-// It must run inside a Step. On a finished task (by an earlier or a concurrent delivery) it
-// changes nothing and returns ErrSkip: return it from the Step, which rolls the step back,
-// and end the delivery with success. Any other error is the repository's or the operation's
-// (e.g. the task's not-found domain error) and leaves the step to roll back too. Flows that
-// decide something under the row lock before starting (fail instead of start) do not use it.
-func BeginTask[T any](ctx context.Context, d Deps, tasks port.Repository[T], id uuid.UUID, task func(*T) *domain.Task) (T, error) {
-	v, err := tasks.Update(ctx, id, func(v *T) error {
-		t := task(v)
-		if t.Status.Terminal() {
-			return ErrSkip
-		}
-		return t.Start(d.Now())
-	})
-	if err != nil {
-		return v, err
-	}
-	return v, d.StartOperation(ctx, task(&v).OperationID)
-}
 
 // FailTask records a final failure (re-entrancy rule 3: compare-and-set): it loads the task
 // id through tasks under a row lock and, unless the task is finished, fails it with f and

@@ -213,5 +213,5 @@ func (h *Handler) call(ctx context.Context, task domain.AITask, _ struct{}, _ wo
 	return ans, nil
 }
 
-// taskOf gives worker.BeginTask and worker.FailTask the task state it embeds.
+// taskOf gives worker.Kind the task state it embeds.
 func taskOf(t *domain.AITask) *domain.Task { return &t.Task }

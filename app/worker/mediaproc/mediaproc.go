@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"slices"
 
 	"golang.org/x/sync/semaphore"
@@ -104,11 +103,13 @@ func (c Config) Validate() error {
 	return nil
 }
 
-// Handler handles domain.MediaUploadCompleted jobs of worker.QueueMediaProcessing. It is
-// safe for concurrent use; see the package documentation for its contract.
+// Handler handles domain.MediaUploadCompleted jobs of worker.QueueMediaProcessing through
+// the task lifecycle (worker.Flow). It is safe for concurrent use; see the package
+// documentation for its contract.
 type Handler struct {
 	cfg     Config
 	decodes *semaphore.Weighted
+	flow    worker.Flow[domain.MediaTask, domain.Media, result]
 }
 
 var _ worker.Handler = (*Handler)(nil)
@@ -118,8 +119,20 @@ func New(cfg Config) (*Handler, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("mediaproc.New: %w", err)
 	}
-	return &Handler{cfg: cfg, decodes: semaphore.NewWeighted(int64(max(cfg.Decodes, 1)))}, nil
+	h := &Handler{cfg: cfg, decodes: semaphore.NewWeighted(int64(max(cfg.Decodes, 1)))}
+	h.flow = worker.Flow[domain.MediaTask, domain.Media, result]{Kind: Tasks(cfg.Deps, cfg.Tasks, cfg.Media),
+		Begin: func(ctx context.Context, t *domain.MediaTask) (domain.Media, error) {
+			return cfg.Media.Get(ctx, t.MediaID)
+		},
+		Call: func(ctx context.Context, _ domain.MediaTask, m domain.Media, _ worker.Tx) (result, error) {
+			return h.process(ctx, m)
+		},
+		Record: h.record}
+	return h, nil
 }
+
+// Handle implements worker.Handler.
+func (h *Handler) Handle(ctx context.Context, job worker.Job) error { return h.flow.Handle(ctx, job) }
 
 // result is what the processing outside the transactions found.
 type result struct {
@@ -127,106 +140,21 @@ type result struct {
 	variants []domain.MediaVariant
 }
 
-// Handle implements worker.Handler.
-func (h *Handler) Handle(ctx context.Context, job worker.Job) error {
-	const op = "mediaproc.Handle"
-	d := h.cfg.Deps
-	var ev domain.MediaUploadCompleted
-	if err := job.Decode(&ev); err != nil {
-		return err
-	}
-	log := d.Log.With(slog.String("job_id", job.ID), slog.String("workspace_id", job.WorkspaceID.String()),
-		slog.String("media_id", ev.MediaID.String()), slog.String("processing_id", ev.ProcessingID.String()))
-
-	// Step A: start the task and the operation, read the media.
-	var task domain.MediaTask
-	var media domain.Media
-	err := d.Step(ctx, job, func(ctx context.Context) error {
-		t, err := worker.BeginTask(ctx, d, h.cfg.Tasks, ev.ProcessingID, taskOf)
-		if err != nil {
-			return err
-		}
-		m, err := h.cfg.Media.Get(ctx, t.MediaID)
-		if err != nil {
-			return err
-		}
-		task, media = t, m
-		return nil
-	})
-	switch {
-	case errors.Is(err, worker.ErrSkip):
-		log.InfoContext(ctx, "media processing already finished; nothing to do")
-		return nil
-	case err != nil && port.IsPermanent(err):
-		// The task or its media does not exist (in this workspace): nothing to record.
-		return worker.Permanent(fmt.Errorf("%s: start: %w", op, err))
-	case err != nil:
-		return fmt.Errorf("%s: start: %w", op, err)
-	}
-
-	// Outside any transaction: validate, derive, store.
-	res, err := h.process(ctx, media)
-	if err != nil {
-		if !worker.GiveUp(job, err) {
-			log.WarnContext(ctx, "media processing failed; will retry", slog.Int("attempt", job.Attempt),
-				slog.String("error_code", worker.FailureOf(err).Code))
-			return fmt.Errorf("%s: %w", op, err)
-		}
-		return h.fail(ctx, job, log, task, err)
-	}
-
-	// Step B: record the result with compare-and-set.
-	err = d.Step(ctx, job, func(ctx context.Context) error {
-		t, err := h.cfg.Tasks.Update(ctx, task.ID, func(t *domain.MediaTask) error {
-			if t.Status.Terminal() {
-				return worker.ErrSkip
-			}
-			return t.Succeed(d.Now())
-		})
-		if err != nil {
-			return err
-		}
-		if _, err := h.cfg.Media.Update(ctx, t.MediaID, func(m *domain.Media) error {
-			if m.Status == domain.MediaReady || m.Status == domain.MediaRejected {
-				return nil
-			}
-			m.Status, m.SniffedType, m.Width, m.Height = domain.MediaReady, res.info.ContentType, res.info.Width, res.info.Height
-			m.Variants, m.RejectReason, m.UpdatedAt = res.variants, "", d.Now()
+// record makes the media ready with its variants (record step).
+func (h *Handler) record(ctx context.Context, t *domain.MediaTask, res result) (any, error) {
+	now := h.cfg.Deps.Now()
+	_, err := h.cfg.Media.Update(ctx, t.MediaID, func(m *domain.Media) error {
+		if m.Status == domain.MediaReady || m.Status == domain.MediaRejected {
 			return nil
-		}); err != nil {
-			return err
 		}
-		return d.SucceedOperation(ctx, t.OperationID, map[string]any{"media_id": t.MediaID, "variants": len(res.variants)})
+		m.Status, m.SniffedType, m.Width, m.Height = domain.MediaReady, res.info.ContentType, res.info.Width, res.info.Height
+		m.Variants, m.RejectReason, m.UpdatedAt = res.variants, "", now
+		return nil
 	})
-	switch {
-	case errors.Is(err, worker.ErrSkip):
-		log.InfoContext(ctx, "media processing finished by another delivery")
-		return nil
-	case err != nil:
-		return fmt.Errorf("%s: record: %w", op, err)
+	if err != nil {
+		return nil, err
 	}
-	log.InfoContext(ctx, "media ready", slog.Int("variants", len(res.variants)), slog.Int("attempt", job.Attempt))
-	return nil
-}
-
-// fail records a final failure: task failed, media rejected with the failure's code,
-// operation failed. It returns the permanent error the job ends with.
-func (h *Handler) fail(ctx context.Context, job worker.Job, log *slog.Logger, task domain.MediaTask, cause error) error {
-	const op = "mediaproc.Handle"
-	d := h.cfg.Deps
-	f := worker.FailureOf(cause)
-	kind := Tasks(d, h.cfg.Tasks, h.cfg.Media)
-	err := d.Step(ctx, job, func(ctx context.Context) error { return kind.Fail(ctx, task.ID, f) })
-	switch {
-	case errors.Is(err, worker.ErrSkip):
-		log.InfoContext(ctx, "media processing finished by another delivery")
-		return nil
-	case err != nil:
-		// Not recorded: let the queue deliver again (the task is still running).
-		return fmt.Errorf("%s: record failure %s: %w", op, f.Code, err)
-	}
-	log.WarnContext(ctx, "media rejected", slog.String("error_code", f.Code), slog.Int("attempt", job.Attempt))
-	return worker.Permanent(fmt.Errorf("%s: %w", op, cause))
+	return map[string]any{"media_id": t.MediaID, "variants": len(res.variants)}, nil
 }
 
 // process validates the original of m, derives its variants and stores them, holding a
@@ -307,5 +235,5 @@ func scrub(err error, what string) error {
 	return fmt.Errorf("%s: %w", what, port.ErrStorageUnavailable)
 }
 
-// taskOf gives worker.BeginTask and worker.FailTask the task state it embeds.
+// taskOf gives worker.Kind the task state it embeds.
 func taskOf(t *domain.MediaTask) *domain.Task { return &t.Task }

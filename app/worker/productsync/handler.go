@@ -210,5 +210,5 @@ func (h *Handler) upsert(ctx context.Context, s domain.ProductSync, page port.Pr
 	return h.cfg.Syncs.UpsertPlatformProducts(ctx, s.StoreID, s.ID, page.Items)
 }
 
-// taskOf gives worker.BeginTask and worker.FailTask the task state it embeds.
+// taskOf gives worker.Kind the task state it embeds.
 func taskOf(s *domain.ProductSync) *domain.Task { return &s.Task }

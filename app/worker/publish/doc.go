@@ -55,9 +55,10 @@
 // it; only when there is none does it fail with PRODUCT_REVISION_UNAVAILABLE. Nothing is ever
 // created from another revision.
 //
-// Errors: rate limits and transient failures are returned for BullMQ to retry. When
-// worker.GiveUp says no retry follows, the publication and the operation fail with a
-// client-safe code (worker.FailureOf) and the handler returns a worker.Permanent error.
+// Steps A and B are the begin and record steps of the task lifecycle (worker.Flow), which
+// also owns the error policy: an upstream Retry-After snoozes the job, other rate limits and
+// transient failures are retried, and a permanent error or the last attempt fails the
+// publication and the operation with a client-safe code (worker.FailureOf).
 // Credentials that cannot be opened fail at once with CREDENTIALS_UNREADABLE. Credentials
 // never appear in errors, logs, operations or events: logs carry ids only.
 package publish

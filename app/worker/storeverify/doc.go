@@ -27,10 +27,10 @@
 // Step B it starts again (one more attempt) and calls VerifyStore again (read-only); after
 // Step B it finds the verification finished and stops.
 //
-// Errors: rate limits and transient platform failures are returned for BullMQ to retry.
-// When worker.GiveUp says no retry follows (a permanent error, or the last attempt), the
-// verification and the operation fail with a client-safe code (worker.FailureOf) and the
-// handler returns a worker.Permanent error. Credentials that cannot be opened or parsed
+// Steps A and B are the begin and record steps of the task lifecycle (worker.Flow), which
+// also owns the error policy: an upstream Retry-After snoozes the job, other rate limits and
+// transient failures are retried, and a permanent error or the last attempt fails the
+// verification and the operation with a client-safe code (worker.FailureOf). Credentials that cannot be opened or parsed
 // fail at once with CREDENTIALS_UNREADABLE. Credentials never appear in errors, logs,
 // operations or events: logs carry ids only.
 package storeverify

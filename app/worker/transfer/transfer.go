@@ -238,5 +238,5 @@ func scrub(err error, what string) error {
 	return fmt.Errorf("%s: %w", what, port.ErrStorageUnavailable)
 }
 
-// taskOf gives worker.BeginTask and worker.FailTask the task state it embeds.
+// taskOf gives worker.Kind the task state it embeds.
 func taskOf(t *domain.MaterialTransfer) *domain.Task { return &t.Task }
