@@ -1,0 +1,196 @@
+package worker_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/stretchr/testify/require"
+
+	"github.com/listingkit/listing/app/port"
+	"github.com/listingkit/listing/app/worker"
+	"github.com/listingkit/listing/domain"
+	"github.com/listingkit/listing/infra/postgres"
+	"github.com/listingkit/listing/internal/workertest"
+)
+
+// The lifecycle's error policy, on a flow whose call does what each case says, over the
+// material transfer table (a task with no foreign keys).
+type lifecycle struct {
+	env   *workertest.Env
+	tasks *postgres.Repository[domain.MaterialTransfer]
+	calls int
+}
+
+func newLifecycle(t *testing.T) *lifecycle {
+	return &lifecycle{env: workertest.New(t), tasks: postgres.NewMaterialTransfers()}
+}
+
+func (l *lifecycle) flow(t *testing.T, call func() (string, error), begin func(*domain.MaterialTransfer) error) worker.Flow[domain.MaterialTransfer, struct{}, string] {
+	kind := worker.Kind[domain.MaterialTransfer]{QueueName: "q", Deps: l.env.Deps, Tasks: l.tasks,
+		TaskOf: func(t *domain.MaterialTransfer) *domain.Task { return &t.Task },
+		TaskID: worker.PayloadID(func(e domain.MaterialTransferRequested) uuid.UUID { return e.TransferID })}
+	f := worker.Flow[domain.MaterialTransfer, struct{}, string]{Kind: kind,
+		Call: func(context.Context, domain.MaterialTransfer, struct{}, worker.Tx) (string, error) {
+			l.calls++
+			return call()
+		},
+		Record: func(_ context.Context, t *domain.MaterialTransfer, r string) (any, error) {
+			t.SourceURL = "https://example.com/" + r
+			return map[string]string{"r": r}, nil
+		}}
+	if begin != nil {
+		f.Begin = func(_ context.Context, t *domain.MaterialTransfer) (struct{}, error) { return struct{}{}, begin(t) }
+	}
+	require.NoError(t, f.Validate())
+	return f
+}
+
+// task inserts a pending transfer and its operation; it returns the task and the job of its
+// request event.
+func (l *lifecycle) task(t *testing.T) (domain.MaterialTransfer, worker.Job) {
+	t.Helper()
+	e := l.env
+	op := domain.NewOperation(e.Workspace, e.User, "material_transfer", "material_transfer", uuid.New(), time.Now())
+	tr := domain.MaterialTransfer{Task: domain.NewTask(op.ResourceID, e.Workspace, op.ID, time.Now()),
+		SourceURL: "https://example.com/a", MediaID: uuid.New()}
+	workertest.InsertTask(t, e, l.tasks, op, tr)
+	return tr, e.Job(t, tr.RequestEvent(), 1, false)
+}
+
+func (l *lifecycle) state(t *testing.T, tr domain.MaterialTransfer) (domain.MaterialTransfer, domain.Operation) {
+	return workertest.Load(t, l.env, l.tasks, tr.ID), l.env.Operation(t, tr.OperationID)
+}
+
+func TestLifecycleSucceedsOnceAndSkipsAfter(t *testing.T) {
+	l := newLifecycle(t)
+	f := l.flow(t, func() (string, error) { return "done", nil }, nil)
+	tr, job := l.task(t)
+	require.NoError(t, f.Handle(context.Background(), job))
+	got, op := l.state(t, tr)
+	require.Equal(t, domain.TaskSucceeded, got.Status)
+	require.Equal(t, "https://example.com/done", got.SourceURL)
+	require.Equal(t, domain.OperationSucceeded, op.Status)
+	require.JSONEq(t, `{"r":"done"}`, string(op.Result))
+	require.Equal(t, []string{"running", "succeeded"}, l.env.StatusEvents(t, tr.OperationID))
+
+	require.NoError(t, f.Handle(context.Background(), job), "a redelivery of a finished task succeeds")
+	require.Equal(t, 1, l.calls, "and calls nothing")
+	require.Contains(t, l.env.Logs.String(), `"outcome":"skipped"`)
+}
+
+func TestLifecycleRetriesThenRecordsTheLastAttempt(t *testing.T) {
+	l := newLifecycle(t)
+	f := l.flow(t, func() (string, error) { return "", port.ErrPlatformTransient }, nil)
+	tr, job := l.task(t)
+	err := f.Handle(context.Background(), job)
+	require.Error(t, err)
+	require.False(t, worker.IsPermanent(err), "retried")
+	got, _ := l.state(t, tr)
+	require.Equal(t, domain.TaskRunning, got.Status)
+
+	job.Attempt, job.LastAttempt = 2, true
+	err = f.Handle(context.Background(), job)
+	require.True(t, worker.IsPermanent(err))
+	got, op := l.state(t, tr)
+	require.Equal(t, domain.TaskFailed, got.Status)
+	require.Equal(t, port.ErrPlatformTransient.Code, got.ErrorCode)
+	require.Equal(t, domain.OperationFailed, op.Status)
+	require.Equal(t, 2, got.Attempts)
+}
+
+func TestLifecyclePermanentErrorFailsAtOnce(t *testing.T) {
+	l := newLifecycle(t)
+	f := l.flow(t, func() (string, error) { return "", port.ErrPlatformRejected }, nil)
+	tr, job := l.task(t)
+	require.True(t, worker.IsPermanent(f.Handle(context.Background(), job)))
+	got, _ := l.state(t, tr)
+	require.Equal(t, port.ErrPlatformRejected.Code, got.ErrorCode)
+}
+
+func TestLifecycleRefusalFailsWithoutACall(t *testing.T) {
+	l := newLifecycle(t)
+	f := l.flow(t, func() (string, error) { return "x", nil }, func(*domain.MaterialTransfer) error {
+		return worker.Refuse(domain.ErrStoreNotVerified)
+	})
+	tr, job := l.task(t)
+	require.True(t, worker.IsPermanent(f.Handle(context.Background(), job)))
+	require.Zero(t, l.calls)
+	got, op := l.state(t, tr)
+	require.Equal(t, domain.TaskFailed, got.Status)
+	require.Equal(t, "STORE_NOT_VERIFIED", got.ErrorCode)
+	require.Zero(t, got.Attempts, "never started")
+	require.Equal(t, "STORE_NOT_VERIFIED", op.ErrorCode)
+	require.Equal(t, []string{"failed"}, l.env.StatusEvents(t, tr.OperationID))
+}
+
+func TestLifecycleSnoozesWithinItsBounds(t *testing.T) {
+	l := newLifecycle(t)
+	limited := port.ErrPlatformRateLimited.WithRetryAfter(20 * time.Second)
+	f := l.flow(t, func() (string, error) { return "", limited }, nil)
+	tr, job := l.task(t)
+
+	err := f.Handle(context.Background(), job)
+	delay, ok := worker.SnoozeOf(err)
+	require.True(t, ok, "%v", err)
+	require.Equal(t, 20*time.Second, delay)
+
+	// Past MaxSnoozes, or MaxSnooze in total, the wait spends an attempt like any retry.
+	job.Snoozes = worker.MaxSnoozes
+	err = f.Handle(context.Background(), job)
+	_, ok = worker.SnoozeOf(err)
+	require.False(t, ok)
+	require.False(t, worker.IsPermanent(err))
+	job.Snoozes, job.Snoozed = 1, worker.MaxSnooze
+	_, ok = worker.SnoozeOf(f.Handle(context.Background(), job))
+	require.False(t, ok)
+
+	// Even a snooze never keeps a task whose last attempt failed from failing.
+	job.Snoozes, job.Snoozed, job.LastAttempt = 0, 0, true
+	_, ok = worker.SnoozeOf(f.Handle(context.Background(), job))
+	require.True(t, ok, "a snooze spends no attempt, so it is not the last one yet")
+	got, _ := l.state(t, tr)
+	require.Equal(t, domain.TaskRunning, got.Status)
+}
+
+func TestLifecycleTaskGoneFailsTheOperationItsEventNames(t *testing.T) {
+	l := newLifecycle(t)
+	f := l.flow(t, func() (string, error) { return "x", nil }, nil)
+	e := l.env
+	op := domain.NewOperation(e.Workspace, e.User, "material_transfer", "material_transfer", uuid.New(), time.Now())
+	e.InTx(t, func(ctx context.Context) error { return e.Deps.Operations.Insert(ctx, op) })
+	job := e.Job(t, domain.MaterialTransferRequested{TransferID: uuid.New(), OperationID: op.ID}, 1, false)
+
+	require.True(t, worker.IsPermanent(f.Handle(context.Background(), job)))
+	got := e.Operation(t, op.ID)
+	require.Equal(t, domain.OperationFailed, got.Status)
+	require.Equal(t, "TRANSFER_NOT_FOUND", got.ErrorCode)
+}
+
+func TestLifecycleFailureNotRecordedIsRetried(t *testing.T) {
+	l := newLifecycle(t)
+	f := l.flow(t, func() (string, error) { return "", port.ErrPlatformRejected }, nil)
+	tr, job := l.task(t)
+	d := f.Deps
+	calls := 0
+	// The begin transaction commits; every later one fails (the database went away).
+	d.Tx = txFunc(func(ctx context.Context, ws, user uuid.UUID, fn func(ctx context.Context) error) error {
+		if calls++; calls > 1 {
+			return errors.New("connection refused")
+		}
+		return l.env.Deps.Tx.InTx(ctx, ws, user, fn)
+	})
+	f.Deps, f.Kind.Deps = d, d
+	err := f.Handle(context.Background(), job)
+	require.False(t, worker.IsPermanent(err), "not recorded: delivered again to record it (%v)", err)
+	got, _ := l.state(t, tr)
+	require.Equal(t, domain.TaskRunning, got.Status)
+}
+
+type txFunc func(ctx context.Context, ws, user uuid.UUID, fn func(ctx context.Context) error) error
+
+func (f txFunc) InTx(ctx context.Context, ws, user uuid.UUID, fn func(ctx context.Context) error) error {
+	return f(ctx, ws, user, fn)
+}
