@@ -37,6 +37,7 @@ import (
 	"github.com/listingkit/listing/infra/fetch"
 	"github.com/listingkit/listing/infra/httpapi"
 	"github.com/listingkit/listing/infra/idem"
+	"github.com/listingkit/listing/infra/jobs"
 	"github.com/listingkit/listing/infra/outbox"
 	"github.com/listingkit/listing/infra/postgres"
 	"github.com/listingkit/listing/infra/secret"
@@ -250,18 +251,19 @@ func ProvideHTTP(cfg config.Config, application *app.Application, tokens *auth.T
 	if store.Uploads != nil {
 		extra = func(r chi.Router) { r.Put("/uploads/{token}", store.Uploads.ServeHTTP) }
 	}
+	ready := []httpapi.ReadinessCheck{{Name: "postgres", Check: func(ctx context.Context) error { return pool.Ping(ctx) }}}
+	if !cfg.Memory() {
+		ready = append(ready, httpapi.ReadinessCheck{Name: "redis", Check: func(ctx context.Context) error { return rdb.Ping(ctx).Err() }})
+	}
 	return httpapi.New(httpapi.Config{MaxBodyBytes: cfg.MaxBodyBytes, AuthRatePerMinute: cfg.AuthRatePerMinute}, httpapi.Deps{
 		App:         application,
 		Tokens:      tokens,
 		Idempotency: guard,
-		Ready: []httpapi.ReadinessCheck{
-			{Name: "postgres", Check: func(ctx context.Context) error { return pool.Ping(ctx) }},
-			{Name: "redis", Check: func(ctx context.Context) error { return rdb.Ping(ctx).Err() }},
-		},
-		HashSlots: auth.NewHashSlots(cfg.PasswordHashConcurrency, cfg.PasswordHashWait),
-		Registry:  reg,
-		Logger:    log,
-		Extra:     extra,
+		Ready:       ready,
+		HashSlots:   auth.NewHashSlots(cfg.PasswordHashConcurrency, cfg.PasswordHashWait),
+		Registry:    reg,
+		Logger:      log,
+		Extra:       extra,
 	})
 }
 
@@ -282,7 +284,14 @@ func ProvideBullMQConfig(cfg config.Config, rdb *redis.Client) bullmq.Config {
 // ProvidePublishers builds the dispatcher's publishers: BullMQ for every job queue and a
 // Redis stream for integration events. The stream publisher gets its own Redis client
 // (watermill-redisstream's Close closes the client it is given).
-func ProvidePublishers(cfg config.Config, bcfg bullmq.Config, log *slog.Logger) (outbox.PublisherMap, func(), error) {
+func ProvidePublishers(cfg config.Config, bcfg bullmq.Config, q *Queues, log *slog.Logger) (outbox.PublisherMap, func(), error) {
+	if q.Memory != nil {
+		m := outbox.PublisherMap{worker.StreamOperationEvents: q.Memory}
+		for _, d := range worker.Queues() {
+			m[d] = q.Memory
+		}
+		return m, func() {}, nil
+	}
 	wlog := watermill.NewSlogLogger(log)
 	bp, err := bullmq.NewPublisher(bullmq.PublisherConfig{Config: bcfg}, wlog)
 	if err != nil {
@@ -354,6 +363,21 @@ func (c *Cleanup) RunOnce(ctx context.Context, log *slog.Logger) error {
 	log.Info("cleanup done", "idempotency_deleted", is.Deleted, "idempotency_workspaces", is.Workspaces,
 		"outbox_deleted", or.Deleted)
 	return nil
+}
+
+// Queues are the in-process queues of QUEUE_TRANSPORT=memory, which the dispatcher and the
+// workers of one process share (Memory is nil with bullmq). Build one per process with
+// NewQueues and pass it to InitializeDispatch and InitializeWork.
+type Queues struct {
+	Memory *jobs.MemoryQueues
+}
+
+// NewQueues returns the process's Queues for cfg.
+func NewQueues(cfg config.Config) *Queues {
+	if cfg.Memory() {
+		return &Queues{Memory: jobs.NewMemoryQueues(worker.Queues())}
+	}
+	return &Queues{}
 }
 
 // Dispatch is the assembled outbox dispatcher and the reconciler of stuck tasks.

@@ -25,7 +25,7 @@ func InitializeAPI(ctx context.Context, cfg config.Config, opts Options, reg *pr
 }
 
 // InitializeDispatch assembles the outbox dispatcher, its publishers and the reconciler.
-func InitializeDispatch(ctx context.Context, cfg config.Config, reg *prometheus.Registry, log *slog.Logger) (*Dispatch, func(), error) {
+func InitializeDispatch(ctx context.Context, cfg config.Config, q *Queues, reg *prometheus.Registry, log *slog.Logger) (*Dispatch, func(), error) {
 	wire.Build(ProvidePool, ProvideRedis, ProvideBullMQConfig, ProvidePublishers, ProvideDispatcher, ProvideRepositories,
 		ProvideEventPublisher, ProvideWorkerDeps, ProvideTaskKinds, ProvideReconciler, wire.Struct(new(Dispatch), "*"))
 	return nil, nil, nil
@@ -39,9 +39,9 @@ func InitializeCleanup(ctx context.Context, cfg config.Config, log *slog.Logger)
 
 // InitializeWork assembles the job consumers of every queue, with the external systems
 // (or their development sandboxes).
-func InitializeWork(ctx context.Context, cfg config.Config, reg *prometheus.Registry, log *slog.Logger) (*Work, func(), error) {
+func InitializeWork(ctx context.Context, cfg config.Config, q *Queues, reg *prometheus.Registry, log *slog.Logger) (*Work, func(), error) {
 	wire.Build(ProvidePool, ProvideRedis, ProvideRepositories, ProvideEventPublisher, ProvideCipher, ProvideStorage,
 		ProvideFetcher, ProvideExternals, ProvideWorkerDeps, ProvideTaskKinds, ProvideJobHandlers, ProvideBullMQConfig,
-		ProvideRunner, wire.Struct(new(Work), "*"))
+		ProvideTransport, ProvideRunner, wire.Struct(new(Work), "*"))
 	return nil, nil, nil
 }

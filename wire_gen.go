@@ -89,7 +89,7 @@ func InitializeAPI(ctx context.Context, cfg config.Config, opts Options, reg *pr
 }
 
 // InitializeDispatch assembles the outbox dispatcher, its publishers and the reconciler.
-func InitializeDispatch(ctx context.Context, cfg config.Config, reg *prometheus.Registry, log *slog.Logger) (*Dispatch, func(), error) {
+func InitializeDispatch(ctx context.Context, cfg config.Config, q *Queues, reg *prometheus.Registry, log *slog.Logger) (*Dispatch, func(), error) {
 	pool, cleanup, err := ProvidePool(ctx, cfg)
 	if err != nil {
 		return nil, nil, err
@@ -100,7 +100,7 @@ func InitializeDispatch(ctx context.Context, cfg config.Config, reg *prometheus.
 		return nil, nil, err
 	}
 	bullmqConfig := ProvideBullMQConfig(cfg, client)
-	publisherMap, cleanup3, err := ProvidePublishers(cfg, bullmqConfig, log)
+	publisherMap, cleanup3, err := ProvidePublishers(cfg, bullmqConfig, q, log)
 	if err != nil {
 		cleanup2()
 		cleanup()
@@ -159,7 +159,7 @@ func InitializeCleanup(ctx context.Context, cfg config.Config, log *slog.Logger)
 
 // InitializeWork assembles the job consumers of every queue, with the external systems
 // (or their development sandboxes).
-func InitializeWork(ctx context.Context, cfg config.Config, reg *prometheus.Registry, log *slog.Logger) (*Work, func(), error) {
+func InitializeWork(ctx context.Context, cfg config.Config, q *Queues, reg *prometheus.Registry, log *slog.Logger) (*Work, func(), error) {
 	client, cleanup, err := ProvideRedis(ctx, cfg)
 	if err != nil {
 		return nil, nil, err
@@ -170,9 +170,16 @@ func InitializeWork(ctx context.Context, cfg config.Config, reg *prometheus.Regi
 		cleanup()
 		return nil, nil, err
 	}
+	transport, cleanup3, err := ProvideTransport(cfg, bullmqConfig, q, pool, log)
+	if err != nil {
+		cleanup2()
+		cleanup()
+		return nil, nil, err
+	}
 	repositories := ProvideRepositories()
 	eventPublisher, err := ProvideEventPublisher()
 	if err != nil {
+		cleanup3()
 		cleanup2()
 		cleanup()
 		return nil, nil, err
@@ -180,38 +187,44 @@ func InitializeWork(ctx context.Context, cfg config.Config, reg *prometheus.Regi
 	deps := ProvideWorkerDeps(pool, repositories, eventPublisher, log)
 	cipher, err := ProvideCipher(cfg, log)
 	if err != nil {
+		cleanup3()
 		cleanup2()
 		cleanup()
 		return nil, nil, err
 	}
 	storage, err := ProvideStorage(ctx, cfg, log)
 	if err != nil {
+		cleanup3()
 		cleanup2()
 		cleanup()
 		return nil, nil, err
 	}
 	fetcher, err := ProvideFetcher(cfg, log)
 	if err != nil {
+		cleanup3()
 		cleanup2()
 		cleanup()
 		return nil, nil, err
 	}
-	externals, cleanup3, err := ProvideExternals(cfg, log)
-	if err != nil {
-		cleanup2()
-		cleanup()
-		return nil, nil, err
-	}
-	v, err := ProvideJobHandlers(cfg, deps, repositories, cipher, storage, fetcher, externals)
+	externals, cleanup4, err := ProvideExternals(cfg, log)
 	if err != nil {
 		cleanup3()
 		cleanup2()
 		cleanup()
 		return nil, nil, err
 	}
-	taskKinds := ProvideTaskKinds(deps, repositories)
-	runner, err := ProvideRunner(cfg, bullmqConfig, v, taskKinds, reg, log)
+	v, err := ProvideJobHandlers(cfg, deps, repositories, cipher, storage, fetcher, externals)
 	if err != nil {
+		cleanup4()
+		cleanup3()
+		cleanup2()
+		cleanup()
+		return nil, nil, err
+	}
+	taskKinds := ProvideTaskKinds(deps, repositories)
+	runner, err := ProvideRunner(cfg, transport, v, taskKinds, reg, log)
+	if err != nil {
+		cleanup4()
 		cleanup3()
 		cleanup2()
 		cleanup()
@@ -222,6 +235,7 @@ func InitializeWork(ctx context.Context, cfg config.Config, reg *prometheus.Regi
 		Externals: externals,
 	}
 	return work, func() {
+		cleanup4()
 		cleanup3()
 		cleanup2()
 		cleanup()

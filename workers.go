@@ -182,21 +182,42 @@ func inspectImage(maxDecode int64) mediaproc.InspectFunc {
 	}
 }
 
-// ProvideRunner builds the BullMQ consumers of every queue; their metrics (job outcomes,
-// handler time, queue depth) are registered on reg.
-func ProvideRunner(cfg config.Config, bcfg bullmq.Config, handlers map[string]worker.Handler, kinds TaskKinds,
-	reg *prometheus.Registry, log *slog.Logger) (*jobs.Runner, error) {
-	byQueue := map[string]worker.TaskKind{}
-	for _, k := range kinds {
-		byQueue[k.Queue()] = k
+// ProvideTransport builds the transport the workers consume: BullMQ, or the process's
+// memory queues (QUEUE_TRANSPORT=memory), whose retries go back through the outbox.
+func ProvideTransport(cfg config.Config, bcfg bullmq.Config, q *Queues, pool *pgxpool.Pool, log *slog.Logger) (jobs.Transport, func(), error) {
+	if q.Memory != nil {
+		requeue := func(ctx context.Context, job worker.Job, after time.Duration, next outbox.JobDelivery) error {
+			return outbox.Requeue(ctx, pool, job.WorkspaceID, job.ID, after, next)
+		}
+		return jobs.NewMemory(q.Memory, cfg.JobAttempts, config.JobRetryDelay, requeue, log), func() {}, nil
 	}
 	maxStalls := cfg.JobMaxStalls
 	if maxStalls == 0 {
 		maxStalls = -1 // bullmq's "fail on the first stall"
 	}
-	return jobs.NewRunner(jobs.Config{BullMQ: bcfg, Concurrency: cfg.WorkerConcurrency, Handlers: handlers, Kinds: byQueue,
-		LockDuration: cfg.JobLockDuration, StalledInterval: cfg.JobStalledInterval, MaxStalledCount: maxStalls,
-		Logger: log, Registerer: reg})
+	t, err := jobs.NewBullMQ(bullmq.SubscriberConfig{Config: bcfg, Concurrency: cfg.WorkerConcurrency, Name: "listing",
+		LockDuration: cfg.JobLockDuration, StalledInterval: cfg.JobStalledInterval, MaxStalledCount: maxStalls})
+	if err != nil {
+		return nil, nil, err
+	}
+	return t, func() { _ = t.Close() }, nil
+}
+
+// ProvideRunner builds the consumers of every queue; their metrics (job outcomes, handler
+// time, queue depth) are registered on reg.
+func ProvideRunner(cfg config.Config, transport jobs.Transport, handlers map[string]worker.Handler, kinds TaskKinds,
+	reg *prometheus.Registry, log *slog.Logger) (*jobs.Runner, error) {
+	byQueue := map[string]worker.TaskKind{}
+	for _, k := range kinds {
+		byQueue[k.Queue()] = k
+	}
+	var timeout time.Duration
+	if cfg.Memory() {
+		// The dispatcher waits for the handler: it must finish within the event's lease.
+		timeout = cfg.OutboxLease / 2
+	}
+	return jobs.NewRunner(jobs.Config{Transport: transport, Concurrency: cfg.WorkerConcurrency, Handlers: handlers,
+		Kinds: byQueue, JobTimeout: timeout, Logger: log, Registerer: reg})
 }
 
 // Work is the assembled job consumers.

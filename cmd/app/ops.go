@@ -19,14 +19,21 @@ import (
 	"github.com/listingkit/listing/infra/postgres"
 )
 
+// errMemoryNeedsAll refuses dispatch or work alone with in-process queues: nothing would
+// consume what the dispatcher publishes, or publish what the workers wait for.
+var errMemoryNeedsAll = errors.New("QUEUE_TRANSPORT=memory runs the dispatcher and the workers in one process: use `app all`")
+
 func runDispatch(ctx context.Context, cfg config.Config, log *slog.Logger, args []string) error {
 	fs := flag.NewFlagSet("dispatch", flag.ContinueOnError)
 	metricsAddr := fs.String("metrics-addr", "", "serve /metrics on this address (empty: none)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
+	if cfg.Memory() {
+		return errMemoryNeedsAll
+	}
 	reg := listing.NewRegistry()
-	d, cleanup, err := listing.InitializeDispatch(ctx, cfg, reg, log)
+	d, cleanup, err := listing.InitializeDispatch(ctx, cfg, listing.NewQueues(cfg), reg, log)
 	if err != nil {
 		return err
 	}
@@ -40,8 +47,11 @@ func runWork(ctx context.Context, cfg config.Config, log *slog.Logger, args []st
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
+	if cfg.Memory() {
+		return errMemoryNeedsAll
+	}
 	reg := listing.NewRegistry()
-	w, cleanup, err := listing.InitializeWork(ctx, cfg, reg, log)
+	w, cleanup, err := listing.InitializeWork(ctx, cfg, listing.NewQueues(cfg), reg, log)
 	if err != nil {
 		return err
 	}

@@ -77,7 +77,8 @@ func runAll(ctx context.Context, cfg config.Config, log *slog.Logger, args []str
 		return err
 	}
 	defer cleanupAPI()
-	d, cleanupDispatch, err := listing.InitializeDispatch(ctx, cfg, reg, log)
+	queues := listing.NewQueues(cfg)
+	d, cleanupDispatch, err := listing.InitializeDispatch(ctx, cfg, queues, reg, log)
 	if err != nil {
 		return err
 	}
@@ -87,7 +88,7 @@ func runAll(ctx context.Context, cfg config.Config, log *slog.Logger, args []str
 		return err
 	}
 	defer cleanupRetention()
-	work, cleanupWork, err := listing.InitializeWork(ctx, cfg, reg, log)
+	work, cleanupWork, err := listing.InitializeWork(ctx, cfg, queues, reg, log)
 	if err != nil {
 		return err
 	}

@@ -4,7 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"strconv"
 	"sync"
+	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
@@ -16,12 +19,42 @@ var ErrSubscriberClosed = errors.New("bullmq: subscriber closed")
 // errNacked fails the attempt of a nacked message (a retryable failure).
 var errNacked = errors.New("message nacked")
 
+// Metadata a Subscriber sets on every message it hands out: what BullMQ knows of the job's
+// delivery (decimal strings).
+const (
+	// MetadataAttemptsMade is the job's attemptsMade before this delivery.
+	MetadataAttemptsMade = "bullmq_attempts_made"
+	// MetadataAttempts is how many attempts the job may take.
+	MetadataAttempts = "bullmq_attempts"
+	// MetadataSnoozes and MetadataSnoozedMs count the job's earlier snoozes and their delay.
+	MetadataSnoozes   = "bullmq_snoozes"
+	MetadataSnoozedMs = "bullmq_snoozed_ms"
+	// MetadataDeferred, when set, is the reason the queue fails this job whatever becomes of
+	// the message (it stalled more than MaxStalledCount times): the consumer may record it,
+	// then acks or nacks, and the job fails.
+	MetadataDeferred = "bullmq_deferred"
+)
+
+// Metadata a consumer may set on a message before it nacks it, to say what the nack means.
+const (
+	// MetadataNack is NackRetry (default: a failed attempt, retried with the backoff while
+	// attempts remain), NackFail (the job fails for good) or NackSnooze (the job waits
+	// MetadataSnoozeMs without spending an attempt, see Snooze).
+	MetadataNack     = "bullmq_nack"
+	MetadataSnoozeMs = "bullmq_snooze_ms"
+	NackRetry        = "retry"
+	NackFail         = "fail"
+	NackSnooze       = "snooze"
+)
+
 // Subscriber is a watermill message.Subscriber over Worker: every Subscribe
 // call runs one Worker on the queue named topic. Subscribers of one queue
 // compete for its jobs (no consumer groups). Ack completes the job; Nack
 // fails the attempt (retried with the job's backoff while attempts remain,
 // then failed for good); a message neither acked nor nacked when its
-// subscription ends is handed back to wait. Delivery is at least once. The
+// subscription ends (after the Worker's ShutdownTimeout) is handed back to wait. MetadataNack lets a nack fail the job for good
+// or snooze it; every message carries its delivery (MetadataAttemptsMade, …), and a job the
+// queue fails whatever happens is handed out marked MetadataDeferred. Delivery is at least once. The
 // message context is cancelled after Ack, Nack or the end of the
 // subscription. It is safe for concurrent use.
 type Subscriber struct {
@@ -73,6 +106,7 @@ func (s *Subscriber) Subscribe(ctx context.Context, topic string) (<-chan *messa
 		if msg.Metadata.Get(MetadataJobName) == "" && j.Name != "" {
 			msg.Metadata.Set(MetadataJobName, j.Name)
 		}
+		setDelivery(msg, j)
 		msgCtx, cancelMsg := context.WithCancel(subCtx)
 		defer cancelMsg()
 		msg.SetContext(msgCtx)
@@ -83,18 +117,32 @@ func (s *Subscriber) Subscribe(ctx context.Context, topic string) (<-chan *messa
 		case <-jobCtx.Done():
 			return nil, ErrHandBack
 		}
+		// Handed out: the consumer settles it, within the Worker's ShutdownTimeout when the
+		// subscription ends (then jobCtx is cancelled and the job handed back).
 		select {
 		case <-msg.Acked():
 			return nil, nil
 		case <-msg.Nacked():
-			return nil, errNacked
-		case <-subCtx.Done():
-			return nil, ErrHandBack
+			return nil, nackError(msg)
 		case <-jobCtx.Done():
 			return nil, ErrHandBack
 		}
 	}
-	w, err := NewWorker(s.cfg.workerConfig(topic, s.logger), handler)
+	wc := s.cfg.workerConfig(topic, s.logger)
+	// A job the queue fails without its handler still reaches the consumer, marked.
+	wc.DeferredFailureFunc = func(jobCtx context.Context, j *Job, reason string) error {
+		j.Metadata = maps.Clone(j.Metadata)
+		if j.Metadata == nil {
+			j.Metadata = map[string]string{}
+		}
+		j.Metadata[MetadataDeferred] = reason
+		_, err := handler(jobCtx, j)
+		if errors.Is(err, ErrHandBack) {
+			return err
+		}
+		return nil
+	}
+	w, err := NewWorker(wc, handler)
 	if err != nil {
 		cancel()
 		return nil, fmt.Errorf("bullmq.Subscribe: %w", err)
@@ -130,4 +178,28 @@ func (s *Subscriber) Close() error {
 	s.mu.Unlock()
 	s.subs.Wait()
 	return nil
+}
+
+// setDelivery records on msg what BullMQ knows of j's delivery.
+func setDelivery(msg *message.Message, j *Job) {
+	attempts := 1
+	if j.Opts != nil && j.Opts.Attempts > 0 {
+		attempts = j.Opts.Attempts
+	}
+	msg.Metadata.Set(MetadataAttemptsMade, strconv.Itoa(j.AttemptsMade))
+	msg.Metadata.Set(MetadataAttempts, strconv.Itoa(attempts))
+	msg.Metadata.Set(MetadataSnoozes, strconv.Itoa(j.Snoozes))
+	msg.Metadata.Set(MetadataSnoozedMs, strconv.FormatInt(j.Snoozed.Milliseconds(), 10))
+}
+
+// nackError is the handler error a nack of msg stands for (see MetadataNack).
+func nackError(msg *message.Message) error {
+	switch msg.Metadata.Get(MetadataNack) {
+	case NackFail:
+		return Unrecoverable(errNacked)
+	case NackSnooze:
+		ms, _ := strconv.ParseInt(msg.Metadata.Get(MetadataSnoozeMs), 10, 64)
+		return Snooze(time.Duration(ms)*time.Millisecond, errNacked)
+	}
+	return errNacked
 }

@@ -70,6 +70,9 @@ type Config struct {
 	OutboxMaxAttempts int `env:"OUTBOX_MAX_ATTEMPTS" envDefault:"20"`
 	// OutboxLease bounds how long a dispatcher holds claimed events before others may retry.
 	OutboxLease time.Duration `env:"OUTBOX_LEASE" envDefault:"30s"`
+	// QueueTransport carries the jobs: "bullmq" (Redis) or "memory" (an in-process GoChannel;
+	// `all` then needs no Redis; retries go back through the outbox).
+	QueueTransport string `env:"QUEUE_TRANSPORT" envDefault:"bullmq"`
 	// JobAttempts is how many times a BullMQ job runs before it fails for good.
 	JobAttempts int `env:"JOB_ATTEMPTS" envDefault:"5"`
 	// WorkerConcurrency is how many jobs of each queue one `work` process runs at once.
@@ -199,6 +202,9 @@ func (c Config) Validate() error {
 	if c.JobLockDuration < 10*time.Millisecond || c.JobStalledInterval < 10*time.Millisecond || c.JobMaxStalls < 0 {
 		errs = append(errs, errors.New("JOB_LOCK_DURATION and JOB_STALLED_INTERVAL must be at least 10ms, JOB_MAX_STALLS at least 0"))
 	}
+	if c.QueueTransport != TransportBullMQ && c.QueueTransport != TransportMemory {
+		errs = append(errs, errors.New("QUEUE_TRANSPORT must be bullmq or memory"))
+	}
 	if c.ReconcileInterval <= 0 || c.ReconcileMax < 0 {
 		errs = append(errs, errors.New("RECONCILE_INTERVAL must be positive and RECONCILE_MAX at least 0"))
 	}
@@ -225,6 +231,15 @@ func (c Config) Validate() error {
 	return errors.Join(errs...)
 }
 
+// Queue transports (QUEUE_TRANSPORT).
+const (
+	TransportBullMQ = "bullmq"
+	TransportMemory = "memory"
+)
+
+// Memory reports whether the jobs travel in process (QUEUE_TRANSPORT=memory).
+func (c Config) Memory() bool { return c.QueueTransport == TransportMemory }
+
 // JobBackoff is the first retry delay of a job; retry n waits JobBackoff × 2^(n-1).
 const JobBackoff = time.Second
 
@@ -234,10 +249,14 @@ const JobBackoff = time.Second
 func (c Config) QuietestHealthyTask() time.Duration {
 	backoff := time.Duration(0)
 	for n := 1; n < c.JobAttempts && n < 32; n++ {
-		backoff += JobBackoff << (n - 1)
+		backoff += JobRetryDelay(n)
 	}
 	return c.JobLockDuration + backoff
 }
+
+// JobRetryDelay is the wait before a job's attempt n+1 after attempt n (from 1) failed:
+// JobBackoff × 2^(n-1), as BullMQ's exponential backoff.
+func JobRetryDelay(n int) time.Duration { return JobBackoff << (min(max(n, 1), 32) - 1) }
 
 // devKeys names the key settings that would use a development key: unset, or holding the
 // public development secret. UPLOAD_SIGNING_KEY counts only with local storage.

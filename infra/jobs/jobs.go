@@ -1,11 +1,16 @@
-// Package jobs runs the application's job handlers (app/worker) on BullMQ queues: one
-// infra/bullmq Worker per queue, each job's data decoded as the app's envelope
-// (worker.DecodeEnvelope) and handed to the queue's worker.Handler, whose error says what
-// becomes of the job: nil completes it, a worker.SnoozeError delays it without spending an
-// attempt, a worker.Permanent error fails it for good, any other error is retried by BullMQ
-// with the job's backoff (or fails it on the last attempt). The handlers log each attempt;
-// this package counts them (Metrics) and reports queue depth at scrape time
-// (QueueCollector).
+// Package jobs runs the application's job handlers (app/worker) over a transport: a
+// watermill message.Subscriber that delivers each queue's jobs (topic = queue name), and the
+// transport's way to settle a job once its handler returned (Transport). Two transports
+// exist: BullMQ (production; NewBullMQ) and Memory (a GoChannel in one process, whose
+// retries go back through the outbox; NewMemory).
+//
+// Each job's data is decoded as the app's envelope (worker.DecodeEnvelope) and handed to the
+// queue's worker.Handler, whose error says what becomes of the job: nil completes it, a
+// worker.SnoozeError delays it without spending an attempt, a worker.Permanent error fails
+// it for good, any other error is retried with the job's backoff (or fails it on the last
+// attempt). A job the transport fails whatever its handler does (BullMQ: stalled too often)
+// fails its task through the queue's worker.TaskKind. The handlers log each attempt; this
+// package counts them (Metrics).
 package jobs
 
 import (
@@ -15,53 +20,76 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/listingkit/listing/app/worker"
 	"github.com/listingkit/listing/domain"
-	"github.com/listingkit/listing/infra/bullmq"
 	"github.com/listingkit/listing/infra/metrics"
 )
 
+// Transport delivers jobs and settles them. Implementations are safe for concurrent use.
+type Transport interface {
+	// Subscriber delivers the jobs of each queue (topic = queue name). The Runner does not
+	// close it.
+	Subscriber() message.Subscriber
+	// Delivery reads what the transport knows of msg's delivery. deferred, when not empty,
+	// is why the transport fails the job whatever its handler would do: the handler is not
+	// run, the job's task fails (JOB_STALLED).
+	Delivery(msg *message.Message) (d worker.Delivery, deferred string)
+	// Settle acks or nacks msg, whose handler returned err for job (see the package
+	// comment). After a shutdown (ctx done, err context.Canceled) it may leave msg
+	// unsettled, to be handed back.
+	Settle(ctx context.Context, msg *message.Message, job worker.Job, err error)
+}
+
 // Config configures a Runner.
 type Config struct {
-	// BullMQ is the shared queue configuration (Redis client, prefix). Required.
-	BullMQ bullmq.Config
+	// Transport delivers and settles the jobs. Required.
+	Transport Transport
 	// Concurrency is how many jobs of each queue run at once. Default 4.
 	Concurrency int
 	// Handlers maps each queue to its handler. Required.
 	Handlers map[string]worker.Handler
-	// Logger receives one line per failed job attempt and per failed queue-depth read.
-	// Default slog.Default().
-	Logger *slog.Logger
-	// Kinds describes the task of each queue (optional per queue): a job that the queue fails
-	// without running its handler (stalled more than MaxStalledCount times) records a final
-	// failure, JOB_STALLED, on its task through the queue's Kind.
+	// Kinds describes the task of each queue (optional per queue), to fail the task of a job
+	// the transport fails without its handler.
 	Kinds map[string]worker.TaskKind
-	// LockDuration, StalledInterval and MaxStalledCount are the BullMQ workers' (see
-	// bullmq.WorkerConfig; zero: its defaults).
-	LockDuration    time.Duration
-	StalledInterval time.Duration
-	MaxStalledCount int
-	// Registerer receives the Metrics and a QueueCollector of the Handlers' queues.
-	// Optional: nil keeps the metrics unregistered. Collectors already registered on it
-	// (by another Runner) are reused.
+	// ShutdownTimeout is how long running handlers may go on after Run's context ended
+	// before their context is cancelled. Default 10s.
+	ShutdownTimeout time.Duration
+	// JobTimeout, when positive, bounds each handler call (its context's deadline).
+	JobTimeout time.Duration
+	// Logger receives a line for what no handler logged (a panic, an unreadable envelope, a
+	// deferred failure). Default slog.Default().
+	Logger *slog.Logger
+	// Registerer receives the Metrics and, when the Transport has one (QueueCollectors), a
+	// collector of its queues' depth. Optional: nil keeps them unregistered. Collectors
+	// already registered on it (by another Runner) are reused.
 	Registerer prometheus.Registerer
+}
+
+// QueueCollectors is a Transport that reports the depth of its queues.
+type QueueCollectors interface {
+	QueueCollector(queues []string, log *slog.Logger) prometheus.Collector
 }
 
 // Runner consumes every queue of Config.Handlers until its context ends.
 type Runner struct {
-	workers []*bullmq.Worker
+	cfg     Config
+	metrics *Metrics
 }
 
-// NewRunner builds one BullMQ worker per queue.
+// NewRunner returns a Runner.
 func NewRunner(cfg Config) (*Runner, error) {
-	if len(cfg.Handlers) == 0 {
-		return nil, errors.New("jobs.NewRunner: no handlers")
+	if len(cfg.Handlers) == 0 || cfg.Transport == nil {
+		return nil, errors.New("jobs.NewRunner: Transport and Handlers are required")
 	}
 	if cfg.Concurrency <= 0 {
 		cfg.Concurrency = 4
+	}
+	if cfg.ShutdownTimeout == 0 {
+		cfg.ShutdownTimeout = 10 * time.Second
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
@@ -70,77 +98,107 @@ func NewRunner(cfg Config) (*Runner, error) {
 	if err != nil {
 		return nil, fmt.Errorf("jobs.NewRunner: %w", err)
 	}
-	r := &Runner{}
 	queues := make([]string, 0, len(cfg.Handlers))
-	for queue, h := range cfg.Handlers {
-		wc := bullmq.WorkerConfig{Config: cfg.BullMQ, Queue: queue, Concurrency: cfg.Concurrency, Name: "listing",
-			LockDuration: cfg.LockDuration, StalledInterval: cfg.StalledInterval, MaxStalledCount: cfg.MaxStalledCount}
-		if k, ok := cfg.Kinds[queue]; ok {
-			wc.DeferredFailureFunc = abandon(queue, k, cfg.Logger, m)
-		}
-		w, err := bullmq.NewWorker(wc, Adapt(queue, h, cfg.Logger, m))
-		if err != nil {
-			return nil, fmt.Errorf("jobs.NewRunner %s: %w", queue, err)
-		}
-		r.workers = append(r.workers, w)
-		queues = append(queues, queue)
+	for queue := range cfg.Handlers {
 		m.initQueue(queue)
+		queues = append(queues, queue)
 	}
-	if cfg.Registerer != nil {
+	if qc, ok := cfg.Transport.(QueueCollectors); ok && cfg.Registerer != nil {
 		var regErr error
-		metrics.Register(cfg.Registerer, NewQueueCollector(cfg.BullMQ, queues, cfg.Logger), &regErr)
+		metrics.Register(cfg.Registerer, qc.QueueCollector(queues, cfg.Logger), &regErr)
 		if regErr != nil {
 			return nil, fmt.Errorf("jobs.NewRunner: %w", regErr)
 		}
 	}
-	return r, nil
+	return &Runner{cfg: cfg, metrics: m}, nil
 }
 
-// Run consumes until ctx ends, then shuts every worker down gracefully.
+// Run consumes until ctx ends, then lets running handlers finish (ShutdownTimeout) and
+// returns.
 func (r *Runner) Run(ctx context.Context) error {
-	g, ctx := errgroup.WithContext(ctx)
-	for _, w := range r.workers {
-		g.Go(func() error { return w.Run(ctx) })
+	jobCtx, cancelJobs := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancelJobs()
+	go func() {
+		<-ctx.Done()
+		select {
+		case <-time.After(r.cfg.ShutdownTimeout):
+			cancelJobs()
+		case <-jobCtx.Done():
+		}
+	}()
+	g, gctx := errgroup.WithContext(ctx)
+	for queue, h := range r.cfg.Handlers {
+		msgs, err := r.cfg.Transport.Subscriber().Subscribe(gctx, queue)
+		if err != nil {
+			return fmt.Errorf("jobs.Run: subscribe %s: %w", queue, err)
+		}
+		consume := r.consumer(queue, h)
+		for range r.cfg.Concurrency {
+			g.Go(func() error {
+				for msg := range msgs {
+					consume(jobCtx, ctx, msg)
+				}
+				return nil
+			})
+		}
 	}
 	return g.Wait()
 }
 
-// Adapt turns a worker.Handler into a BullMQ handler that records each attempt in m
-// (nil: no metrics). A handler panic is an error of that attempt.
-func Adapt(queue string, h worker.Handler, log *slog.Logger, m *Metrics) bullmq.HandlerFunc {
-	if m == nil {
-		m, _ = NewMetrics(nil)
-	}
-	outcomes, duration := m.Jobs.MustCurryWith(prometheus.Labels{"queue": queue}), m.Duration.WithLabelValues(queue)
-	return func(ctx context.Context, j *bullmq.Job) (any, error) {
-		job, err := jobOf(j)
+// consumer returns what handles one message of queue: jobCtx is the handlers' context,
+// runCtx the Runner's (done: shutting down).
+func (r *Runner) consumer(queue string, h worker.Handler) func(jobCtx, runCtx context.Context, msg *message.Message) {
+	log, t := r.cfg.Logger, r.cfg.Transport
+	outcomes := r.metrics.Jobs.MustCurryWith(prometheus.Labels{"queue": queue})
+	duration := r.metrics.Duration.WithLabelValues(queue)
+	kind := r.cfg.Kinds[queue]
+	return func(jobCtx, runCtx context.Context, msg *message.Message) {
+		d, deferred := t.Delivery(msg)
+		env, err := worker.DecodeEnvelope(msg.Payload)
 		if err != nil {
 			outcomes.WithLabelValues(OutcomeFailed).Inc()
-			log.ErrorContext(ctx, "job", "queue", queue, "job_id", j.ID, "outcome", worker.OutcomeFailed, "error", err.Error())
-			return nil, bullmq.Unrecoverable(err)
+			log.ErrorContext(jobCtx, "job", "queue", queue, "job_id", msg.UUID, "outcome", worker.OutcomeFailed, "error", err.Error())
+			t.Settle(jobCtx, msg, worker.Job{ID: msg.UUID, Attempt: d.Attempt}, err)
+			return
+		}
+		job := env.Job(d)
+		if deferred != "" {
+			outcomes.WithLabelValues(OutcomeFailed).Inc()
+			log.ErrorContext(jobCtx, "job failed without running: its task fails", "queue", queue, "job_id", job.ID,
+				"event_type", job.EventType, "workspace_id", job.WorkspaceID.String(), "reason", deferred,
+				"code", domain.ErrJobStalled.Code)
+			err := worker.Permanent(errors.New(deferred))
+			if kind != nil {
+				if aerr := kind.Abandon(jobCtx, job, worker.FailureOf(domain.ErrJobStalled)); aerr != nil {
+					log.ErrorContext(jobCtx, "recording a deferred failure failed; the reconciler will", "queue", queue,
+						"job_id", job.ID, "error", aerr.Error())
+				}
+			}
+			t.Settle(jobCtx, msg, job, err)
+			return
 		}
 		start := time.Now()
-		err = handle(ctx, h, job, queue, log)
-		duration.Observe(time.Since(start).Seconds())
-		if delay, ok := worker.SnoozeOf(err); ok {
-			outcomes.WithLabelValues(OutcomeSnoozed).Inc()
-			return nil, bullmq.Snooze(delay, err)
+		hctx, cancel := jobCtx, context.CancelFunc(func() {})
+		if r.cfg.JobTimeout > 0 {
+			hctx, cancel = context.WithTimeout(jobCtx, r.cfg.JobTimeout)
 		}
+		err = handle(hctx, h, job, queue, log)
+		cancel()
+		duration.Observe(time.Since(start).Seconds())
+		_, snoozed := worker.SnoozeOf(err)
 		switch {
 		case err == nil:
 			outcomes.WithLabelValues(OutcomeCompleted).Inc()
-			return map[string]any{"ok": true}, nil
-		case ctx.Err() != nil && errors.Is(err, context.Canceled):
-			// Shutdown: the bullmq Worker hands the job back without counting an attempt.
-		case worker.IsPermanent(err):
-			outcomes.WithLabelValues(OutcomeFailed).Inc()
-			return nil, bullmq.Unrecoverable(err)
-		case job.LastAttempt:
+		case runCtx.Err() != nil && errors.Is(err, context.Canceled):
+			// Shutdown: the transport hands the job back without counting an attempt.
+		case snoozed:
+			outcomes.WithLabelValues(OutcomeSnoozed).Inc()
+		case worker.IsPermanent(err) || job.LastAttempt:
 			outcomes.WithLabelValues(OutcomeFailed).Inc()
 		default:
 			outcomes.WithLabelValues(OutcomeRetry).Inc()
 		}
-		return nil, err
+		t.Settle(jobCtx, msg, job, err)
 	}
 }
 
@@ -157,35 +215,4 @@ func handle(ctx context.Context, h worker.Handler, job worker.Job, queue string,
 		}
 	}()
 	return h.Handle(ctx, job)
-}
-
-// jobOf reads the job envelope of j (an error is worker.Permanent).
-func jobOf(j *bullmq.Job) (worker.Job, error) {
-	env, err := worker.DecodeEnvelope(j.Data)
-	if err != nil {
-		return worker.Job{}, fmt.Errorf("job %s: %w", j.ID, err)
-	}
-	attempts := 1
-	if j.Opts != nil {
-		attempts = j.Opts.Attempts
-	}
-	return env.Job(worker.Delivery{ID: j.ID, Attempt: j.AttemptsMade + 1, Attempts: attempts,
-		Snoozes: j.Snoozes, Snoozed: j.Snoozed}), nil
-}
-
-// abandon returns the bullmq.WorkerConfig.DeferredFailureFunc of a queue: the job's task
-// fails with JOB_STALLED (a worker that keeps dying on it), counted as a failed job.
-func abandon(queue string, k worker.TaskKind, log *slog.Logger, m *Metrics) func(context.Context, *bullmq.Job, string) error {
-	failed := m.Jobs.WithLabelValues(queue, OutcomeFailed)
-	return func(ctx context.Context, j *bullmq.Job, reason string) error {
-		failed.Inc()
-		job, err := jobOf(j)
-		if err != nil {
-			return err
-		}
-		log.ErrorContext(ctx, "job failed without running: its task fails", "queue", queue, "job_id", j.ID,
-			"event_type", job.EventType, "workspace_id", job.WorkspaceID.String(), "reason", reason,
-			"code", domain.ErrJobStalled.Code)
-		return k.Abandon(ctx, job, worker.FailureOf(domain.ErrJobStalled))
-	}
 }

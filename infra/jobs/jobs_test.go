@@ -62,6 +62,15 @@ func setup(t *testing.T) bundle {
 	return bundle{rdb: rdb, bcfg: bcfg, pub: pub, reg: prometheus.NewRegistry(), prefix: prefix}
 }
 
+// transport is a BullMQ transport on the bundle's queues, closed when t ends.
+func (b bundle) transport(t *testing.T) jobs.BullMQ {
+	t.Helper()
+	tr, err := jobs.NewBullMQ(bullmq.SubscriberConfig{Config: b.bcfg, Concurrency: 4})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = tr.Close() })
+	return tr
+}
+
 func deletePrefix(rdb *redis.Client, prefix string) {
 	ctx := context.Background()
 	iter := rdb.Scan(ctx, 0, prefix+":*", 1000).Iterator()
@@ -170,7 +179,7 @@ func TestRunnerMetrics(t *testing.T) {
 	var logs bytes.Buffer
 	var logMu sync.Mutex
 	log := slog.New(slog.NewTextHandler(&lockedWriter{w: &logs, mu: &logMu}, nil))
-	r, err := jobs.NewRunner(jobs.Config{BullMQ: b.bcfg, Concurrency: 4, Logger: log, Registerer: b.reg,
+	r, err := jobs.NewRunner(jobs.Config{Transport: b.transport(t), Concurrency: 4, Logger: log, Registerer: b.reg,
 		Handlers: map[string]worker.Handler{q: behave, idle: behave}})
 	require.NoError(t, err)
 
@@ -274,11 +283,11 @@ func TestQueueCollectorRedisDown(t *testing.T) {
 func TestRunnersShareRegistry(t *testing.T) {
 	b := setup(t)
 	h := map[string]worker.Handler{"jobs-s": behave}
-	_, err := jobs.NewRunner(jobs.Config{BullMQ: b.bcfg, Handlers: h, Registerer: b.reg})
+	_, err := jobs.NewRunner(jobs.Config{Transport: b.transport(t), Handlers: h, Registerer: b.reg})
 	require.NoError(t, err)
-	_, err = jobs.NewRunner(jobs.Config{BullMQ: b.bcfg, Handlers: h, Registerer: b.reg})
+	_, err = jobs.NewRunner(jobs.Config{Transport: b.transport(t), Handlers: h, Registerer: b.reg})
 	require.NoError(t, err)
-	_, err = jobs.NewRunner(jobs.Config{BullMQ: b.bcfg, Handlers: h}) // no registry
+	_, err = jobs.NewRunner(jobs.Config{Transport: b.transport(t), Handlers: h}) // no registry
 	require.NoError(t, err)
 	assert.Equal(t, len(bullmq.JobStates()), testutil.CollectAndCount(b.reg, "listing_job_queue_jobs"))
 	assert.Equal(t, 4, testutil.CollectAndCount(b.reg, "listing_jobs_total"))

@@ -494,7 +494,8 @@ func toMessage(c claimed) (*message.Message, error) {
 		return nil, err
 	}
 	msg := message.NewMessage(c.ID.String(), b)
-	for _, k := range []string{MetadataAggregateType, MetadataAggregateID, MetadataCorrelationID, MetadataTraceParent, MetadataTraceState} {
+	for _, k := range []string{MetadataAggregateType, MetadataAggregateID, MetadataCorrelationID, MetadataTraceParent, MetadataTraceState,
+		MetadataJobAttempt, MetadataJobSnoozes, MetadataJobSnoozedMs} {
 		if v := c.Metadata[k]; v != "" {
 			msg.Metadata.Set(k, v)
 		}

@@ -59,9 +59,10 @@ func StartAll(t testing.TB, opts ...Option) *Env {
 	}}, opts...))
 	ctx, cancel := context.WithCancel(context.Background())
 	reg := listing.NewRegistry()
-	d, cleanupDispatch, err := listing.InitializeDispatch(ctx, e.Config, reg, log)
+	queues := listing.NewQueues(e.Config)
+	d, cleanupDispatch, err := listing.InitializeDispatch(ctx, e.Config, queues, reg, log)
 	require.NoError(t, err)
-	w, cleanupWork, err := listing.InitializeWork(ctx, e.Config, reg, log)
+	w, cleanupWork, err := listing.InitializeWork(ctx, e.Config, queues, reg, log)
 	require.NoError(t, err)
 	e.Work = w
 	var wg sync.WaitGroup

@@ -1,0 +1,78 @@
+package jobs
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"strconv"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/listingkit/listing/app/worker"
+	"github.com/listingkit/listing/infra/bullmq"
+)
+
+// BullMQ is the production Transport: the jobs of BullMQ queues in Redis, through a
+// bullmq.Subscriber.
+type BullMQ struct {
+	sub *bullmq.Subscriber
+	cfg bullmq.Config
+}
+
+var _ Transport = BullMQ{}
+
+// NewBullMQ returns the BullMQ transport; Close closes its subscriber (not the Redis client).
+func NewBullMQ(cfg bullmq.SubscriberConfig) (BullMQ, error) {
+	sub, err := bullmq.NewSubscriber(cfg, nil)
+	if err != nil {
+		return BullMQ{}, err
+	}
+	return BullMQ{sub: sub, cfg: cfg.Config}, nil
+}
+
+// QueueCollector implements QueueCollectors: job counts by state, read at scrape time.
+func (b BullMQ) QueueCollector(queues []string, log *slog.Logger) prometheus.Collector {
+	return NewQueueCollector(b.cfg, queues, log)
+}
+
+// Subscriber implements Transport.
+func (b BullMQ) Subscriber() message.Subscriber { return b.sub }
+
+// Close ends the subscriptions.
+func (b BullMQ) Close() error { return b.sub.Close() }
+
+// Delivery implements Transport from the Subscriber's metadata.
+func (BullMQ) Delivery(msg *message.Message) (worker.Delivery, string) {
+	num := func(k string) int {
+		n, _ := strconv.Atoi(msg.Metadata.Get(k))
+		return n
+	}
+	return worker.Delivery{ID: msg.UUID, Attempt: num(bullmq.MetadataAttemptsMade) + 1, Attempts: num(bullmq.MetadataAttempts),
+		Snoozes: num(bullmq.MetadataSnoozes), Snoozed: time.Duration(num(bullmq.MetadataSnoozedMs)) * time.Millisecond,
+	}, msg.Metadata.Get(bullmq.MetadataDeferred)
+}
+
+// Settle implements Transport: Ack completes the job; a nack retries it, fails it for good
+// (worker.Permanent) or snoozes it (worker.SnoozeError).
+func (BullMQ) Settle(ctx context.Context, msg *message.Message, _ worker.Job, err error) {
+	if delay, ok := worker.SnoozeOf(err); ok {
+		msg.Metadata.Set(bullmq.MetadataNack, bullmq.NackSnooze)
+		msg.Metadata.Set(bullmq.MetadataSnoozeMs, strconv.FormatInt(delay.Milliseconds(), 10))
+		msg.Nack()
+		return
+	}
+	switch {
+	case err == nil:
+		msg.Ack()
+	case ctx.Err() != nil && errors.Is(err, context.Canceled):
+		// Shutdown: left unsettled, the job is handed back when the subscription ends.
+	case worker.IsPermanent(err):
+		msg.Metadata.Set(bullmq.MetadataNack, bullmq.NackFail)
+		msg.Nack()
+	default:
+		msg.Metadata.Set(bullmq.MetadataNack, bullmq.NackRetry)
+		msg.Nack()
+	}
+}
