@@ -211,31 +211,25 @@ func ProvideApplication(cfg config.Config, b *bus.Bus, pool *pgxpool.Pool, hashe
 		return nil, err
 	}
 	flow := commands.FlowDeps{Operations: repos.Operations, Events: events, Now: now}
-	stores := commands.StoreHandlers{FlowDeps: flow, Stores: repos.Stores, Verifications: repos.Verifications,
-		Cipher: cipher, Platforms: cfg.Platforms}
-	media := commands.MediaHandlers{FlowDeps: flow, Media: repos.Media, Tasks: repos.MediaTasks, Transfers: repos.Transfers,
-		Storage: store, MaxBytes: cfg.MediaMaxBytes, UploadTTL: time.Hour}
-	publishing := commands.PublishingHandlers{FlowDeps: flow, Products: repos.Products, Stores: repos.Stores,
-		Publications: repos.Publications, Syncs: repos.Syncs, AITasks: repos.AITasks}
 	accounts := repos.Accounts
 	return &app.Application{
 		Bus: b,
 		Commands: app.Commands{
-			RegisterUser:     commands.RegisterUserHandler{Accounts: accounts, Refresh: accounts, Hasher: hasher, Tokens: tokens, Now: now},
-			Login:            commands.LoginHandler{Accounts: accounts, Refresh: accounts, Hasher: hasher, Tokens: tokens, Now: now, DummyHash: dummy},
-			RefreshSession:   commands.RefreshSessionHandler{Refresh: accounts, Tokens: tokens, Now: now},
-			CreateProduct:    commands.CreateProductHandler{Products: repos.Products, Now: now},
-			SaveProductDraft: commands.SaveProductDraftHandler{Products: repos.Products, Now: now},
+			RegisterUser:     commands.NewRegisterUserHandler(accounts, accounts, hasher, tokens, now),
+			Login:            commands.NewLoginHandler(accounts, accounts, hasher, tokens, now, dummy),
+			RefreshSession:   commands.NewRefreshSessionHandler(accounts, tokens, now),
+			CreateProduct:    commands.NewCreateProductHandler(repos.Products, now),
+			SaveProductDraft: commands.NewSaveProductDraftHandler(repos.Products, now),
 
-			CreateStore:               bus.HandlerFunc[commands.CreateStore, commands.Started[domain.Store]](stores.Create),
-			ReplaceStoreAuthorization: bus.HandlerFunc[commands.ReplaceStoreAuthorization, commands.Started[domain.Store]](stores.ReplaceAuthorization),
-			VerifyStore:               bus.HandlerFunc[commands.VerifyStore, commands.Started[domain.Store]](stores.Verify),
-			CreateMedia:               bus.HandlerFunc[commands.CreateMedia, commands.MediaUpload](media.Create),
-			CompleteMediaUpload:       bus.HandlerFunc[commands.CompleteMediaUpload, commands.Started[domain.Media]](media.Complete),
-			CreateMaterialTransfer:    bus.HandlerFunc[commands.CreateMaterialTransfer, commands.Started[domain.MaterialTransfer]](media.Transfer),
-			PublishProduct:            bus.HandlerFunc[commands.PublishProduct, commands.Started[domain.Publication]](publishing.Publish),
-			SyncStoreProducts:         bus.HandlerFunc[commands.SyncStoreProducts, commands.Started[domain.ProductSync]](publishing.Sync),
-			CreateAITask:              bus.HandlerFunc[commands.CreateAITask, commands.Started[domain.AITask]](publishing.CreateAI),
+			CreateStore:               commands.NewCreateStoreHandler(flow, repos.Stores, repos.Verifications, cipher, cfg.Platforms),
+			ReplaceStoreAuthorization: commands.NewReplaceStoreAuthorizationHandler(flow, repos.Stores, repos.Verifications, cipher),
+			VerifyStore:               commands.NewVerifyStoreHandler(flow, repos.Stores, repos.Verifications),
+			CreateMedia:               commands.NewCreateMediaHandler(repos.Media, store, now, cfg.MediaMaxBytes, time.Hour),
+			CompleteMediaUpload:       commands.NewCompleteMediaUploadHandler(flow, repos.Media, repos.MediaTasks),
+			CreateMaterialTransfer:    commands.NewCreateMaterialTransferHandler(flow, repos.Transfers),
+			PublishProduct:            commands.NewPublishProductHandler(flow, repos.Products, repos.Stores, repos.Publications),
+			SyncStoreProducts:         commands.NewSyncStoreProductsHandler(flow, repos.Stores, repos.Syncs),
+			CreateAITask:              commands.NewCreateAITaskHandler(flow, repos.Products, repos.AITasks),
 		},
 		Queries: query.Queries{Tx: postgres.Transactor{Pool: pool}, Accounts: accounts, Products: repos.Products,
 			Operations: repos.Operations, Stores: repos.Stores, Media: repos.Media, Transfers: repos.Transfers,

@@ -114,6 +114,10 @@ var (
 	// ErrServiceBusy: the process is at its bound of a costly resource (password hashing)
 	// and none freed up in time; nothing was done, retry after RetryAfter.
 	ErrServiceBusy = NewError(KindUnavailable, "SERVICE_BUSY", "the service is busy; retry later")
+	// ErrInternal is a failure the client can do nothing about; its message hides the cause.
+	ErrInternal = NewError(KindInternal, "INTERNAL", "internal error")
+	// ErrMethodNotAllowed: the resource exists but not with this method (HTTP 405).
+	ErrMethodNotAllowed = NewError(KindInvalid, "METHOD_NOT_ALLOWED", "the method is not allowed on this resource")
 )
 
 // Invalid returns a VALIDATION_FAILED error naming one offending field.

@@ -48,8 +48,13 @@ func NewOperation(workspaceID, createdBy uuid.UUID, typ, resourceType string, re
 		ResourceType: resourceType, ResourceID: resourceID, Version: 1, CreatedBy: createdBy, CreatedAt: now, UpdatedAt: now}
 }
 
-// ErrOperationFinished is returned when a finished operation is asked to change.
-var ErrOperationFinished = NewError(KindConflict, "OPERATION_FINISHED", "the operation has finished")
+// Operation error codes.
+var (
+	// ErrOperationNotFound: no such operation in the caller's workspace.
+	ErrOperationNotFound = NewError(KindNotFound, "OPERATION_NOT_FOUND", "the operation does not exist")
+	// ErrOperationFinished is returned when a finished operation is asked to change.
+	ErrOperationFinished = NewError(KindConflict, "OPERATION_FINISHED", "the operation has finished")
+)
 
 // Start moves pending → running. It reports false (no change) when already running; a
 // finished operation is ErrOperationFinished.

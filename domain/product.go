@@ -33,6 +33,7 @@ type ProductContent struct {
 
 // Product error codes.
 var (
+	ErrProductNotFound  = NewError(KindNotFound, "PRODUCT_NOT_FOUND", "the product does not exist")
 	ErrRevisionMismatch = NewError(KindPreconditionFailed, "REVISION_MISMATCH",
 		"the product changed since the revision given in If-Match")
 	ErrPreconditionRequired = NewError(KindPreconditionRequired, "PRECONDITION_REQUIRED",

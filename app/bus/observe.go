@@ -50,7 +50,7 @@ func Observe(logger *slog.Logger, m *Metrics) Middleware {
 		case err != nil && errors.As(err, &de) && de.Kind != domain.KindInternal:
 			outcome = de.Code
 		case err != nil:
-			outcome = "INTERNAL"
+			outcome = domain.ErrInternal.Code
 			logger.ErrorContext(ctx, "command failed", "command", inv.Name,
 				"workspace_id", inv.Actor.WorkspaceID.String(), "user_id", inv.Actor.UserID.String(), "err", err)
 		case out.Replayed:

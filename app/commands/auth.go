@@ -1,12 +1,16 @@
 package commands
 
 import (
+	"context"
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/base64"
 	"fmt"
 	"time"
 
+	"github.com/google/uuid"
+
+	"github.com/listingkit/listing/app/port"
 	"github.com/listingkit/listing/domain"
 )
 
@@ -37,4 +41,27 @@ func newRefreshToken() (token string, hash []byte, err error) {
 func HashRefreshToken(token string) []byte {
 	h := sha256.Sum256([]byte(token))
 	return h[:]
+}
+
+// startSession issues an access token and a refresh token in family (a new family when
+// family is uuid.Nil).
+func startSession(ctx context.Context, refresh port.RefreshTokens, tokens port.TokenIssuer, user domain.User, family uuid.UUID, now time.Time) (Session, error) {
+	var err error
+	if family == uuid.Nil {
+		if family, err = refresh.NewFamily(ctx, user.ID); err != nil {
+			return Session{}, err
+		}
+	}
+	token, hash, err := newRefreshToken()
+	if err != nil {
+		return Session{}, err
+	}
+	if err := refresh.Insert(ctx, hash, family, user.ID, now.Add(RefreshTTL)); err != nil {
+		return Session{}, err
+	}
+	access, err := tokens.Issue(user.ID)
+	if err != nil {
+		return Session{}, fmt.Errorf("issue access token: %w", err)
+	}
+	return Session{User: user, AccessToken: access.Token, ExpiresIn: access.ExpiresIn, RefreshToken: token}, nil
 }

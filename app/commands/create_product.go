@@ -21,17 +21,23 @@ func (CreateProduct) CommandName() string { return "CreateProduct" }
 
 // CreateProductHandler handles CreateProduct.
 type CreateProductHandler struct {
-	Products port.Products
-	Now      port.Clock
+	products port.Products
+	now      port.Clock
 }
 
-// Handle implements bus.Handler.
+// NewCreateProductHandler returns the handler. It panics on a nil dependency.
+func NewCreateProductHandler(products port.Products, now port.Clock) CreateProductHandler {
+	mustHave("CreateProductHandler", products, now)
+	return CreateProductHandler{products: products, now: now}
+}
+
+// Handle implements bus.Handler: it validates the content and inserts the product.
 func (h CreateProductHandler) Handle(ctx context.Context, cmd CreateProduct) (domain.Product, error) {
-	p, err := domain.NewProduct(cmd.ProductID, cmd.WorkspaceID, cmd.Content, h.Now())
+	p, err := domain.NewProduct(cmd.ProductID, cmd.WorkspaceID, cmd.Content, h.now())
 	if err != nil {
 		return domain.Product{}, err
 	}
-	if err := h.Products.Insert(ctx, p); err != nil {
+	if err := h.products.Insert(ctx, p); err != nil {
 		return domain.Product{}, err
 	}
 	return p, nil

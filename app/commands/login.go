@@ -26,13 +26,20 @@ func (c Login) String() string { return "Login{" + c.Email + "}" }
 // LoginHandler handles Login. Unknown email and wrong password take the same time and give
 // the same error, so the endpoint does not reveal which accounts exist.
 type LoginHandler struct {
-	Accounts port.Accounts
-	Refresh  port.RefreshTokens
-	Hasher   port.PasswordHasher
-	Tokens   port.TokenIssuer
-	Now      port.Clock
-	// DummyHash is verified when the email is unknown, to even out the timing.
-	DummyHash string
+	accounts  port.Accounts
+	refresh   port.RefreshTokens
+	hasher    port.PasswordHasher
+	tokens    port.TokenIssuer
+	now       port.Clock
+	dummyHash string
+}
+
+// NewLoginHandler returns the handler. dummyHash, a hash made by hasher, is verified when
+// the email is unknown, to even out the timing. It panics on a nil dependency.
+func NewLoginHandler(accounts port.Accounts, refresh port.RefreshTokens, hasher port.PasswordHasher,
+	tokens port.TokenIssuer, now port.Clock, dummyHash string) LoginHandler {
+	mustHave("LoginHandler", accounts, refresh, hasher, tokens, now)
+	return LoginHandler{accounts: accounts, refresh: refresh, hasher: hasher, tokens: tokens, now: now, dummyHash: dummyHash}
 }
 
 // Handle implements bus.Handler.
@@ -41,22 +48,22 @@ func (h LoginHandler) Handle(ctx context.Context, cmd Login) (Session, error) {
 	if err != nil {
 		return Session{}, domain.ErrInvalidCredentials
 	}
-	user, err := h.Accounts.UserByEmail(ctx, email)
+	user, err := h.accounts.UserByEmail(ctx, email)
 	switch {
 	case errors.Is(err, domain.ErrNotFound):
-		if h.DummyHash != "" {
-			_, _ = h.Hasher.Verify(cmd.Password, h.DummyHash)
+		if h.dummyHash != "" {
+			_, _ = h.hasher.Verify(cmd.Password, h.dummyHash)
 		}
 		return Session{}, domain.ErrInvalidCredentials
 	case err != nil:
 		return Session{}, err
 	}
-	ok, err := h.Hasher.Verify(cmd.Password, user.PasswordHash)
+	ok, err := h.hasher.Verify(cmd.Password, user.PasswordHash)
 	if err != nil {
 		return Session{}, fmt.Errorf("Login: %w", err)
 	}
 	if !ok {
 		return Session{}, domain.ErrInvalidCredentials
 	}
-	return startSession(ctx, h.Refresh, h.Tokens, user, uuid.Nil, h.Now())
+	return startSession(ctx, h.refresh, h.tokens, user, uuid.Nil, h.now())
 }

@@ -29,9 +29,15 @@ type RefreshSessionResult struct {
 
 // RefreshSessionHandler handles RefreshSession.
 type RefreshSessionHandler struct {
-	Refresh port.RefreshTokens
-	Tokens  port.TokenIssuer
-	Now     port.Clock
+	refresh port.RefreshTokens
+	tokens  port.TokenIssuer
+	now     port.Clock
+}
+
+// NewRefreshSessionHandler returns the handler. It panics on a nil dependency.
+func NewRefreshSessionHandler(refresh port.RefreshTokens, tokens port.TokenIssuer, now port.Clock) RefreshSessionHandler {
+	mustHave("RefreshSessionHandler", refresh, tokens, now)
+	return RefreshSessionHandler{refresh: refresh, tokens: tokens, now: now}
 }
 
 // Handle implements bus.Handler.
@@ -39,21 +45,21 @@ func (h RefreshSessionHandler) Handle(ctx context.Context, cmd RefreshSession) (
 	if cmd.RefreshToken == "" || len(cmd.RefreshToken) > 128 {
 		return RefreshSessionResult{Rejected: domain.ErrRefreshTokenInvalid}, nil
 	}
-	now := h.Now()
-	family, user, outcome, err := h.Refresh.Use(ctx, HashRefreshToken(cmd.RefreshToken), now)
+	now := h.now()
+	family, user, outcome, err := h.refresh.Use(ctx, HashRefreshToken(cmd.RefreshToken), now)
 	if err != nil {
 		return RefreshSessionResult{}, err
 	}
 	switch outcome {
 	case port.RefreshReused:
-		if err := h.Refresh.RevokeFamily(ctx, family, "refresh token reused"); err != nil {
+		if err := h.refresh.RevokeFamily(ctx, family, "refresh token reused"); err != nil {
 			return RefreshSessionResult{}, err
 		}
 		return RefreshSessionResult{Rejected: domain.ErrRefreshTokenReused}, nil
 	case port.RefreshInvalid:
 		return RefreshSessionResult{Rejected: domain.ErrRefreshTokenInvalid}, nil
 	}
-	s, err := startSession(ctx, h.Refresh, h.Tokens, domain.User{ID: user}, family, now)
+	s, err := startSession(ctx, h.refresh, h.tokens, domain.User{ID: user}, family, now)
 	if err != nil {
 		return RefreshSessionResult{}, err
 	}

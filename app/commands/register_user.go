@@ -3,7 +3,6 @@ package commands
 import (
 	"context"
 	"fmt"
-	"time"
 
 	"github.com/google/uuid"
 
@@ -41,11 +40,18 @@ type RegisterUserResult struct {
 
 // RegisterUserHandler handles RegisterUser.
 type RegisterUserHandler struct {
-	Accounts port.Accounts
-	Refresh  port.RefreshTokens
-	Hasher   port.PasswordHasher
-	Tokens   port.TokenIssuer
-	Now      port.Clock
+	accounts port.Accounts
+	refresh  port.RefreshTokens
+	hasher   port.PasswordHasher
+	tokens   port.TokenIssuer
+	now      port.Clock
+}
+
+// NewRegisterUserHandler returns the handler. It panics on a nil dependency.
+func NewRegisterUserHandler(accounts port.Accounts, refresh port.RefreshTokens, hasher port.PasswordHasher,
+	tokens port.TokenIssuer, now port.Clock) RegisterUserHandler {
+	mustHave("RegisterUserHandler", accounts, refresh, hasher, tokens, now)
+	return RegisterUserHandler{accounts: accounts, refresh: refresh, hasher: hasher, tokens: tokens, now: now}
 }
 
 // Handle implements bus.Handler.
@@ -61,45 +67,22 @@ func (h RegisterUserHandler) Handle(ctx context.Context, cmd RegisterUser) (Regi
 	if err != nil {
 		return RegisterUserResult{}, err
 	}
-	hash, err := h.Hasher.Hash(cmd.Password)
+	hash, err := h.hasher.Hash(cmd.Password)
 	if err != nil {
 		return RegisterUserResult{}, fmt.Errorf("RegisterUser: %w", err)
 	}
-	now := h.Now()
+	now := h.now()
 	user := domain.User{ID: cmd.UserID, Email: email, PasswordHash: hash, CreatedAt: now}
-	if err := h.Accounts.CreateUser(ctx, user); err != nil {
+	if err := h.accounts.CreateUser(ctx, user); err != nil {
 		return RegisterUserResult{}, err
 	}
 	ws := domain.Workspace{ID: cmd.WorkspaceID, Name: name, CreatedAt: now}
-	if err := h.Accounts.CreateWorkspace(ctx, ws, user.ID); err != nil {
+	if err := h.accounts.CreateWorkspace(ctx, ws, user.ID); err != nil {
 		return RegisterUserResult{}, err
 	}
-	s, err := startSession(ctx, h.Refresh, h.Tokens, user, uuid.Nil, now)
+	s, err := startSession(ctx, h.refresh, h.tokens, user, uuid.Nil, now)
 	if err != nil {
 		return RegisterUserResult{}, err
 	}
 	return RegisterUserResult{Session: s, Workspace: ws}, nil
-}
-
-// startSession issues an access token and a refresh token in family (a new family when
-// family is uuid.Nil).
-func startSession(ctx context.Context, refresh port.RefreshTokens, tokens port.TokenIssuer, user domain.User, family uuid.UUID, now time.Time) (Session, error) {
-	var err error
-	if family == uuid.Nil {
-		if family, err = refresh.NewFamily(ctx, user.ID); err != nil {
-			return Session{}, err
-		}
-	}
-	token, hash, err := newRefreshToken()
-	if err != nil {
-		return Session{}, err
-	}
-	if err := refresh.Insert(ctx, hash, family, user.ID, now.Add(RefreshTTL)); err != nil {
-		return Session{}, err
-	}
-	access, err := tokens.Issue(user.ID)
-	if err != nil {
-		return Session{}, fmt.Errorf("issue access token: %w", err)
-	}
-	return Session{User: user, AccessToken: access.Token, ExpiresIn: access.ExpiresIn, RefreshToken: token}, nil
 }

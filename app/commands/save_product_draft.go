@@ -22,13 +22,20 @@ func (SaveProductDraft) CommandName() string { return "SaveProductDraft" }
 
 // SaveProductDraftHandler handles SaveProductDraft.
 type SaveProductDraftHandler struct {
-	Products port.Products
-	Now      port.Clock
+	products port.Products
+	now      port.Clock
 }
 
-// Handle implements bus.Handler.
+// NewSaveProductDraftHandler returns the handler. It panics on a nil dependency.
+func NewSaveProductDraftHandler(products port.Products, now port.Clock) SaveProductDraftHandler {
+	mustHave("SaveProductDraftHandler", products, now)
+	return SaveProductDraftHandler{products: products, now: now}
+}
+
+// Handle implements bus.Handler: under the product's row lock it saves the draft as the
+// next revision, or refuses with REVISION_MISMATCH when the product has moved on.
 func (h SaveProductDraftHandler) Handle(ctx context.Context, cmd SaveProductDraft) (domain.Product, error) {
-	return h.Products.Update(ctx, cmd.ProductID, func(p *domain.Product) error {
-		return p.SaveDraft(cmd.ExpectedRevision, cmd.Content, h.Now())
+	return h.products.Update(ctx, cmd.ProductID, func(p *domain.Product) error {
+		return p.SaveDraft(cmd.ExpectedRevision, cmd.Content, h.now())
 	})
 }

@@ -13,11 +13,12 @@ import (
 	"github.com/listingkit/listing/domain"
 )
 
+// The errors of reading a JSON body: codes the HTTP layer itself produces.
 var (
-	errBodyTooLarge = domain.NewError(domain.KindTooLarge, CodeBodyTooLarge, "the request body is too large")
-	errMediaType    = domain.NewError(domain.KindUnsupportedMedia, CodeUnsupportedMediaType, "send Content-Type: application/json")
-	errMalformed    = domain.NewError(domain.KindInvalid, CodeMalformedJSON, "the body is not valid JSON")
-	errUnknownField = domain.NewError(domain.KindInvalid, CodeUnknownField, "the body has a field this endpoint does not accept")
+	errBodyTooLarge = domain.NewError(domain.KindTooLarge, "BODY_TOO_LARGE", "the request body is too large")
+	errMediaType    = domain.NewError(domain.KindUnsupportedMedia, "UNSUPPORTED_MEDIA_TYPE", "send Content-Type: application/json")
+	errMalformed    = domain.NewError(domain.KindInvalid, "MALFORMED_JSON", "the body is not valid JSON")
+	errUnknownField = domain.NewError(domain.KindInvalid, "UNKNOWN_FIELD", "the body has a field this endpoint does not accept")
 )
 
 // readBody reads the whole body up to limit bytes, after checking it is JSON, and refuses a

@@ -129,7 +129,7 @@ func (s *Server) observe(next http.Handler) http.Handler {
 				}
 				s.log.ErrorContext(r.Context(), "panic", "request_id", requestID(r.Context()), "panic", p)
 				if rec.status == 0 {
-					writeProblem(rec, r, Problem{Status: 500, Code: CodeInternal, Detail: "the request failed; quote the request id when reporting it"})
+					writeProblem(rec, r, Problem{Status: 500, Code: domain.ErrInternal.Code, Detail: "the request failed; quote the request id when reporting it"})
 				}
 			}
 			route := chi.RouteContext(r.Context()).RoutePattern()

@@ -24,17 +24,6 @@ type Problem struct {
 // ProblemTypeBase prefixes problem types; the code completes the URI.
 const ProblemTypeBase = "https://listing.dev/problems/"
 
-// Codes the HTTP layer itself produces.
-const (
-	CodeMalformedJSON        = "MALFORMED_JSON"
-	CodeUnknownField         = "UNKNOWN_FIELD"
-	CodeBodyTooLarge         = "BODY_TOO_LARGE"
-	CodeUnsupportedMediaType = "UNSUPPORTED_MEDIA_TYPE"
-	CodeNotFound             = "NOT_FOUND"
-	CodeMethodNotAllowed     = "METHOD_NOT_ALLOWED"
-	CodeInternal             = "INTERNAL"
-)
-
 var kindStatus = map[domain.Kind]int{
 	domain.KindInternal:             http.StatusInternalServerError,
 	domain.KindInvalid:              http.StatusBadRequest,
@@ -64,7 +53,7 @@ func writeError(w http.ResponseWriter, r *http.Request, err error) {
 	var de *domain.Error
 	if !errors.As(err, &de) || de.Kind == domain.KindInternal {
 		loggerFrom(r.Context()).ErrorContext(r.Context(), "request failed", "request_id", requestID(r.Context()), "err", err)
-		writeProblem(w, r, Problem{Status: http.StatusInternalServerError, Code: CodeInternal,
+		writeProblem(w, r, Problem{Status: http.StatusInternalServerError, Code: domain.ErrInternal.Code,
 			Title: "Internal error", Detail: "the request failed; quote the request id when reporting it"})
 		return
 	}

@@ -1,7 +1,6 @@
 package httpapi
 
 import (
-	"errors"
 	"fmt"
 	"net/http"
 	"strconv"
@@ -12,8 +11,6 @@ import (
 
 	"github.com/listingkit/listing/app/bus"
 	"github.com/listingkit/listing/app/commands"
-	"github.com/listingkit/listing/app/port"
-	"github.com/listingkit/listing/app/query"
 	"github.com/listingkit/listing/domain"
 )
 
@@ -47,14 +44,6 @@ func productBody(p domain.Product) productJSON {
 }
 
 func etag(revision int) string { return `"` + strconv.Itoa(revision) + `"` }
-
-func (s *Server) scope(r *http.Request) query.Scope {
-	return query.Scope{WorkspaceID: workspaceID(r.Context()), UserID: userID(r.Context())}
-}
-
-func (s *Server) actor(r *http.Request) bus.Actor {
-	return bus.Actor{WorkspaceID: workspaceID(r.Context()), UserID: userID(r.Context())}
-}
 
 // createProduct: POST /v1/workspaces/{ws}/products, idempotent when a key is sent.
 func (s *Server) createProduct(w http.ResponseWriter, r *http.Request) {
@@ -92,17 +81,8 @@ func (s *Server) createProduct(w http.ResponseWriter, r *http.Request) {
 	s.respond(w, r, reply.Response, reply.Replayed, idem != nil, reply.Result, render)
 }
 
-var errProductNotFound = domain.NewError(domain.KindNotFound, "PRODUCT_NOT_FOUND", "the product does not exist")
-
 func productID(r *http.Request) (uuid.UUID, error) {
-	return pathID(r, "product_id", errProductNotFound)
-}
-
-func notFoundAs(err error, nf *domain.Error) error {
-	if err != nil && errors.Is(err, domain.ErrNotFound) {
-		return nf
-	}
-	return err
+	return pathID(r, "product_id", domain.ErrProductNotFound)
 }
 
 func (s *Server) getProduct(w http.ResponseWriter, r *http.Request) {
@@ -113,7 +93,7 @@ func (s *Server) getProduct(w http.ResponseWriter, r *http.Request) {
 	}
 	p, err := s.app.Queries.Product(r.Context(), s.scope(r), id)
 	if err != nil {
-		writeError(w, r, notFoundAs(err, errProductNotFound))
+		writeError(w, r, notFoundAs(err, domain.ErrProductNotFound))
 		return
 	}
 	w.Header().Set("ETag", etag(p.Revision))
@@ -136,28 +116,6 @@ func (s *Server) listProducts(w http.ResponseWriter, r *http.Request) {
 		out = append(out, productBody(p))
 	}
 	writeJSON(w, http.StatusOK, listBody(out, next))
-}
-
-// listBody is the list envelope: {"items": [...], "next_cursor": "…" | null}.
-func listBody[T any](items []T, next string) map[string]any {
-	var cursor any
-	if next != "" {
-		cursor = next
-	}
-	return map[string]any{"items": items, "next_cursor": cursor}
-}
-
-func pageOf(r *http.Request) (port.Page, error) {
-	q := r.URL.Query()
-	p := port.Page{Cursor: q.Get("cursor")}
-	if l := q.Get("limit"); l != "" {
-		n, err := strconv.Atoi(l)
-		if err != nil || n < 1 || n > 100 {
-			return p, domain.Invalid("limit", "must be an integer from 1 to 100")
-		}
-		p.Limit = n
-	}
-	return p, nil
 }
 
 // parseIfMatch reads If-Match: "<revision>", exactly as ETag gives it: a strong ETag holding
@@ -206,7 +164,7 @@ func (s *Server) saveProductDraft(w http.ResponseWriter, r *http.Request) {
 		Actor:   s.actor(r),
 	})
 	if err != nil {
-		writeError(w, r, notFoundAs(err, errProductNotFound))
+		writeError(w, r, notFoundAs(err, domain.ErrProductNotFound))
 		return
 	}
 	w.Header().Set("ETag", etag(reply.Result.Revision))

@@ -2,6 +2,12 @@
 // strict JSON decoding, RFC 9457 problem responses, idempotency headers, health, metrics and
 // the OpenAPI document (openapi.yaml, served at /openapi.yaml and kept true by a test).
 //
+// server.go is the router: every route is listed in routes. Each resource has one file
+// (products.go, stores.go, media.go, transfers.go, publications.go, syncs.go, ai_tasks.go,
+// operations.go, auth.go) with its JSON shapes and handlers; handle.go holds what they share.
+// Every POST/PUT that starts asynchronous work requires Idempotency-Key and answers
+// {"<resource>": …, "operation": …}.
+//
 // Handlers decode and validate input, build a command and run it through the command bus;
 // they never open transactions or talk to the database themselves. Logs carry one line per
 // request with method, route pattern, status and timing — never bodies, query strings,
@@ -21,6 +27,7 @@ import (
 
 	"github.com/listingkit/listing/app"
 	"github.com/listingkit/listing/app/port"
+	"github.com/listingkit/listing/domain"
 )
 
 //go:embed openapi.yaml
@@ -121,10 +128,10 @@ func (s *Server) routes() http.Handler {
 	r := chi.NewRouter()
 	r.Use(withRequestID, s.observe)
 	r.NotFound(func(w http.ResponseWriter, r *http.Request) {
-		writeProblem(w, r, Problem{Status: http.StatusNotFound, Code: CodeNotFound, Detail: "no such route"})
+		writeProblem(w, r, Problem{Status: http.StatusNotFound, Code: domain.ErrNotFound.Code, Detail: "no such route"})
 	})
 	r.MethodNotAllowed(func(w http.ResponseWriter, r *http.Request) {
-		writeProblem(w, r, Problem{Status: http.StatusMethodNotAllowed, Code: CodeMethodNotAllowed, Detail: "method not allowed on this route"})
+		writeProblem(w, r, Problem{Status: http.StatusMethodNotAllowed, Code: domain.ErrMethodNotAllowed.Code, Detail: "method not allowed on this route"})
 	})
 
 	r.Get("/healthz", s.healthz)
@@ -153,7 +160,36 @@ func (s *Server) routes() http.Handler {
 				r.Get("/products", s.listProducts)
 				r.Get("/products/{product_id}", s.getProduct)
 				r.Put("/products/{product_id}/draft", s.saveProductDraft)
-				s.flowRoutes(r)
+				r.Post("/products/{product_id}/publications", s.publishProduct)
+
+				r.Get("/operations", s.listOperations)
+				r.Get("/operations/{operation_id}", s.getOperation)
+
+				r.Post("/stores", s.createStore)
+				r.Get("/stores", s.listStores)
+				r.Get("/stores/{store_id}", s.getStore)
+				r.Put("/stores/{store_id}/authorization", s.replaceStoreAuthorization)
+				r.Post("/stores/{store_id}/verifications", s.verifyStore)
+				r.Post("/stores/{store_id}/product-syncs", s.syncStore)
+
+				r.Get("/product-syncs", s.listSyncs)
+				r.Get("/product-syncs/{sync_id}", s.getSync)
+
+				r.Post("/media", s.createMedia)
+				r.Get("/media", s.listMedia)
+				r.Get("/media/{media_id}", s.getMedia)
+				r.Post("/media/{media_id}/complete", s.completeMedia)
+
+				r.Post("/material-transfers", s.createTransfer)
+				r.Get("/material-transfers", s.listTransfers)
+				r.Get("/material-transfers/{transfer_id}", s.getTransfer)
+
+				r.Get("/publications", s.listPublications)
+				r.Get("/publications/{publication_id}", s.getPublication)
+
+				r.Post("/ai-tasks", s.createAITask)
+				r.Get("/ai-tasks", s.listAITasks)
+				r.Get("/ai-tasks/{ai_task_id}", s.getAITask)
 			})
 		})
 		if s.deps.Extra != nil {

@@ -186,8 +186,7 @@ func (g *Guard) answer(inv bus.Invocation, scope Scope, r *Record) (bus.Outcome,
 	}
 	same, err := g.fp.Verify(scope.Method, scope.Path, inv.Idempotency.Fingerprint, r.Fingerprint)
 	if err != nil {
-		return bus.Outcome{}, domain.NewError(domain.KindInternal, "INTERNAL",
-			"the stored idempotency record cannot be verified").WithCause(err)
+		return bus.Outcome{}, domain.ErrInternal.WithMessage("the stored idempotency record cannot be verified").WithCause(err)
 	}
 	if !same {
 		g.cfg.Metrics.conflict(inv.Name)

@@ -45,9 +45,9 @@
 // Every rejection of the media is a *domain.Error, wrapped with the operation name
 // ("imaging.Inspect: …", "imaging.Derive: …"), so errors.Is and errors.As see it:
 //
-//	ErrTooLarge          KindTooLarge  MEDIA_TOO_LARGE        (also matches domain.ErrMediaTooLarge);
+//	ErrTooLarge          KindTooLarge  MEDIA_TOO_LARGE        (is domain.ErrMediaTooLarge);
 //	                                                          too many bytes, or over the decode budget
-//	ErrUnsupportedType   KindInvalid   MEDIA_TYPE_UNSUPPORTED (also matches domain.ErrMediaTypeUnsupported)
+//	ErrUnsupportedType   KindInvalid   MEDIA_TYPE_UNSUPPORTED (domain.ErrMediaTypeUnsupported's code: it matches it)
 //	ErrCorrupt           KindInvalid   MEDIA_CORRUPT
 //	ErrTooManyPixels     KindInvalid   MEDIA_TOO_MANY_PIXELS
 //

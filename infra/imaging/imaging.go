@@ -30,9 +30,9 @@ const JPEGQuality = 85
 var (
 	// ErrTooLarge: the media has more bytes than allowed, or decoding it would take more
 	// memory than allowed.
-	ErrTooLarge = domain.NewError(domain.KindTooLarge, "MEDIA_TOO_LARGE", "the media is larger than allowed")
+	ErrTooLarge = domain.ErrMediaTooLarge
 	// ErrUnsupportedType: the content is not one of domain.AllowedMediaTypes.
-	ErrUnsupportedType = domain.NewError(domain.KindInvalid, "MEDIA_TYPE_UNSUPPORTED", "the media must be a JPEG, PNG, GIF or WebP image")
+	ErrUnsupportedType = domain.NewError(domain.KindInvalid, domain.ErrMediaTypeUnsupported.Code, "the media must be a JPEG, PNG, GIF or WebP image")
 	// ErrCorrupt: the content claims an allowed type but does not decode.
 	ErrCorrupt = domain.NewError(domain.KindInvalid, "MEDIA_CORRUPT", "the image is corrupt or truncated")
 	// ErrTooManyPixels: the image's dimensions exceed MaxPixels.

@@ -49,7 +49,7 @@ func NewOperations() *Repository[domain.Operation] {
 				o.ErrorCode, o.ErrorMessage, o.Version, nullIfNil(o.CreatedBy), o.CreatedAt, o.UpdatedAt}
 		},
 		key:      func(o *domain.Operation) (uuid.UUID, time.Time) { return o.ID, o.CreatedAt },
-		notFound: domain.NewError(domain.KindNotFound, "OPERATION_NOT_FOUND", "the operation does not exist"),
+		notFound: domain.ErrOperationNotFound,
 	})
 }
 

@@ -100,7 +100,7 @@ func (l *Local) UploadHandler(cfg UploadHandlerConfig) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != http.MethodPut {
 			w.Header().Set("Allow", http.MethodPut)
-			onError(w, r, domain.NewError(domain.KindInvalid, "METHOD_NOT_ALLOWED", "use PUT to upload"))
+			onError(w, r, domain.ErrMethodNotAllowed.WithMessage("use PUT to upload"))
 			return
 		}
 		token := r.PathValue("token")
@@ -173,21 +173,21 @@ func errorCode(err error) string {
 	if errors.As(err, &de) {
 		return de.Code
 	}
-	return "INTERNAL"
+	return domain.ErrInternal.Code
 }
 
 // WriteProblem writes err as RFC 9457 problem+json: the domain error's code and client-safe
 // message, or a generic 500. It is UploadHandler's default OnError (409 for an upload
 // already complete).
 func WriteProblem(w http.ResponseWriter, _ *http.Request, err error) {
-	status, code, title := http.StatusInternalServerError, "INTERNAL", "internal error"
+	status, code, title := http.StatusInternalServerError, domain.ErrInternal.Code, domain.ErrInternal.Message
 	var de *domain.Error
 	if errors.As(err, &de) {
 		code, title = de.Code, de.Message
 		switch de.Kind {
 		case domain.KindInvalid:
 			status = http.StatusBadRequest
-			if de.Code == "METHOD_NOT_ALLOWED" {
+			if de.Code == domain.ErrMethodNotAllowed.Code {
 				status = http.StatusMethodNotAllowed
 			}
 		case domain.KindForbidden:
@@ -204,7 +204,7 @@ func WriteProblem(w http.ResponseWriter, _ *http.Request, err error) {
 			status = http.StatusServiceUnavailable
 		}
 		if status == http.StatusInternalServerError {
-			code, title = "INTERNAL", "internal error"
+			code, title = domain.ErrInternal.Code, domain.ErrInternal.Message
 		}
 	}
 	w.Header().Set("Content-Type", "application/problem+json")

@@ -6,14 +6,16 @@
 //
 // The endpoint is POST /v1/workspaces/{ws}/stores, the first adopter of idempotency: in one RLS
 // transaction it writes the store, its sealed credentials, an operation, a verification task and
-// two outbox rows. Two assemblies serve it over HTTP from one process, on one pool of one scratch
-// database:
+// two outbox rows. Two assemblies serve it over HTTP from one process, on one scratch database,
+// each built by the wire injector listing.InitializeAPI as cmd/app builds it (each with its own
+// pool of 40 app_user connections):
 //
-//   - "idempotent": the service as cmd/app assembles it (listing.InitializeAPI's providers, with
-//     the bus logging/metrics → RLS transaction → idempotency);
-//   - "baseline": the same providers, except that the bus has no idempotency middleware
-//     (bus.New(bus.Observe(...), postgres.TxMiddleware(pool))). Requests still carry an
-//     Idempotency-Key and go through the same HTTP handler; only the record is not kept.
+//   - "idempotent": the service as assembled, the bus logging/metrics → RLS transaction →
+//     idempotency;
+//   - "baseline": the same assembly whose Application.Bus is then replaced by one without the
+//     idempotency middleware (bus.New(bus.Observe(...), postgres.TxMiddleware(pool)), on the
+//     assembly's pool). Requests still carry an Idempotency-Key and go through the same HTTP
+//     handler; only the record is not kept.
 //
 // Each of -clients concurrent clients (default 32) uses a workspace of its own. After a
 // warm-up, rounds alternate baseline / first execution (order swapped every other round), then
@@ -33,7 +35,8 @@
 // middleware's cost without the queue; the targets are judged on the default. Other
 // work on the machine skews the figures: the load average is printed before and after; run it
 // more than once. A default run takes about three minutes on a busy two-core machine.
-// -statements counts the SQL statements (round trips) each kind of request sends; -per-round
+// -statements counts the SQL statements (round trips) each kind of request sends, on the wire
+// (see statementProxy: the injector's pool takes no tracer); -per-round
 // prints each round's p50 to show drift.
 //
 // It exits non-zero only on an error (a failed request, a wrong count), never because a target
@@ -66,12 +69,11 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
 
 	listing "github.com/listingkit/listing"
 	"github.com/listingkit/listing/app/bus"
@@ -98,7 +100,7 @@ func main() {
 	flag.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the measured rounds to this file")
 	flag.BoolVar(&o.keep, "keep", false, "keep the scratch database (its name is printed)")
 	flag.BoolVar(&o.perRound, "per-round", false, "also print each round's p50 per kind (drift)")
-	flag.BoolVar(&o.statements, "statements", false, "count the SQL statements (round trips) per request of each kind, with a pgx tracer on the pool")
+	flag.BoolVar(&o.statements, "statements", false, "count the SQL statements (round trips) per request of each kind, counted by a proxy in front of PostgreSQL")
 	flag.BoolVar(&o.notify, "notify", true, "keep the outbox NOTIFY trigger; -notify=false disables it in the scratch database (a diagnostic, not the endpoint as deployed)")
 	flag.Parse()
 	if o.clients < 1 || o.rounds < 1 || o.n < 1 || o.warmup < 0 {
@@ -133,26 +135,21 @@ func run(ctx context.Context, o options) (err error) {
 		}
 	}()
 
-	// Both assemblies share one app_user pool, large enough that no client waits for a
-	// connection (servicetest uses 40 too).
-	var pool *pgxpool.Pool
-	stmts := &statementCounter{}
-	if o.statements {
-		pool, err = tracedPool(ctx, db.appURL, 40, stmts)
-	} else {
-		pool, err = postgres.Connect(ctx, postgres.PoolConfig{URL: db.appURL, MaxConns: 40})
-	}
-	if err != nil {
-		return err
-	}
-	defer pool.Close()
-
 	cfg, err := config.Load()
 	if err != nil {
 		return err
 	}
 	cfg.DatabaseURL = db.appURL
+	// Large enough that no client waits for a connection (servicetest uses 40 too).
 	cfg.DatabaseMaxConns = 40
+	var stmts *statementProxy
+	if o.statements {
+		if stmts, err = newStatementProxy(db.appURL); err != nil {
+			return err
+		}
+		defer stmts.close()
+		cfg.DatabaseURL = stmts.url
+	}
 	cfg.AuthRatePerMinute = 100000
 	cfg.AccessTokenTTL = 6 * time.Hour
 	storageDir, err := os.MkdirTemp("", "idembench-storage-")
@@ -165,12 +162,12 @@ func run(ctx context.Context, o options) (err error) {
 	// the same per-request logging.
 	log := slog.New(slog.NewJSONHandler(io.Discard, &slog.HandlerOptions{Level: slog.LevelInfo}))
 
-	idemSrv, err := serve(ctx, cfg, pool, log, true)
+	idemSrv, err := serve(ctx, cfg, log, true)
 	if err != nil {
 		return err
 	}
 	defer idemSrv.close()
-	baseSrv, err := serve(ctx, cfg, pool, log, false)
+	baseSrv, err := serve(ctx, cfg, log, false)
 	if err != nil {
 		return err
 	}
@@ -231,9 +228,9 @@ func run(ctx context.Context, o options) (err error) {
 		order = append(order, kindReplay)
 		var line []string
 		for _, k := range order {
-			t0, s0 := time.Now(), stmts.n.Load()
+			t0, s0 := time.Now(), stmts.count()
 			d, err := b.runKind(ctx, k, round, o.n)
-			statements[k] += stmts.n.Load() - s0
+			statements[k] += stmts.count() - s0
 			if err != nil {
 				return fmt.Errorf("round %d, %s: %w", round, k, err)
 			}
@@ -460,74 +457,38 @@ type server struct {
 	close func()
 }
 
-// serve assembles the API with the providers listing.InitializeAPI uses (wire_gen.go), on the
-// shared pool; withIdem false builds the bus without the idempotency middleware.
-func serve(ctx context.Context, cfg config.Config, pool *pgxpool.Pool, log *slog.Logger, withIdem bool) (*server, error) {
+// serve assembles the API with the wire injector listing.InitializeAPI, as cmd/app does, and
+// serves it on a loopback port; withIdem false then replaces the assembly's bus by one
+// without the idempotency middleware (the baseline).
+func serve(ctx context.Context, cfg config.Config, log *slog.Logger, withIdem bool) (*server, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, err
 	}
 	cfg.PublicBaseURL = "http://" + ln.Addr().String()
-	reg := listing.NewRegistry()
-	fail := func(err error) (*server, error) { ln.Close(); return nil, err }
-
-	guard, err := listing.ProvideIdempotency(cfg, reg, log)
+	api, cleanup, err := listing.InitializeAPI(ctx, cfg, listing.Options{FastPasswordHashing: true}, listing.NewRegistry(), log)
 	if err != nil {
-		return fail(err)
+		ln.Close()
+		return nil, err
 	}
-	var b *bus.Bus
-	if withIdem {
-		b, err = listing.ProvideBus(pool, guard, reg, log)
-	} else {
-		var m *bus.Metrics
-		if m, err = bus.NewMetrics(reg); err == nil {
-			b = bus.New(bus.Observe(log, m), postgres.TxMiddleware(pool))
+	if !withIdem {
+		// The assembly's registry already holds the bus metrics: the baseline's go to a
+		// registry of their own, at the same cost.
+		m, err := bus.NewMetrics(prometheus.NewRegistry())
+		if err != nil {
+			cleanup()
+			ln.Close()
+			return nil, err
 		}
+		api.App.Bus = bus.New(bus.Observe(log, m), postgres.TxMiddleware(api.Pool))
 	}
-	if err != nil {
-		return fail(err)
-	}
-	tokens, err := listing.ProvideTokens(cfg, log)
-	if err != nil {
-		return fail(err)
-	}
-	events, err := listing.ProvideEventPublisher()
-	if err != nil {
-		return fail(err)
-	}
-	cipher, err := listing.ProvideCipher(cfg, log)
-	if err != nil {
-		return fail(err)
-	}
-	storage, err := listing.ProvideStorage(ctx, cfg, log)
-	if err != nil {
-		return fail(err)
-	}
-	fetcher, err := listing.ProvideFetcher(cfg, log)
-	if err != nil {
-		return fail(err)
-	}
-	application, err := listing.ProvideApplication(cfg, b, pool, listing.ProvideHasher(listing.Options{FastPasswordHashing: true}),
-		tokens, listing.ProvideRepositories(), events, cipher, storage, fetcher)
-	if err != nil {
-		return fail(err)
-	}
-	rdb, closeRedis, err := listing.ProvideRedis(ctx, cfg)
-	if err != nil {
-		return fail(err)
-	}
-	api, err := listing.ProvideHTTP(cfg, application, tokens, guard, storage, pool, rdb, reg, log)
-	if err != nil {
-		closeRedis()
-		return fail(err)
-	}
-	hs := &http.Server{Handler: api, ReadHeaderTimeout: 10 * time.Second}
+	hs := &http.Server{Handler: api.Server, ReadHeaderTimeout: 10 * time.Second}
 	go func() { _ = hs.Serve(ln) }()
 	return &server{url: cfg.PublicBaseURL, srv: hs, close: func() {
 		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		_ = hs.Shutdown(sctx)
-		closeRedis()
+		cleanup()
 	}}, nil
 }
 
@@ -559,37 +520,6 @@ func register(ctx context.Context, hc *http.Client, base string, c int) (*client
 		return nil, fmt.Errorf("register: %w", err)
 	}
 	return &client{token: m.AccessToken, storesPath: "/v1/workspaces/" + m.Workspace.ID + "/stores"}, nil
-}
-
-// statementCounter counts the statements sent on the pool (each one round trip, BEGIN and
-// COMMIT included).
-type statementCounter struct{ n atomic.Int64 }
-
-func (c *statementCounter) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryStartData) context.Context {
-	c.n.Add(1)
-	return ctx
-}
-
-func (c *statementCounter) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
-
-// tracedPool is postgres.Connect's pool with a statement counter.
-func tracedPool(ctx context.Context, u string, maxConns int32, c *statementCounter) (*pgxpool.Pool, error) {
-	pc, err := pgxpool.ParseConfig(u)
-	if err != nil {
-		return nil, errors.New("parse the app_user URL (details withheld)")
-	}
-	pc.MaxConns = maxConns
-	pc.ConnConfig.ConnectTimeout = 5 * time.Second
-	pc.ConnConfig.Tracer = c
-	pool, err := pgxpool.NewWithConfig(ctx, pc)
-	if err != nil {
-		return nil, err
-	}
-	if err := pool.Ping(ctx); err != nil {
-		pool.Close()
-		return nil, err
-	}
-	return pool, nil
 }
 
 // scratch is the benchmark's own database.

@@ -1,0 +1,65 @@
+package httpapi
+
+import (
+	"encoding/json"
+	"net/http"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/listingkit/listing/app/commands"
+	"github.com/listingkit/listing/domain"
+)
+
+type aiTaskJSON struct {
+	ID        string            `json:"id"`
+	Kind      string            `json:"kind"`
+	ProductID string            `json:"product_id"`
+	Input     map[string]string `json:"input"`
+	Status    string            `json:"status"`
+	Output    json.RawMessage   `json:"output"`
+	Error     *errorJSON        `json:"error"`
+	CreatedAt time.Time         `json:"created_at"`
+	UpdatedAt time.Time         `json:"updated_at"`
+}
+
+func aiTaskBody(t domain.AITask) aiTaskJSON {
+	out := aiTaskJSON{ID: t.ID.String(), Kind: t.Kind, ProductID: t.ProductID.String(), Input: map[string]string{"prompt": t.Prompt},
+		Status: string(t.Status), Output: t.Output, Error: taskError(t.Task), CreatedAt: t.CreatedAt.UTC(), UpdatedAt: t.UpdatedAt.UTC()}
+	if len(out.Output) == 0 {
+		out.Output = json.RawMessage("null")
+	}
+	return out
+}
+
+func (s *Server) createAITask(w http.ResponseWriter, r *http.Request) {
+	var in struct {
+		Kind      string `json:"kind"`
+		ProductID string `json:"product_id"`
+		Input     struct {
+			Prompt string `json:"prompt"`
+		} `json:"input"`
+	}
+	body, ok := s.decode(w, r, &in)
+	if !ok {
+		return
+	}
+	pid, err := uuid.Parse(in.ProductID)
+	if err != nil {
+		writeError(w, r, domain.Invalid("product_id", "must be a product id"))
+		return
+	}
+	cmd := commands.CreateAITask{TaskID: uuid.New(), WorkspaceID: workspaceID(r.Context()), UserID: userID(r.Context()),
+		Kind: in.Kind, ProductID: pid, Prompt: in.Input.Prompt}
+	execute(s, w, r, body, s.app.Commands.CreateAITask, cmd,
+		startRender(http.StatusAccepted, "ai_task", func(v domain.AITask) any { return aiTaskBody(v) }))
+}
+
+func (s *Server) listAITasks(w http.ResponseWriter, r *http.Request) {
+	getList(s, w, r, s.app.Queries.AITasks, func(v domain.AITask) any { return aiTaskBody(v) })
+}
+
+func (s *Server) getAITask(w http.ResponseWriter, r *http.Request) {
+	getOne(s, w, r, "ai_task_id", domain.ErrAITaskNotFound, s.app.Queries.AITasks, "ai_task",
+		func(v domain.AITask) any { return aiTaskBody(v) })
+}

@@ -1,0 +1,60 @@
+package httpapi
+
+import (
+	"net/http"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/listingkit/listing/app/commands"
+	"github.com/listingkit/listing/domain"
+)
+
+type publicationJSON struct {
+	ID                string     `json:"id"`
+	ProductID         string     `json:"product_id"`
+	StoreID           string     `json:"store_id"`
+	ProductRevision   int        `json:"product_revision"`
+	Status            string     `json:"status"`
+	ExternalProductID string     `json:"external_product_id,omitempty"`
+	Error             *errorJSON `json:"error"`
+	CreatedAt         time.Time  `json:"created_at"`
+	UpdatedAt         time.Time  `json:"updated_at"`
+}
+
+func publicationBody(p domain.Publication) publicationJSON {
+	return publicationJSON{ID: p.ID.String(), ProductID: p.ProductID.String(), StoreID: p.StoreID.String(), ProductRevision: p.ProductRevision,
+		Status: string(p.Status), ExternalProductID: p.ExternalProductID, Error: taskError(p.Task), CreatedAt: p.CreatedAt.UTC(), UpdatedAt: p.UpdatedAt.UTC()}
+}
+
+func (s *Server) publishProduct(w http.ResponseWriter, r *http.Request) {
+	pid, err := pathID(r, "product_id", domain.ErrProductNotFound)
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+	var in struct {
+		StoreID string `json:"store_id"`
+	}
+	body, ok := s.decode(w, r, &in)
+	if !ok {
+		return
+	}
+	storeID, err := uuid.Parse(in.StoreID)
+	if err != nil {
+		writeError(w, r, domain.Invalid("store_id", "must be a store id"))
+		return
+	}
+	cmd := commands.PublishProduct{PublicationID: uuid.New(), WorkspaceID: workspaceID(r.Context()), UserID: userID(r.Context()), ProductID: pid, StoreID: storeID}
+	execute(s, w, r, body, s.app.Commands.PublishProduct, cmd,
+		startRender(http.StatusAccepted, "publication", func(v domain.Publication) any { return publicationBody(v) }))
+}
+
+func (s *Server) listPublications(w http.ResponseWriter, r *http.Request) {
+	getList(s, w, r, s.app.Queries.Publications, func(v domain.Publication) any { return publicationBody(v) })
+}
+
+func (s *Server) getPublication(w http.ResponseWriter, r *http.Request) {
+	getOne(s, w, r, "publication_id", domain.ErrPublicationNotFound, s.app.Queries.Publications, "publication",
+		func(v domain.Publication) any { return publicationBody(v) })
+}

@@ -1,0 +1,42 @@
+package httpapi
+
+import (
+	"net/http"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/listingkit/listing/app/commands"
+	"github.com/listingkit/listing/domain"
+)
+
+type syncJSON struct {
+	ID          string     `json:"id"`
+	StoreID     string     `json:"store_id"`
+	Status      string     `json:"status"`
+	PagesDone   int        `json:"pages_done"`
+	ItemsSynced int        `json:"items_synced"`
+	Error       *errorJSON `json:"error"`
+	CreatedAt   time.Time  `json:"created_at"`
+	UpdatedAt   time.Time  `json:"updated_at"`
+}
+
+func syncBody(s domain.ProductSync) syncJSON {
+	return syncJSON{ID: s.ID.String(), StoreID: s.StoreID.String(), Status: string(s.Status), PagesDone: s.PagesDone,
+		ItemsSynced: s.ItemsSynced, Error: taskError(s.Task), CreatedAt: s.CreatedAt.UTC(), UpdatedAt: s.UpdatedAt.UTC()}
+}
+
+func (s *Server) syncStore(w http.ResponseWriter, r *http.Request) {
+	storeCommand(s, w, r, &struct{}{}, s.app.Commands.SyncStoreProducts, func(id uuid.UUID) commands.SyncStoreProducts {
+		return commands.SyncStoreProducts{SyncID: uuid.New(), WorkspaceID: workspaceID(r.Context()), UserID: userID(r.Context()), StoreID: id}
+	}, startRender(http.StatusAccepted, "sync", func(v domain.ProductSync) any { return syncBody(v) }))
+}
+
+func (s *Server) listSyncs(w http.ResponseWriter, r *http.Request) {
+	getList[domain.ProductSync](s, w, r, s.app.Queries.Syncs, func(v domain.ProductSync) any { return syncBody(v) })
+}
+
+func (s *Server) getSync(w http.ResponseWriter, r *http.Request) {
+	getOne[domain.ProductSync](s, w, r, "sync_id", domain.ErrProductSyncNotFound, s.app.Queries.Syncs, "sync",
+		func(v domain.ProductSync) any { return syncBody(v) })
+}
