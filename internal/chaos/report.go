@@ -70,6 +70,8 @@ type report struct {
 	reconciliations           int
 	reconciledTasks           int
 	exhausted, stalled        int
+	exhaustedBy               []row    // queue table, task attempts, count
+	failedListed              []string // failed publications with a platform product
 	// Duplicates.
 	productsByRef      int // external_refs with more than one platform product
 	dupRefs            []string
@@ -160,6 +162,22 @@ func (h *harness) collect(ctx context.Context, chaosStopped, clientsDone time.Ti
 	}
 	r.exhausted = q(`SELECT count(*) FROM operations WHERE error_code = 'DELIVERY_EXHAUSTED'`)
 	r.stalled = q(`SELECT count(*) FROM operations WHERE error_code = 'JOB_STALLED'`)
+	for _, t := range taskTables {
+		rows, err := h.owner.Query(ctx, `SELECT attempts, count(*) FROM `+t+` WHERE error_code = 'DELIVERY_EXHAUSTED' GROUP BY 1 ORDER BY 1`)
+		if err != nil {
+			return nil, err
+		}
+		for rows.Next() {
+			var attempts, n int
+			if err := rows.Scan(&attempts, &n); err != nil {
+				return nil, err
+			}
+			r.exhaustedBy = append(r.exhaustedBy, row{cols: []string{t, fmt.Sprint(attempts)}, count: n})
+		}
+		if err := rows.Err(); err != nil {
+			return nil, err
+		}
+	}
 
 	// Duplicates.
 	st := h.market.Stats()
@@ -172,6 +190,24 @@ func (h *harness) collect(ctx context.Context, chaosStopped, clientsDone time.Ti
 		}
 	}
 	sort.Strings(r.dupRefs)
+	// A failed publication should have left nothing on the platform.
+	rows, err = h.owner.Query(ctx, `SELECT id::text, error_code, attempts, reconciliations FROM publications WHERE status = 'failed'`)
+	if err != nil {
+		return nil, err
+	}
+	for rows.Next() {
+		var id, code string
+		var attempts, recon int
+		if err := rows.Scan(&id, &code, &attempts, &recon); err != nil {
+			return nil, err
+		}
+		if n := st.ProductsByExternalRef[id]; n > 0 {
+			r.failedListed = append(r.failedListed, fmt.Sprintf("%s %s attempts=%d reconciliations=%d products=%d", id, code, attempts, recon, n))
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
 	r.ledgerDup = q(`SELECT count(*) FROM (SELECT ai_task_id FROM ai_usage_ledger GROUP BY 1 HAVING count(*) > 1) d`)
 	r.ledgerRows = q(`SELECT count(*) FROM ai_usage_ledger`)
 	r.aiTasksBilled = q(`SELECT count(*) FROM ai_tasks WHERE status = 'succeeded'`)
@@ -314,6 +350,13 @@ func (r *report) print(w io.Writer, h *harness) {
 	p("last operation terminal %s after the chaos stopped (clients' last requests done %s after it); bound %s: %s",
 		since.Round(10*time.Millisecond), r.clientsDone.Sub(r.chaosStopped).Round(10*time.Millisecond), r.bound, verdict)
 	p("reconciliations: %d over %d tasks; DELIVERY_EXHAUSTED %d; JOB_STALLED %d", r.reconciliations, r.reconciledTasks, r.exhausted, r.stalled)
+	for _, x := range r.exhaustedBy {
+		p("  DELIVERY_EXHAUSTED %-20s with %s attempts (handler runs): %d", x.cols[0], x.cols[1], x.count)
+	}
+	p("failed publications that left a product on the platform: %d", len(r.failedListed))
+	for _, l := range r.failedListed {
+		p("  %s", l)
+	}
 	p("")
 	p("duplicates:")
 	p("  platform products per publication external_ref > 1: %d %v (marketplace: %d products for %d refs; ignoring Idempotency-Key at the end: %v)",
