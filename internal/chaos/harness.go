@@ -118,9 +118,10 @@ func (h *harness) run(ctx context.Context) (bool, error) {
 	progressCtx, stopProgress := context.WithCancel(ctx)
 	go h.progress(progressCtx)
 	start := time.Now()
+	tokens := h.pace(loadCtx)
 	for _, c := range clients {
 		loadWG.Add(1)
-		go func() { defer loadWG.Done(); c.loop(loadCtx, ctx) }()
+		go func() { defer loadWG.Done(); c.loop(loadCtx, ctx, tokens) }()
 	}
 	<-loadCtx.Done()
 	stopChaos()

@@ -290,10 +290,44 @@ func (c *client) act(ctx context.Context) {
 }
 
 // loop acts until load ends; requests in flight finish (with their retries) under run.
-func (c *client) loop(load, run context.Context) {
+// With -rate, each action first takes a token of tokens.
+func (c *client) loop(load, run context.Context, tokens <-chan struct{}) {
 	for load.Err() == nil && run.Err() == nil {
+		if tokens != nil {
+			select {
+			case <-tokens:
+			case <-load.Done():
+				return
+			}
+		}
 		c.act(run)
 	}
+}
+
+// pace hands out -rate tokens per second until ctx ends (nil without -rate).
+func (h *harness) pace(ctx context.Context) <-chan struct{} {
+	if h.o.rate <= 0 {
+		return nil
+	}
+	tokens := make(chan struct{})
+	go func() {
+		t := time.NewTicker(time.Duration(float64(time.Second) / h.o.rate))
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+			select {
+			case tokens <- struct{}{}:
+			case <-ctx.Done():
+				return
+			default: // every client is busy: the token is dropped, the rate is a ceiling
+			}
+		}
+	}()
+	return tokens
 }
 
 // register registers -accounts accounts (before any chaos).

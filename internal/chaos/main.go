@@ -69,6 +69,7 @@ type options struct {
 	duration        time.Duration
 	clients         int
 	accounts        int
+	rate            float64
 	chaosEvery      time.Duration
 	chaos           string
 	restartDelay    time.Duration
@@ -110,6 +111,7 @@ func parseFlags(args []string) (options, error) {
 	fs.DurationVar(&o.duration, "duration", 3*time.Minute, "how long the load and the chaos run")
 	fs.IntVar(&o.clients, "clients", 24, "concurrent clients")
 	fs.IntVar(&o.accounts, "accounts", 4, "accounts (workspaces) the clients share")
+	fs.Float64Var(&o.rate, "rate", 0, "client actions per second, all clients together (0: as fast as the API answers; the queues may then fall behind)")
 	fs.DurationVar(&o.chaosEvery, "chaos-every", 4*time.Second, "mean interval between chaos actions")
 	fs.StringVar(&o.chaos, "chaos", "work,dispatch,serve,redis,pg", "chaos actions to draw from (comma-separated; repeat one to weigh it more; empty: none)")
 	fs.DurationVar(&o.restartDelay, "restart-delay", 3*time.Second, "longest a killed process or Redis stays down")

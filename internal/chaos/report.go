@@ -72,6 +72,7 @@ type report struct {
 	exhausted, stalled        int
 	exhaustedBy               []row    // queue table, task attempts, count
 	failedListed              []string // failed publications with a platform product
+	mismatch                  int      // tasks whose operation has another status
 	// Duplicates.
 	productsByRef      int // external_refs with more than one platform product
 	dupRefs            []string
@@ -97,7 +98,7 @@ type row struct {
 
 func (r report) ok() bool {
 	return r.allTerminal && r.notTerminalCount == 0 && !r.late() && r.productsByRef == 0 && r.ledgerDup == 0 &&
-		r.storeDup == 0 && r.externalIDDup == 0 && len(r.rowsOverAccepted) == 0 && r.acceptedMissing == 0
+		r.storeDup == 0 && r.externalIDDup == 0 && len(r.rowsOverAccepted) == 0 && r.acceptedMissing == 0 && r.mismatch == 0
 }
 
 // late reports whether the last operation became terminal after the bound.
@@ -159,6 +160,10 @@ func (h *harness) collect(ctx context.Context, chaosStopped, clientsDone time.Ti
 	for _, t := range taskTables {
 		r.reconciliations += q(`SELECT coalesce(sum(reconciliations), 0)::int FROM ` + t)
 		r.reconciledTasks += q(`SELECT count(*) FROM ` + t + ` WHERE reconciliations > 0`)
+	}
+	for _, t := range taskTables {
+		r.mismatch += q(`SELECT count(*) FROM ` + t + ` t JOIN operations o ON o.id = t.operation_id
+			WHERE o.status <> t.status OR o.error_code <> t.error_code`)
 	}
 	r.exhausted = q(`SELECT count(*) FROM operations WHERE error_code = 'DELIVERY_EXHAUSTED'`)
 	r.stalled = q(`SELECT count(*) FROM operations WHERE error_code = 'JOB_STALLED'`)
@@ -307,7 +312,11 @@ func (r *report) print(w io.Writer, h *harness) {
 	p("          RECONCILE_AFTER=%s RECONCILE_INTERVAL=%s RECONCILE_MAX=%d; marketplace latency %s", o.after, o.interval, o.reconcileMax, o.sandboxLatency)
 	p("bound: OUTBOX_LEASE + RECONCILE_AFTER + RECONCILE_INTERVAL + JOB_LOCK_DURATION + JOB_STALLED_INTERVAL + backoff %s + job budget %s = %s",
 		o.backoff(), o.jobBudget, o.bound())
-	p("load: %s with %d clients on %d accounts; chaos every %s on average from [%s]", o.duration, o.clients, o.accounts, o.chaosEvery, o.chaos)
+	rate := "unpaced"
+	if o.rate > 0 {
+		rate = fmt.Sprintf("at most %g actions/s", o.rate)
+	}
+	p("load: %s with %d clients on %d accounts, %s; chaos every %s on average from [%s]", o.duration, o.clients, o.accounts, rate, o.chaosEvery, o.chaos)
 	p("")
 	p("accepted requests (2xx with an operation): %d", r.acceptedOps)
 	for _, k := range sortedKeys(r.accepted) {
@@ -349,6 +358,7 @@ func (r *report) print(w io.Writer, h *harness) {
 	}
 	p("last operation terminal %s after the chaos stopped (clients' last requests done %s after it); bound %s: %s",
 		since.Round(10*time.Millisecond), r.clientsDone.Sub(r.chaosStopped).Round(10*time.Millisecond), r.bound, verdict)
+	p("tasks whose operation has another status or error code: %d", r.mismatch)
 	p("reconciliations: %d over %d tasks; DELIVERY_EXHAUSTED %d; JOB_STALLED %d", r.reconciliations, r.reconciledTasks, r.exhausted, r.stalled)
 	for _, x := range r.exhaustedBy {
 		p("  DELIVERY_EXHAUSTED %-20s with %s attempts (handler runs): %d", x.cols[0], x.cols[1], x.count)
