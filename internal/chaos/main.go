@@ -37,11 +37,17 @@
 // for every operation in the database to be terminal, at most the bound the settings imply
 // plus -settle-grace (to tell "late" from "never"). The report gives the accepted requests,
 // the operations by type, status and error code, the time from the end of the chaos to the
-// last terminal operation against the bound, the reconciliations, the duplicates (platform
-// products per publication, AI ledger rows per task, stores per shop, operations per
-// Idempotency-Key) and every operation still not terminal, with its task and outbox rows.
-// The exit status is 1 when an operation is not terminal, one finished late, or something
-// was duplicated.
+// last terminal operation against the bound, the reconciliations (with DELIVERY_EXHAUSTED by
+// handler runs, and failed publications that nevertheless left a product on the platform),
+// the duplicates (platform products per publication external_ref, publications sharing a
+// platform product, AI ledger rows per task, stores per shop, and rows per table against the
+// requests that could have made them) and every operation still not terminal, with its task
+// and outbox rows. The exit status is 1 when an operation is not terminal, one finished late,
+// a task disagrees with its operation, or something was duplicated.
+//
+// Unpaced (the default), the clients submit faster than the publication workers drain on a
+// small machine: the queue backs up, and the reconciler then also meets tasks that merely
+// wait in it. -rate caps the clients' actions per second to keep the queues short.
 //
 // The bound: an operation whose job was lost or whose dispatcher died is delivered again at
 // worst after the outbox lease (a claim of a killed dispatcher) or after RECONCILE_AFTER plus
