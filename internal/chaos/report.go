@@ -17,6 +17,7 @@ const notTerminal = `status NOT IN ('succeeded', 'failed')`
 
 // settled is how the settling phase ended.
 type settled struct {
+	openAtStop    int // operations not terminal when the chaos stopped (the backlog)
 	allTerminal   bool
 	allTerminalAt time.Time // when the harness saw none left
 }
@@ -28,16 +29,21 @@ func (h *harness) settle(ctx context.Context, chaosStopped time.Time) (settled, 
 	h.log.Info("settling: waiting for every operation to be terminal", "bound", h.o.bound(),
 		"bound_at", chaosStopped.Add(h.o.bound()).Format(time.TimeOnly), "give_up_at", deadline.Format(time.TimeOnly))
 	lastLog := time.Now()
+	var res settled
+	if err := h.owner.QueryRow(ctx, `SELECT count(*) FROM operations WHERE `+notTerminal).Scan(&res.openAtStop); err != nil {
+		return settled{}, err
+	}
 	for {
 		var open int
 		if err := h.owner.QueryRow(ctx, `SELECT count(*) FROM operations WHERE `+notTerminal).Scan(&open); err != nil {
 			return settled{}, err
 		}
 		if open == 0 {
-			return settled{allTerminal: true, allTerminalAt: time.Now()}, nil
+			res.allTerminal, res.allTerminalAt = true, time.Now()
+			return res, nil
 		}
 		if time.Now().After(deadline) {
-			return settled{}, nil
+			return res, nil
 		}
 		if time.Since(lastLog) > 10*time.Second {
 			h.log.Info("settling", "not_terminal", open, "since_chaos", time.Since(chaosStopped).Round(time.Second))
@@ -348,14 +354,15 @@ func (r *report) print(w io.Writer, h *harness) {
 	for _, l := range r.notTerminal {
 		p("  %s", l)
 	}
-	since := r.lastTerminal.Sub(r.chaosStopped)
+	since := max(r.lastTerminal.Sub(r.chaosStopped), 0) // 0: all were terminal when it stopped
 	verdict := "within the bound"
 	if r.late() {
-		verdict = "LATE: beyond the bound"
+		verdict = "LATE: beyond the bound (the bound covers a lost job, not the time to drain a backlog: see the line above)"
 	}
 	if !r.allTerminal {
 		verdict = "NOT ALL TERMINAL"
 	}
+	p("not terminal when the chaos stopped (backlog, lost jobs and jobs in flight): %d", r.openAtStop)
 	p("last operation terminal %s after the chaos stopped (clients' last requests done %s after it); bound %s: %s",
 		since.Round(10*time.Millisecond), r.clientsDone.Sub(r.chaosStopped).Round(10*time.Millisecond), r.bound, verdict)
 	p("tasks whose operation has another status or error code: %d", r.mismatch)
