@@ -17,11 +17,7 @@ import (
 // strayCodes are literals of a code outside its declaration that are known and owned
 // elsewhere, by file (relative to the module root) and code, each with why it is tolerated.
 // The test fails when an entry no longer matches, so that the list only shrinks.
-var strayCodes = map[string]string{
-	// app/worker is being rewritten (issue 12, item 1): its final failure should use
-	// domain.ErrInternal.Code.
-	"app/worker/worker.go INTERNAL": "app/worker is being rewritten",
-}
+var strayCodes = map[string]string{}
 
 // TestErrorCodesDeclaredOnce fails the build when a public error code is declared twice:
 // every code (the code argument of a NewError call, or the value of a constant named

@@ -195,7 +195,7 @@ func FailureOf(err error) Failure {
 	if errors.As(err, &de) {
 		return Failure{Code: de.Code, Message: "the task failed"}
 	}
-	return Failure{Code: "INTERNAL", Message: "the task failed; it will not be retried"}
+	return Failure{Code: domain.ErrInternal.Code, Message: "the task failed; it will not be retried"}
 }
 
 // ErrSkip is returned inside a Step to say "nothing to do: the task is finished" and roll

@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+
+	"github.com/listingkit/listing/infra/idem"
 )
 
 // Kinds of client requests. Every one but kindProduct is answered with an operation.
@@ -143,7 +145,7 @@ func (c *client) send(ctx context.Context, method, path, key string, body any) (
 	for attempt := 0; ; attempt++ {
 		r, replay, err := c.once(ctx, method, path, key, raw)
 		if err == nil && r.status < 500 && r.status != http.StatusTooManyRequests &&
-			!(r.status == http.StatusConflict && r.code() == "IDEMPOTENCY_REQUEST_IN_PROGRESS") {
+			!(r.status == http.StatusConflict && r.code() == idem.CodeRequestInProgress) {
 			if replay {
 				replayed++
 			}

@@ -61,13 +61,11 @@ func (b *bundle) request(t *testing.T, kind, instruction string) (domain.AITask,
 	product, err := domain.NewProduct(uuid.New(), b.Workspace, skillet, time.Now())
 	require.NoError(t, err)
 	b.InTx(t, func(ctx context.Context) error { return postgres.Products{}.Insert(ctx, product) })
-	h := commands.PublishingHandlers{
-		FlowDeps: commands.FlowDeps{Operations: b.Deps.Operations, Events: b.Deps.Events, Now: time.Now},
-		Products: postgres.Products{}, AITasks: postgres.NewAITasks(),
-	}
+	h := commands.NewCreateAITaskHandler(commands.FlowDeps{Operations: b.Deps.Operations, Events: b.Deps.Events, Now: time.Now},
+		postgres.Products{}, postgres.NewAITasks())
 	var started commands.Started[domain.AITask]
 	b.InTx(t, func(ctx context.Context) error {
-		started, err = h.CreateAI(ctx, commands.CreateAITask{TaskID: uuid.New(), WorkspaceID: b.Workspace, UserID: b.User,
+		started, err = h.Handle(ctx, commands.CreateAITask{TaskID: uuid.New(), WorkspaceID: b.Workspace, UserID: b.User,
 			Kind: kind, ProductID: product.ID, Prompt: instruction})
 		return err
 	})

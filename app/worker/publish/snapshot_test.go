@@ -44,14 +44,12 @@ func (r *recorder) sent() []port.ProductInput {
 // the event exactly as the command stored it.
 func (b *bundle) request(t *testing.T, f fixture) fixture {
 	t.Helper()
-	h := commands.PublishingHandlers{
-		FlowDeps: commands.FlowDeps{Operations: b.Deps.Operations, Events: b.Deps.Events, Now: time.Now},
-		Products: b.products, Stores: b.stores, Publications: b.pubs,
-	}
+	h := commands.NewPublishProductHandler(commands.FlowDeps{Operations: b.Deps.Operations, Events: b.Deps.Events, Now: time.Now},
+		b.products, b.stores, b.pubs)
 	var started commands.Started[domain.Publication]
 	b.InTx(t, func(ctx context.Context) error {
 		var err error
-		started, err = h.Publish(ctx, commands.PublishProduct{PublicationID: uuid.New(), WorkspaceID: b.Workspace,
+		started, err = h.Handle(ctx, commands.PublishProduct{PublicationID: uuid.New(), WorkspaceID: b.Workspace,
 			UserID: b.User, ProductID: f.product.ID, StoreID: f.store.ID})
 		return err
 	})
