@@ -123,7 +123,7 @@ func InitializeDispatch(ctx context.Context, cfg config.Config, q *Queues, reg *
 	}
 	deps := ProvideWorkerDeps(pool, repositories, eventPublisher, log)
 	taskKinds := ProvideTaskKinds(deps, repositories)
-	reconciler, err := ProvideReconciler(cfg, pool, taskKinds, reg, log)
+	reconciler, err := ProvideReconciler(cfg, pool, bullmqConfig, taskKinds, reg, log)
 	if err != nil {
 		cleanup3()
 		cleanup2()

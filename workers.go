@@ -124,8 +124,14 @@ func ProvideTaskKinds(deps worker.Deps, repos *Repositories) TaskKinds {
 }
 
 // ProvideReconciler builds the reconciler of stuck tasks (app/reconcile).
-func ProvideReconciler(cfg config.Config, pool *pgxpool.Pool, kinds TaskKinds, reg *prometheus.Registry, log *slog.Logger) (*reconcile.Reconciler, error) {
+func ProvideReconciler(cfg config.Config, pool *pgxpool.Pool, bcfg bullmq.Config, kinds TaskKinds, reg *prometheus.Registry,
+	log *slog.Logger) (*reconcile.Reconciler, error) {
+	var probe port.JobProbe
+	if !cfg.Memory() {
+		probe = jobs.BullMQProbe{Config: bcfg}
+	}
 	return reconcile.New(reconcile.Config{Kinds: kinds, Stuck: postgres.StuckTasks{Pool: pool}, Tx: postgres.Transactor{Pool: pool},
+		Probe: probe,
 		After: cfg.ReconcileAfterQueues, DefaultAfter: cfg.ReconcileAfter, Interval: cfg.ReconcileInterval,
 		MaxReconciliations: cfg.ReconcileMax, Log: log, Registerer: reg})
 }

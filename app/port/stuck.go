@@ -13,12 +13,27 @@ type StuckTasks interface {
 	// Workspaces returns up to limit workspaces holding a task unfinished since before, the
 	// longest-waiting first. It runs outside any transaction and returns ids only.
 	Workspaces(ctx context.Context, before time.Time, limit int) ([]uuid.UUID, error)
-	// Find returns up to limit ids of the queue's tasks in the transaction's workspace that
-	// are unfinished since before and not owed a delivery by the outbox (no request event of
+	// Find returns up to limit of the queue's tasks in the transaction's workspace that are
+	// unfinished since before and not owed a delivery by the outbox (no request event of
 	// theirs is pending or being dispatched), oldest first, and locks them; tasks locked by
 	// another transaction are skipped. It must run inside a transaction.
-	Find(ctx context.Context, queue string, before time.Time, limit int) ([]uuid.UUID, error)
+	Find(ctx context.Context, queue string, before time.Time, limit int) ([]StuckTask, error)
 	// Exclusive runs fn unless another process is running an Exclusive fn of the same name,
 	// and reports whether fn ran. The exclusion ends with fn, or with this process.
 	Exclusive(ctx context.Context, name string, fn func(ctx context.Context) error) (bool, error)
+}
+
+// StuckTask is a task StuckTasks.Find returned.
+type StuckTask struct {
+	ID uuid.UUID
+	// LastJobID is the job id of the task's latest delivered request event (its outbox
+	// event id); empty when none is left.
+	LastJobID string
+}
+
+// JobProbe tells whether the queues still hold jobs unfinished: waiting, delayed or
+// running. A task whose last job is unfinished is not stuck, only queued.
+type JobProbe interface {
+	// Unfinished reports, for each of the queue's job ids, whether it is unfinished.
+	Unfinished(ctx context.Context, queue string, jobIDs []string) (map[string]bool, error)
 }

@@ -44,6 +44,10 @@ type Config struct {
 	Stuck port.StuckTasks
 	// Tx opens the per-workspace transactions. Required.
 	Tx port.Transactor
+	// Probe, when set, tells whether a task's last job is still queued or running: such a
+	// task is only waiting (a backlog), not stuck, and is left alone. Without a probe (the
+	// memory transport keeps no jobs) every task unmoved past its threshold is stuck.
+	Probe port.JobProbe
 	// After is how long a task may stay unfinished without moving before it counts as
 	// stuck, per queue; queues not named use DefaultAfter. It must exceed the longest a
 	// healthy task goes without moving: its longest job plus the backoff of its retries, and
@@ -223,6 +227,32 @@ func (r *Reconciler) RunOnce(ctx context.Context) (Result, error) {
 	return res, nil
 }
 
+// unqueued returns the ids of the tasks whose last job the Probe does not see unfinished.
+// A failing probe fails the workspace's sweep (retried next sweep): without it a backlog
+// could not be told from a loss.
+func (r *Reconciler) unqueued(ctx context.Context, queue string, tasks []port.StuckTask) ([]uuid.UUID, error) {
+	var jobs []string
+	for _, t := range tasks {
+		if t.LastJobID != "" {
+			jobs = append(jobs, t.LastJobID)
+		}
+	}
+	queued := map[string]bool{}
+	if r.cfg.Probe != nil && len(jobs) > 0 {
+		var err error
+		if queued, err = r.cfg.Probe.Unfinished(ctx, queue, jobs); err != nil {
+			return nil, fmt.Errorf("probe the jobs of %s: %w", queue, err)
+		}
+	}
+	ids := make([]uuid.UUID, 0, len(tasks))
+	for _, t := range tasks {
+		if !queued[t.LastJobID] {
+			ids = append(ids, t.ID)
+		}
+	}
+	return ids, nil
+}
+
 // reconciled is one task a sweep delivered again or failed.
 type reconciled struct {
 	queue   string
@@ -234,11 +264,15 @@ type reconciled struct {
 func (r *Reconciler) workspace(ctx context.Context, now time.Time) ([]reconciled, error) {
 	var done []reconciled
 	for _, k := range r.cfg.Kinds {
-		ids, err := r.cfg.Stuck.Find(ctx, k.Queue(), now.Add(-r.after[k.Queue()]), r.cfg.Batch)
+		found, err := r.cfg.Stuck.Find(ctx, k.Queue(), now.Add(-r.after[k.Queue()]), r.cfg.Batch)
 		if err != nil {
 			return nil, err
 		}
-		for _, id := range ids {
+		stuck, err := r.unqueued(ctx, k.Queue(), found)
+		if err != nil {
+			return nil, err
+		}
+		for _, id := range stuck {
 			outcome, err := k.Reconcile(ctx, id, r.cfg.MaxReconciliations)
 			if err != nil {
 				return nil, err

@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 
+	"github.com/listingkit/listing/app/port"
 	"github.com/listingkit/listing/app/reconcile"
 	"github.com/listingkit/listing/app/worker"
 	"github.com/listingkit/listing/app/worker/mediaproc"
@@ -30,13 +31,17 @@ type bundle struct {
 }
 
 func setup(t *testing.T, max int) *bundle {
+	return setupWith(t, max, nil)
+}
+
+func setupWith(t *testing.T, max int, probe port.JobProbe) *bundle {
 	t.Helper()
 	e := workertest.New(t)
 	b := &bundle{env: e, transfers: postgres.NewMaterialTransfers(), tasks: postgres.NewMediaTasks(),
 		media: postgres.NewMedia(), reg: prometheus.NewRegistry()}
 	r, err := reconcile.New(reconcile.Config{
 		Kinds: []worker.TaskKind{transfer.Tasks(e.Deps, b.transfers), mediaproc.Tasks(e.Deps, b.tasks, b.media)},
-		Stuck: postgres.StuckTasks{Pool: e.DB.App}, Tx: e.Deps.Tx, DefaultAfter: time.Minute,
+		Stuck: postgres.StuckTasks{Pool: e.DB.App}, Tx: e.Deps.Tx, Probe: probe, DefaultAfter: time.Minute,
 		MaxReconciliations: max, Log: e.Log, Registerer: b.reg,
 	})
 	require.NoError(t, err)
@@ -142,6 +147,41 @@ func TestStuckTaskIsDeliveredAgainThenExhausted(t *testing.T) {
 	require.Zero(t, res.Redelivered+res.Exhausted)
 }
 
+// probe answers Unfinished from a set of job ids; it records what it was asked.
+type probe struct {
+	unfinished map[string]bool
+	asked      []string
+}
+
+func (p *probe) Unfinished(_ context.Context, _ string, ids []string) (map[string]bool, error) {
+	p.asked = append(p.asked, ids...)
+	out := map[string]bool{}
+	for _, id := range ids {
+		out[id] = p.unfinished[id]
+	}
+	return out, nil
+}
+
+// A task whose last job is still queued (a backlog) is not stuck; once that job is gone,
+// it is.
+func TestQueuedTaskIsNotStuck(t *testing.T) {
+	p := &probe{unfinished: map[string]bool{}}
+	b := setupWith(t, 3, p)
+	tr := b.transferTask(t)
+	b.age(t, "material_transfers", tr.ID)
+	require.Equal(t, 1, b.sweep(t).Redelivered, "no delivered job: stuck")
+	b.dispatchAll(t)
+	job := b.requests(t, tr.ID)[0]
+	p.unfinished[job.String()] = true
+
+	b.age(t, "material_transfers", tr.ID)
+	require.Zero(t, b.sweep(t).Redelivered, "its job waits in the queue")
+	require.Equal(t, []string{job.String()}, p.asked)
+
+	p.unfinished[job.String()] = false
+	require.Equal(t, 1, b.sweep(t).Redelivered, "its job is gone")
+}
+
 func TestExhaustedMediaProcessingRejectsTheMedia(t *testing.T) {
 	b := setup(t, 0)
 	e := b.env
@@ -193,8 +233,8 @@ func TestFindIsScopedToTheWorkspace(t *testing.T) {
 	stuck := postgres.StuckTasks{Pool: b.env.DB.App}
 	other := uuid.New()
 	err := b.env.Deps.Tx.InTx(context.Background(), other, uuid.Nil, func(ctx context.Context) error {
-		ids, err := stuck.Find(ctx, worker.QueueMaterialTransfer, time.Now(), 10)
-		require.Empty(t, ids)
+		tasks, err := stuck.Find(ctx, worker.QueueMaterialTransfer, time.Now(), 10)
+		require.Empty(t, tasks)
 		return err
 	})
 	require.NoError(t, err)

@@ -63,3 +63,34 @@ func QueueCounts(ctx context.Context, cfg Config, queue string) (map[string]int6
 	}
 	return counts, nil
 }
+
+// JobsUnfinished reports, for each id, whether queue holds that job unfinished: waiting,
+// delayed, prioritized or active (its hash exists without finishedOn). A job that completed,
+// failed for good, or is gone (removed, trimmed, lost with Redis) is not unfinished. One
+// round trip; the answer is a snapshot.
+func JobsUnfinished(ctx context.Context, cfg Config, queue string, ids []string) (map[string]bool, error) {
+	if cfg.Client == nil {
+		return nil, errors.New("bullmq.JobsUnfinished: Config.Client is required")
+	}
+	prefix := cfg.Prefix
+	if prefix == "" {
+		prefix = DefaultPrefix
+	}
+	k := newQueueKeys(prefix, queue)
+	cmds := make([]*redis.SliceCmd, len(ids))
+	_, err := cfg.Client.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, id := range ids {
+			cmds[i] = p.HMGet(ctx, k.job(id), "name", "finishedOn")
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("bullmq.JobsUnfinished: %w", err)
+	}
+	out := make(map[string]bool, len(ids))
+	for i, id := range ids {
+		v := cmds[i].Val()
+		out[id] = len(v) == 2 && v[0] != nil && v[1] == nil
+	}
+	return out, nil
+}

@@ -216,3 +216,16 @@ func TestQueueCountsMatchNode(t *testing.T) {
 	}, want, "Node.js getJobCounts")
 	assert.Equal(t, want, b.counts(t))
 }
+
+// JobsUnfinished sees waiting and delayed jobs, not finished or missing ones.
+func TestJobsUnfinished(t *testing.T) {
+	b := setupCounts(t)
+	ctx := context.Background()
+	waiting, done, gone := uuid.NewString(), uuid.NewString(), uuid.NewString()
+	b.add(t, bullmq.Job{ID: waiting, Name: "x", Data: []byte(`{}`)}, bullmq.Job{ID: done, Name: "x", Data: []byte(`{}`)})
+	// done finished (as a finish script leaves it), gone never existed.
+	require.NoError(t, b.rdb.HSet(ctx, b.key(done), "finishedOn", time.Now().UnixMilli()).Err())
+	got, err := bullmq.JobsUnfinished(ctx, b.cfg, b.queue, []string{waiting, done, gone})
+	require.NoError(t, err)
+	assert.Equal(t, map[string]bool{waiting: true, done: false, gone: false}, got)
+}

@@ -10,6 +10,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/listingkit/listing/app/port"
 	"github.com/listingkit/listing/app/worker"
 	"github.com/listingkit/listing/infra/bullmq"
 )
@@ -75,4 +76,16 @@ func (BullMQ) Settle(ctx context.Context, msg *message.Message, _ worker.Job, er
 		msg.Metadata.Set(bullmq.MetadataNack, bullmq.NackRetry)
 		msg.Nack()
 	}
+}
+
+// BullMQProbe implements port.JobProbe over BullMQ queues (bullmq.JobsUnfinished).
+type BullMQProbe struct {
+	Config bullmq.Config
+}
+
+var _ port.JobProbe = BullMQProbe{}
+
+// Unfinished implements port.JobProbe.
+func (p BullMQProbe) Unfinished(ctx context.Context, queue string, jobIDs []string) (map[string]bool, error) {
+	return bullmq.JobsUnfinished(ctx, p.Config, queue, jobIDs)
 }

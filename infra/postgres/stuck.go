@@ -38,14 +38,17 @@ var stuckQueries = map[string]stuckQuery{
 }
 
 func (q stuckQuery) sql() string {
-	return fmt.Sprintf(`SELECT t.id FROM %s t
-WHERE t.status IN ('pending', 'running') AND t.updated_at < $1
-  AND NOT EXISTS (SELECT 1 FROM outbox_events o
+	request := fmt.Sprintf(`FROM outbox_events o
     WHERE o.workspace_id = t.workspace_id AND o.aggregate_type = $2 AND o.aggregate_id = t.%s::text
-      AND o.status IN ('pending', 'dispatching') AND o.event_payload->>$3 = t.id::text)
+      AND o.event_payload->>$3 = t.id::text`, q.aggregateColumn)
+	return fmt.Sprintf(`SELECT t.id,
+  coalesce((SELECT o.id::text %s AND o.status = 'dispatched' ORDER BY o.created_at DESC LIMIT 1), '')
+FROM %s t
+WHERE t.status IN ('pending', 'running') AND t.updated_at < $1
+  AND NOT EXISTS (SELECT 1 %s AND o.status IN ('pending', 'dispatching'))
 ORDER BY t.updated_at, t.id
 LIMIT $4
-FOR UPDATE OF t SKIP LOCKED`, q.table, q.aggregateColumn)
+FOR UPDATE OF t SKIP LOCKED`, request, q.table, request)
 }
 
 // Workspaces implements port.StuckTasks.
@@ -62,7 +65,7 @@ func (s StuckTasks) Workspaces(ctx context.Context, before time.Time, limit int)
 }
 
 // Find implements port.StuckTasks.
-func (s StuckTasks) Find(ctx context.Context, queue string, before time.Time, limit int) ([]uuid.UUID, error) {
+func (s StuckTasks) Find(ctx context.Context, queue string, before time.Time, limit int) ([]port.StuckTask, error) {
 	const op = "postgres.StuckTasks.Find"
 	q, ok := stuckQueries[queue]
 	if !ok {
@@ -76,11 +79,14 @@ func (s StuckTasks) Find(ctx context.Context, queue string, before time.Time, li
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", op, TranslateError(err))
 	}
-	ids, err := pgx.CollectRows(rows, pgx.RowTo[uuid.UUID])
+	tasks, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (port.StuckTask, error) {
+		var t port.StuckTask
+		return t, row.Scan(&t.ID, &t.LastJobID)
+	})
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", op, TranslateError(err))
 	}
-	return ids, nil
+	return tasks, nil
 }
 
 // Exclusive implements port.StuckTasks with a session-level advisory lock held on a
