@@ -59,9 +59,11 @@ type heldFront struct {
 	sb      *marketplace.Sandbox
 	hold    int32
 	created atomic.Bool
-	seen    atomic.Int32
-	held    chan struct{}
-	close   chan struct{}
+	// holdVerify, while set, holds every store verification without performing it.
+	holdVerify atomic.Bool
+	seen       atomic.Int32
+	held       chan struct{}
+	close      chan struct{}
 }
 
 func newHeldFront(t *testing.T, hold int, ignoreKey bool) (*heldFront, string) {
@@ -77,6 +79,14 @@ func newHeldFront(t *testing.T, hold int, ignoreKey bool) (*heldFront, string) {
 }
 
 func (f *heldFront) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if f.holdVerify.Load() && r.URL.Path == "/v1/stores/verify" {
+		f.held <- struct{}{}
+		select {
+		case <-r.Context().Done():
+		case <-f.close:
+		}
+		return
+	}
 	if r.Method == http.MethodPost && r.URL.Path == "/v1/products" {
 		f.created.Store(true)
 	}
