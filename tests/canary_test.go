@@ -444,7 +444,7 @@ func TestCanarySecretsNeverLeak(t *testing.T) {
 	require.Contains(t, dump[prefix+":"+canaryStream], verifyOp["id"], "the event stream holds this test's operations")
 	logs := env.Logs()
 	require.True(t, strings.Contains(logs, `"route":"/v1/workspaces/{workspace_id}/stores"`), "the logs hold this test's requests")
-	require.True(t, strings.Contains(logs, c.acct.WorkspaceID) && strings.Contains(logs, storeA), "the logs hold this test's jobs")
+	require.True(t, strings.Contains(logs, c.acct.WorkspaceID) && strings.Contains(logs, `"queue":"store-verification"`), "the logs hold this test's jobs")
 
 	dbHits, searched := canaryFindDB(t, env.DB.Owner, canary)
 	require.Empty(t, dbHits, "the canary is in the database")
