@@ -62,6 +62,11 @@ type Delivery struct {
 func (e Envelope) Job(d Delivery) Job {
 	ws, _ := uuid.Parse(e.WorkspaceID) // checked by DecodeEnvelope
 	attempts := max(d.Attempts, 1)
-	return Job{ID: d.ID, WorkspaceID: ws, EventType: e.EventType, Payload: e.Payload,
-		Attempt: d.Attempt, LastAttempt: d.Attempt >= attempts, Snoozes: d.Snoozes, Snoozed: d.Snoozed}
+	j := Job{ID: d.ID, WorkspaceID: ws, EventType: e.EventType, Payload: e.Payload,
+		Attempt: d.Attempt, LastAttempt: d.Attempt >= attempts, Snoozes: d.Snoozes, Snoozed: d.Snoozed,
+		CorrelationID: e.CorrelationID}
+	if e.Trace != nil {
+		j.TraceParent, j.TraceState = e.Trace.TraceParent, e.Trace.TraceState
+	}
+	return j
 }

@@ -137,6 +137,12 @@ func (f Flow[T, W, R]) Handle(ctx context.Context, job Job) error {
 	log = log.With(slog.String("queue", f.QueueName), slog.String("job_id", job.ID),
 		slog.String("event_type", job.EventType), slog.String("workspace_id", job.WorkspaceID.String()),
 		slog.Int("attempt", job.Attempt))
+	if job.CorrelationID != "" {
+		log = log.With(slog.String("correlation_id", job.CorrelationID))
+	}
+	if id := job.TraceID(); id != "" {
+		log = log.With(slog.String("trace_id", id))
+	}
 
 	var r R
 	id, err := f.TaskID(job)

@@ -21,6 +21,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -74,6 +75,20 @@ type Job struct {
 	// total delay.
 	Snoozes int
 	Snoozed time.Duration
+	// CorrelationID is the id of the request that caused the job, and TraceParent and
+	// TraceState its W3C trace context (all may be empty).
+	CorrelationID           string
+	TraceParent, TraceState string
+}
+
+// TraceID is the trace id of the job's traceparent ("00-<trace id>-<span id>-<flags>"), or
+// "" without one.
+func (j Job) TraceID() string {
+	parts := strings.Split(j.TraceParent, "-")
+	if len(parts) != 4 || len(parts[1]) != 32 {
+		return ""
+	}
+	return parts[1]
 }
 
 // Decode unmarshals the payload into v.

@@ -27,6 +27,7 @@ import (
 	"syscall"
 
 	"github.com/listingkit/listing/infra/config"
+	"github.com/listingkit/listing/infra/tracing"
 )
 
 type subcommand struct {
@@ -81,6 +82,15 @@ func realMain(ctx context.Context, args []string) error {
 		debug.SetMemoryLimit(limit)
 	}
 	log.Info("memory limit", "bytes", limit, "source", source)
+	shutdownTracing, err := tracing.Setup(ctx)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if err := shutdownTracing(context.WithoutCancel(ctx)); err != nil {
+			log.Warn("tracing: flushing spans failed", "err", err)
+		}
+	}()
 	err = cmd.run(ctx, cfg, log, args[1:])
 	if errors.Is(err, context.Canceled) && ctx.Err() != nil {
 		return nil // stopped by a signal: a clean exit

@@ -16,6 +16,7 @@ import (
 
 	"github.com/listingkit/listing/app/port"
 	"github.com/listingkit/listing/infra/outbound"
+	"github.com/listingkit/listing/infra/tracing"
 )
 
 // Config configures New.
@@ -72,7 +73,7 @@ func (c *Config) setDefaults() {
 		c.MaxImageBytes = 32 << 20
 	}
 	if c.HTTPClient == nil {
-		c.HTTPClient = &http.Client{Transport: http.DefaultTransport.(*http.Transport).Clone()}
+		c.HTTPClient = &http.Client{Transport: tracing.Transport(http.DefaultTransport.(*http.Transport).Clone())}
 	}
 	if c.UserAgent == "" {
 		c.UserAgent = "listing-ai/1"

@@ -17,6 +17,8 @@ import (
 
 	"github.com/listingkit/listing/app/query"
 	"github.com/listingkit/listing/domain"
+	"github.com/listingkit/listing/infra/outbox"
+	"github.com/listingkit/listing/infra/tracing"
 )
 
 type ctxKey int
@@ -66,6 +68,18 @@ func withRequestID(next http.Handler) http.Handler {
 		}
 		w.Header().Set("X-Request-Id", id)
 		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), keyRequestID, id)))
+	})
+}
+
+// withEventContext makes every outbox event the request publishes carry the request id as
+// its correlation id and the request's trace context, which the job's envelope then carries
+// to the worker.
+func withEventContext(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		ctx := outbox.WithCorrelationID(r.Context(), requestID(r.Context()))
+		traceparent, tracestate := tracing.Inject(ctx)
+		ctx = outbox.WithTraceContext(ctx, traceparent, tracestate)
+		next.ServeHTTP(w, r.WithContext(ctx))
 	})
 }
 

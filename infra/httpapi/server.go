@@ -28,6 +28,7 @@ import (
 	"github.com/listingkit/listing/app"
 	"github.com/listingkit/listing/app/port"
 	"github.com/listingkit/listing/domain"
+	"github.com/listingkit/listing/infra/tracing"
 )
 
 //go:embed openapi.yaml
@@ -97,6 +98,7 @@ type Server struct {
 	metrics *Metrics
 	limits  *authLimits
 	handler http.Handler
+	traced  http.Handler
 }
 
 // New builds the server and its routes.
@@ -115,18 +117,20 @@ func New(cfg Config, deps Deps) (*Server, error) {
 	}
 	s.limits = newAuthLimits(cfg.AuthRatePerMinute)
 	s.handler = s.routes()
+	s.traced = tracing.Handler(s.handler, "http")
 	return s, nil
 }
 
-// ServeHTTP implements http.Handler.
-func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.handler.ServeHTTP(w, r) }
+// ServeHTTP implements http.Handler: every request gets a server span (continuing the
+// caller's traceparent) around the router.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.traced.ServeHTTP(w, r) }
 
 // Router returns the chi router, for route listings (the OpenAPI test walks it).
 func (s *Server) Router() chi.Routes { return s.handler.(chi.Routes) }
 
 func (s *Server) routes() http.Handler {
 	r := chi.NewRouter()
-	r.Use(withRequestID, s.observe)
+	r.Use(withRequestID, withEventContext, s.observe)
 	r.NotFound(func(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, r, Problem{Status: http.StatusNotFound, Code: domain.ErrNotFound.Code, Detail: "no such route"})
 	})

@@ -22,11 +22,16 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/listingkit/listing/app/worker"
 	"github.com/listingkit/listing/domain"
 	"github.com/listingkit/listing/infra/metrics"
+	"github.com/listingkit/listing/infra/outbox"
+	"github.com/listingkit/listing/infra/tracing"
 )
 
 // Transport delivers jobs and settles them. Implementations are safe for concurrent use.
@@ -182,7 +187,12 @@ func (r *Runner) consumer(queue string, h worker.Handler) func(jobCtx, runCtx co
 		if r.cfg.JobTimeout > 0 {
 			hctx, cancel = context.WithTimeout(jobCtx, r.cfg.JobTimeout)
 		}
+		hctx, span := jobSpan(hctx, queue, job)
 		err = handle(hctx, h, job, queue, log)
+		if err != nil {
+			span.SetStatus(codes.Error, worker.FailureOf(err).Code)
+		}
+		span.End()
 		cancel()
 		duration.Observe(time.Since(start).Seconds())
 		_, snoozed := worker.SnoozeOf(err)
@@ -215,4 +225,17 @@ func handle(ctx context.Context, h worker.Handler, job worker.Job, queue string,
 		}
 	}()
 	return h.Handle(ctx, job)
+}
+
+// jobSpan starts the span of one attempt, continuing the trace of the request that caused
+// the job; the events the handler publishes carry the job's correlation id and this span's
+// trace context onward.
+func jobSpan(ctx context.Context, queue string, job worker.Job) (context.Context, trace.Span) {
+	ctx = tracing.Extract(ctx, job.TraceParent, job.TraceState)
+	ctx, span := tracing.Start(ctx, "job "+queue, trace.SpanKindConsumer)
+	span.SetAttributes(attribute.String("messaging.message.id", job.ID), attribute.String("listing.event_type", job.EventType),
+		attribute.Int("listing.attempt", job.Attempt))
+	ctx = outbox.WithCorrelationID(ctx, job.CorrelationID)
+	traceparent, tracestate := tracing.Inject(ctx)
+	return outbox.WithTraceContext(ctx, traceparent, tracestate), span
 }

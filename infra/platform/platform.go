@@ -17,6 +17,7 @@ import (
 
 	"github.com/listingkit/listing/app/port"
 	"github.com/listingkit/listing/infra/outbound"
+	"github.com/listingkit/listing/infra/tracing"
 )
 
 // Config configures New.
@@ -46,7 +47,7 @@ func (c *Config) setDefaults() {
 		c.MaxRetryAfter = time.Hour
 	}
 	if c.HTTPClient == nil {
-		c.HTTPClient = &http.Client{Transport: http.DefaultTransport.(*http.Transport).Clone()}
+		c.HTTPClient = &http.Client{Transport: tracing.Transport(http.DefaultTransport.(*http.Transport).Clone())}
 	}
 	if c.UserAgent == "" {
 		c.UserAgent = "listing-platform/1"
