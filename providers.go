@@ -329,11 +329,17 @@ func ProvideDispatcher(cfg config.Config, pool *pgxpool.Pool, pubs outbox.Publis
 type Cleanup struct {
 	Idempotency *idem.Cleaner
 	Outbox      *outbox.Cleaner
+	Pool        *pgxpool.Pool
 }
 
-// ProvideCleanup builds the retention jobs.
-func ProvideCleanup(cfg config.Config, pool *pgxpool.Pool, log *slog.Logger) (*Cleanup, error) {
-	ic, err := idem.NewCleaner(pool, idem.CleanerConfig{})
+// ProvideCleanup builds the retention jobs; the idempotency cleaner counts what it deletes
+// on reg (listing_idempotency_cleanup_deleted_total).
+func ProvideCleanup(cfg config.Config, pool *pgxpool.Pool, reg *prometheus.Registry, log *slog.Logger) (*Cleanup, error) {
+	m, err := idem.NewMetrics(reg)
+	if err != nil {
+		return nil, err
+	}
+	ic, err := idem.NewCleaner(pool, idem.CleanerConfig{Metrics: m})
 	if err != nil {
 		return nil, err
 	}
@@ -341,7 +347,7 @@ func ProvideCleanup(cfg config.Config, pool *pgxpool.Pool, log *slog.Logger) (*C
 	if err != nil {
 		return nil, err
 	}
-	return &Cleanup{Idempotency: ic, Outbox: oc}, nil
+	return &Cleanup{Idempotency: ic, Outbox: oc, Pool: pool}, nil
 }
 
 // RunOnce runs every retention job once and logs what it deleted.
@@ -378,6 +384,9 @@ func NewQueues(cfg config.Config) *Queues {
 type Dispatch struct {
 	Dispatcher *outbox.Dispatcher
 	Reconciler *reconcile.Reconciler
+	// Pool and Redis are the process's connections, for its readiness checks.
+	Pool  *pgxpool.Pool
+	Redis *redis.Client
 }
 
 // Run dispatches and reconciles until ctx ends.

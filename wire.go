@@ -32,7 +32,7 @@ func InitializeDispatch(ctx context.Context, cfg config.Config, q *Queues, reg *
 }
 
 // InitializeCleanup assembles the retention jobs.
-func InitializeCleanup(ctx context.Context, cfg config.Config, log *slog.Logger) (*Cleanup, func(), error) {
+func InitializeCleanup(ctx context.Context, cfg config.Config, reg *prometheus.Registry, log *slog.Logger) (*Cleanup, func(), error) {
 	wire.Build(ProvidePool, ProvideCleanup)
 	return nil, nil, nil
 }

@@ -133,6 +133,8 @@ func InitializeDispatch(ctx context.Context, cfg config.Config, q *Queues, reg *
 	dispatch := &Dispatch{
 		Dispatcher: dispatcher,
 		Reconciler: reconciler,
+		Pool:       pool,
+		Redis:      client,
 	}
 	return dispatch, func() {
 		cleanup3()
@@ -142,12 +144,12 @@ func InitializeDispatch(ctx context.Context, cfg config.Config, q *Queues, reg *
 }
 
 // InitializeCleanup assembles the retention jobs.
-func InitializeCleanup(ctx context.Context, cfg config.Config, log *slog.Logger) (*Cleanup, func(), error) {
+func InitializeCleanup(ctx context.Context, cfg config.Config, reg *prometheus.Registry, log *slog.Logger) (*Cleanup, func(), error) {
 	pool, cleanup, err := ProvidePool(ctx, cfg)
 	if err != nil {
 		return nil, nil, err
 	}
-	listingCleanup, err := ProvideCleanup(cfg, pool, log)
+	listingCleanup, err := ProvideCleanup(cfg, pool, reg, log)
 	if err != nil {
 		cleanup()
 		return nil, nil, err
@@ -233,6 +235,8 @@ func InitializeWork(ctx context.Context, cfg config.Config, q *Queues, reg *prom
 	work := &Work{
 		Runner:    runner,
 		Externals: externals,
+		Pool:      pool,
+		Redis:     client,
 	}
 	return work, func() {
 		cleanup4()

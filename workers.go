@@ -10,6 +10,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/listingkit/listing/app/port"
 	"github.com/listingkit/listing/app/reconcile"
@@ -230,6 +231,9 @@ func ProvideRunner(cfg config.Config, transport jobs.Transport, handlers map[str
 type Work struct {
 	Runner    *jobs.Runner
 	Externals *Externals
+	// Pool and Redis are the process's connections, for its readiness checks.
+	Pool  *pgxpool.Pool
+	Redis *redis.Client
 }
 
 // Run consumes jobs until ctx ends.

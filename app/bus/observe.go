@@ -21,11 +21,11 @@ type Metrics struct {
 func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	m := &Metrics{
 		executions: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "commands_total",
+			Name: "listing_commands_total",
 			Help: "Commands executed, by command and outcome (ok, replayed, or the error code).",
 		}, []string{"command", "outcome"}),
 		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name:    "command_duration_seconds",
+			Name:    "listing_command_duration_seconds",
 			Help:    "Command latency including its transaction.",
 			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5},
 		}, []string{"command"}),

@@ -56,6 +56,9 @@ type Delivery struct {
 	// Snoozes counts the earlier deliveries that were snoozed, and Snoozed their total delay.
 	Snoozes int
 	Snoozed time.Duration
+	// EnqueuedAt is when the transport received the job (zero: unknown; the envelope's
+	// OccurredAt stands in).
+	EnqueuedAt time.Time
 }
 
 // Job builds the Job of this delivery of e.

@@ -25,7 +25,7 @@ var errMemoryNeedsAll = errors.New("QUEUE_TRANSPORT=memory runs the dispatcher a
 
 func runDispatch(ctx context.Context, cfg config.Config, log *slog.Logger, args []string) error {
 	fs := flag.NewFlagSet("dispatch", flag.ContinueOnError)
-	metricsAddr := fs.String("metrics-addr", "", "serve /metrics on this address (empty: none)")
+	adminAddr := fs.String("admin-addr", cfg.AdminAddr, "serve /healthz, /readyz and /metrics on this address (ADMIN_ADDR; empty: none)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -38,12 +38,12 @@ func runDispatch(ctx context.Context, cfg config.Config, log *slog.Logger, args 
 		return err
 	}
 	defer cleanup()
-	return runWithMetrics(ctx, *metricsAddr, reg, log, d.Run)
+	return runWithAdmin(ctx, *adminAddr, reg, readiness(cfg, d.Pool, d.Redis), log, d.Run)
 }
 
 func runWork(ctx context.Context, cfg config.Config, log *slog.Logger, args []string) error {
 	fs := flag.NewFlagSet("work", flag.ContinueOnError)
-	metricsAddr := fs.String("metrics-addr", "", "serve /metrics on this address (empty: none)")
+	adminAddr := fs.String("admin-addr", cfg.AdminAddr, "serve /healthz, /readyz and /metrics on this address (ADMIN_ADDR; empty: none)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -56,16 +56,18 @@ func runWork(ctx context.Context, cfg config.Config, log *slog.Logger, args []st
 		return err
 	}
 	defer cleanup()
-	return runWithMetrics(ctx, *metricsAddr, reg, log, w.Run)
+	return runWithAdmin(ctx, *adminAddr, reg, readiness(cfg, w.Pool, w.Redis), log, w.Run)
 }
 
 func runCleanup(ctx context.Context, cfg config.Config, log *slog.Logger, args []string) error {
 	fs := flag.NewFlagSet("cleanup", flag.ContinueOnError)
 	every := fs.Duration("every", 0, "run on this schedule until stopped (0: once), e.g. 10m")
+	adminAddr := fs.String("admin-addr", cfg.AdminAddr, "with -every: serve /healthz, /readyz and /metrics on this address (ADMIN_ADDR; empty: none)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	c, cleanup, err := listing.InitializeCleanup(ctx, cfg, log)
+	reg := listing.NewRegistry()
+	c, cleanup, err := listing.InitializeCleanup(ctx, cfg, reg, log)
 	if err != nil {
 		return err
 	}
@@ -73,7 +75,9 @@ func runCleanup(ctx context.Context, cfg config.Config, log *slog.Logger, args [
 	if *every <= 0 {
 		return c.RunOnce(ctx, log)
 	}
-	return cleanupLoop(ctx, c, *every, log)
+	return runWithAdmin(ctx, *adminAddr, reg, readiness(cfg, c.Pool, nil), log, func(ctx context.Context) error {
+		return cleanupLoop(ctx, c, *every, log)
+	})
 }
 
 // cleanupLoop runs the retention jobs now and then every interval until ctx ends. A failed

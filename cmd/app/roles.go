@@ -14,9 +14,12 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"golang.org/x/sync/errgroup"
 
+	"encoding/json"
+	"github.com/jackc/pgx/v5/pgxpool"
 	listing "github.com/listingkit/listing"
 	"github.com/listingkit/listing/infra/config"
 	"github.com/listingkit/listing/infra/postgres"
+	"github.com/redis/go-redis/v9"
 )
 
 func runMigrate(ctx context.Context, cfg config.Config, log *slog.Logger, args []string) error {
@@ -83,7 +86,7 @@ func runAll(ctx context.Context, cfg config.Config, log *slog.Logger, args []str
 		return err
 	}
 	defer cleanupDispatch()
-	retention, cleanupRetention, err := listing.InitializeCleanup(ctx, cfg, log)
+	retention, cleanupRetention, err := listing.InitializeCleanup(ctx, cfg, reg, log)
 	if err != nil {
 		return err
 	}
@@ -102,17 +105,62 @@ func runAll(ctx context.Context, cfg config.Config, log *slog.Logger, args []str
 	return g.Wait()
 }
 
-// runWithMetrics runs fn until ctx ends, serving /metrics on addr when addr is set.
-func runWithMetrics(ctx context.Context, addr string, reg *prometheus.Registry, log *slog.Logger, fn func(context.Context) error) error {
+// check is one readiness check of a process.
+type check struct {
+	name string
+	fn   func(context.Context) error
+}
+
+// readiness is what a process that holds pool (and, unless the queues are in process, rdb)
+// checks on /readyz.
+func readiness(cfg config.Config, pool *pgxpool.Pool, rdb *redis.Client) []check {
+	checks := []check{{"postgres", pool.Ping}}
+	if rdb != nil && !cfg.Memory() {
+		checks = append(checks, check{"redis", func(ctx context.Context) error { return rdb.Ping(ctx).Err() }})
+	}
+	return checks
+}
+
+// runWithAdmin runs fn until ctx ends and, when addr is set, serves the process's admin
+// endpoints there: /healthz (the process runs), /readyz (its checks pass, 503 otherwise,
+// naming the failed ones) and /metrics (reg).
+func runWithAdmin(ctx context.Context, addr string, reg *prometheus.Registry, checks []check, log *slog.Logger,
+	fn func(context.Context) error) error {
 	if addr == "" {
 		return fn(ctx)
 	}
 	g, ctx := errgroup.WithContext(ctx)
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		writeStatus(w, http.StatusOK, map[string]any{"status": "ok"})
+	})
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
+		cctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+		defer cancel()
+		status, results := http.StatusOK, map[string]string{}
+		for _, c := range checks {
+			results[c.name] = "ok"
+			if err := c.fn(cctx); err != nil {
+				log.WarnContext(cctx, "readiness check failed", "check", c.name, "err", err)
+				status, results[c.name] = http.StatusServiceUnavailable, "unavailable"
+			}
+		}
+		state := "ok"
+		if status != http.StatusOK {
+			state = "unavailable"
+		}
+		writeStatus(w, status, map[string]any{"status": state, "checks": results})
+	})
 	g.Go(func() error { return serveHTTP(ctx, addr, mux, log) })
 	g.Go(func() error { return fn(ctx) })
 	return g.Wait()
+}
+
+func writeStatus(w http.ResponseWriter, status int, body any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(body)
 }
 
 // serveHTTP serves h on addr until ctx ends, then drains in-flight requests for up to 20s.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -93,4 +94,33 @@ func JobsUnfinished(ctx context.Context, cfg Config, queue string, ids []string)
 		out[id] = len(v) == 2 && v[0] != nil && v[1] == nil
 	}
 	return out, nil
+}
+
+// OldestWaiting returns when the job that has waited longest in queue's wait list was added
+// (the list's tail: the next to be taken), and false when nothing waits. Two round trips;
+// the answer is a snapshot.
+func OldestWaiting(ctx context.Context, cfg Config, queue string) (time.Time, bool, error) {
+	if cfg.Client == nil {
+		return time.Time{}, false, errors.New("bullmq.OldestWaiting: Config.Client is required")
+	}
+	prefix := cfg.Prefix
+	if prefix == "" {
+		prefix = DefaultPrefix
+	}
+	k := newQueueKeys(prefix, queue)
+	id, err := cfg.Client.LIndex(ctx, k.wait, -1).Result()
+	if errors.Is(err, redis.Nil) {
+		return time.Time{}, false, nil
+	}
+	if err != nil {
+		return time.Time{}, false, fmt.Errorf("bullmq.OldestWaiting: %w", err)
+	}
+	ts, err := cfg.Client.HGet(ctx, k.job(id), "timestamp").Result()
+	if errors.Is(err, redis.Nil) {
+		return time.Time{}, false, nil // taken or removed meanwhile
+	}
+	if err != nil {
+		return time.Time{}, false, fmt.Errorf("bullmq.OldestWaiting: %w", err)
+	}
+	return msTime(ts), true, nil
 }

@@ -29,6 +29,8 @@ const (
 	// MetadataSnoozes and MetadataSnoozedMs count the job's earlier snoozes and their delay.
 	MetadataSnoozes   = "bullmq_snoozes"
 	MetadataSnoozedMs = "bullmq_snoozed_ms"
+	// MetadataTimestamp is when the job was added (ms since the epoch).
+	MetadataTimestamp = "bullmq_timestamp"
 	// MetadataDeferred, when set, is the reason the queue fails this job whatever becomes of
 	// the message (it stalled more than MaxStalledCount times): the consumer may record it,
 	// then acks or nacks, and the job fails.
@@ -190,6 +192,7 @@ func setDelivery(msg *message.Message, j *Job) {
 	msg.Metadata.Set(MetadataAttempts, strconv.Itoa(attempts))
 	msg.Metadata.Set(MetadataSnoozes, strconv.Itoa(j.Snoozes))
 	msg.Metadata.Set(MetadataSnoozedMs, strconv.FormatInt(j.Snoozed.Milliseconds(), 10))
+	msg.Metadata.Set(MetadataTimestamp, strconv.FormatInt(j.Timestamp.UnixMilli(), 10))
 }
 
 // nackError is the handler error a nack of msg stands for (see MetadataNack).

@@ -38,6 +38,9 @@ type Config struct {
 	DatabaseMaxConns int32 `env:"DATABASE_MAX_CONNS" envDefault:"20"`
 	// RedisURL is the Redis holding the BullMQ queues.
 	RedisURL string `env:"REDIS_URL" envDefault:"redis://127.0.0.1:6379/0"`
+	// AdminAddr is where `dispatch`, `work` and `cleanup -every` serve /healthz, /readyz and
+	// /metrics (flag -admin-addr); empty: nowhere.
+	AdminAddr string `env:"ADMIN_ADDR"`
 	// HTTPAddr is where `serve` listens.
 	HTTPAddr string `env:"HTTP_ADDR" envDefault:"127.0.0.1:8080"`
 	// PublicBaseURL is how clients reach this service (used in upload URLs).

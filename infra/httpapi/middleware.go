@@ -115,10 +115,10 @@ type Metrics struct {
 func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	m := &Metrics{
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "http_requests_total", Help: "HTTP requests by route pattern and status.",
+			Name: "listing_http_requests_total", Help: "HTTP requests by route pattern and status.",
 		}, []string{"method", "route", "status"}),
 		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name: "http_request_duration_seconds", Help: "HTTP request latency by route pattern.",
+			Name: "listing_http_request_duration_seconds", Help: "HTTP request latency by route pattern.",
 			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5},
 		}, []string{"method", "route"}),
 	}

@@ -50,9 +50,12 @@ func (BullMQ) Delivery(msg *message.Message) (worker.Delivery, string) {
 		n, _ := strconv.Atoi(msg.Metadata.Get(k))
 		return n
 	}
-	return worker.Delivery{ID: msg.UUID, Attempt: num(bullmq.MetadataAttemptsMade) + 1, Attempts: num(bullmq.MetadataAttempts),
-		Snoozes: num(bullmq.MetadataSnoozes), Snoozed: time.Duration(num(bullmq.MetadataSnoozedMs)) * time.Millisecond,
-	}, msg.Metadata.Get(bullmq.MetadataDeferred)
+	d := worker.Delivery{ID: msg.UUID, Attempt: num(bullmq.MetadataAttemptsMade) + 1, Attempts: num(bullmq.MetadataAttempts),
+		Snoozes: num(bullmq.MetadataSnoozes), Snoozed: time.Duration(num(bullmq.MetadataSnoozedMs)) * time.Millisecond}
+	if ms := num(bullmq.MetadataTimestamp); ms > 0 {
+		d.EnqueuedAt = time.UnixMilli(int64(ms))
+	}
+	return d, msg.Metadata.Get(bullmq.MetadataDeferred)
 }
 
 // Settle implements Transport: Ack completes the job; a nack retries it, fails it for good

@@ -156,6 +156,7 @@ func (r *Runner) consumer(queue string, h worker.Handler) func(jobCtx, runCtx co
 	log, t := r.cfg.Logger, r.cfg.Transport
 	outcomes := r.metrics.Jobs.MustCurryWith(prometheus.Labels{"queue": queue})
 	duration := r.metrics.Duration.WithLabelValues(queue)
+	wait := r.metrics.Wait.WithLabelValues(queue)
 	kind := r.cfg.Kinds[queue]
 	return func(jobCtx, runCtx context.Context, msg *message.Message) {
 		d, deferred := t.Delivery(msg)
@@ -167,6 +168,15 @@ func (r *Runner) consumer(queue string, h worker.Handler) func(jobCtx, runCtx co
 			return
 		}
 		job := env.Job(d)
+		if job.Attempt == 1 && job.Snoozes == 0 {
+			enqueued := d.EnqueuedAt
+			if enqueued.IsZero() {
+				enqueued = env.OccurredAt
+			}
+			if !enqueued.IsZero() {
+				wait.Observe(max(time.Since(enqueued).Seconds(), 0))
+			}
+		}
 		if deferred != "" {
 			outcomes.WithLabelValues(OutcomeFailed).Inc()
 			log.ErrorContext(jobCtx, "job failed without running: its task fails", "queue", queue, "job_id", job.ID,

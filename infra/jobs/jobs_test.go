@@ -253,7 +253,19 @@ listing_job_queue_jobs{queue="jobs-w",state="failed"} 0
 listing_job_queue_jobs{queue="jobs-w",state="prioritized"} 0
 listing_job_queue_jobs{queue="jobs-w",state="waiting"} 3
 listing_job_queue_jobs{queue="jobs-w",state="waiting-children"} 0
-`)))
+`), "listing_job_queue_jobs"))
+	time.Sleep(50 * time.Millisecond)
+	age := 0.0
+	reg := prometheus.NewRegistry()
+	require.NoError(t, reg.Register(c))
+	got, err := reg.Gather()
+	require.NoError(t, err)
+	for _, mf := range got {
+		if mf.GetName() == "listing_job_queue_oldest_waiting_seconds" {
+			age = mf.GetMetric()[0].GetGauge().GetValue()
+		}
+	}
+	assert.GreaterOrEqual(t, age, 0.05, "the oldest waiting job's age")
 }
 
 // A queue Redis cannot be read for is left out of the scrape, which still succeeds, and the

@@ -72,7 +72,7 @@ func TestDispatchOverGoChannel(t *testing.T) {
 	cancel()
 	require.NoError(t, <-done)
 	require.Equal(t, 1.0, testutil.ToFloat64(d.metrics.Published.WithLabelValues(testQueue)))
-	require.Equal(t, 1, testutil.CollectAndCount(reg, "outbox_dispatch_latency_seconds"))
+	require.Equal(t, 1, testutil.CollectAndCount(reg, "listing_outbox_dispatch_latency_seconds"))
 	st, err := NewOps(db.OperatorPool(t)).Stats(context.Background())
 	require.NoError(t, err)
 	require.EqualValues(t, 1, st.ByStatus[StatusDispatched].Events)

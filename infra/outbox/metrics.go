@@ -36,27 +36,27 @@ type Metrics struct {
 func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	m := &Metrics{
 		Pending: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "outbox_pending_events", Help: "Outbox events not yet delivered (pending or dispatching).",
+			Name: "listing_outbox_pending_events", Help: "Outbox events not yet delivered (pending or dispatching).",
 		}),
 		OldestPendingAge: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "outbox_oldest_pending_age_seconds", Help: "Age of the oldest undelivered outbox event.",
+			Name: "listing_outbox_oldest_pending_age_seconds", Help: "Age of the oldest undelivered outbox event.",
 		}),
 		DeadLetters: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "outbox_dead_letter_events", Help: "Outbox events in dead_letter.",
+			Name: "listing_outbox_dead_letter_events", Help: "Outbox events in dead_letter.",
 		}),
 		Latency: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name:    "outbox_dispatch_latency_seconds",
+			Name:    "listing_outbox_dispatch_latency_seconds",
 			Help:    "Time from an outbox event's insert to its dispatch.",
 			Buckets: []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 300, 1800},
 		}),
 		Attempts: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "outbox_dispatch_attempts_total", Help: "Delivery attempts of outbox events by result.",
+			Name: "listing_outbox_dispatch_attempts_total", Help: "Delivery attempts of outbox events by result.",
 		}, []string{"result"}),
 		DeadLettered: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "outbox_dead_lettered_total", Help: "Outbox events moved to dead_letter.",
+			Name: "listing_outbox_dead_lettered_total", Help: "Outbox events moved to dead_letter.",
 		}),
 		Published: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "outbox_published_total", Help: "Outbox events published, by destination.",
+			Name: "listing_outbox_published_total", Help: "Outbox events published, by destination.",
 		}, []string{"destination"}),
 	}
 	if reg == nil {
