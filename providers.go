@@ -192,6 +192,7 @@ type Repositories struct {
 	Syncs         postgres.ProductSyncs
 	AITasks       *postgres.Repository[domain.AITask]
 	AILedger      postgres.AILedger
+	Updates       postgres.ListingUpdates
 }
 
 // ProvideRepositories builds the repositories.
@@ -199,7 +200,7 @@ func ProvideRepositories() *Repositories {
 	return &Repositories{Operations: postgres.NewOperations(), Stores: postgres.NewStores(),
 		Verifications: postgres.NewStoreVerifications(), Media: postgres.NewMedia(), MediaTasks: postgres.NewMediaTasks(),
 		Transfers: postgres.NewMaterialTransfers(), Publications: postgres.NewPublications(), Syncs: postgres.NewProductSyncs(),
-		AITasks: postgres.NewAITasks()}
+		AITasks: postgres.NewAITasks(), Updates: postgres.NewListingUpdates()}
 }
 
 // ProvideApplication builds the catalogue of commands and queries.
@@ -230,10 +231,12 @@ func ProvideApplication(cfg config.Config, b *bus.Bus, pool *pgxpool.Pool, hashe
 			PublishProduct:            commands.NewPublishProductHandler(flow, repos.Products, repos.Stores, repos.Publications),
 			SyncStoreProducts:         commands.NewSyncStoreProductsHandler(flow, repos.Stores, repos.Syncs),
 			CreateAITask:              commands.NewCreateAITaskHandler(flow, repos.Products, repos.AITasks),
+			UpdateListing:             commands.NewUpdateListingHandler(flow, repos.Products, repos.Publications, repos.Updates),
 		},
 		Queries: query.Queries{Tx: postgres.Transactor{Pool: pool}, Accounts: accounts, Products: repos.Products,
 			Operations: repos.Operations, Stores: repos.Stores, Media: repos.Media, Transfers: repos.Transfers,
-			Publications: repos.Publications, Syncs: repos.Syncs, AITasks: repos.AITasks, Storage: store, Fetcher: fetcher},
+			Publications: repos.Publications, Syncs: repos.Syncs, AITasks: repos.AITasks, Updates: repos.Updates,
+			Storage: store, Fetcher: fetcher},
 	}, nil
 }
 

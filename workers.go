@@ -16,6 +16,7 @@ import (
 	"github.com/listingkit/listing/app/reconcile"
 	"github.com/listingkit/listing/app/worker"
 	"github.com/listingkit/listing/app/worker/aitask"
+	"github.com/listingkit/listing/app/worker/listingupdate"
 	"github.com/listingkit/listing/app/worker/mediaproc"
 	"github.com/listingkit/listing/app/worker/productsync"
 	"github.com/listingkit/listing/app/worker/publish"
@@ -121,6 +122,7 @@ func ProvideTaskKinds(deps worker.Deps, repos *Repositories) TaskKinds {
 		publish.Tasks(deps, repos.Publications),
 		productsync.Tasks(deps, repos.Syncs),
 		aitask.Tasks(deps, repos.AITasks, repos.AILedger),
+		listingupdate.Tasks(deps, repos.Updates, repos.Publications),
 	}
 }
 
@@ -153,7 +155,10 @@ func ProvideJobHandlers(cfg config.Config, deps worker.Deps, repos *Repositories
 		MaxBytes: cfg.MediaMaxBytes, Decodes: cfg.MediaDecodeConcurrency, InspectFunc: inspectImage(cfg.MediaDecodeMaxBytes)})
 	tr, err6 := transfer.New(transfer.Config{Deps: deps, Transfers: repos.Transfers, Media: repos.Media, MediaTasks: repos.MediaTasks,
 		Storage: store, Fetcher: fetcher, MaxBytes: cfg.MediaMaxBytes})
-	if err := errors.Join(err, err2, err3, err4, err5, err6); err != nil {
+	// The push claim outlives any call of the adapter (listingupdate's lease rule).
+	lu, err7 := listingupdate.New(listingupdate.Config{Deps: deps, Updates: repos.Updates, Publications: repos.Publications,
+		Stores: repos.Stores, Cipher: cipher, Marketplace: x.Marketplace, Lease: 4 * platform.DefaultTimeout})
+	if err := errors.Join(err, err2, err3, err4, err5, err6, err7); err != nil {
 		return nil, err
 	}
 	return map[string]worker.Handler{
@@ -163,6 +168,7 @@ func ProvideJobHandlers(cfg config.Config, deps worker.Deps, repos *Repositories
 		worker.QueueAITask:            at,
 		worker.QueueMediaProcessing:   mp,
 		worker.QueueMaterialTransfer:  tr,
+		worker.QueueListingUpdate:     lu,
 	}, nil
 }
 

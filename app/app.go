@@ -34,4 +34,5 @@ type Commands struct {
 	PublishProduct            bus.Handler[commands.PublishProduct, commands.Started[domain.Publication]]
 	SyncStoreProducts         bus.Handler[commands.SyncStoreProducts, commands.Started[domain.ProductSync]]
 	CreateAITask              bus.Handler[commands.CreateAITask, commands.Started[domain.AITask]]
+	UpdateListing             bus.Handler[commands.UpdateListing, commands.Started[domain.ListingUpdate]]
 }

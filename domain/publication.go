@@ -27,6 +27,19 @@ type Publication struct {
 	// ErrProductRevisionUnavailable otherwise.
 	Snapshot          *ProductSnapshot
 	ExternalProductID string // the platform's id, once created
+
+	// What listing updates (ListingUpdate) need to push revisions in order:
+	//
+	// PushedRevision is the highest revision the platform product is known to hold: set to
+	// ProductRevision when the publication succeeds, raised by every update recorded as
+	// pushed, never lowered. 0 before the first publish.
+	PushedRevision int
+	// SentRevision is the highest revision whose content may have been sent to the platform
+	// (a PUT sent, its outcome perhaps unknown): >= PushedRevision, never lowered. An update
+	// of an older revision is never sent (it could land after the newer content).
+	SentRevision int
+	// Push is the claim of the update whose PUT may be in flight (see PushClaim).
+	Push PushClaim
 }
 
 // ExternalRef is what the platform product carries to find it again: our publication id. It

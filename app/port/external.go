@@ -222,7 +222,7 @@ type VerifyResult struct {
 	Reason string
 }
 
-// ProductInput is what a first publication sends to the platform.
+// ProductInput is the content a first publication or a listing update sends to the platform.
 type ProductInput struct {
 	// ExternalRef is our identifier for the listing (the publication id); the worker looks
 	// it up before creating, so a gateway that ignores Idempotency-Key never gets two.
@@ -270,6 +270,16 @@ type Marketplace interface {
 	// gateway may ignore it, so callers look up by ExternalRef first (and again after a
 	// transient error, whose outcome is unknown).
 	CreateProduct(ctx context.Context, creds Credentials, idempotencyKey string, in ProductInput) (PlatformProduct, error)
+	// UpdateProduct replaces the content of the platform product id (the gateway's PUT
+	// /v1/products/{id}) with in, sending idempotencyKey (our listing update id) as the
+	// Idempotency-Key header: a gateway that honors it answers a repeated request from its
+	// saved response without applying it again. A replacement is idempotent by itself (the
+	// same request twice leaves the same content) but not ordered: the gateway keeps the
+	// last request it applied, so a caller must never let a request with older content land
+	// after one with newer content (listing updates send one request per product at a time).
+	// An unknown id is ErrPlatformRejected; a transient error's outcome is unknown (the
+	// content may have been replaced).
+	UpdateProduct(ctx context.Context, creds Credentials, idempotencyKey, id string, in ProductInput) (PlatformProduct, error)
 	// FindProductByExternalRef returns the oldest product with that external_ref, or (nil,
 	// nil) when there is none.
 	FindProductByExternalRef(ctx context.Context, creds Credentials, ref string) (*PlatformProduct, error)

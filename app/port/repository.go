@@ -50,6 +50,13 @@ type ProductSyncs interface {
 	UpsertPlatformProducts(ctx context.Context, storeID, syncID uuid.UUID, items []PlatformProduct) error
 }
 
+// ListingUpdates adds the list of one publication's updates.
+type ListingUpdates interface {
+	Repository[domain.ListingUpdate]
+	// ListOf returns one page of the publication's updates, newest first.
+	ListOf(ctx context.Context, publicationID uuid.UUID, page Page) (items []domain.ListingUpdate, next string, err error)
+}
+
 // AILedger bills AI usage: one row per task, whatever happens.
 type AILedger interface {
 	// Record inserts the task's usage unless it is already recorded; it reports whether

@@ -30,6 +30,7 @@ type Queries struct {
 	Publications port.Repository[domain.Publication]
 	Syncs        port.ProductSyncs
 	AITasks      port.Repository[domain.AITask]
+	Updates      port.ListingUpdates
 	Storage      port.ObjectStorage
 	Fetcher      port.Fetcher
 }
@@ -124,4 +125,30 @@ func (q Queries) CheckSourceURL(ctx context.Context, sourceURL string) error {
 		return err
 	}
 	return q.Fetcher.CheckURL(ctx, sourceURL)
+}
+
+// ListingUpdate returns one update of the publication; an update of another publication is
+// domain.ErrListingUpdateNotFound.
+func (q Queries) ListingUpdate(ctx context.Context, s Scope, publicationID, id uuid.UUID) (domain.ListingUpdate, error) {
+	u, err := Get(ctx, q.Tx, s, port.Repository[domain.ListingUpdate](q.Updates), id)
+	if err == nil && u.PublicationID != publicationID {
+		return domain.ListingUpdate{}, domain.ErrListingUpdateNotFound
+	}
+	return u, err
+}
+
+// ListingUpdates lists the publication's updates, newest first; an unknown publication is
+// domain.ErrPublicationNotFound.
+func (q Queries) ListingUpdates(ctx context.Context, s Scope, publicationID uuid.UUID, page port.Page) ([]domain.ListingUpdate, string, error) {
+	var items []domain.ListingUpdate
+	var next string
+	err := q.Tx.InTx(ctx, s.WorkspaceID, s.UserID, func(ctx context.Context) error {
+		if _, err := q.Publications.Get(ctx, publicationID); err != nil {
+			return err
+		}
+		var err error
+		items, next, err = q.Updates.ListOf(ctx, publicationID, page)
+		return err
+	})
+	return items, next, err
 }

@@ -38,6 +38,7 @@ const (
 	QueueListingPublish    = "listing-publish"
 	QueueProductSync       = "product-sync"
 	QueueAITask            = "ai-task"
+	QueueListingUpdate     = "listing-update"
 	// StreamOperationEvents is the Redis stream of integration events (operation history).
 	StreamOperationEvents = "operation-events"
 )
@@ -51,13 +52,15 @@ func Routes() map[string]string {
 		domain.PublicationRequested{}.EventType():       QueueListingPublish,
 		domain.ProductSyncRequested{}.EventType():       QueueProductSync,
 		domain.AITaskRequested{}.EventType():            QueueAITask,
+		domain.ListingUpdateRequested{}.EventType():     QueueListingUpdate,
 		domain.OperationStatusChanged{}.EventType():     StreamOperationEvents,
 	}
 }
 
 // Queues lists the job queues workers consume.
 func Queues() []string {
-	return []string{QueueStoreVerification, QueueMediaProcessing, QueueMaterialTransfer, QueueListingPublish, QueueProductSync, QueueAITask}
+	return []string{QueueStoreVerification, QueueMediaProcessing, QueueMaterialTransfer, QueueListingPublish, QueueProductSync, QueueAITask,
+		QueueListingUpdate}
 }
 
 // Job is one delivery of a domain event to a handler.

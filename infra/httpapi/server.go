@@ -3,8 +3,8 @@
 // the OpenAPI document (openapi.yaml, served at /openapi.yaml and kept true by a test).
 //
 // server.go is the router: every route is listed in routes. Each resource has one file
-// (products.go, stores.go, media.go, transfers.go, publications.go, syncs.go, ai_tasks.go,
-// operations.go, auth.go) with its JSON shapes and handlers; handle.go holds what they share.
+// (products.go, stores.go, media.go, transfers.go, publications.go, listing_updates.go,
+// syncs.go, ai_tasks.go, operations.go, auth.go) with its JSON shapes and handlers; handle.go holds what they share.
 // Every POST/PUT that starts asynchronous work requires Idempotency-Key and answers
 // {"<resource>": …, "operation": …}.
 //
@@ -190,6 +190,9 @@ func (s *Server) routes() http.Handler {
 
 				r.Get("/publications", s.listPublications)
 				r.Get("/publications/{publication_id}", s.getPublication)
+				r.Post("/publications/{publication_id}/updates", s.updateListing)
+				r.Get("/publications/{publication_id}/updates", s.listListingUpdates)
+				r.Get("/publications/{publication_id}/updates/{update_id}", s.getListingUpdate)
 
 				r.Post("/ai-tasks", s.createAITask)
 				r.Get("/ai-tasks", s.listAITasks)

@@ -20,13 +20,16 @@ import (
 	"github.com/listingkit/listing/infra/tracing"
 )
 
+// DefaultTimeout is Config.Timeout's default: no call lasts longer.
+const DefaultTimeout = 15 * time.Second
+
 // Config configures New.
 type Config struct {
 	// BaseURL of the gateway, PLATFORM_BASE_URL, e.g. "https://gateway.example.com" (paths
 	// /v1/... are appended). Required: cmd/app passes the marketplace sandbox's URL when
 	// PLATFORM_BASE_URL is unset.
 	BaseURL string
-	// Timeout bounds each call, reading the response included. PLATFORM_TIMEOUT. Default 15s.
+	// Timeout bounds each call, reading the response included. Default DefaultTimeout.
 	Timeout time.Duration
 	// MaxRetryAfter caps a Retry-After the gateway asks for. Default 1h.
 	MaxRetryAfter time.Duration
@@ -41,7 +44,7 @@ type Config struct {
 
 func (c *Config) setDefaults() {
 	if c.Timeout == 0 {
-		c.Timeout = 15 * time.Second
+		c.Timeout = DefaultTimeout
 	}
 	if c.MaxRetryAfter == 0 {
 		c.MaxRetryAfter = time.Hour
@@ -147,22 +150,42 @@ func (c *Client) CreateProduct(ctx context.Context, creds port.Credentials, idem
 	if idempotencyKey == "" {
 		return port.PlatformProduct{}, fmt.Errorf("%s: an idempotency key is required: %w", op, port.ErrPlatformRejected)
 	}
-	images := in.Images
-	if images == nil {
-		images = []string{}
-	}
-	body := map[string]any{
-		"external_ref": in.ExternalRef, "title": in.Title, "description": in.Description,
-		"price": in.Price, "currency": in.Currency, "images": images,
-	}
 	var out wireProduct
-	if err := c.do(ctx, op, creds, http.MethodPost, "/v1/products", nil, idempotencyKey, body, &out); err != nil {
+	if err := c.do(ctx, op, creds, http.MethodPost, "/v1/products", nil, idempotencyKey, productBody(in), &out); err != nil {
 		return port.PlatformProduct{}, err
 	}
 	if out.ID == "" {
 		return port.PlatformProduct{}, fmt.Errorf("%s: response has no product id: %w", op, port.ErrPlatformTransient)
 	}
 	return out.port(), nil
+}
+
+// UpdateProduct implements port.Marketplace.
+func (c *Client) UpdateProduct(ctx context.Context, creds port.Credentials, idempotencyKey, id string, in port.ProductInput) (port.PlatformProduct, error) {
+	const op = "platform.UpdateProduct"
+	if idempotencyKey == "" || id == "" {
+		return port.PlatformProduct{}, fmt.Errorf("%s: an idempotency key and a product id are required: %w", op, port.ErrPlatformRejected)
+	}
+	var out wireProduct
+	if err := c.do(ctx, op, creds, http.MethodPut, "/v1/products/"+url.PathEscape(id), nil, idempotencyKey, productBody(in), &out); err != nil {
+		return port.PlatformProduct{}, err
+	}
+	if out.ID == "" {
+		return port.PlatformProduct{}, fmt.Errorf("%s: response has no product id: %w", op, port.ErrPlatformTransient)
+	}
+	return out.port(), nil
+}
+
+// productBody is the JSON body of a create or an update.
+func productBody(in port.ProductInput) map[string]any {
+	images := in.Images
+	if images == nil {
+		images = []string{}
+	}
+	return map[string]any{
+		"external_ref": in.ExternalRef, "title": in.Title, "description": in.Description,
+		"price": in.Price, "currency": in.Currency, "images": images,
+	}
 }
 
 // FindProductByExternalRef implements port.Marketplace.

@@ -183,19 +183,51 @@ func NewMaterialTransfers() *Repository[domain.MaterialTransfer] {
 // NewPublications returns the repository of publications.
 func NewPublications() *Repository[domain.Publication] {
 	return newRepository(table[domain.Publication]{
-		name:    "publications",
-		columns: cols("product_id", "store_id", "product_revision", "external_product_id", "product_snapshot"),
+		name: "publications",
+		columns: cols("product_id", "store_id", "product_revision", "external_product_id", "product_snapshot",
+			"pushed_revision", "sent_revision", "pushing_update_id", "pushing_until"),
 		scan: func(p *domain.Publication) []any {
-			return append(taskScan(&p.Task), &p.ProductID, &p.StoreID, &p.ProductRevision, &p.ExternalProductID, &p.Snapshot)
+			return append(taskScan(&p.Task), &p.ProductID, &p.StoreID, &p.ProductRevision, &p.ExternalProductID, &p.Snapshot,
+				&p.PushedRevision, &p.SentRevision, &p.Push.UpdateID, &p.Push.Until)
 		},
 		values: func(p *domain.Publication) []any {
-			return append(taskValues(&p.Task), p.ProductID, p.StoreID, p.ProductRevision, p.ExternalProductID, p.Snapshot)
+			return append(taskValues(&p.Task), p.ProductID, p.StoreID, p.ProductRevision, p.ExternalProductID, p.Snapshot,
+				p.PushedRevision, p.SentRevision, nullIfNil(p.Push.UpdateID), p.Push.Until)
 		},
 		key:      func(p *domain.Publication) (uuid.UUID, time.Time) { return taskKey(&p.Task) },
 		notFound: domain.ErrPublicationNotFound,
 		conflict: domain.ErrProductAlreadyPublished,
 		once:     []string{"product_snapshot"},
 	})
+}
+
+// ListingUpdates implements port.ListingUpdates.
+type ListingUpdates struct {
+	*Repository[domain.ListingUpdate]
+}
+
+var _ port.ListingUpdates = ListingUpdates{}
+
+// NewListingUpdates returns the repository of listing updates.
+func NewListingUpdates() ListingUpdates {
+	return ListingUpdates{newRepository(table[domain.ListingUpdate]{
+		name:    "listing_updates",
+		columns: cols("publication_id", "product_id", "store_id", "product_revision", "product_snapshot", "outcome"),
+		scan: func(u *domain.ListingUpdate) []any {
+			return append(taskScan(&u.Task), &u.PublicationID, &u.ProductID, &u.StoreID, &u.ProductRevision, &u.Snapshot, &u.Outcome)
+		},
+		values: func(u *domain.ListingUpdate) []any {
+			return append(taskValues(&u.Task), u.PublicationID, u.ProductID, u.StoreID, u.ProductRevision, u.Snapshot, u.Outcome)
+		},
+		key:      func(u *domain.ListingUpdate) (uuid.UUID, time.Time) { return taskKey(&u.Task) },
+		notFound: domain.ErrListingUpdateNotFound,
+		once:     []string{"product_snapshot"},
+	})}
+}
+
+// ListOf implements port.ListingUpdates.
+func (r ListingUpdates) ListOf(ctx context.Context, publicationID uuid.UUID, page port.Page) ([]domain.ListingUpdate, string, error) {
+	return r.ListWhere(ctx, page, "publication_id = $4", []any{publicationID})
 }
 
 // ProductSyncs implements port.ProductSyncs.

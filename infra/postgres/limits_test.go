@@ -30,6 +30,7 @@ func TestDomainLimitsMatchDatabase(t *testing.T) {
 		"publications.error_message":          domain.MaxTaskErrorLength,
 		"product_syncs.error_message":         domain.MaxTaskErrorLength,
 		"ai_tasks.error_message":              domain.MaxTaskErrorLength,
+		"listing_updates.error_message":       domain.MaxTaskErrorLength,
 		"outbox_events.last_error":            outbox.MaxLastErrorLength,
 		"outbox_redrives.previous_last_error": outbox.MaxLastErrorLength,
 		"outbox_redrives.redriven_by":         outbox.MaxOperatorLength,

@@ -35,6 +35,7 @@ var stuckQueries = map[string]stuckQuery{
 	worker.QueueListingPublish:    {"publications", "publication", "id", "publication_id"},
 	worker.QueueProductSync:       {"product_syncs", "product_sync", "id", "sync_id"},
 	worker.QueueAITask:            {"ai_tasks", "ai_task", "id", "ai_task_id"},
+	worker.QueueListingUpdate:     {"listing_updates", "listing_update", "id", "update_id"},
 }
 
 func (q stuckQuery) sql() string {

@@ -199,9 +199,11 @@ func (h *Handler) publish(ctx context.Context, p domain.Publication, s started, 
 	return port.PlatformProduct{}, fmt.Errorf("publish: create product: %w", err)
 }
 
-// record stores the platform product's id on the publication (record step).
+// record stores the platform product's id on the publication (record step), and that the
+// platform holds the published revision (the floor of later listing updates).
 func record(_ context.Context, p *domain.Publication, product port.PlatformProduct) (any, error) {
 	p.ExternalProductID = product.ID
+	p.RecordPushed(p.ProductRevision)
 	return map[string]any{"publication_id": p.ID, "external_product_id": product.ID}, nil
 }
 

@@ -7,6 +7,8 @@
 //	POST /v1/stores/verify {platform, shop_id} → 200 {valid, shop_name, reason}
 //	POST /v1/products {external_ref, title, description, price, currency, images}
 //	     with Idempotency-Key → 201 {id, external_ref, …}
+//	PUT  /v1/products/{id} {external_ref, title, description, price, currency, images}
+//	     with Idempotency-Key → 200 {id, external_ref, …} (replaces the content; 404 unknown id)
 //	GET  /v1/products?external_ref=<ref> → 200 {items: [...]}
 //	GET  /v1/products?limit=<n>&page_token=<t> → 200 {items: [...], next_page_token}
 //	errors: 400 bad request, 401 bad key, 409 Idempotency-Key reused with another body,
@@ -17,9 +19,12 @@
 // valid:false and gets 401 elsewhere; any other key gets 401 everywhere.
 //
 // Idempotency-Key on POST /v1/products: the same key (per api key) with the same body returns
-// the saved 201 response again without creating anything; with another body, 409. The
-// IgnoreIdempotencyKey switch makes the sandbox behave like a gateway that ignores the header
-// (every POST creates a product), to prove that workers dedupe on their own.
+// the saved 201 response again without creating anything; with another body, 409. On PUT
+// /v1/products/{id} likewise (keys apart from the POSTs'): the same key, product and body
+// return the saved 200 response without applying the content again. The IgnoreIdempotencyKey
+// switch makes the sandbox behave like a gateway that ignores the header (every POST creates
+// a product, every PUT applies), to prove that workers dedupe on their own. Product (a Go
+// method) reads a product's current content, for tests.
 //
 // Admin endpoints for tests and development (no auth; development only):
 //

@@ -23,6 +23,7 @@ import (
 const (
 	EndpointVerify        = "POST /v1/stores/verify"
 	EndpointCreateProduct = "POST /v1/products"
+	EndpointUpdateProduct = "PUT /v1/products/{id}"
 	EndpointFindProduct   = "GET /v1/products?external_ref"
 	EndpointListProducts  = "GET /v1/products"
 )
@@ -108,7 +109,10 @@ type Stats struct {
 	ProductsByExternalRef map[string]int `json:"products_by_external_ref"`
 	// ProductsCreated counts every product created.
 	ProductsCreated int `json:"products_created"`
-	// IdempotentReplays counts POSTs answered from a saved Idempotency-Key response.
+	// ProductsUpdated counts every update applied (PUT /v1/products/{id} not answered from a
+	// saved response).
+	ProductsUpdated int `json:"products_updated"`
+	// IdempotentReplays counts POSTs and PUTs answered from a saved Idempotency-Key response.
 	IdempotentReplays    int  `json:"idempotent_replays"`
 	IgnoreIdempotencyKey bool `json:"ignore_idempotency_key"`
 }
@@ -125,6 +129,7 @@ type Sandbox struct {
 	calls    map[string]int
 	byRef    map[string]int
 	created  int
+	updated  int
 	replays  int
 	adminMux *http.ServeMux
 }
@@ -147,10 +152,12 @@ func (s *Sandbox) resetLocked() {
 	s.calls = map[string]int{}
 	s.byRef = map[string]int{}
 	s.created = 0
+	s.updated = 0
 	s.replays = 0
 }
 
-// SetIgnoreIdempotencyKey switches whether POST /v1/products ignores Idempotency-Key.
+// SetIgnoreIdempotencyKey switches whether POST /v1/products and PUT /v1/products/{id}
+// ignore Idempotency-Key.
 func (s *Sandbox) SetIgnoreIdempotencyKey(on bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -195,6 +202,7 @@ func (s *Sandbox) Stats() Stats {
 		Calls:                 make(map[string]int, len(s.calls)),
 		ProductsByExternalRef: make(map[string]int, len(s.byRef)),
 		ProductsCreated:       s.created,
+		ProductsUpdated:       s.updated,
 		IdempotentReplays:     s.replays,
 		IgnoreIdempotencyKey:  s.ignore,
 	}
@@ -205,6 +213,19 @@ func (s *Sandbox) Stats() Stats {
 		st.ProductsByExternalRef[k] = v
 	}
 	return st
+}
+
+// Product returns the current state of the product id of apiKey's shop, and whether it
+// exists: what a listing holds after its updates.
+func (s *Sandbox) Product(apiKey, id string) (Product, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if p := s.shopLocked(apiKey).byID(id); p != nil {
+		c := *p
+		c.Images = append([]string{}, p.Images...)
+		return c, true
+	}
+	return Product{}, false
 }
 
 // Seed creates n products for apiKey with external refs "seed-<i>" and returns their ids.
@@ -272,6 +293,8 @@ func endpointOf(r *http.Request) string {
 		return EndpointVerify
 	case r.URL.Path == "/v1/products" && r.Method == http.MethodPost:
 		return EndpointCreateProduct
+	case strings.HasPrefix(r.URL.Path, "/v1/products/") && r.Method == http.MethodPut:
+		return EndpointUpdateProduct
 	case r.URL.Path == "/v1/products" && r.Method == http.MethodGet:
 		if r.URL.Query().Has("external_ref") {
 			return EndpointFindProduct
@@ -310,6 +333,8 @@ func (s *Sandbox) handle(r *http.Request, endpoint string) response {
 		switch endpoint {
 		case EndpointCreateProduct:
 			resp = s.create(r, key)
+		case EndpointUpdateProduct:
+			resp = s.update(r, key)
 		case EndpointFindProduct:
 			resp = s.find(r, key)
 		case EndpointListProducts:
@@ -441,6 +466,62 @@ func (s *Sandbox) create(r *http.Request, key string) response {
 		sh.idem[idemKey] = savedResponse{fingerprint: fp, status: http.StatusCreated, body: *p}
 	}
 	return response{status: http.StatusCreated, body: *p}
+}
+
+// update replaces a product's content (PUT /v1/products/{id}). Its Idempotency-Key is
+// saved per shop apart from the creates' keys, with the product id in the fingerprint: the
+// same key and request answer the saved response without applying anything; the same key
+// with another body or product, 409.
+func (s *Sandbox) update(r *http.Request, key string) response {
+	id := strings.TrimPrefix(r.URL.Path, "/v1/products/")
+	var in productBody
+	raw, err := readJSON(r, &in)
+	if err != nil {
+		return response{status: http.StatusBadRequest, body: errBody("invalid_request", err.Error())}
+	}
+	if msg := in.validate(); msg != "" {
+		return response{status: http.StatusBadRequest, body: errBody("invalid_request", msg)}
+	}
+	idemKey := r.Header.Get("Idempotency-Key")
+	fp := fingerprint(append([]byte(id+"\n"), raw...))
+
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	sh := s.shopLocked(key)
+	saveAs := "PUT " + idemKey
+	if idemKey != "" && !s.ignore {
+		if saved, ok := sh.idem[saveAs]; ok {
+			if saved.fingerprint != fp {
+				return response{status: http.StatusConflict, body: errBody("idempotency_key_reused", "the Idempotency-Key was used with another request")}
+			}
+			s.replays++
+			return response{status: saved.status, header: http.Header{"Idempotent-Replayed": {"true"}}, body: saved.body}
+		}
+	}
+	p := sh.byID(id)
+	if p == nil {
+		return response{status: http.StatusNotFound, body: errBody("not_found", "no such product")}
+	}
+	if p.ExternalRef != in.ExternalRef {
+		return response{status: http.StatusBadRequest, body: errBody("invalid_request", "external_ref does not match the product")}
+	}
+	p.Title, p.Description, p.Price, p.Currency = in.Title, in.Description, in.Price, in.Currency
+	p.Images = append([]string{}, in.Images...)
+	p.UpdatedAt = s.cfg.Now().UTC()
+	s.updated++
+	if idemKey != "" && !s.ignore {
+		sh.idem[saveAs] = savedResponse{fingerprint: fp, status: http.StatusOK, body: *p}
+	}
+	return response{status: http.StatusOK, body: *p}
+}
+
+func (sh *shop) byID(id string) *Product {
+	for _, p := range sh.products {
+		if p.ID == id {
+			return p
+		}
+	}
+	return nil
 }
 
 // fingerprint hashes a JSON body by meaning (key order and spacing ignored).
