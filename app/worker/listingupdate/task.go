@@ -16,7 +16,9 @@ import (
 func Tasks(d worker.Deps, updates port.Repository[domain.ListingUpdate], pubs port.Repository[domain.Publication]) worker.Kind[domain.ListingUpdate] {
 	return worker.Kind[domain.ListingUpdate]{QueueName: worker.QueueListingUpdate, Deps: d, Tasks: updates, TaskOf: taskOf,
 		TaskID: worker.PayloadID(func(e domain.ListingUpdateRequested) uuid.UUID { return e.UpdateID }),
-		OnFail: func(ctx context.Context, u domain.ListingUpdate, _ worker.Failure) error { return release(ctx, pubs, u) }}
+		OnFail: func(ctx context.Context, u domain.ListingUpdate, _ worker.Failure) error {
+			return release(ctx, pubs, u)
+		}}
 }
 
 // release drops u's push claim, if it holds it, in the caller's transaction.
