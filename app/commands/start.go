@@ -31,6 +31,7 @@ const (
 	OpPublication       = "publication"
 	OpProductSync       = "product_sync"
 	OpAITask            = "ai_task"
+	OpListingUpdate     = "listing_update"
 )
 
 // FlowDeps are what the commands that start asynchronous work share. Every field is

@@ -22,9 +22,6 @@ type UpdateListing struct {
 // CommandName implements bus.Command.
 func (UpdateListing) CommandName() string { return "UpdateListing" }
 
-// OpListingUpdate is the operation type of a listing update. Stable.
-const OpListingUpdate = "listing_update"
-
 // UpdateListingHandler handles UpdateListing.
 type UpdateListingHandler struct {
 	flow         FlowDeps
