@@ -25,16 +25,19 @@
 //     revision the platform holds). Out-of-order delivery therefore never regresses the
 //     listing: an older revision is never sent after a newer one was.
 //  2. Otherwise, when another update holds a live claim, this delivery waits: the begin step
-//     fails with LISTING_UPDATE_BUSY and a Retry-After of the claim's remaining lease, which
-//     the engine turns into a snooze (no attempt spent; past the snooze bounds it counts as
-//     an attempt, see worker.Flow). Nothing is sent.
+//     fails with LISTING_UPDATE_BUSY and a Retry-After of the claim's remaining lease (at
+//     most a quarter of a lease), which the engine turns into a snooze (no attempt spent;
+//     past the snooze bounds it counts as an attempt, see worker.Flow). Nothing is sent.
 //  3. Otherwise the update takes the claim (a claim of its own, from an earlier delivery, is
 //     renewed; another update's expired claim is taken over), SentRevision becomes at least
 //     its revision, and the call step sends the PUT.
 //
 // The record step, under the publication's row lock again, raises PushedRevision to the
 // update's revision and releases the claim if it is still the update's; the update succeeds
-// with outcome "pushed". A final failure releases the claim too (Tasks' OnFail).
+// with outcome "pushed". A final failure releases the claim too (Tasks' OnFail), and so does
+// a PUT the gateway refused with a Retry-After (429, or 503 with Retry-After: not applied),
+// so that other updates need not wait while this one is snoozed. Any other failed PUT keeps
+// the claim until the update's retry or the end of the lease: its outcome is unknown.
 //
 // The lease rule: Config.Lease must be longer than the marketplace adapter's time-out of one
 // call (platform.Config.Timeout; cmd/app uses 4 × platform.DefaultTimeout), with a margin for

@@ -84,8 +84,13 @@ type pushed struct {
 	superseded bool
 }
 
-// minBusyWait bounds the wait of a delivery that met another update's claim from below.
-const minBusyWait = time.Second
+// busyWait is how long a delivery that met another update's live claim waits: the claim's
+// remaining lease, but at most a quarter of a lease (the holder usually finishes well
+// before its lease ends) and at least a second. A dead holder's lease is waited out in a
+// few snoozes, well within worker.MaxSnoozes.
+func busyWait(remaining, lease time.Duration) time.Duration {
+	return max(min(remaining, lease/4), time.Second)
+}
 
 // begin runs with the update locked and unfinished: it refuses an update whose store is no
 // longer verified, or whose publication is not published, and applies the ordering rule
@@ -109,7 +114,7 @@ func (h *Handler) begin(ctx context.Context, u *domain.ListingUpdate) (started, 
 			s.superseded = true
 			return nil
 		case p.Push.HeldBy(u.ID, now):
-			return domain.ErrListingUpdateBusy.WithRetryAfter(max(p.Push.Until.Sub(now), minBusyWait))
+			return domain.ErrListingUpdateBusy.WithRetryAfter(busyWait(p.Push.Until.Sub(now), h.cfg.Lease))
 		}
 		p.Claim(u.ID, u.ProductRevision, now, h.cfg.Lease)
 		s.productID = p.ExternalProductID
@@ -132,7 +137,7 @@ func input(p domain.Publication, u domain.ListingUpdate) port.ProductInput {
 }
 
 // push sends the PUT, with the update id as Idempotency-Key, outside any transaction.
-func (h *Handler) push(ctx context.Context, u domain.ListingUpdate, s started, _ worker.Tx) (pushed, error) {
+func (h *Handler) push(ctx context.Context, u domain.ListingUpdate, s started, tx worker.Tx) (pushed, error) {
 	if s.superseded {
 		return pushed{superseded: true}, nil
 	}
@@ -141,6 +146,13 @@ func (h *Handler) push(ctx context.Context, u domain.ListingUpdate, s started, _
 		return pushed{}, err
 	}
 	if _, err := h.cfg.Marketplace.UpdateProduct(ctx, creds, u.ID.String(), s.productID, s.input); err != nil {
+		var de *domain.Error
+		if errors.As(err, &de) && de.RetryAfter > 0 {
+			// The gateway refused the request (429, or 503 with Retry-After) without applying
+			// it: while this job waits, other updates need not. Best effort: a claim not
+			// released ends with its lease.
+			_ = tx(ctx, func(ctx context.Context) error { return release(ctx, h.cfg.Publications, u) })
+		}
 		return pushed{}, fmt.Errorf("listingupdate: update product: %w", err)
 	}
 	return pushed{}, nil

@@ -342,8 +342,7 @@ func TestUpdatesOfOnePublicationNeverPushConcurrently(t *testing.T) {
 	delay, snoozed := worker.SnoozeOf(err)
 	require.True(t, snoozed, "got %v", err)
 	require.ErrorIs(t, err, domain.ErrListingUpdateBusy)
-	require.Greater(t, delay, 50*time.Second)
-	require.LessOrEqual(t, delay, time.Minute)
+	require.Equal(t, 15*time.Second, delay, "a quarter of the lease at most")
 	require.Zero(t, b.puts(), "nothing sent while the other PUT is in flight")
 	require.Equal(t, domain.TaskPending, workertest.Load(t, b.Env, b.updates, f3.update.ID).Status)
 
@@ -466,4 +465,32 @@ func TestUnverifiedStoreIsRefusedWithoutACall(t *testing.T) {
 	require.Equal(t, "STORE_NOT_VERIFIED", b.Operation(t, f.op.ID).ErrorCode)
 	require.Equal(t, []string{"failed"}, b.StatusEvents(t, f.op.ID))
 	require.Zero(t, b.puts())
+}
+
+// A PUT refused with Retry-After was not applied: the update is snoozed and releases its
+// claim, so a newer update pushes meanwhile; the older one's next delivery sends nothing.
+func TestRateLimitedPushReleasesTheClaim(t *testing.T) {
+	t.Parallel()
+	b := setup(t, apiKey)
+	b.saveDraft(t, "v2")
+	f2 := b.request(t)
+	b.saveDraft(t, "v3")
+	f3 := b.request(t)
+	ctx := context.Background()
+
+	b.sandbox.InjectFault(sandbox.Fault{Endpoint: marketplace.EndpointUpdateProduct, Status: 429, RetryAfter: 2 * time.Second})
+	err := b.handler.Handle(ctx, f2.job)
+	delay, snoozed := worker.SnoozeOf(err)
+	require.True(t, snoozed, "got %v", err)
+	require.Equal(t, 2*time.Second, delay)
+	p := b.publication(t)
+	require.Equal(t, uuid.Nil, p.Push.UpdateID, "released while snoozed")
+	require.Equal(t, 2, p.SentRevision)
+
+	require.NoError(t, b.handler.Handle(ctx, f3.job))
+	require.NoError(t, b.handler.Handle(ctx, redeliver(f2.job)))
+	b.requireOutcome(t, f3, domain.UpdatePushed, 3)
+	b.requireOutcome(t, f2, domain.UpdateSuperseded, 3)
+	require.Equal(t, "v3", b.listing(t))
+	require.Equal(t, 2, b.puts(), "the refused PUT and revision 3's")
 }
