@@ -20,7 +20,7 @@ import (
 // leave every one of them as it was.
 var badTables = []string{
 	"products", "stores", "store_verifications", "media", "media_processings", "material_transfers",
-	"publications", "product_syncs", "platform_products", "ai_tasks", "ai_usage_ledger",
+	"publications", "listing_updates", "product_syncs", "platform_products", "ai_tasks", "ai_usage_ledger",
 	"operations", "outbox_events", "idempotency_requests",
 	"users", "workspaces", "workspace_memberships", "refresh_token_families", "refresh_tokens",
 }
@@ -231,6 +231,7 @@ func TestBadInputPublishingAndAI(t *testing.T) {
 	pub := s.env.Do(servicetest.Request{Method: "POST", Path: s.ws + "/products/" + s.productID + "/publications", Token: s.acct.AccessToken,
 		Header: map[string]string{"Idempotency-Key": uuid.NewString()}, Body: map[string]any{"store_id": s.storeID}})
 	require.Equal(t, http.StatusAccepted, pub.Status, "%s", pub.Body)
+	pubID := pub.JSON(t)["publication"].(map[string]any)["id"].(string)
 	sync := s.env.Do(servicetest.Request{Method: "POST", Path: s.ws + "/stores/" + s.storeID + "/product-syncs", Token: s.acct.AccessToken,
 		Header: map[string]string{"Idempotency-Key": uuid.NewString()}, Body: map[string]any{}})
 	require.Equal(t, http.StatusAccepted, sync.Status, "%s", sync.Body)
@@ -252,6 +253,10 @@ func TestBadInputPublishingAndAI(t *testing.T) {
 		{"second publication for the same product and store", s.req("POST", "/products/"+s.productID+"/publications", map[string]any{"store_id": s.storeID}), 409, "PRODUCT_ALREADY_PUBLISHED"},
 		{"publication of an unknown product", s.req("POST", "/products/"+uuid.NewString()+"/publications", map[string]any{"store_id": s.storeID}), 404, "PRODUCT_NOT_FOUND"},
 		{"publication with a store id that is not a uuid", s.req("POST", "/products/"+s.productID+"/publications", map[string]any{"store_id": "shop-1"}), 400, "VALIDATION_FAILED"},
+		{"update of a publication not published yet", s.req("POST", "/publications/"+pubID+"/updates", map[string]any{}), 409, "PUBLICATION_NOT_PUBLISHED"},
+		{"update of an unknown publication", s.req("POST", "/publications/"+uuid.NewString()+"/updates", map[string]any{}), 404, "PUBLICATION_NOT_FOUND"},
+		{"update with a publication id that is not a uuid", s.req("POST", "/publications/pub-1/updates", map[string]any{}), 404, "PUBLICATION_NOT_FOUND"},
+		{"update naming a revision", s.req("POST", "/publications/"+pubID+"/updates", map[string]any{"product_revision": 1}), 400, "UNKNOWN_FIELD"},
 		{"second active sync", s.req("POST", "/stores/"+s.storeID+"/product-syncs", map[string]any{}), 409, "PRODUCT_SYNC_ALREADY_ACTIVE"},
 		{"AI task with an unknown kind", s.req("POST", "/ai-tasks", ai("poem", s.productID)), 400, "VALIDATION_FAILED"},
 		{"AI task with an empty kind", s.req("POST", "/ai-tasks", ai("", s.productID)), 400, "VALIDATION_FAILED"},
@@ -285,6 +290,7 @@ func TestBadInputMalformedBodies(t *testing.T) {
 		{"POST", "/media/" + mediaID + "/complete", `{}`},
 		{"POST", "/material-transfers", `{"source_url":"https://example.com/a.png"}`},
 		{"POST", "/products/" + s.productID + "/publications", `{"store_id":"` + s.storeID + `"}`},
+		{"POST", "/publications/" + uuid.NewString() + "/updates", `{}`},
 		{"POST", "/ai-tasks", `{"kind":"text","product_id":"` + s.productID + `","input":{"prompt":"p"}}`},
 		{"POST", "/products", `{"title":"T","price":"1.00","currency":"EUR"}`},
 	}
