@@ -447,3 +447,58 @@ func TestConfigValidate(t *testing.T) {
 		}
 	}
 }
+
+// TestUpdateProduct: PUT /v1/products/{id} replaces the content; the same Idempotency-Key
+// and request are answered from the saved response without applying anything (unless the
+// sandbox ignores keys); the same key with another body, or an unknown product, is rejected.
+func TestUpdateProduct(t *testing.T) {
+	b := setup(t)
+	ctx := context.Background()
+	created, err := b.client.CreateProduct(ctx, b.creds, "pub-u", input("pub-u"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	v2, v3 := input("pub-u"), input("pub-u")
+	v2.Title, v3.Title = "Mug v2", "Mug v3"
+	title := func() string {
+		p, ok := b.sb.Product(apiKey, created.ID)
+		if !ok {
+			t.Fatal("product gone")
+		}
+		return p.Title
+	}
+	got, err := b.client.UpdateProduct(ctx, b.creds, "upd-1", created.ID, v2)
+	if err != nil || got.ID != created.ID || got.Title != "Mug v2" || title() != "Mug v2" {
+		t.Fatalf("update: %+v %v, platform %q", got, err, title())
+	}
+	if _, err := b.client.UpdateProduct(ctx, b.creds, "upd-1", created.ID, v2); err != nil {
+		t.Fatal(err)
+	}
+	if st := b.sb.Stats(); st.ProductsUpdated != 1 || st.IdempotentReplays != 1 || st.Calls[marketplace.EndpointUpdateProduct] != 2 {
+		t.Fatalf("replay applied again: %+v", st)
+	}
+	if _, err := b.client.UpdateProduct(ctx, b.creds, "upd-1", created.ID, v3); !errors.Is(err, port.ErrPlatformRejected) {
+		t.Fatalf("reused key: %v", err)
+	}
+	if _, err := b.client.UpdateProduct(ctx, b.creds, "upd-2", created.ID, v3); err != nil || title() != "Mug v3" {
+		t.Fatalf("second update: %v, platform %q", err, title())
+	}
+	// A late replay of the first update answers its saved response and changes nothing.
+	if got, err := b.client.UpdateProduct(ctx, b.creds, "upd-1", created.ID, v2); err != nil || got.Title != "Mug v2" || title() != "Mug v3" {
+		t.Fatalf("late replay: %+v %v, platform %q", got, err, title())
+	}
+	if _, err := b.client.UpdateProduct(ctx, b.creds, "upd-3", "prod_missing", v3); !errors.Is(err, port.ErrPlatformRejected) {
+		t.Fatalf("unknown product: %v", err)
+	}
+	// A gateway that ignores the key applies a replay.
+	b.sb.SetIgnoreIdempotencyKey(true)
+	if _, err := b.client.UpdateProduct(ctx, b.creds, "upd-1", created.ID, v2); err != nil || title() != "Mug v2" {
+		t.Fatalf("ignored key: %v, platform %q", err, title())
+	}
+	b.sb.InjectFault(sandbox.Fault{Endpoint: marketplace.EndpointUpdateProduct, Status: 503, RetryAfter: 7 * time.Second})
+	_, err = b.client.UpdateProduct(ctx, b.creds, "upd-4", created.ID, v3)
+	var de *domain.Error
+	if !errors.As(err, &de) || de.RetryAfter != 7*time.Second || !errors.Is(err, port.ErrPlatformTransient) {
+		t.Fatalf("503: %v", err)
+	}
+}
