@@ -150,10 +150,10 @@ func TestConsoleSettings(t *testing.T) {
 	require.Equal(t, map[string]string{"ada": "0123456789abcdef", "grace@ops.example": "fedcba9876543210"}, ops)
 
 	for spec, msg := range map[string]string{
-		"ada":                                       "name:secret",
-		":0123456789abcdef":                         "name:secret",
-		"a b:0123456789abcdef":                      "name:secret",
-		"ada:short":                                 "at least 16 bytes",
+		"ada":                  "name:secret",
+		":0123456789abcdef":    "name:secret",
+		"a b:0123456789abcdef": "name:secret",
+		"ada:short":            "at least 16 bytes",
 		"ada:0123456789abcdef,ada:fedcba9876543210": "twice",
 		"ada:0123456789abcdef,bob:0123456789abcdef": "secret of another operator",
 		"ada:0123456789abcdef,":                     "item 2",
