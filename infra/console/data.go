@@ -44,17 +44,17 @@ type PastRedrive struct {
 
 // OutboxAction is one recorded redrive or purge.
 type OutboxAction struct {
-	Action                string
-	WorkspaceID, EventID  uuid.UUID
-	Operator, Reason      string
-	ActedAt               time.Time
+	Action               string
+	WorkspaceID, EventID uuid.UUID
+	Operator, Reason     string
+	ActedAt              time.Time
 }
 
 // Operation is an operation as operators see it (without its result).
 type Operation struct {
-	ID, WorkspaceID, ResourceID                       uuid.UUID
+	ID, WorkspaceID, ResourceID                         uuid.UUID
 	Type, Status, ResourceType, ErrorCode, ErrorMessage string
-	CreatedAt, UpdatedAt                              time.Time
+	CreatedAt, UpdatedAt                                time.Time
 }
 
 // QueueAction is one recorded action of an operator on a queue.
