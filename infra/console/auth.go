@@ -89,8 +89,8 @@ func (s *Server) decodeSession(v string) (session, bool) {
 	if !ok {
 		return session{}, false
 	}
-	payload, err1 := base64.RawURLEncoding.DecodeString(p64)
-	sig, err2 := base64.RawURLEncoding.DecodeString(s64)
+	payload, err1 := base64.RawURLEncoding.Strict().DecodeString(p64)
+	sig, err2 := base64.RawURLEncoding.Strict().DecodeString(s64)
 	if err1 != nil || err2 != nil {
 		return session{}, false
 	}
