@@ -57,6 +57,13 @@ type Operation struct {
 	CreatedAt, UpdatedAt                                time.Time
 }
 
+// Bounds of an operator_actions row, in bytes (its CHECKs count characters, never more than
+// bytes): the operator's name and the reason share the outbox's bounds.
+const (
+	MaxActionLength       = 100
+	MaxActionTargetLength = 500
+)
+
 // QueueAction is one recorded action of an operator on a queue.
 type QueueAction struct {
 	Operator, Action, Target, Reason string

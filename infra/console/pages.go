@@ -225,6 +225,7 @@ func (s *Server) queueAction(w http.ResponseWriter, r *http.Request) {
 	queue, id := r.PostFormValue("queue"), r.PostFormValue("id")
 	reason := strings.TrimSpace(r.PostFormValue("reason"))
 	if s.cfg.BullMQ.Client == nil || !s.knownQueue(queue) || id == "" || len(id) > maxJobIDLength ||
+		len(queue)+1+len(id) > MaxActionTargetLength ||
 		reason == "" || len(reason) > maxReasonLength {
 		http.Error(w, fmt.Sprintf("bad request: a known queue, a job id and a reason of 1-%d bytes are required", maxReasonLength),
 			http.StatusBadRequest)
