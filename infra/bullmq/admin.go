@@ -11,8 +11,8 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// Operators' functions: what a console shows of a queue beyond QueueCounts, and the two
-// actions on a failed job. Each takes only cfg.Client and cfg.Prefix (default DefaultPrefix)
+// Operators' functions: what a console shows of a queue beyond QueueCounts and
+// OldestWaiting, and the two actions on a failed job. Each takes only cfg.Client and cfg.Prefix (default DefaultPrefix)
 // and is safe for concurrent use.
 
 // ErrJobNotFound is returned by RetryJob and RemoveJob when the queue holds no job of that id.
@@ -76,33 +76,6 @@ func FailedJobs(ctx context.Context, cfg Config, queue string, limit int) ([]Fai
 		out = append(out, j)
 	}
 	return out, nil
-}
-
-// OldestWaiting returns when the job that has waited longest in queue's wait list was added
-// (the list's tail: jobs are pushed at the head and taken from the tail), and false when the
-// list is empty. Delayed and prioritized jobs are not counted. Two round trips; a job taken
-// between them still reports its own timestamp.
-func OldestWaiting(ctx context.Context, cfg Config, queue string) (time.Time, bool, error) {
-	k, err := adminKeys(cfg, queue)
-	if err != nil {
-		return time.Time{}, false, fmt.Errorf("bullmq.OldestWaiting: %w", err)
-	}
-	id, err := cfg.Client.LIndex(ctx, k.wait, -1).Result()
-	if errors.Is(err, redis.Nil) {
-		return time.Time{}, false, nil
-	}
-	if err != nil {
-		return time.Time{}, false, fmt.Errorf("bullmq.OldestWaiting %s: %w", queue, err)
-	}
-	ts, err := cfg.Client.HGet(ctx, k.job(id), "timestamp").Result()
-	if errors.Is(err, redis.Nil) {
-		return time.Time{}, false, nil
-	}
-	if err != nil {
-		return time.Time{}, false, fmt.Errorf("bullmq.OldestWaiting %s: %w", queue, err)
-	}
-	t := msTime(ts)
-	return t, !t.IsZero(), nil
 }
 
 // retryScript moves a failed job back to wait, as BullMQ's Job.retry("failed") does:
