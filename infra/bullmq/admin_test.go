@@ -134,7 +134,7 @@ func TestAdminErrors(t *testing.T) {
 	_, err := bullmq.FailedJobs(ctx, bullmq.Config{}, "q", 1)
 	require.ErrorContains(t, err, "Client is required")
 	rdb := newRedis(t)
-	_, _, err = bullmq.OldestWaiting(ctx, bullmq.Config{Client: rdb}, "")
+	_, err = bullmq.FailedJobs(ctx, bullmq.Config{Client: rdb}, "", 1)
 	require.ErrorContains(t, err, "queue is required")
 	err = bullmq.RetryJob(ctx, bullmq.Config{}, "q", "1")
 	require.ErrorContains(t, err, "Client is required")
