@@ -27,6 +27,10 @@ migrate: ## Apply database migrations (MIGRATE_DATABASE_URL)
 node-deps: ## Install Node.js BullMQ for the interop tests, from the lock file
 	@if [ -f $(NODE_HARNESS)/package-lock.json ]; then npm ci --prefix $(NODE_HARNESS) --no-audit --no-fund --loglevel=error; fi
 
+.PHONY: browser-deps
+browser-deps: ## Install Debian's chromium for the console's browser test (tests/console_browser_test.go), when missing
+	@command -v chromium >/dev/null 2>&1 || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium)
+
 .PHONY: test
 test: node-deps ## Run the whole test suite with the race detector (needs PostgreSQL and Redis)
 	$(GO) test $(TEST_FLAGS) ./...

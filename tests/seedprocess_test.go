@@ -121,6 +121,10 @@ func seedEnv(appURL, prefix string, extra map[string]string) map[string]string {
 		"PLATFORM_BASE_URL":    "",
 		"AI_BASE_URL":          "",
 		"S3_BUCKET":            "",
+		// `all` also serves the operator console: on a free port, as the test database's
+		// listing_operator.
+		"CONSOLE_ADDR":          "127.0.0.1:0",
+		"OPERATOR_DATABASE_URL": strings.Replace(appURL, "app_user@", "listing_operator@", 1),
 	}
 	for k, v := range extra {
 		env[k] = v

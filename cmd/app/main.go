@@ -6,6 +6,7 @@
 //	app work      the BullMQ job consumers
 //	app cleanup   retention jobs
 //	app outbox    operators' view of the outbox
+//	app console   the operators' web console
 //	app all       everything in one process (development default)
 //
 // Run `app help` for the full list. Configuration comes from environment variables (see the
@@ -43,6 +44,7 @@ func subcommands() map[string]subcommand {
 		"work":     {"run the BullMQ job consumers of every queue", runWork},
 		"cleanup":  {"delete expired idempotency records and old dispatched events (once, or -every D)", runCleanup},
 		"outbox":   {"operators: stats | list | show | redrive | purge", runOutbox},
+		"console":  {"operators: the web console on CONSOLE_ADDR (outbox, queues, operations)", runConsole},
 		"all":      {"migrate, then run every role in one process (development)", runAll},
 	}
 }

@@ -60,7 +60,8 @@ func runServe(ctx context.Context, cfg config.Config, log *slog.Logger, args []s
 	return serveHTTP(ctx, cfg.HTTPAddr, api.Server, log)
 }
 
-// runAll migrates, then runs every role in one process until a signal arrives.
+// runAll migrates, then runs every role in one process until a signal arrives, the operator
+// console on CONSOLE_ADDR included.
 func runAll(ctx context.Context, cfg config.Config, log *slog.Logger, args []string) error {
 	fs := flag.NewFlagSet("all", flag.ContinueOnError)
 	addr := fs.String("addr", cfg.HTTPAddr, "listen address (HTTP_ADDR)")
@@ -69,6 +70,9 @@ func runAll(ctx context.Context, cfg config.Config, log *slog.Logger, args []str
 	}
 	cfg.HTTPAddr = *addr
 	if err := cfg.Validate(); err != nil { // -addr may move the API off loopback
+		return err
+	}
+	if err := cfg.ValidateConsole(); err != nil { // before migrating: nothing starts without it
 		return err
 	}
 	if err := runMigrate(ctx, cfg, log, nil); err != nil {
@@ -96,8 +100,14 @@ func runAll(ctx context.Context, cfg config.Config, log *slog.Logger, args []str
 		return err
 	}
 	defer cleanupWork()
+	consoleSrv, cleanupConsole, err := newConsole(ctx, cfg, log)
+	if err != nil {
+		return err
+	}
+	defer cleanupConsole()
 
 	g, ctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return serveHTTP(ctx, cfg.ConsoleAddr, consoleSrv, log) })
 	g.Go(func() error { return serveHTTP(ctx, cfg.HTTPAddr, api.Server, log) })
 	g.Go(func() error { return d.Run(ctx) })
 	g.Go(func() error { return work.Run(ctx) })

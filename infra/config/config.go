@@ -157,6 +157,14 @@ type Config struct {
 	// is answered 503 SERVICE_BUSY with Retry-After.
 	PasswordHashWait time.Duration `env:"PASSWORD_HASH_WAIT" envDefault:"2s"`
 
+	// ConsoleAddr is where `console` and `all` serve the operator console. Default
+	// 127.0.0.1:8081.
+	ConsoleAddr string `env:"CONSOLE_ADDR" envDefault:"127.0.0.1:8081"`
+	// ConsoleTokens are the console's operators, "name:secret,..." (see ConsoleOperators).
+	// Optional in development, where the console then serves loopback clients only, as the
+	// operator "dev"; required in production, where the console refuses to start without it.
+	ConsoleTokens string `env:"CONSOLE_TOKENS"`
+
 	// MemoryLimit is the Go runtime's soft memory limit (runtime/debug.SetMemoryLimit) that
 	// every subcommand sets at start: a number of bytes with an optional unit B, KiB, MiB,
 	// GiB or TiB (the syntax of GOMEMLIMIT); "off" or 0 set none. A GOMEMLIMIT environment
@@ -228,10 +236,79 @@ func (c Config) Validate() error {
 	if c.PasswordHashConcurrency < 0 || c.PasswordHashWait <= 0 {
 		errs = append(errs, errors.New("PASSWORD_HASH_CONCURRENCY must not be negative and PASSWORD_HASH_WAIT must be positive"))
 	}
+	if _, _, err := net.SplitHostPort(c.ConsoleAddr); err != nil {
+		errs = append(errs, fmt.Errorf("CONSOLE_ADDR must be host:port: %w", err))
+	}
+	if _, err := c.ConsoleOperators(); err != nil {
+		errs = append(errs, err)
+	}
 	if c.MemoryLimit < 0 {
 		errs = append(errs, errors.New("MEMORY_LIMIT must not be negative"))
 	}
 	return errors.Join(errs...)
+}
+
+// ValidateConsole checks what the operator console needs to start, beyond Validate:
+// CONSOLE_TOKENS in production; in development without them (the console then serves
+// loopback clients only, as "dev") a loopback CONSOLE_ADDR.
+func (c Config) ValidateConsole() error {
+	ops, err := c.ConsoleOperators()
+	if err != nil {
+		return err
+	}
+	if len(ops) > 0 {
+		return nil
+	}
+	if c.Production() {
+		return errors.New("CONSOLE_TOKENS is required in production: the console refuses to start without operators")
+	}
+	if !loopback(c.ConsoleAddr) {
+		return fmt.Errorf("without CONSOLE_TOKENS the console serves loopback clients only: CONSOLE_ADDR %q must be a loopback address", c.ConsoleAddr)
+	}
+	return nil
+}
+
+// MinConsoleSecret is the shortest secret CONSOLE_TOKENS accepts, in bytes.
+const MinConsoleSecret = 16
+
+// ConsoleOperators parses CONSOLE_TOKENS ("name:secret,..."; spaces around items are
+// trimmed) into secrets by operator name; empty when unset. A name is 1-200 characters of
+// letters, digits and ._@+-; a secret at least MinConsoleSecret bytes without spaces or
+// commas. Names and secrets must be unique (a secret names its operator). The error never
+// quotes a secret.
+func (c Config) ConsoleOperators() (map[string]string, error) {
+	ops := map[string]string{}
+	if strings.TrimSpace(c.ConsoleTokens) == "" {
+		return ops, nil
+	}
+	seen := map[string]bool{}
+	for i, item := range strings.Split(c.ConsoleTokens, ",") {
+		name, secret, ok := strings.Cut(strings.TrimSpace(item), ":")
+		switch {
+		case !ok || !validOperatorName(name):
+			return nil, fmt.Errorf("CONSOLE_TOKENS item %d must be name:secret with a name of 1-200 letters, digits or ._@+-", i+1)
+		case len(secret) < MinConsoleSecret || strings.ContainsAny(secret, " \t"):
+			return nil, fmt.Errorf("CONSOLE_TOKENS: the secret of %q must be at least %d bytes, without spaces", name, MinConsoleSecret)
+		case ops[name] != "":
+			return nil, fmt.Errorf("CONSOLE_TOKENS names %q twice", name)
+		case seen[secret]:
+			return nil, fmt.Errorf("CONSOLE_TOKENS: %q has the secret of another operator", name)
+		}
+		ops[name], seen[secret] = secret, true
+	}
+	return ops, nil
+}
+
+func validOperatorName(s string) bool {
+	if s == "" || len(s) > 200 {
+		return false
+	}
+	for _, r := range s {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("._@+-", r)) {
+			return false
+		}
+	}
+	return true
 }
 
 // Queue transports (QUEUE_TRANSPORT).

@@ -123,3 +123,46 @@ func TestMemoryBoundDefaults(t *testing.T) {
 	err := env.ParseWithOptions(&c, env.Options{Environment: map[string]string{"MEMORY_LIMIT": "lots"}})
 	require.ErrorContains(t, err, "not a byte size")
 }
+
+func TestConsoleSettings(t *testing.T) {
+	c := defaults(t)
+	require.Equal(t, "127.0.0.1:8081", c.ConsoleAddr)
+	require.NoError(t, c.ValidateConsole(), "development without tokens: loopback only, as dev")
+	ops, err := c.ConsoleOperators()
+	require.NoError(t, err)
+	require.Empty(t, ops)
+
+	c.ConsoleAddr = "0.0.0.0:8081"
+	require.ErrorContains(t, c.ValidateConsole(), "loopback")
+	require.NoError(t, c.Validate(), "only the console cares")
+	c.ConsoleAddr = "8081"
+	require.ErrorContains(t, c.Validate(), "CONSOLE_ADDR")
+
+	p := production(t)
+	require.NoError(t, p.Validate(), "serve, dispatch and work need no console tokens")
+	require.ErrorContains(t, p.ValidateConsole(), "CONSOLE_TOKENS is required in production")
+	p.ConsoleTokens = " ada:0123456789abcdef , grace@ops.example:fedcba9876543210 "
+	p.ConsoleAddr = "0.0.0.0:8081"
+	require.NoError(t, p.Validate())
+	require.NoError(t, p.ValidateConsole())
+	ops, err = p.ConsoleOperators()
+	require.NoError(t, err)
+	require.Equal(t, map[string]string{"ada": "0123456789abcdef", "grace@ops.example": "fedcba9876543210"}, ops)
+
+	for spec, msg := range map[string]string{
+		"ada":                  "name:secret",
+		":0123456789abcdef":    "name:secret",
+		"a b:0123456789abcdef": "name:secret",
+		"ada:short":            "at least 16 bytes",
+		"ada:0123456789abcdef,ada:fedcba9876543210": "twice",
+		"ada:0123456789abcdef,bob:0123456789abcdef": "secret of another operator",
+		"ada:0123456789abcdef,":                     "item 2",
+	} {
+		c := defaults(t)
+		c.ConsoleTokens = spec
+		err := c.Validate()
+		require.ErrorContains(t, err, msg, spec)
+		require.NotContains(t, err.Error(), "0123456789abcdef", "secrets are never quoted")
+		require.Error(t, c.ValidateConsole())
+	}
+}

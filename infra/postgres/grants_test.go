@@ -28,6 +28,12 @@ var securityDefiners = map[string]definer{
 	"outbox_gauges()": {"listing_discovery", "app_user"},
 	// Operators only: aggregates across workspaces.
 	"outbox_stats(timestamp with time zone)": {"listing_discovery", "listing_operator"},
+	// Operators only: the console's reads across workspaces (no payloads, no results).
+	"operator_outbox_totals(integer)":          {"listing_inspector", "listing_operator"},
+	"operator_dead_letters(integer)":           {"listing_inspector", "listing_operator"},
+	"operator_outbox_actions(integer)":         {"listing_inspector", "listing_operator"},
+	"operator_operation(uuid)":                 {"listing_inspector", "listing_operator"},
+	"operator_failed_operations(uuid,integer)": {"listing_inspector", "listing_operator"},
 	// Auth flows that act before the user is known.
 	"auth_user_by_email(text)":                               {"listing_auth", "app_user"},
 	"auth_use_refresh_token(bytea,timestamp with time zone)": {"listing_auth", "app_user"},
@@ -83,6 +89,20 @@ func TestOperatorRole(t *testing.T) {
 	var n int
 	require.NoError(t, op.QueryRow(ctx, `SELECT count(*) FROM outbox_stats(now())`).Scan(&n))
 	_, err := db.App.Exec(ctx, `SELECT * FROM outbox_stats(now())`)
+	require.ErrorContains(t, err, "permission denied")
+	for _, call := range []string{`operator_outbox_totals(10)`, `operator_dead_letters(10)`, `operator_outbox_actions(10)`,
+		`operator_operation(gen_random_uuid())`, `operator_failed_operations(gen_random_uuid(), 10)`} {
+		_, err = op.Exec(ctx, `SELECT * FROM `+call)
+		require.NoError(t, err, call)
+		_, err = db.App.Exec(ctx, `SELECT * FROM `+call)
+		require.ErrorContains(t, err, "permission denied", "app_user: %s", call)
+	}
+	// The record of operators' actions: listing_operator reads and adds, app_user nothing.
+	_, err = op.Exec(ctx, `INSERT INTO operator_actions (id, operator, action, target, reason) VALUES (gen_random_uuid(), 'ada', 'retry', 'q/1', 'why')`)
+	require.NoError(t, err)
+	_, err = op.Exec(ctx, `DELETE FROM operator_actions`)
+	require.ErrorContains(t, err, "permission denied")
+	_, err = db.App.Exec(ctx, `SELECT count(*) FROM operator_actions`)
 	require.ErrorContains(t, err, "permission denied")
 	_, err = db.App.Exec(ctx, "SET ROLE listing_operator")
 	require.Error(t, err)

@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/listingkit/listing/domain"
+	"github.com/listingkit/listing/infra/console"
 	"github.com/listingkit/listing/infra/outbox"
 	"github.com/listingkit/listing/infra/postgres/pgtest"
 )
@@ -38,6 +39,10 @@ func TestDomainLimitsMatchDatabase(t *testing.T) {
 		"outbox_purges.last_error":            outbox.MaxLastErrorLength,
 		"outbox_purges.purged_by":             outbox.MaxOperatorLength,
 		"outbox_purges.reason":                outbox.MaxReasonLength,
+		"operator_actions.operator":           outbox.MaxOperatorLength,
+		"operator_actions.action":             console.MaxActionLength,
+		"operator_actions.target":             console.MaxActionTargetLength,
+		"operator_actions.reason":             outbox.MaxReasonLength,
 	}
 	rows, err := db.Owner.Query(context.Background(), `
 		SELECT c.conrelid::regclass::text, pg_get_constraintdef(c.oid)

@@ -1,0 +1,68 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"log/slog"
+
+	listing "github.com/listingkit/listing"
+	"github.com/listingkit/listing/app/worker"
+	"github.com/listingkit/listing/infra/bullmq"
+	"github.com/listingkit/listing/infra/config"
+	"github.com/listingkit/listing/infra/console"
+	"github.com/listingkit/listing/infra/postgres"
+)
+
+// runConsole serves the operator console on CONSOLE_ADDR (or -addr) until ctx ends.
+func runConsole(ctx context.Context, cfg config.Config, log *slog.Logger, args []string) error {
+	fs := flag.NewFlagSet("console", flag.ContinueOnError)
+	addr := fs.String("addr", cfg.ConsoleAddr, "listen address (CONSOLE_ADDR)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	cfg.ConsoleAddr = *addr
+	srv, cleanup, err := newConsole(ctx, cfg, log)
+	if err != nil {
+		return err
+	}
+	defer cleanup()
+	return serveHTTP(ctx, cfg.ConsoleAddr, srv, log)
+}
+
+// newConsole builds the console from cfg: the listing_operator pool (OPERATOR_DATABASE_URL),
+// the queues' Redis unless QUEUE_TRANSPORT=memory, and the operators of CONSOLE_TOKENS. It
+// refuses what config.ValidateConsole refuses. The cleanup closes the connections.
+func newConsole(ctx context.Context, cfg config.Config, log *slog.Logger) (*console.Server, func(), error) {
+	if err := cfg.ValidateConsole(); err != nil {
+		return nil, nil, err
+	}
+	operators, err := cfg.ConsoleOperators()
+	if err != nil {
+		return nil, nil, err
+	}
+	pool, err := postgres.Connect(ctx, postgres.PoolConfig{URL: cfg.OperatorDatabaseURL, MaxConns: 4})
+	if err != nil {
+		return nil, nil, err
+	}
+	cleanup := pool.Close
+	ccfg := console.Config{Operators: operators, Production: cfg.Production(), Pool: pool, Queues: worker.Queues(), Logger: log}
+	if !cfg.Memory() {
+		rdb, closeRedis, err := listing.ProvideRedis(ctx, cfg)
+		if err != nil {
+			pool.Close()
+			return nil, nil, err
+		}
+		cleanup = func() { closeRedis(); pool.Close() }
+		ccfg.BullMQ = bullmq.Config{Client: rdb, Prefix: cfg.BullMQPrefix}
+	}
+	srv, err := console.New(ccfg)
+	if err != nil {
+		cleanup()
+		return nil, nil, err
+	}
+	if len(operators) == 0 {
+		log.Warn("console: CONSOLE_TOKENS unset: serving loopback clients only, as operator dev (development)")
+	}
+	log.Info("console: operators", "count", len(operators), "addr", cfg.ConsoleAddr)
+	return srv, cleanup, nil
+}

@@ -1,0 +1,46 @@
+// Package console is the operator console (`app console`, and `app all`): server-rendered
+// HTML pages for operators, not tenants, that show the outbox, the BullMQ queues and
+// operations across workspaces, and act on them.
+//
+// # Pages
+//
+//   - / links to every page;
+//   - /outbox: totals per status, destination and workspace, the oldest pending age, dead
+//     letters across workspaces with their sanitized error, attempts and redrive history, the
+//     latest redrives and purges; redrive and purge forms (reason required); /outbox/event
+//     shows one event's status;
+//   - /queues: per BullMQ queue the counts by state, the oldest waiting job's age, failed jobs
+//     with their failedReason and stack; retry and remove forms (reason required);
+//   - /operations: one operation by id, or a workspace's recent failed operations.
+//
+// Every page is plain HTML (html/template, embedded) and works without JavaScript; the
+// Content-Security-Policy allows no script at all.
+//
+// # Data and roles
+//
+// The Server reads and writes PostgreSQL as listing_operator (OPERATOR_DATABASE_URL): the
+// cross-workspace reads go through the SECURITY DEFINER functions of sql/010 (owned by the
+// NOLOGIN listing_inspector, executable by listing_operator only), redrive and purge through
+// infra/outbox.Ops, one workspace's rows at a time under RLS, recorded in outbox_redrives and
+// outbox_purges with the operator's name. Queue actions (infra/bullmq RetryJob and RemoveJob)
+// are recorded in operator_actions in the transaction that wraps them. Every action is also
+// logged with the operator's name.
+//
+// # Authentication
+//
+// Operators come from CONSOLE_TOKENS (name → secret). A browser signs in with a form that
+// takes the secret and gets a session cookie (HttpOnly, SameSite=Strict, Secure over TLS,
+// HMAC-signed, expiring after Config.SessionTTL; the signature covers a digest of the
+// operator's secret, so changing or removing a secret ends its sessions). A script sends
+// `Authorization: Bearer <secret>` with each request. Without operators (development only:
+// New refuses it in production) the console serves loopback clients whose Host header is a
+// loopback name too (against DNS rebinding), as the operator "dev", with a session issued on
+// first visit.
+//
+// # CSRF
+//
+// Every POST from a session must carry the session's CSRF token (an HMAC of the session's
+// random nonce) in the hidden field "csrf"; Bearer requests need none (browsers never add that
+// header by themselves). http.CrossOriginProtection rejects cross-origin browser POSTs before
+// that, and the cookie is SameSite=Strict.
+package console
