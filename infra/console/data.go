@@ -13,7 +13,7 @@ import (
 	"github.com/listingkit/listing/infra/outbox"
 )
 
-// The console's reads across workspaces: each calls one SECURITY DEFINER function of sql/010,
+// The console's reads across workspaces: each calls one SECURITY DEFINER function of sql/011,
 // which only listing_operator may execute.
 
 // Total is the number of outbox events of one status, destination and workspace.

@@ -19,7 +19,7 @@
 // # Data and roles
 //
 // The Server reads and writes PostgreSQL as listing_operator (OPERATOR_DATABASE_URL): the
-// cross-workspace reads go through the SECURITY DEFINER functions of sql/010 (owned by the
+// cross-workspace reads go through the SECURITY DEFINER functions of sql/011 (owned by the
 // NOLOGIN listing_inspector, executable by listing_operator only), redrive and purge through
 // infra/outbox.Ops, one workspace's rows at a time under RLS, recorded in outbox_redrives and
 // outbox_purges with the operator's name. Queue actions (infra/bullmq RetryJob and RemoveJob)
