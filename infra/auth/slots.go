@@ -39,6 +39,11 @@ func NewHashSlots(n int, wait time.Duration) *HashSlots {
 // time it returns domain.ErrServiceBusy with a RetryAfter of one second; when ctx ends
 // first, ctx's error. On success the caller calls release exactly once, after its hash.
 func (s *HashSlots) Acquire(ctx context.Context) (release func(), err error) {
+	release = func() { s.sem.Release(1) }
+	// A free slot is taken at once, however late this goroutine runs after the wait began.
+	if s.sem.TryAcquire(1) {
+		return release, nil
+	}
 	wctx, cancel := context.WithTimeout(ctx, s.wait)
 	defer cancel()
 	if err := s.sem.Acquire(wctx, 1); err != nil {
@@ -51,5 +56,5 @@ func (s *HashSlots) Acquire(ctx context.Context) (release func(), err error) {
 		}
 		return nil, err
 	}
-	return func() { s.sem.Release(1) }, nil
+	return release, nil
 }
