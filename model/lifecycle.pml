@@ -413,6 +413,9 @@ proctype Env() {
   byte i, t, o;
 end:
   do
+  :: /* nothing else can move: the system stays where it is forever (a stuck end state is an
+        infinite run for the liveness properties) */
+     timeout -> skip
   :: /* [E-tick] time passes for a dead worker's call and job lock; a call whose time-out
         ends is over (it never lands); a lock that runs out frees the job for the stalled
         check (the ghost notes a call still in flight then) */

@@ -135,6 +135,9 @@ proctype Env() {
   byte i;
 end:
   do
+  :: /* nothing else can move: the system stays where it is forever (a stuck end state is an
+        infinite run for the liveness properties) */
+     timeout -> skip
   :: /* [E-lease] a claim's lease ends: its dispatcher died, or (once) it is too slow */
      atomic { (LEASEENDS(0) || LEASEENDS(1) || LEASEENDS(2)) ->
        if :: LEASEENDS(0) -> i = 0 :: LEASEENDS(1) -> i = 1 :: LEASEENDS(2) -> i = 2 fi;
