@@ -15,7 +15,7 @@ def flush():
         # keep the last value written to each variable within the step
         seen = {}
         for w in writes:
-            m = re.match(r"([\w\[\]\.]+)\s*=\s*(.*)", w)
+            m = re.match(r"([^=\s]+)\s*=\s*(.*)", w)
             if m:
                 seen[m.group(1)] = m.group(2)
         shown = [f"{k}={v}" for k, v in seen.items() if not re.fullmatch(r"(i|o|e|j|t|_\w*)", k)]
