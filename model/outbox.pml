@@ -7,9 +7,10 @@
  *               (locked_by, locked_until), publish to BullMQ before the round's deadline, mark
  *               guarded by locked_by; a claim whose lease is over is taken again and counts
  *               one attempt; dead_letter after MAX_ATTEMPTS. Each may crash once and restart.
- *   Queue       BullMQ as the dispatchers see it: addScript deduplicates by jobId while the
- *               job hash exists; jobs finish and their retention ends; Redis may restart
- *               losing its data (the restart that keeps it shows up as lost replies).
+ *   (Queue)     BullMQ as the dispatchers see it: an add succeeds, or its reply is lost (a
+ *               Redis restart, a network error), or Redis is unreachable. What becomes of the
+ *               job afterwards (deduplication, retention, a Redis restart losing it) changes
+ *               nothing a dispatcher does, so this model does not track it: lifecycle.pml does.
  *   (Reconciler) the other source of events: once task 0's event is finished in the outbox it
  *               may insert a new request event for it (a new id): an action of Env.
  *   Env         lease expiry: a dead dispatcher's lease ends at some point, a live one's once
@@ -31,15 +32,8 @@ byte obBy[NE];          /* locked_by: the claim's token, 0 = none */
 bool obExp[NE];         /* locked_until <= now() */
 byte obAtt[NE];         /* attempt_count */
 
-#define J_NONE 0
-#define J_LIVE 1        /* waiting or active */
-#define J_DONE 2        /* finished, hash kept: duplicates ignored */
-byte jSt[NE];
-byte jobs[NE];          /* jobs created for the event (ghost) */
-
 byte dInc[ND];
 byte slow = 1;
-byte redisRestarts = 1;
 bool added[NE];         /* ghost: a job was added for the event */
 
 #define DTOK(d) ((d) + 1 + ND * dInc[d])
@@ -51,13 +45,8 @@ bool added[NE];         /* ghost: a job was added for the event */
 ltl p1 { <> [] evdone }
 /* 5 is the assertion in [D-mark]. */
 
-/* [Q-add] addScript: nothing written while the job hash (or its de: key) exists */
+/* [Q-add] addScript (deduplicated by jobId: see lifecycle.pml) */
 inline ADD(e) {
-#ifdef MUT_NO_DEDUP
-  jSt[e] = J_LIVE; jobs[e]++;
-#else
-  if :: jSt[e] != J_NONE -> skip :: else -> jSt[e] = J_LIVE; jobs[e]++ fi;
-#endif
   added[e] = 1
 }
 
@@ -130,7 +119,7 @@ crash:
 
 #define LEASEENDS(e) (obSt[e] == EV_DISPATCHING && !obExp[e] && (!D_ALIVE(obBy[e]) || slow > 0))
 
-/* [E] lease expiry, BullMQ's side, Redis, and the reconciler's inserts */
+/* [E] lease expiry and the reconciler's insert */
 proctype Env() {
   byte i;
 end:
@@ -143,16 +132,6 @@ end:
        if :: LEASEENDS(0) -> i = 0 :: LEASEENDS(1) -> i = 1 :: LEASEENDS(2) -> i = 2 fi;
        if :: D_ALIVE(obBy[i]) -> slow-- :: else -> skip fi;
        obExp[i] = 1; i = 0 }
-  :: /* a job finishes */
-     atomic { (jSt[0] == J_LIVE || jSt[1] == J_LIVE || jSt[2] == J_LIVE) ->
-       if :: jSt[0] == J_LIVE -> i = 0 :: jSt[1] == J_LIVE -> i = 1 :: jSt[2] == J_LIVE -> i = 2 fi;
-       jSt[i] = J_DONE; i = 0 }
-  :: /* [E-retention] a finished job's retention and de: key TTL end */
-     atomic { (jSt[0] == J_DONE || jSt[1] == J_DONE || jSt[2] == J_DONE) ->
-       if :: jSt[0] == J_DONE -> i = 0 :: jSt[1] == J_DONE -> i = 1 :: jSt[2] == J_DONE -> i = 2 fi;
-       jSt[i] = J_NONE; i = 0 }
-  :: /* [E-redis-lose] Redis restarts without persistence: every job is gone */
-     atomic { redisRestarts > 0 -> redisRestarts--; jSt[0] = J_NONE; jSt[1] = J_NONE; jSt[2] = J_NONE }
   :: /* [R-redeliver] the reconciler inserts a new request event for task 0, whose event the
         outbox no longer owes */
      atomic { obSt[0] >= EV_DISPATCHED && obSt[2] == EV_NONE -> obSt[2] = EV_PENDING }
