@@ -82,5 +82,13 @@ bench-outbox: node-deps ## Outbox drain (1 and 10,000 workspaces) vs Node.js add
 chaos: ## Chaos run of bin/app under load: kills, Redis restarts, dropped DB connections, then checks (not in CI; CHAOS_FLAGS=-h lists flags)
 	$(GO) run ./internal/chaos $(CHAOS_FLAGS)
 
+.PHONY: model
+model: ## Check the delivery protocol's Promela models exhaustively with spin (model/README.md)
+	model/check.sh model
+
+.PHONY: model-mutants
+model-mutants: ## Remove one guard at a time from the models and report what spin finds
+	model/check.sh mutants
+
 .PHONY: ci
 ci: lint wire-check test fuzz ## What CI runs
