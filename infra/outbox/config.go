@@ -1,0 +1,120 @@
+package outbox
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"time"
+)
+
+// DispatcherConfig configures a Dispatcher. Zero values take the documented defaults.
+type DispatcherConfig struct {
+	// ID names this dispatcher in outbox_events.locked_by (with a per-claim suffix).
+	// Default: hostname:pid:random.
+	ID string
+	// BatchSize is the most events claimed from one workspace at once. Default 500.
+	BatchSize int
+	// RoundWorkspaces is the most workspaces one round claims: a round claims each of them
+	// in a transaction of its own but all in one round trip, publishes what it claimed in
+	// one call per destination, and marks it in one more round trip. Under load, rounds
+	// fill up and the cost per event falls. Default 32.
+	RoundWorkspaces int
+	// Concurrency is the number of rounds in flight at once; each holds at most one pooled
+	// connection at a time (plus one for LISTEN and one for discovery). The work is I/O
+	// bound (claim, publish, mark): Default 8.
+	Concurrency int
+	// Lease is how long a claim stays valid (locked_until = now + Lease). After it, another
+	// dispatcher may claim and publish the events again. Default 30s; must exceed
+	// PublishTimeout.
+	Lease time.Duration
+	// PublishTimeout bounds one Publish call. Default 10s.
+	PublishTimeout time.Duration
+	// PollInterval is the period of workspace discovery (outbox_due_workspaces), the
+	// fallback when notifications are lost and the pick-up of retries whose backoff ended.
+	// Default 1s.
+	PollInterval time.Duration
+	// DisableListen turns LISTEN/NOTIFY wake-up off: only polling finds work. Default false.
+	DisableListen bool
+	// DiscoveryLimit is the most workspaces one discovery returns. Default 1000, max 10000.
+	DiscoveryLimit int
+	// MaxAttempts is the number of failed deliveries after which an event becomes
+	// dead_letter. Default 20.
+	MaxAttempts int
+	// BackoffBase is the delay after the first failure; it doubles per failure, with
+	// jitter, up to BackoffMax. Defaults 1s and 5m.
+	BackoffBase time.Duration
+	BackoffMax  time.Duration
+	// ShutdownTimeout bounds the marking or releasing of the in-flight batches after Run's
+	// context is cancelled. Default 10s.
+	ShutdownTimeout time.Duration
+	// MetricsInterval is the period of the gauge refresh (ReadGauges). Default 15s; negative
+	// disables it.
+	MetricsInterval time.Duration
+	// ErrorMaxLen bounds the sanitized last_error. Default 500, max MaxLastErrorLength.
+	ErrorMaxLen int
+}
+
+// MaxLastErrorLength bounds an outbox event's last_error (the column's CHECK).
+const MaxLastErrorLength = 1000
+
+func (c *DispatcherConfig) setDefaults() {
+	if c.ID == "" {
+		host, _ := os.Hostname()
+		b := make([]byte, 4)
+		_, _ = rand.Read(b)
+		c.ID = fmt.Sprintf("%s:%d:%s", host, os.Getpid(), hex.EncodeToString(b))
+	}
+	setDefault(&c.BatchSize, 500)
+	setDefault(&c.RoundWorkspaces, 32)
+	setDefault(&c.Concurrency, 8)
+	setDefault(&c.Lease, 30*time.Second)
+	setDefault(&c.PublishTimeout, 10*time.Second)
+	setDefault(&c.PollInterval, time.Second)
+	setDefault(&c.DiscoveryLimit, 1000)
+	setDefault(&c.MaxAttempts, 20)
+	setDefault(&c.BackoffBase, time.Second)
+	setDefault(&c.BackoffMax, 5*time.Minute)
+	setDefault(&c.ShutdownTimeout, 10*time.Second)
+	setDefault(&c.MetricsInterval, 15*time.Second)
+	setDefault(&c.ErrorMaxLen, 500)
+}
+
+func setDefault[T comparable](p *T, v T) {
+	var zero T
+	if *p == zero {
+		*p = v
+	}
+}
+
+// Validate reports the first invalid field. It does not change c.
+func (c DispatcherConfig) Validate() error {
+	switch {
+	case c.ID == "" || len(c.ID) > 180:
+		return errors.New("outbox: DispatcherConfig.ID must have 1 to 180 bytes")
+	case c.BatchSize < 1 || c.BatchSize > 10000:
+		return fmt.Errorf("outbox: DispatcherConfig.BatchSize must be in [1, 10000], got %d", c.BatchSize)
+	case c.RoundWorkspaces < 1 || c.RoundWorkspaces > 1000:
+		return fmt.Errorf("outbox: DispatcherConfig.RoundWorkspaces must be in [1, 1000], got %d", c.RoundWorkspaces)
+	case c.Concurrency < 1:
+		return fmt.Errorf("outbox: DispatcherConfig.Concurrency must be >= 1, got %d", c.Concurrency)
+	case c.PublishTimeout <= 0:
+		return errors.New("outbox: DispatcherConfig.PublishTimeout must be positive")
+	case c.Lease <= c.PublishTimeout:
+		return fmt.Errorf("outbox: DispatcherConfig.Lease (%s) must exceed PublishTimeout (%s)", c.Lease, c.PublishTimeout)
+	case c.PollInterval <= 0:
+		return errors.New("outbox: DispatcherConfig.PollInterval must be positive")
+	case c.DiscoveryLimit < 1 || c.DiscoveryLimit > 10000:
+		return fmt.Errorf("outbox: DispatcherConfig.DiscoveryLimit must be in [1, 10000], got %d", c.DiscoveryLimit)
+	case c.MaxAttempts < 1:
+		return fmt.Errorf("outbox: DispatcherConfig.MaxAttempts must be >= 1, got %d", c.MaxAttempts)
+	case c.BackoffBase <= 0 || c.BackoffMax < c.BackoffBase:
+		return errors.New("outbox: DispatcherConfig.BackoffBase must be positive and at most BackoffMax")
+	case c.ShutdownTimeout <= 0:
+		return errors.New("outbox: DispatcherConfig.ShutdownTimeout must be positive")
+	case c.ErrorMaxLen < 1 || c.ErrorMaxLen > MaxLastErrorLength:
+		return fmt.Errorf("outbox: DispatcherConfig.ErrorMaxLen must be in [1, %d], got %d", MaxLastErrorLength, c.ErrorMaxLen)
+	}
+	return nil
+}
