@@ -173,10 +173,29 @@ func ProvideCipher(cfg config.Config, log *slog.Logger) (*secret.Cipher, error) 
 	return secret.New(secret.Config{Keys: spec, RequireKeys: cfg.Production(), Logger: log})
 }
 
-// ProvideEventPublisher builds the outbox's write side with the routing of every event.
-func ProvideEventPublisher() (*outbox.EventPublisher, error) {
-	return outbox.NewEventPublisher(outbox.PublisherConfig{Routes: outbox.Routes(worker.Routes())})
+// ProvideEventPublisher builds the outbox's write side with the routing of every event. With
+// the bullmq transport it wakes dispatchers of other processes after each commit through
+// Redis (outbox.Wakeup on wakeChannel); a dispatcher of the same process is woken directly.
+func ProvideEventPublisher(cfg config.Config, rdb *redis.Client, log *slog.Logger) (*outbox.EventPublisher, func(), error) {
+	pcfg := outbox.PublisherConfig{Routes: outbox.Routes(worker.Routes())}
+	cleanup := func() {}
+	if !cfg.Memory() {
+		w, err := outbox.NewWakeup(outbox.WakeupConfig{Redis: rdb, Channel: wakeChannel(cfg), Logger: log})
+		if err != nil {
+			return nil, nil, err
+		}
+		pcfg.Signal, cleanup = w, w.Close
+	}
+	p, err := outbox.NewEventPublisher(pcfg)
+	if err != nil {
+		cleanup()
+		return nil, nil, err
+	}
+	return p, cleanup, nil
 }
+
+// wakeChannel is the Redis channel of the outbox wake-ups of this deployment.
+func wakeChannel(cfg config.Config) string { return cfg.BullMQPrefix + ":outbox-wakeup" }
 
 // Repositories are the PostgreSQL repositories, stateless and shared.
 type Repositories struct {
@@ -323,9 +342,14 @@ func (p prefixedTopics) Publish(topic string, msgs ...*message.Message) error {
 	return p.Publisher.Publish(p.prefix+topic, msgs...)
 }
 
-// ProvideDispatcher builds the outbox dispatcher.
-func ProvideDispatcher(cfg config.Config, pool *pgxpool.Pool, pubs outbox.PublisherMap, reg *prometheus.Registry, log *slog.Logger) (*outbox.Dispatcher, error) {
-	return outbox.NewDispatcher(outbox.DispatcherConfig{MaxAttempts: cfg.OutboxMaxAttempts, Lease: cfg.OutboxLease}, pool, pubs, log, reg)
+// ProvideDispatcher builds the outbox dispatcher. With the bullmq transport it subscribes to
+// the wake-ups of the other processes (ProvideEventPublisher).
+func ProvideDispatcher(cfg config.Config, pool *pgxpool.Pool, pubs outbox.PublisherMap, rdb *redis.Client, reg *prometheus.Registry, log *slog.Logger) (*outbox.Dispatcher, error) {
+	dcfg := outbox.DispatcherConfig{MaxAttempts: cfg.OutboxMaxAttempts, Lease: cfg.OutboxLease, DisableListen: true}
+	if !cfg.Memory() {
+		dcfg.WakeRedis, dcfg.WakeChannel = rdb, wakeChannel(cfg)
+	}
+	return outbox.NewDispatcher(dcfg, pool, pubs, log, reg)
 }
 
 // Cleanup runs the retention jobs.

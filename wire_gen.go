@@ -40,38 +40,48 @@ func InitializeAPI(ctx context.Context, cfg config.Config, opts Options, reg *pr
 		return nil, nil, err
 	}
 	repositories := ProvideRepositories()
-	eventPublisher, err := ProvideEventPublisher()
-	if err != nil {
-		cleanup()
-		return nil, nil, err
-	}
-	cipher, err := ProvideCipher(cfg, log)
-	if err != nil {
-		cleanup()
-		return nil, nil, err
-	}
-	storage, err := ProvideStorage(ctx, cfg, log)
-	if err != nil {
-		cleanup()
-		return nil, nil, err
-	}
-	fetcher, err := ProvideFetcher(cfg, log)
-	if err != nil {
-		cleanup()
-		return nil, nil, err
-	}
-	application, err := ProvideApplication(cfg, bus, pool, hasher, tokens, repositories, eventPublisher, cipher, storage, fetcher)
-	if err != nil {
-		cleanup()
-		return nil, nil, err
-	}
 	client, cleanup2, err := ProvideRedis(ctx, cfg)
 	if err != nil {
 		cleanup()
 		return nil, nil, err
 	}
+	eventPublisher, cleanup3, err := ProvideEventPublisher(cfg, client, log)
+	if err != nil {
+		cleanup2()
+		cleanup()
+		return nil, nil, err
+	}
+	cipher, err := ProvideCipher(cfg, log)
+	if err != nil {
+		cleanup3()
+		cleanup2()
+		cleanup()
+		return nil, nil, err
+	}
+	storage, err := ProvideStorage(ctx, cfg, log)
+	if err != nil {
+		cleanup3()
+		cleanup2()
+		cleanup()
+		return nil, nil, err
+	}
+	fetcher, err := ProvideFetcher(cfg, log)
+	if err != nil {
+		cleanup3()
+		cleanup2()
+		cleanup()
+		return nil, nil, err
+	}
+	application, err := ProvideApplication(cfg, bus, pool, hasher, tokens, repositories, eventPublisher, cipher, storage, fetcher)
+	if err != nil {
+		cleanup3()
+		cleanup2()
+		cleanup()
+		return nil, nil, err
+	}
 	server, err := ProvideHTTP(cfg, application, tokens, guard, storage, pool, client, reg, log)
 	if err != nil {
+		cleanup3()
 		cleanup2()
 		cleanup()
 		return nil, nil, err
@@ -83,6 +93,7 @@ func InitializeAPI(ctx context.Context, cfg config.Config, opts Options, reg *pr
 		Redis:  client,
 	}
 	return api, func() {
+		cleanup3()
 		cleanup2()
 		cleanup()
 	}, nil
@@ -106,7 +117,7 @@ func InitializeDispatch(ctx context.Context, cfg config.Config, q *Queues, reg *
 		cleanup()
 		return nil, nil, err
 	}
-	dispatcher, err := ProvideDispatcher(cfg, pool, publisherMap, reg, log)
+	dispatcher, err := ProvideDispatcher(cfg, pool, publisherMap, client, reg, log)
 	if err != nil {
 		cleanup3()
 		cleanup2()
@@ -114,7 +125,7 @@ func InitializeDispatch(ctx context.Context, cfg config.Config, q *Queues, reg *
 		return nil, nil, err
 	}
 	repositories := ProvideRepositories()
-	eventPublisher, err := ProvideEventPublisher()
+	eventPublisher, cleanup4, err := ProvideEventPublisher(cfg, client, log)
 	if err != nil {
 		cleanup3()
 		cleanup2()
@@ -125,6 +136,7 @@ func InitializeDispatch(ctx context.Context, cfg config.Config, q *Queues, reg *
 	taskKinds := ProvideTaskKinds(deps, repositories)
 	reconciler, err := ProvideReconciler(cfg, pool, bullmqConfig, taskKinds, reg, log)
 	if err != nil {
+		cleanup4()
 		cleanup3()
 		cleanup2()
 		cleanup()
@@ -137,6 +149,7 @@ func InitializeDispatch(ctx context.Context, cfg config.Config, q *Queues, reg *
 		Redis:      client,
 	}
 	return dispatch, func() {
+		cleanup4()
 		cleanup3()
 		cleanup2()
 		cleanup()
@@ -179,7 +192,7 @@ func InitializeWork(ctx context.Context, cfg config.Config, q *Queues, reg *prom
 		return nil, nil, err
 	}
 	repositories := ProvideRepositories()
-	eventPublisher, err := ProvideEventPublisher()
+	eventPublisher, cleanup4, err := ProvideEventPublisher(cfg, client, log)
 	if err != nil {
 		cleanup3()
 		cleanup2()
@@ -189,6 +202,7 @@ func InitializeWork(ctx context.Context, cfg config.Config, q *Queues, reg *prom
 	deps := ProvideWorkerDeps(pool, repositories, eventPublisher, log)
 	cipher, err := ProvideCipher(cfg, log)
 	if err != nil {
+		cleanup4()
 		cleanup3()
 		cleanup2()
 		cleanup()
@@ -196,6 +210,7 @@ func InitializeWork(ctx context.Context, cfg config.Config, q *Queues, reg *prom
 	}
 	storage, err := ProvideStorage(ctx, cfg, log)
 	if err != nil {
+		cleanup4()
 		cleanup3()
 		cleanup2()
 		cleanup()
@@ -203,13 +218,15 @@ func InitializeWork(ctx context.Context, cfg config.Config, q *Queues, reg *prom
 	}
 	fetcher, err := ProvideFetcher(cfg, log)
 	if err != nil {
+		cleanup4()
 		cleanup3()
 		cleanup2()
 		cleanup()
 		return nil, nil, err
 	}
-	externals, cleanup4, err := ProvideExternals(cfg, log)
+	externals, cleanup5, err := ProvideExternals(cfg, log)
 	if err != nil {
+		cleanup4()
 		cleanup3()
 		cleanup2()
 		cleanup()
@@ -217,6 +234,7 @@ func InitializeWork(ctx context.Context, cfg config.Config, q *Queues, reg *prom
 	}
 	v, err := ProvideJobHandlers(cfg, deps, repositories, cipher, storage, fetcher, externals)
 	if err != nil {
+		cleanup5()
 		cleanup4()
 		cleanup3()
 		cleanup2()
@@ -226,6 +244,7 @@ func InitializeWork(ctx context.Context, cfg config.Config, q *Queues, reg *prom
 	taskKinds := ProvideTaskKinds(deps, repositories)
 	runner, err := ProvideRunner(cfg, transport, v, taskKinds, reg, log)
 	if err != nil {
+		cleanup5()
 		cleanup4()
 		cleanup3()
 		cleanup2()
@@ -239,6 +258,7 @@ func InitializeWork(ctx context.Context, cfg config.Config, q *Queues, reg *prom
 		Redis:     client,
 	}
 	return work, func() {
+		cleanup5()
 		cleanup4()
 		cleanup3()
 		cleanup2()

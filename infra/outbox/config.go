@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"os"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // DispatcherConfig configures a Dispatcher. Zero values take the documented defaults.
@@ -31,11 +33,24 @@ type DispatcherConfig struct {
 	Lease time.Duration
 	// PublishTimeout bounds one Publish call. Default 10s.
 	PublishTimeout time.Duration
-	// PollInterval is the period of workspace discovery (outbox_due_workspaces), the
-	// fallback when notifications are lost and the pick-up of retries whose backoff ended.
-	// Default 1s.
+	// PollInterval is the longest period of workspace discovery (outbox_due_workspaces),
+	// reached when discoveries keep finding nothing: it bounds the delay a lost wake-up can
+	// cause, and the pick-up of retries whose backoff ended. Default 1s.
 	PollInterval time.Duration
-	// DisableListen turns LISTEN/NOTIFY wake-up off: only polling finds work. Default false.
+	// BusyPollInterval is the period of discovery while discoveries find due workspaces;
+	// after an empty one the period doubles up to PollInterval. Default 50ms, at most
+	// PollInterval.
+	BusyPollInterval time.Duration
+	// WakeRedis, when set, subscribes to wake-up messages sent by Wakeups (other processes)
+	// on WakeChannel with Redis Pub/Sub. The Dispatcher uses but never closes it. Default:
+	// none. Dispatchers are also woken in process (EventPublisher, same database) and by
+	// LISTEN on WakeChannel unless DisableListen.
+	WakeRedis *redis.Client
+	// WakeChannel is the Redis channel and the PostgreSQL NOTIFY channel of wake-ups.
+	// Default WakeChannel ("outbox_events").
+	WakeChannel string
+	// DisableListen turns the LISTEN wake-up (NOTIFY on WakeChannel by a Wakeup with
+	// Postgres) off. Default false.
 	DisableListen bool
 	// DiscoveryLimit is the most workspaces one discovery returns. Default 1000, max 10000.
 	DiscoveryLimit int
@@ -72,6 +87,8 @@ func (c *DispatcherConfig) setDefaults() {
 	setDefault(&c.Lease, 30*time.Second)
 	setDefault(&c.PublishTimeout, 10*time.Second)
 	setDefault(&c.PollInterval, time.Second)
+	setDefault(&c.BusyPollInterval, min(50*time.Millisecond, c.PollInterval))
+	setDefault(&c.WakeChannel, WakeChannel)
 	setDefault(&c.DiscoveryLimit, 1000)
 	setDefault(&c.MaxAttempts, 20)
 	setDefault(&c.BackoffBase, time.Second)
@@ -105,6 +122,10 @@ func (c DispatcherConfig) Validate() error {
 		return fmt.Errorf("outbox: DispatcherConfig.Lease (%s) must exceed PublishTimeout (%s)", c.Lease, c.PublishTimeout)
 	case c.PollInterval <= 0:
 		return errors.New("outbox: DispatcherConfig.PollInterval must be positive")
+	case c.BusyPollInterval <= 0 || c.BusyPollInterval > c.PollInterval:
+		return errors.New("outbox: DispatcherConfig.BusyPollInterval must be positive and at most PollInterval")
+	case c.WakeChannel == "":
+		return errors.New("outbox: DispatcherConfig.WakeChannel is required")
 	case c.DiscoveryLimit < 1 || c.DiscoveryLimit > 10000:
 		return fmt.Errorf("outbox: DispatcherConfig.DiscoveryLimit must be in [1, 10000], got %d", c.DiscoveryLimit)
 	case c.MaxAttempts < 1:

@@ -16,9 +16,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// NotifyChannel is the PostgreSQL channel the outbox_events insert trigger (sql/003)
-// notifies with the workspace id as payload.
-const NotifyChannel = "outbox_events"
+// NotifyChannel is the default PostgreSQL NOTIFY channel of wake-ups (see Wakeup): the
+// payload is comma-separated workspace ids, or "*" for a discovery. Until sql/010 an insert
+// trigger notified it inside the business transaction.
+const NotifyChannel = WakeChannel
 
 // Event statuses (outbox_events.status).
 const (
@@ -112,10 +113,14 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 		return errors.New("outbox.Dispatcher.Run: already running")
 	}
 	d.log.Info("outbox dispatcher started", "batch_size", d.cfg.BatchSize, "round_workspaces", d.cfg.RoundWorkspaces, "concurrency", d.cfg.Concurrency,
-		"lease", d.cfg.Lease, "listen", !d.cfg.DisableListen)
+		"lease", d.cfg.Lease, "listen", !d.cfg.DisableListen, "wake_redis", d.cfg.WakeRedis != nil)
+	defer registerLocal(d.pool.Config().ConnConfig.Database, d.queue)()
 	var wg sync.WaitGroup
 	if !d.cfg.DisableListen {
 		wg.Go(func() { d.listen(ctx) })
+	}
+	if d.cfg.WakeRedis != nil {
+		wg.Go(func() { d.subscribe(ctx) })
 	}
 	if d.cfg.MetricsInterval > 0 {
 		wg.Go(func() { d.refreshGauges(ctx) })
@@ -138,14 +143,24 @@ func (d *Dispatcher) Wake() {
 	}
 }
 
-// feed discovers workspaces with due events at start, every PollInterval and on Wake.
+// feed discovers workspaces with due events at start, on Wake, and on an adaptive poll:
+// every BusyPollInterval while discoveries find work, the period doubling after each empty
+// one up to PollInterval.
 func (d *Dispatcher) feed(ctx context.Context) {
-	t := time.NewTicker(d.cfg.PollInterval)
+	interval := d.cfg.BusyPollInterval
+	t := time.NewTimer(0)
 	defer t.Stop()
 	for {
-		if err := d.discover(ctx); err != nil && ctx.Err() == nil {
+		found, err := d.discover(ctx)
+		if err != nil && ctx.Err() == nil {
 			d.log.Warn("outbox discovery failed", "error", SanitizeError(err, d.cfg.ErrorMaxLen))
 		}
+		if found > 0 {
+			interval = d.cfg.BusyPollInterval
+		} else {
+			interval = min(interval*2, d.cfg.PollInterval)
+		}
+		t.Reset(interval)
 		select {
 		case <-ctx.Done():
 			return
@@ -155,21 +170,22 @@ func (d *Dispatcher) feed(ctx context.Context) {
 	}
 }
 
-func (d *Dispatcher) discover(ctx context.Context) error {
+// discover queues the workspaces with due events and returns how many it found.
+func (d *Dispatcher) discover(ctx context.Context) (int, error) {
 	rows, err := d.pool.Query(ctx, `SELECT workspace_id FROM outbox_due_workspaces(now(), $1)`, d.cfg.DiscoveryLimit)
 	if err != nil {
-		return fmt.Errorf("outbox.Dispatcher.discover: %w", err)
+		return 0, fmt.Errorf("outbox.Dispatcher.discover: %w", err)
 	}
 	ids, err := pgx.CollectRows(rows, pgx.RowTo[uuid.UUID])
 	if err != nil {
-		return fmt.Errorf("outbox.Dispatcher.discover: %w", err)
+		return 0, fmt.Errorf("outbox.Dispatcher.discover: %w", err)
 	}
 	d.queue.push(ids...)
-	return nil
+	return len(ids), nil
 }
 
-// listen holds one connection with LISTEN outbox_events and queues each notified
-// workspace. After every (re)connection it triggers a discovery: notifications sent while
+// listen holds one connection with LISTEN on WakeChannel and queues each notified
+// workspace (see Wakeup). After every (re)connection it triggers a discovery: notifications sent while
 // it was not listening are lost.
 func (d *Dispatcher) listen(ctx context.Context) {
 	retry := 100 * time.Millisecond
@@ -195,7 +211,7 @@ func (d *Dispatcher) listenOnce(ctx context.Context) error {
 	}
 	conn := pc.Hijack() // ours alone: a LISTENing session must not return to the pool
 	defer conn.Close(context.WithoutCancel(ctx))
-	if _, err := conn.Exec(ctx, "LISTEN "+NotifyChannel); err != nil {
+	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{d.cfg.WakeChannel}.Sanitize()); err != nil {
 		return fmt.Errorf("outbox.Dispatcher.listen: %w", err)
 	}
 	d.Wake()
@@ -204,9 +220,7 @@ func (d *Dispatcher) listenOnce(ctx context.Context) error {
 		if err != nil {
 			return fmt.Errorf("outbox.Dispatcher.listen: %w", err)
 		}
-		if ws, err := uuid.Parse(n.Payload); err == nil {
-			d.queue.push(ws)
-		}
+		d.onWake(n.Payload)
 	}
 }
 

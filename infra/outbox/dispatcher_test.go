@@ -287,27 +287,78 @@ func TestFairnessBacklogDoesNotStarveOtherWorkspace(t *testing.T) {
 	waitFor(t, 60*time.Second, "A drained", func() bool { return statusCounts(t, db)[StatusDispatched] == 5002 })
 }
 
-func TestListenWakeUpAndPollFallback(t *testing.T) {
+// The wake-up runs after the commit, never inside it: in process (EventPublisher wakes a
+// dispatcher of its process on the same database), across processes through a Wakeup (Redis
+// PUBLISH or NOTIFY outside the business transaction), and the poll finds what no signal
+// announced.
+func TestWakeUpAndPollFallback(t *testing.T) {
 	t.Parallel()
-	t.Run("listen", func(t *testing.T) {
+	quiet := func() DispatcherConfig {
+		cfg := fastConfig()
+		cfg.PollInterval = time.Hour // only the first discovery and the wake-ups
+		cfg.BusyPollInterval = time.Hour
+		return cfg
+	}
+	deliveredWithin := func(t *testing.T, rec *recorder, what string, commit func()) {
+		var worst time.Duration
+		for i := range 5 {
+			start := time.Now()
+			commit()
+			waitFor(t, 5*time.Second, what, func() bool { return rec.count() == i+1 })
+			worst = max(worst, time.Since(start))
+		}
+		t.Logf("commit-to-publish, %s: worst of 5 = %s", what, worst)
+		require.Less(t, worst, time.Second)
+	}
+	t.Run("in process", func(t *testing.T) {
 		t.Parallel()
 		db := pgtest.New(t)
 		ws := createWorkspace(t, db)
 		rec := &recorder{}
-		cfg := fastConfig()
-		cfg.PollInterval = time.Hour // only the first discovery and NOTIFY
+		cfg := quiet()
+		cfg.DisableListen = true
 		startDispatcher(t, db, cfg, PublisherMap{testQueue: rec})
-		// Wait until the listener is up: a first event must arrive by NOTIFY.
-		time.Sleep(300 * time.Millisecond)
-		var worst time.Duration
-		for i := range 5 {
-			start := time.Now()
-			publishEvents(t, db, ws, 1)
-			waitFor(t, 5*time.Second, "delivery by notification", func() bool { return rec.count() == i+1 })
-			worst = max(worst, time.Since(start))
-		}
-		t.Logf("commit-to-publish with LISTEN/NOTIFY: worst of 5 = %s", worst)
-		require.Less(t, worst, time.Second)
+		time.Sleep(300 * time.Millisecond) // the first discovery has run
+		deliveredWithin(t, rec, "in process", func() { publishEvents(t, db, ws, 1) })
+	})
+	t.Run("redis", func(t *testing.T) {
+		t.Parallel()
+		db := pgtest.New(t)
+		ws := createWorkspace(t, db)
+		rdb := newRedis(t)
+		channel := "outbox_wake_test_" + randomHex(6)
+		rec := &recorder{}
+		cfg := quiet()
+		cfg.DisableListen = true
+		cfg.WakeRedis, cfg.WakeChannel = rdb, channel
+		startDispatcher(t, db, cfg, PublisherMap{testQueue: rec})
+		w, err := NewWakeup(WakeupConfig{Redis: rdb, Channel: channel})
+		require.NoError(t, err)
+		t.Cleanup(w.Close)
+		time.Sleep(300 * time.Millisecond) // subscribed
+		// The rows are written as another process would: no in-process dispatcher hears of them.
+		deliveredWithin(t, rec, "redis", func() { bulkInsert(t, db, []uuid.UUID{ws}, 1); w.Signal(ws) })
+	})
+	t.Run("notify", func(t *testing.T) {
+		t.Parallel()
+		db := pgtest.New(t)
+		ws := createWorkspace(t, db)
+		rec := &recorder{}
+		cfg := quiet()
+		startDispatcher(t, db, cfg, PublisherMap{testQueue: rec})
+		w, err := NewWakeup(WakeupConfig{Postgres: db.App})
+		require.NoError(t, err)
+		t.Cleanup(w.Close)
+		time.Sleep(300 * time.Millisecond) // listening
+		deliveredWithin(t, rec, "notify", func() { bulkInsert(t, db, []uuid.UUID{ws}, 1); w.Signal(ws) })
+	})
+	t.Run("no signal inside the transaction", func(t *testing.T) {
+		t.Parallel()
+		db := pgtest.New(t)
+		var triggers int
+		require.NoError(t, db.Owner.QueryRow(context.Background(),
+			`SELECT count(*) FROM pg_trigger WHERE tgrelid = 'outbox_events'::regclass AND NOT tgisinternal`).Scan(&triggers))
+		require.Zero(t, triggers, "outbox_events has a trigger: NOTIFY inside the business transaction serializes writers")
 	})
 	t.Run("poll only", func(t *testing.T) {
 		t.Parallel()
@@ -319,9 +370,25 @@ func TestListenWakeUpAndPollFallback(t *testing.T) {
 		cfg.PollInterval = 200 * time.Millisecond
 		startDispatcher(t, db, cfg, PublisherMap{testQueue: rec})
 		time.Sleep(300 * time.Millisecond)
-		publishEvents(t, db, ws, 3)
+		bulkInsert(t, db, []uuid.UUID{ws}, 3) // no wake-up at all
 		waitFor(t, 5*time.Second, "delivery by polling", func() bool { return rec.count() == 3 })
 	})
+}
+
+// A Wakeup coalesces what was signalled while a send was in flight, and names every
+// workspace at most once per message; past maxWakeIDs it asks for a discovery.
+func TestWakePayload(t *testing.T) {
+	t.Parallel()
+	require.Empty(t, wakePayload(nil))
+	a, b := uuid.New(), uuid.New()
+	p := wakePayload(map[uuid.UUID]struct{}{a: {}, b: {}})
+	require.ElementsMatch(t, []string{a.String(), b.String()}, strings.Split(p, ","))
+	many := map[uuid.UUID]struct{}{}
+	for range maxWakeIDs + 1 {
+		many[uuid.New()] = struct{}{}
+	}
+	require.Equal(t, wakeAll, wakePayload(many))
+	require.Less(t, len(wakePayload(map[uuid.UUID]struct{}{a: {}}))*maxWakeIDs, 8000, "a NOTIFY payload must stay under 8000 bytes")
 }
 
 func TestGracefulShutdownFinishesInFlightBatch(t *testing.T) {

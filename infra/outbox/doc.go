@@ -19,12 +19,24 @@
 //
 // # Delivery (Dispatcher)
 //
-// Workspaces with due rows are found by outbox_due_workspaces (at start, every PollInterval)
-// and by LISTEN outbox_events (a statement-level insert trigger, sql/003, notifies the
-// workspace id; PostgreSQL delivers it at commit). A lost notification only delays delivery
-// to the next poll.
+// Nothing in the business transaction wakes a dispatcher: a NOTIFY there would take
+// PostgreSQL's cluster-wide notify lock through the commit's WAL flush and serialize every
+// event-emitting writer (sql/010 dropped the trigger that did). Workspaces with due rows are
+// found, after the commit has returned, three ways (wakeup.go):
+//   - in process: Publish registers a postgres.AfterCommit hook that queues the workspace on
+//     a Dispatcher running in the same process on the same database;
+//   - across processes: otherwise the hook tells PublisherConfig.Signal, a Wakeup that
+//     coalesces the workspaces signalled while its previous send was in flight into one Redis
+//     PUBLISH on the dispatchers' channel (DispatcherConfig.WakeRedis, WakeChannel) or one
+//     pg_notify in a transaction of its own (LISTEN, unless DisableListen);
+//   - the poll: outbox_due_workspaces at start, on Wake, every BusyPollInterval (50ms) while
+//     discoveries find work and, backing off, at most every PollInterval (1s) when idle.
+//
+// A lost wake-up (Redis down, a crash between commit and send) delays delivery by at most
+// PollInterval; no event is lost, because the rows are what the dispatchers read.
+//
 // Workspaces wait in a queue where each appears at most once (new ones before those
-// continuing a backlog); a notified workspace is claimed as soon as a worker is free. A
+// continuing a backlog); a woken workspace is claimed as soon as a worker is free. A
 // worker runs rounds: it takes up to RoundWorkspaces queued workspaces and, for each, in an
 // RLS transaction of its own scoped to it, as app_user, claims up to BatchSize due rows
 // (pending with next_attempt_at ≤ now, or dispatching with an expired lease) with FOR UPDATE

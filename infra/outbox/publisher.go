@@ -71,6 +71,11 @@ type PublisherConfig struct {
 	Routes Router
 	// Logger for watermill's internals. Default: none.
 	Logger watermill.LoggerAdapter
+	// Signal is told, after the commit, of each workspace whose transaction wrote outbox
+	// rows, when no Dispatcher of this process runs on the same database (those are woken
+	// directly). Typically a Wakeup (Redis PUBLISH) for dispatchers in other processes.
+	// Default: none (they find the rows by polling).
+	Signal Signal
 }
 
 // Validate reports the first invalid field. It does not change c.
@@ -106,7 +111,10 @@ func NewEventPublisher(cfg PublisherConfig) (*EventPublisher, error) {
 
 // Publish inserts one outbox row per event in the transaction of ctx. It fails, writing
 // nothing more, when ctx carries no transaction or no workspace scope, or when an event type
-// has no route. Rows become visible to dispatchers when the transaction commits.
+// has no route. Rows become visible to dispatchers when the transaction commits; once the
+// commit has returned, a Dispatcher of this process on the same database is woken for the
+// workspace, or else the configured Signal is told (postgres.AfterCommit; nothing is sent
+// for a transaction that rolls back).
 func (p *EventPublisher) Publish(ctx context.Context, events ...domain.Event) error {
 	if len(events) == 0 {
 		return nil
@@ -123,7 +131,25 @@ func (p *EventPublisher) Publish(ctx context.Context, events ...domain.Event) er
 			return fmt.Errorf("outbox.EventPublisher.Publish: %s: %w", ev.EventType(), err)
 		}
 	}
-	return nil
+	return p.wakeAfterCommit(ctx)
+}
+
+// wakeKey dedupes the after-commit wake-up of one transaction.
+type wakeKey struct{}
+
+// wakeAfterCommit registers the wake-up of the workspace of ctx's transaction, once per
+// transaction.
+func (p *EventPublisher) wakeAfterCommit(ctx context.Context) error {
+	tx, scope, err := postgres.TxFromContext(ctx)
+	if err != nil {
+		return fmt.Errorf("outbox.EventPublisher.Publish: %w", err)
+	}
+	db := tx.Conn().Config().Database
+	return postgres.AfterCommit(ctx, wakeKey{}, func() {
+		if !wakeLocal(db, scope.WorkspaceID) && p.cfg.Signal != nil {
+			p.cfg.Signal.Signal(scope.WorkspaceID)
+		}
+	})
 }
 
 // EventBus returns a watermill cqrs.EventBus bound to the transaction in ctx: what Publish

@@ -25,6 +25,10 @@ type txKey struct{}
 type scopedTx struct {
 	tx    pgx.Tx
 	scope Scope
+	// afterCommit holds the hooks registered with AfterCommit, run in order once the commit
+	// has returned successfully; keys dedupes them.
+	afterCommit []func()
+	keys        map[any]struct{}
 }
 
 // ErrNoTx is returned by TxFromContext when the context carries no transaction: repositories
@@ -40,11 +44,38 @@ func TxFromContext(ctx context.Context) (pgx.Tx, Scope, error) {
 	return st.tx, st.scope, nil
 }
 
+// AfterCommit registers fn to run once the transaction of ctx has committed: InTx calls it,
+// after the commit returned successfully, on the goroutine that called InTx, before InTx
+// returns. It never runs when the transaction rolls back or its commit fails. key dedupes:
+// a second registration with an equal, non-nil key in the same transaction is ignored (e.g.
+// one wake-up per workspace however many events a transaction writes). fn must be quick and
+// must not block (hand slow work to a goroutine of your own) and it cannot fail: it is for
+// signals whose loss is tolerated, never for work that must happen. It returns ErrNoTx when
+// ctx carries no transaction.
+func AfterCommit(ctx context.Context, key any, fn func()) error {
+	st, ok := ctx.Value(txKey{}).(*scopedTx)
+	if !ok {
+		return ErrNoTx
+	}
+	if key != nil {
+		if _, dup := st.keys[key]; dup {
+			return nil
+		}
+		if st.keys == nil {
+			st.keys = map[any]struct{}{}
+		}
+		st.keys[key] = struct{}{}
+	}
+	st.afterCommit = append(st.afterCommit, fn)
+	return nil
+}
+
 // InTx runs fn in a READ COMMITTED transaction with the given RLS scope and commits when fn
 // returns nil. fn receives a context carrying the transaction (see TxFromContext). The
 // rollback runs with context.WithoutCancel so a cancelled request still releases its locks;
 // the commit error is returned, translated (see TranslateError). fn must not call external
-// systems: a transaction is held open while it runs.
+// systems: a transaction is held open while it runs. After a successful commit, the hooks fn
+// registered with AfterCommit run before InTx returns.
 func InTx(ctx context.Context, pool *pgxpool.Pool, scope Scope, fn func(ctx context.Context, tx pgx.Tx) error) error {
 	if _, _, err := TxFromContext(ctx); err == nil {
 		return errors.New("postgres.InTx: already inside a transaction")
@@ -61,12 +92,16 @@ func InTx(ctx context.Context, pool *pgxpool.Pool, scope Scope, fn func(ctx cont
 			_ = tx.Rollback(context.WithoutCancel(ctx))
 		}
 	}()
-	if err := fn(context.WithValue(ctx, txKey{}, &scopedTx{tx: tx, scope: scope}), tx); err != nil {
+	st := &scopedTx{tx: tx, scope: scope}
+	if err := fn(context.WithValue(ctx, txKey{}, st), tx); err != nil {
 		return err
 	}
 	committed = true // a failed commit has ended the transaction too
 	if err := tx.Commit(ctx); err != nil {
 		return fmt.Errorf("postgres.InTx: commit: %w", TranslateError(err))
+	}
+	for _, hook := range st.afterCommit {
+		hook()
 	}
 	return nil
 }

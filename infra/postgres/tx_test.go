@@ -63,3 +63,40 @@ func TestInTxScopesTheTransactionOnly(t *testing.T) {
 	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM pg_class WHERE relname = 'intx_probe'`).Scan(&n))
 	require.Zero(t, n, "rolled back")
 }
+
+// AfterCommit hooks run once the commit has returned, once per key, and never when fn fails
+// or the commit fails.
+func TestAfterCommit(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	ctx := context.Background()
+	require.ErrorIs(t, postgres.AfterCommit(ctx, nil, func() {}), postgres.ErrNoTx)
+
+	var ran []string
+	hook := func(name string) func() { return func() { ran = append(ran, name) } }
+	require.NoError(t, postgres.InTx(ctx, db.App, postgres.Scope{}, func(ctx context.Context, tx pgx.Tx) error {
+		require.NoError(t, postgres.AfterCommit(ctx, "k", hook("first")))
+		require.NoError(t, postgres.AfterCommit(ctx, "k", hook("duplicate")))
+		require.NoError(t, postgres.AfterCommit(ctx, nil, hook("unkeyed")))
+		require.Empty(t, ran, "a hook ran before the commit")
+		return nil
+	}))
+	require.Equal(t, []string{"first", "unkeyed"}, ran)
+
+	ran = nil
+	boom := errors.New("boom")
+	err := postgres.InTx(ctx, db.App, postgres.Scope{}, func(ctx context.Context, tx pgx.Tx) error {
+		require.NoError(t, postgres.AfterCommit(ctx, nil, hook("rolled back")))
+		return boom
+	})
+	require.ErrorIs(t, err, boom)
+	// A commit that fails: a deferred constraint violated at commit time.
+	err = postgres.InTx(ctx, db.App, postgres.Scope{}, func(ctx context.Context, tx pgx.Tx) error {
+		require.NoError(t, postgres.AfterCommit(ctx, nil, hook("failed commit")))
+		_, err := tx.Exec(ctx, `CREATE TEMP TABLE after_commit_probe (x int UNIQUE DEFERRABLE INITIALLY DEFERRED) ON COMMIT DROP;
+			INSERT INTO after_commit_probe VALUES (1), (1)`)
+		return err
+	})
+	require.Error(t, err)
+	require.Empty(t, ran)
+}
