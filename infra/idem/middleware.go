@@ -170,7 +170,8 @@ func (g *Guard) run(ctx context.Context, inv bus.Invocation, next bus.Next) (bus
 	if err != nil {
 		return bus.Outcome{}, err
 	}
-	if err := g.store.Complete(ctx, id, resp); err != nil {
+	// The record completes in the commit's round trip: one round trip fewer per request.
+	if err := g.store.CompleteAtCommit(ctx, id, resp); err != nil {
 		return bus.Outcome{}, err
 	}
 	out.Response = &resp

@@ -10,6 +10,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/listingkit/listing/app/bus"
 	"github.com/listingkit/listing/infra/postgres"
@@ -262,6 +263,44 @@ func (s *Store) Complete(ctx context.Context, id uuid.UUID, resp bus.Response) e
 	}
 	if tag.RowsAffected() != 1 {
 		return fmt.Errorf("idem.Store.Complete: record %s is not executing in this transaction", id)
+	}
+	return nil
+}
+
+// completeAtCommitSQL completes executing record $1 with the response; it fails (division by
+// zero, 22012) unless exactly that one executing record was updated, so that the commit it
+// travels with does not happen.
+const completeAtCommitSQL = `
+WITH u AS (
+  UPDATE idempotency_requests
+  SET status = 'completed', response_status = $2, response_headers = $3, response_body = $4, completed_at = now()
+  WHERE id = $1 AND status = 'executing'
+  RETURNING 1
+)
+SELECT 1 / count(*)::int FROM u`
+
+// CompleteAtCommit is Complete deferred to the commit of the transaction of ctx: the update
+// travels in the commit's round trip (postgres.BeforeCommit). When the record is not executing
+// in this transaction, the transaction rolls back and the commit fails with an error naming
+// idem.Store.Complete.
+func (s *Store) CompleteAtCommit(ctx context.Context, id uuid.UUID, resp bus.Response) error {
+	headers := resp.Header
+	if headers == nil {
+		headers = map[string]string{}
+	}
+	body := resp.Body
+	if body == nil {
+		body = []byte{}
+	}
+	onErr := func(err error) error {
+		var pgErr *pgconn.PgError
+		if errors.As(err, &pgErr) && pgErr.Code == "22012" {
+			return fmt.Errorf("idem.Store.Complete: record %s is not executing in this transaction", id)
+		}
+		return fmt.Errorf("idem.Store.Complete: %w", err)
+	}
+	if err := postgres.BeforeCommit(ctx, onErr, completeAtCommitSQL, id, resp.Status, headers, body); err != nil {
+		return fmt.Errorf("idem.Store.CompleteAtCommit: %w", err)
 	}
 	return nil
 }

@@ -7,6 +7,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/listingkit/listing/app/bus"
@@ -29,6 +30,15 @@ type scopedTx struct {
 	// has returned successfully; keys dedupes them.
 	afterCommit []func()
 	keys        map[any]struct{}
+	// beforeCommit holds the statements queued with BeforeCommit.
+	beforeCommit []queued
+}
+
+// queued is a statement queued to run with the COMMIT.
+type queued struct {
+	sql   string
+	args  []any
+	onErr func(error) error
 }
 
 // ErrNoTx is returned by TxFromContext when the context carries no transaction: repositories
@@ -70,6 +80,21 @@ func AfterCommit(ctx context.Context, key any, fn func()) error {
 	return nil
 }
 
+// BeforeCommit queues a statement to run at the end of the transaction of ctx, after fn has
+// returned nil, sent to the server in the same round trip as the COMMIT (saving one round
+// trip per statement). Queued statements run in order. Their results are not read: to stop the
+// commit, a statement must fail on the server (raise an error); the transaction then rolls
+// back and InTx returns that error, passed through onErr when onErr is not nil (to name it),
+// and translated (see TranslateError). It returns ErrNoTx when ctx carries no transaction.
+func BeforeCommit(ctx context.Context, onErr func(error) error, sql string, args ...any) error {
+	st, ok := ctx.Value(txKey{}).(*scopedTx)
+	if !ok {
+		return ErrNoTx
+	}
+	st.beforeCommit = append(st.beforeCommit, queued{sql: sql, args: args, onErr: onErr})
+	return nil
+}
+
 // InTx runs fn in a READ COMMITTED transaction with the given RLS scope and commits when fn
 // returns nil. fn receives a context carrying the transaction (see TxFromContext). The
 // rollback runs with context.WithoutCancel so a cancelled request still releases its locks;
@@ -80,8 +105,14 @@ func InTx(ctx context.Context, pool *pgxpool.Pool, scope Scope, fn func(ctx cont
 	if _, _, err := TxFromContext(ctx); err == nil {
 		return errors.New("postgres.InTx: already inside a transaction")
 	}
+	conn, err := pool.Acquire(ctx)
+	if err != nil {
+		return fmt.Errorf("postgres.InTx: begin: %w", TranslateError(err))
+	}
+	// Released last: a connection left inside a transaction is closed by the pool, not reused.
+	defer conn.Release()
 	// BEGIN and the scope travel in one round trip (a simple-protocol query of two statements).
-	tx, err := pool.BeginTx(ctx, pgx.TxOptions{BeginQuery: beginScoped(scope)})
+	tx, err := conn.BeginTx(ctx, pgx.TxOptions{BeginQuery: beginScoped(scope)})
 	if err != nil {
 		return fmt.Errorf("postgres.InTx: begin: %w", TranslateError(err))
 	}
@@ -97,13 +128,52 @@ func InTx(ctx context.Context, pool *pgxpool.Pool, scope Scope, fn func(ctx cont
 		return err
 	}
 	committed = true // a failed commit has ended the transaction too
-	if err := tx.Commit(ctx); err != nil {
+	if err := commit(ctx, conn, tx, st.beforeCommit); err != nil {
 		return fmt.Errorf("postgres.InTx: commit: %w", TranslateError(err))
 	}
 	for _, hook := range st.afterCommit {
 		hook()
 	}
 	return nil
+}
+
+// commit commits tx, sending the queued statements and the COMMIT in one round trip. When a
+// statement fails, the server skips the rest of the batch (the COMMIT too): the transaction
+// is rolled back on the connection before it returns to the pool.
+func commit(ctx context.Context, conn *pgxpool.Conn, tx pgx.Tx, stmts []queued) error {
+	if len(stmts) == 0 {
+		return tx.Commit(ctx)
+	}
+	b := &pgx.Batch{}
+	for _, q := range stmts {
+		b.Queue(q.sql, q.args...)
+	}
+	b.Queue("COMMIT")
+	// Sent on the connection: tx (pgx's) is never used again; the connection's state is what
+	// the server reports.
+	br := conn.SendBatch(ctx, b)
+	var err error
+	for _, q := range stmts {
+		if _, err = br.Exec(); err != nil {
+			if q.onErr != nil {
+				err = q.onErr(err)
+			}
+			break
+		}
+	}
+	if err == nil {
+		var tag pgconn.CommandTag
+		if tag, err = br.Exec(); err == nil && tag.String() != "COMMIT" {
+			err = pgx.ErrTxCommitRollback
+		}
+	}
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	if conn.Conn().PgConn().TxStatus() != 'I' {
+		_, _ = conn.Exec(context.WithoutCancel(ctx), "ROLLBACK")
+	}
+	return err
 }
 
 // beginScoped is the query that begins a READ COMMITTED transaction and sets its RLS scope

@@ -100,3 +100,54 @@ func TestAfterCommit(t *testing.T) {
 	require.Error(t, err)
 	require.Empty(t, ran)
 }
+
+// BeforeCommit statements run with the COMMIT, in order; one that fails rolls the whole
+// transaction back and InTx returns its error through onErr; the connection goes back to the
+// pool outside any transaction.
+func TestBeforeCommit(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	ctx := context.Background()
+	cfg := db.App.Config()
+	cfg.MaxConns = 1 // every call below uses the same connection
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	require.ErrorIs(t, postgres.BeforeCommit(ctx, nil, `SELECT 1`), postgres.ErrNoTx)
+	_, err = db.Owner.Exec(ctx, `CREATE TABLE before_commit_probe (x int PRIMARY KEY); GRANT ALL ON before_commit_probe TO app_user`)
+	require.NoError(t, err)
+	count := func() (n int) {
+		require.NoError(t, db.Owner.QueryRow(ctx, `SELECT count(*) FROM before_commit_probe`).Scan(&n))
+		return n
+	}
+
+	require.NoError(t, postgres.InTx(ctx, pool, postgres.Scope{}, func(ctx context.Context, tx pgx.Tx) error {
+		_, err := tx.Exec(ctx, `INSERT INTO before_commit_probe VALUES (1)`)
+		require.NoError(t, err)
+		require.NoError(t, postgres.BeforeCommit(ctx, nil, `INSERT INTO before_commit_probe VALUES ($1)`, 2))
+		require.NoError(t, postgres.BeforeCommit(ctx, nil, `UPDATE before_commit_probe SET x = x + 10 WHERE x = 2`))
+		return nil
+	}))
+	var xs []int
+	rows, err := db.Owner.Query(ctx, `SELECT x FROM before_commit_probe ORDER BY x`)
+	require.NoError(t, err)
+	xs, err = pgx.CollectRows(rows, pgx.RowTo[int])
+	require.NoError(t, err)
+	require.Equal(t, []int{1, 12}, xs)
+
+	named := errors.New("named")
+	hooked := false
+	err = postgres.InTx(ctx, pool, postgres.Scope{}, func(ctx context.Context, tx pgx.Tx) error {
+		_, err := tx.Exec(ctx, `INSERT INTO before_commit_probe VALUES (3)`)
+		require.NoError(t, err)
+		require.NoError(t, postgres.AfterCommit(ctx, nil, func() { hooked = true }))
+		require.NoError(t, postgres.BeforeCommit(ctx, func(err error) error { return errors.Join(named, err) },
+			`INSERT INTO before_commit_probe VALUES (1)`)) // duplicate key
+		return nil
+	})
+	require.ErrorIs(t, err, named)
+	require.False(t, hooked)
+	require.Equal(t, 2, count(), "the failed transaction kept nothing")
+	var status string
+	require.NoError(t, pool.QueryRow(ctx, `SELECT 'idle'`).Scan(&status), "the connection came back usable")
+}
