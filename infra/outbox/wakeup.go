@@ -106,6 +106,11 @@ type WakeupConfig struct {
 	Channel string
 	// SendTimeout bounds one send. Default 1s.
 	SendTimeout time.Duration
+	// MinInterval is the least time between the starts of two sends: what is signalled
+	// meanwhile waits and goes in one message. It bounds the sends to 1/MinInterval per
+	// second whatever the commit rate, at the price of up to MinInterval of latency.
+	// Default 2ms; negative: no wait.
+	MinInterval time.Duration
 	// Logger logs failed sends, at most one line per 10 s. Default: none.
 	Logger *slog.Logger
 }
@@ -134,6 +139,7 @@ func NewWakeup(cfg WakeupConfig) (*Wakeup, error) {
 	}
 	setDefault(&cfg.Channel, WakeChannel)
 	setDefault(&cfg.SendTimeout, time.Second)
+	setDefault(&cfg.MinInterval, 2*time.Millisecond)
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -164,12 +170,21 @@ func (w *Wakeup) Close() {
 
 func (w *Wakeup) run(ctx context.Context) {
 	defer close(w.done)
+	var last time.Time
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-w.kick:
 		}
+		if wait := w.cfg.MinInterval - time.Since(last); wait > 0 {
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(wait):
+			}
+		}
+		last = time.Now()
 		w.mu.Lock()
 		payload := wakePayload(w.pending)
 		clear(w.pending)

@@ -1,0 +1,150 @@
+// Command bench is the benchmark suite of issue 13: every figure of the service measured
+// beside a peer in the same run, on the same PostgreSQL and Redis, printed as one table of
+// ratios with the target each one must meet.
+//
+//	make bench                     # from the repository root: cd bench && go run . -root ..
+//	go run . -root .. -only write,latency -n 20000
+//
+// Lines (each: figure, peer figure, ratio, target, met/MISSED):
+//
+//   - write path: commits/s of an event-emitting command transaction (an operation row and
+//     an outbox event, postgres.InTx + outbox.EventPublisher) with the wake-up the service
+//     uses (after the commit: a coalesced Redis PUBLISH) vs the same transaction with no
+//     wake-up at all; 8 and 32 clients, rounds alternating. For reference, the NOTIFY
+//     trigger that sql/010 dropped, measured the same way.
+//   - drain: -n committed outbox events → BullMQ jobs by the Dispatcher, from 1 and from
+//     10,000 workspaces, vs Node.js BullMQ addBulk of -n jobs, and vs watermill-sql's
+//     PostgreSQL subscriber + watermill's forwarder draining -n committed messages into the
+//     same BullMQ publisher.
+//   - commit → job visible at -rate events/s for -secs s, the committer and the dispatcher
+//     in separate processes (this binary re-executed with -role): p50 and p99, vs
+//     watermill-sql's subscriber polling every 10 ms + forwarder, also in its own process.
+//   - end to end: -n commands (operation, store verification task, outbox row) committed,
+//     then the dispatcher and the Go workers (infra/jobs over BullMQ, a worker.Flow whose
+//     call does nothing but whose begin and record transactions run as in production) until
+//     every task succeeded, vs River: InsertManyTx of -n jobs, then no-op workers to
+//     completion. Both start from a committed backlog; the same worker concurrency.
+//   - Go BullMQ publisher and worker vs Node.js BullMQ (infra/bullmq/cmd/bullmqbench).
+//   - idempotency: first execution vs the same request without the middleware, over HTTP
+//     (internal/idembench) and at the bus with a one-row handler (infra/idem
+//     BenchmarkIdempotentWrite).
+//
+// Every scratch database (bench_<random>) is created on TEST_DATABASE_URL (a superuser;
+// default postgres://root@127.0.0.1:5432/postgres), migrated, and dropped at the end; Redis
+// keys live under a random prefix and are deleted. The load average is printed before and
+// after: the figures of a busy machine are not comparable with a quiet one's.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+)
+
+type options struct {
+	root      string
+	only      map[string]bool
+	n         int
+	rate      int
+	secs      int
+	writeSecs time.Duration
+	workers   int
+	redisURL  string
+	adminURL  string
+}
+
+func (o options) on(section string) bool { return len(o.only) == 0 || o.only[section] }
+
+var sections = []string{"write", "drain", "latency", "e2e", "bullmq", "idem"}
+
+func main() {
+	var role roleFlags
+	flag.StringVar(&role.name, "role", "", "internal: run as the child process of the latency benchmark (dispatch | wmsql)")
+	flag.StringVar(&role.db, "role-db", "", "internal: the child's database URL")
+	flag.StringVar(&role.prefix, "role-prefix", "", "internal: the child's BullMQ prefix")
+	flag.StringVar(&role.channel, "role-channel", "", "internal: the child's wake-up channel")
+	var o options
+	var only string
+	flag.StringVar(&o.root, "root", "..", "the service repository (for the Node.js harness, bullmqbench and idembench)")
+	flag.StringVar(&only, "only", "", "comma-separated sections to run: "+strings.Join(sections, ","))
+	flag.IntVar(&o.n, "n", 100000, "events / jobs / commands per drain and end-to-end measurement")
+	flag.IntVar(&o.rate, "rate", 1000, "events per second of the latency benchmark")
+	flag.IntVar(&o.secs, "secs", 10, "seconds of the latency benchmark")
+	flag.DurationVar(&o.writeSecs, "write-time", 4*time.Second, "duration of one write-path measurement")
+	flag.IntVar(&o.workers, "workers", 50, "worker concurrency of the end-to-end benchmark (ours and River)")
+	flag.StringVar(&o.redisURL, "redis", envOr("REDIS_URL", "redis://127.0.0.1:6379/0"), "Redis URL")
+	flag.StringVar(&o.adminURL, "admin", envOr("TEST_DATABASE_URL", "postgres://root@127.0.0.1:5432/postgres"), "PostgreSQL superuser URL")
+	flag.Parse()
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	var err error
+	if role.name != "" {
+		err = runRole(ctx, role, o.redisURL)
+	} else {
+		o.only = map[string]bool{}
+		for s := range strings.SplitSeq(only, ",") {
+			if s = strings.TrimSpace(s); s != "" {
+				if !slices.Contains(sections, s) {
+					err = fmt.Errorf("unknown section %q (sections: %s)", s, strings.Join(sections, ","))
+				}
+				o.only[s] = true
+			}
+		}
+		if o.root, _ = filepath.Abs(o.root); err == nil {
+			err = run(ctx, o)
+		}
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, o options) error {
+	start := time.Now()
+	fmt.Printf("bench: n=%d rate=%d/s for %ds, workers %d; load average before: %s\n", o.n, o.rate, o.secs, o.workers, loadavg())
+	var t table
+	type section struct {
+		name string
+		fn   func(context.Context, options, *table) error
+	}
+	for _, s := range []section{{"write", benchWrite}, {"drain", benchDrain}, {"latency", benchLatency},
+		{"e2e", benchE2E}, {"bullmq", benchBullMQ}, {"idem", benchIdem}} {
+		if !o.on(s.name) {
+			continue
+		}
+		fmt.Printf("-- %s (load %s)\n", s.name, loadavg())
+		if err := s.fn(ctx, o, &t); err != nil {
+			return fmt.Errorf("%s: %w", s.name, err)
+		}
+	}
+	fmt.Printf("\nbench done in %s; load average after: %s\n\n", time.Since(start).Round(time.Second), loadavg())
+	t.print(os.Stdout)
+	return nil
+}
+
+func envOr(k, def string) string {
+	if v := os.Getenv(k); v != "" {
+		return v
+	}
+	return def
+}
+
+func loadavg() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "?"
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 3 {
+		return "?"
+	}
+	return strings.Join(f[:3], " ")
+}
