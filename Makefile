@@ -49,9 +49,10 @@ fuzz: ## Run the fuzz targets briefly
 	$(GO) test -run '^$$' -fuzz '^FuzzNormalize$$' -fuzztime 10s ./infra/idem
 
 .PHONY: lint
-lint: ## gofmt and go vet
+lint: ## gofmt and go vet (the service and the bench module)
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || (gofmt -l $$(git ls-files '*.go'); echo "gofmt needed"; exit 1)
 	$(GO) vet ./...
+	cd bench && $(GO) vet ./...
 
 .PHONY: wire
 wire: ## Regenerate wire_gen.go
@@ -62,8 +63,8 @@ wire-check: ## Fail when wire_gen.go is not what wire generates
 	$(GO) tool wire diff . || (echo "wire_gen.go is stale: run make wire"; exit 1)
 
 .PHONY: bench
-bench: node-deps ## Run every benchmark; each prints ratios against a baseline measured in the same run
-	$(MAKE) bench-idem bench-bullmq bench-outbox
+bench: node-deps ## The benchmark suite (bench/, a module of its own): one table of ratios against peers measured in the same run (BENCH_FLAGS=-h lists flags)
+	cd bench && $(GO) run . -root .. $(BENCH_FLAGS)
 
 .PHONY: bench-idem
 bench-idem: ## POST /stores with vs without the idempotency middleware, 32 clients (p50/p99 ratios, replay ratio)

@@ -59,7 +59,7 @@ func e2eOurs(ctx context.Context, o options) (float64, error) {
 	for _, ws := range wss {
 		s := domain.Store{ID: uuid.New(), WorkspaceID: ws, CredentialsVersion: 1}
 		if _, err := db.Owner.Exec(ctx, `INSERT INTO stores (id, workspace_id, platform, shop_id, name, status)
-			VALUES ($1, $2, 'sandbox', $1::text, 'bench', 'verified')`, s.ID, ws); err != nil {
+			VALUES ($1, $2, 'sandbox', $3, 'bench', 'verified')`, s.ID, ws, s.ID.String()); err != nil {
 			return 0, err
 		}
 		stores[ws] = s
@@ -219,6 +219,9 @@ func e2eRiver(ctx context.Context, o options) (float64, error) {
 		Queues:  map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: o.workers}},
 		Workers: workers,
 		Logger:  slog.New(slog.DiscardHandler),
+		// River fetches at most once per FetchCooldown (default 100 ms: at most MaxWorkers
+		// jobs per 100 ms). The peer is measured at its best: the lowest cooldown River takes.
+		FetchCooldown: time.Millisecond,
 	})
 	if err != nil {
 		return 0, err

@@ -124,6 +124,11 @@ func withDatabase(base, database, user string) (string, error) {
 	if user != "" {
 		u.User = url.User(user)
 	}
+	// As the service's default DATABASE_URL: no TLS to a local server (for every peer alike).
+	if q := u.Query(); q.Get("sslmode") == "" {
+		q.Set("sslmode", "disable")
+		u.RawQuery = q.Encode()
+	}
 	return u.String(), nil
 }
 

@@ -90,7 +90,7 @@ func latencyOurs(ctx context.Context, o options) ([]time.Duration, error) {
 	if err != nil {
 		return nil, err
 	}
-	commits, err := steadyLoad(ctx, o.rate, o.secs, func(ctx context.Context, id uuid.UUID) error {
+	commits, all, err := steadyLoad(ctx, o.rate, o.secs, func(ctx context.Context, id uuid.UUID) error {
 		ws := wss[rand.IntN(len(wss))]
 		return postgres.InTx(ctx, db.App, postgres.Scope{WorkspaceID: ws}, func(ctx context.Context, _ pgx.Tx) error {
 			return pub.Publish(ctx, benchHappened{ID: id, ThingID: id.String()})
@@ -99,7 +99,7 @@ func latencyOurs(ctx context.Context, o options) ([]time.Duration, error) {
 	if err != nil {
 		return nil, err
 	}
-	return child.latencies(commits)
+	return child.latencies(commits, len(all))
 }
 
 func latencyWatermill(ctx context.Context, o options) ([]time.Duration, error) {
@@ -120,7 +120,7 @@ func latencyWatermill(ctx context.Context, o options) ([]time.Duration, error) {
 		return nil, err
 	}
 	defer child.kill()
-	commits, err := steadyLoad(ctx, o.rate, o.secs, func(ctx context.Context, id uuid.UUID) error {
+	commits, all, err := steadyLoad(ctx, o.rate, o.secs, func(ctx context.Context, id uuid.UUID) error {
 		tx, err := db.Owner.Begin(ctx)
 		if err != nil {
 			return err
@@ -143,13 +143,16 @@ func latencyWatermill(ctx context.Context, o options) ([]time.Duration, error) {
 	if err != nil {
 		return nil, err
 	}
-	return child.latencies(commits)
+	return child.latencies(commits, len(all))
 }
 
-// steadyLoad commits one event every 1/rate s for secs s (16 committers, so that a slow
-// commit does not shift the schedule) and returns each event's commit-return time.
-func steadyLoad(ctx context.Context, rate, secs int, commit func(ctx context.Context, id uuid.UUID) error) (map[string]time.Time, error) {
-	total := rate * secs
+// steadyLoad commits one event every 1/rate s for 1 + secs s (16 committers, so that a slow
+// commit does not shift the schedule) and returns the commit-return time of each event of the
+// last secs s: the first second warms both sides up (connections opened, statements
+// prepared) and is not measured; its events are still waited for.
+func steadyLoad(ctx context.Context, rate, secs int, commit func(ctx context.Context, id uuid.UUID) error) (measured, all map[string]time.Time, err error) {
+	warm := rate
+	total := warm + rate*secs
 	interval := time.Second / time.Duration(rate)
 	start := time.Now()
 	var next atomic.Int64
@@ -181,7 +184,13 @@ func steadyLoad(ctx context.Context, rate, secs int, commit func(ctx context.Con
 		})
 	}
 	wg.Wait()
-	return out, firstErr
+	measured = make(map[string]time.Time, len(out))
+	for id, at := range out {
+		if !at.Before(start.Add(time.Second)) {
+			measured[id] = at
+		}
+	}
+	return measured, out, firstErr
 }
 
 // child is a child process of the latency benchmark: it prints "ready", then "seen N" as it
@@ -241,11 +250,12 @@ func startChild(ctx context.Context, role, db, prefix, channel, redisURL string)
 
 func (c *child) kill() { _ = c.cmd.Process.Kill(); _ = c.cmd.Wait() }
 
-// latencies waits up to 2 minutes for the child to have published every commit, ends it,
-// and returns commit → publish per event. An event the child never published is an error.
-func (c *child) latencies(commits map[string]time.Time) ([]time.Duration, error) {
+// latencies waits up to 2 minutes for the child to have published all events, ends it,
+// and returns commit → publish of each of commits. An event the child never published is an
+// error.
+func (c *child) latencies(commits map[string]time.Time, all int) ([]time.Duration, error) {
 	deadline := time.Now().Add(2 * time.Minute)
-	for c.seen.Load() < int64(len(commits)) && time.Now().Before(deadline) {
+	for c.seen.Load() < int64(all) && time.Now().Before(deadline) {
 		time.Sleep(50 * time.Millisecond)
 	}
 	_ = c.stdin.Close()

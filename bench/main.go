@@ -42,6 +42,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"runtime/pprof"
 	"slices"
 	"strings"
 	"time"
@@ -57,6 +58,7 @@ type options struct {
 	workers   int
 	redisURL  string
 	adminURL  string
+	cpuprof   string
 }
 
 func (o options) on(section string) bool { return len(o.only) == 0 || o.only[section] }
@@ -80,6 +82,7 @@ func main() {
 	flag.IntVar(&o.workers, "workers", 50, "worker concurrency of the end-to-end benchmark (ours and River)")
 	flag.StringVar(&o.redisURL, "redis", envOr("REDIS_URL", "redis://127.0.0.1:6379/0"), "Redis URL")
 	flag.StringVar(&o.adminURL, "admin", envOr("TEST_DATABASE_URL", "postgres://root@127.0.0.1:5432/postgres"), "PostgreSQL superuser URL")
+	flag.StringVar(&o.cpuprof, "cpuprofile", "", "write a CPU profile of this process (the Go side of every section) to this file")
 	flag.Parse()
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
@@ -108,6 +111,17 @@ func main() {
 }
 
 func run(ctx context.Context, o options) error {
+	if o.cpuprof != "" {
+		f, err := os.Create(o.cpuprof)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
+	}
 	start := time.Now()
 	fmt.Printf("bench: n=%d rate=%d/s for %ds, workers %d; load average before: %s\n", o.n, o.rate, o.secs, o.workers, loadavg())
 	var t table
