@@ -93,10 +93,12 @@ func drainOurs(ctx context.Context, o options, rdb *redis.Client, workspaces int
 	}
 	dctx, cancel := context.WithCancel(ctx)
 	done := make(chan error, 1)
+	before := snapshot(ctx, db, rdb)
 	start := time.Now()
 	go func() { done <- d.Run(dctx) }()
 	err = c.wait(ctx, 20*time.Minute)
 	el := time.Since(start)
+	report(fmt.Sprintf("dispatcher, %d workspace(s)", workspaces), before, snapshot(ctx, db, rdb), n, "event")
 	cancel()
 	return float64(n) / el.Seconds(), errors.Join(err, <-done)
 }
@@ -196,10 +198,12 @@ func drainWatermill(ctx context.Context, o options, rdb *redis.Client, n int) (f
 	}
 	fctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	before := snapshot(ctx, db, rdb)
 	start := time.Now()
 	go func() { _ = fwd.Run(fctx) }()
 	err = c.wait(ctx, 20*time.Minute)
 	el := time.Since(start)
+	report("watermill-sql forwarder", before, snapshot(ctx, db, rdb), n, "msg")
 	cancel()
 	_ = fwd.Close()
 	return float64(n) / el.Seconds(), err

@@ -161,11 +161,13 @@ func e2eOurs(ctx context.Context, o options) (float64, error) {
 	}
 	rctx, cancel := context.WithCancel(ctx)
 	var running sync.WaitGroup
+	before := snapshot(ctx, db, rdb)
 	start = time.Now()
 	running.Go(func() { _ = d.Run(rctx) })
 	running.Go(func() { _ = runner.Run(rctx) })
 	err = waitCount(ctx, db, `SELECT count(*) FROM store_verifications WHERE status = 'succeeded'`, n, 20*time.Minute)
 	el := time.Since(start)
+	report("ours", before, snapshot(ctx, db, rdb), n, "job")
 	cancel()
 	running.Wait()
 	return float64(n) / el.Seconds(), err
@@ -243,12 +245,14 @@ func e2eRiver(ctx context.Context, o options) (float64, error) {
 		return 0, err
 	}
 	fmt.Printf("   River: %d jobs inserted with InsertManyTx in %s (not timed below)\n", o.n, time.Since(start).Round(time.Millisecond))
+	before := snapshot(ctx, db, nil)
 	start = time.Now()
 	if err := client.Start(ctx); err != nil {
 		return 0, err
 	}
 	err = waitCount(ctx, db, `SELECT count(*) FROM river_job WHERE state = 'completed'`, o.n, 20*time.Minute)
 	el := time.Since(start)
+	report("River", before, snapshot(ctx, db, nil), o.n, "job")
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()
 	return float64(o.n) / el.Seconds(), errors.Join(err, client.Stop(sctx))

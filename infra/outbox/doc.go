@@ -26,9 +26,10 @@
 //   - in process: Publish registers a postgres.AfterCommit hook that queues the workspace on
 //     a Dispatcher running in the same process on the same database;
 //   - across processes: otherwise the hook tells PublisherConfig.Signal, a Wakeup that
-//     coalesces the workspaces signalled while its previous send was in flight into one Redis
-//     PUBLISH on the dispatchers' channel (DispatcherConfig.WakeRedis, WakeChannel) or one
-//     pg_notify in a transaction of its own (LISTEN, unless DisableListen);
+//     coalesces the workspaces signalled while its previous send was in flight (and at
+//     least WakeupConfig.MinInterval, 2ms, apart) into one Redis PUBLISH on the dispatchers'
+//     channel (DispatcherConfig.WakeRedis, WakeChannel) or one pg_notify in a transaction of
+//     its own (LISTEN, unless DisableListen);
 //   - the poll: outbox_due_workspaces at start, on Wake, every BusyPollInterval (50ms) while
 //     discoveries find work and, backing off, at most every PollInterval (1s) when idle.
 //

@@ -24,7 +24,8 @@ import (
 //  2. Across processes: otherwise the hook hands the workspace to the publisher's Signal, a
 //     Wakeup, which sends the workspaces signalled since its last send in one message (Redis
 //     PUBLISH on the dispatchers' channel, or pg_notify in a transaction of its own), one
-//     send in flight at a time: the cost is one message per send, not per commit.
+//     send in flight at a time and at most one per MinInterval: the cost is one message per
+//     send, not per commit.
 //  3. The poll: every dispatcher discovers due workspaces every BusyPollInterval while
 //     discoveries find work, backing off to PollInterval when idle. A lost signal (a Redis
 //     hiccup, a crash between commit and send, a full Wakeup) delays delivery by at most

@@ -1,0 +1,92 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// usage is a snapshot of where CPU time and work went, to say what bounds a measurement:
+// this process's CPU (the Go side: dispatcher, workers, clients), the CPU of the PostgreSQL
+// backends serving the scratch database, Redis's CPU (the server is shared: other clients'
+// work counts too), and the transactions and Redis commands done.
+type usage struct {
+	at        time.Time
+	goCPU     time.Duration
+	pgCPU     time.Duration
+	redisCPU  time.Duration
+	pgXacts   int64
+	redisCmds int64
+}
+
+// clockTick is USER_HZ, the unit of /proc/<pid>/stat's times (100 on Linux).
+const clockTick = 100
+
+func snapshot(ctx context.Context, db *scratch, rdb *redis.Client) usage {
+	u := usage{at: time.Now()}
+	var ru syscall.Rusage
+	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) == nil {
+		u.goCPU = time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	}
+	if rows, err := db.Owner.Query(ctx, `SELECT pid FROM pg_stat_activity WHERE datname = current_database()`); err == nil {
+		for rows.Next() {
+			var pid int
+			if rows.Scan(&pid) == nil {
+				u.pgCPU += procCPU(pid)
+			}
+		}
+		rows.Close()
+	}
+	_ = db.Owner.QueryRow(ctx, `SELECT xact_commit + xact_rollback FROM pg_stat_database WHERE datname = current_database()`).Scan(&u.pgXacts)
+	if rdb != nil {
+		if info, err := rdb.Info(ctx, "cpu", "stats").Result(); err == nil {
+			for l := range strings.SplitSeq(info, "\r\n") {
+				k, v, _ := strings.Cut(l, ":")
+				switch k {
+				case "used_cpu_user", "used_cpu_sys":
+					f, _ := strconv.ParseFloat(v, 64)
+					u.redisCPU += time.Duration(f * float64(time.Second))
+				case "total_commands_processed":
+					u.redisCmds, _ = strconv.ParseInt(v, 10, 64)
+				}
+			}
+		}
+	}
+	return u
+}
+
+// procCPU is the user + system CPU time of process pid (0 when it cannot be read).
+func procCPU(pid int) time.Duration {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	s := string(b)
+	f := strings.Fields(s[strings.LastIndexByte(s, ')')+2:])
+	if len(f) < 13 {
+		return 0
+	}
+	ut, _ := strconv.ParseInt(f[11], 10, 64)
+	st, _ := strconv.ParseInt(f[12], 10, 64)
+	return time.Duration(ut+st) * time.Second / clockTick
+}
+
+// report prints what went where between before and after, per unit of work. The
+// PostgreSQL backends' CPU is counted from before's backends and the ones opened since
+// (their whole life).
+func report(name string, before, after usage, n int, unit string) {
+	el := after.at.Sub(before.at)
+	per := func(d time.Duration) string {
+		return fmt.Sprintf("%.0f µs/%s (%.0f%% of a core)", float64(d.Microseconds())/float64(n), unit, 100*d.Seconds()/el.Seconds())
+	}
+	fmt.Printf("   %s: %d %ss in %s; CPU: Go %s, PostgreSQL %s, Redis %s; %.2f transactions/%s, %.1f Redis commands/%s\n",
+		name, n, unit, el.Round(time.Millisecond), per(after.goCPU-before.goCPU), per(after.pgCPU-before.pgCPU),
+		per(after.redisCPU-before.redisCPU), float64(after.pgXacts-before.pgXacts)/float64(n), unit,
+		float64(after.redisCmds-before.redisCmds)/float64(n), unit)
+}
