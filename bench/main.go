@@ -136,11 +136,19 @@ func run(ctx context.Context, o options) error {
 		}
 		fmt.Printf("-- %s (load %s)\n", s.name, loadavg())
 		if err := s.fn(ctx, o, &t); err != nil {
-			return fmt.Errorf("%s: %w", s.name, err)
+			if ctx.Err() != nil {
+				return err
+			}
+			// The other sections still run: a failed one is a line of the table.
+			fmt.Printf("   %s failed: %v\n", s.name, err)
+			t.failed = append(t.failed, fmt.Sprintf("%s: %v", s.name, err))
 		}
 	}
 	fmt.Printf("\nbench done in %s; load average after: %s\n\n", time.Since(start).Round(time.Second), loadavg())
 	t.print(os.Stdout)
+	if len(t.failed) > 0 {
+		return fmt.Errorf("%d section(s) failed", len(t.failed))
+	}
 	return nil
 }
 

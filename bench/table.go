@@ -19,7 +19,11 @@ type line struct {
 	info bool
 }
 
-type table struct{ lines []line }
+type table struct {
+	lines []line
+	// failed lists the sections that could not be measured, and why.
+	failed []string
+}
 
 func (t *table) add(l line) {
 	t.lines = append(t.lines, l)
@@ -45,6 +49,9 @@ func (t *table) print(w io.Writer) {
 			v = "MISSED"
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%.2f×\t%s\t%s\n", l.measure, l.ours, l.peer, l.peerFig, l.ratio, l.target, v)
+	}
+	for _, f := range t.failed {
+		fmt.Fprintf(tw, "FAILED %s\t\t\t\t\t\t\n", f)
 	}
 	_ = tw.Flush()
 }
