@@ -50,8 +50,8 @@ func (t *table) print(w io.Writer) {
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%.2f×\t%s\t%s\n", l.measure, l.ours, l.peer, l.peerFig, l.ratio, l.target, v)
 	}
-	for _, f := range t.failed {
-		fmt.Fprintf(tw, "FAILED %s\t\t\t\t\t\t\n", f)
-	}
 	_ = tw.Flush()
+	for _, f := range t.failed {
+		fmt.Fprintf(w, "FAILED %s\n", f)
+	}
 }
