@@ -11,7 +11,7 @@
 //     an outbox event, postgres.InTx + outbox.EventPublisher) with the wake-up the service
 //     uses (after the commit: a coalesced Redis PUBLISH) vs the same transaction with no
 //     wake-up at all; 8 and 32 clients, rounds alternating. For reference, the NOTIFY
-//     trigger that sql/010 dropped, measured the same way.
+//     trigger that sql/012 dropped, measured the same way.
 //   - drain: -n committed outbox events → BullMQ jobs by the Dispatcher, from 1 and from
 //     10,000 workspaces, vs Node.js BullMQ addBulk of -n jobs, and vs watermill-sql's
 //     PostgreSQL subscriber + watermill's forwarder draining -n committed messages into the

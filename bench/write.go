@@ -14,7 +14,7 @@ import (
 	"github.com/listingkit/listing/infra/postgres"
 )
 
-// triggerSQL recreates the wake-up of sql/003 that sql/010 dropped, disabled: the reference
+// triggerSQL recreates the wake-up of sql/003 that sql/012 dropped, disabled: the reference
 // line enables it for its own measurement only.
 const triggerSQL = `
 CREATE FUNCTION outbox_events_notify() RETURNS trigger

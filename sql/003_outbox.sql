@@ -1,4 +1,4 @@
--- Outbox additions (issue 4): commit-time wake-up of dispatchers (superseded by sql/010: the
+-- Outbox additions (issue 4): commit-time wake-up of dispatchers (superseded by sql/012: the
 -- trigger below serialized writers and is dropped there), redrive audit, and
 -- cross-workspace statistics for operators without BYPASSRLS.
 
@@ -17,9 +17,9 @@ SET LOCAL ROLE listing_owner;
 -- dispatcher's commit-to-job latency from p50 6 ms / p99 31-55 ms to p50 14-20 ms / p99
 -- 80-150 ms, past the 50 ms p99 target. The trigger stays: dispatch latency is the outbox's
 -- promise; the commit cost is paid by writers that emit events.
--- Reversed by sql/010 (issue 13): nothing in the database may serialize writers; the
+-- Reversed by sql/012 (issue 13): nothing in the database may serialize writers; the
 -- wake-up moved after the commit (in process, or Redis PUBLISH, coalesced) with an adaptive
--- poll as the safety net, and met the latency target without the lock.
+-- poll as the safety net.
 -- +goose StatementBegin
 CREATE FUNCTION outbox_events_notify() RETURNS trigger
 LANGUAGE plpgsql SET search_path = pg_catalog, public AS $$

@@ -17,7 +17,7 @@ import (
 )
 
 // NotifyChannel is the default PostgreSQL NOTIFY channel of wake-ups (see Wakeup): the
-// payload is comma-separated workspace ids, or "*" for a discovery. Until sql/010 an insert
+// payload is comma-separated workspace ids, or "*" for a discovery. Until sql/012 an insert
 // trigger notified it inside the business transaction.
 const NotifyChannel = WakeChannel
 

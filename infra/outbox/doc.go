@@ -21,7 +21,7 @@
 //
 // Nothing in the business transaction wakes a dispatcher: a NOTIFY there would take
 // PostgreSQL's cluster-wide notify lock through the commit's WAL flush and serialize every
-// event-emitting writer (sql/010 dropped the trigger that did). Workspaces with due rows are
+// event-emitting writer (sql/012 dropped the trigger that did). Workspaces with due rows are
 // found, after the commit has returned, three ways (wakeup.go):
 //   - in process: Publish registers a postgres.AfterCommit hook that queues the workspace on
 //     a Dispatcher running in the same process on the same database;

@@ -14,7 +14,7 @@ import (
 )
 
 // The wake-up. A dispatcher learns of new events three ways, none of which runs inside the
-// business transaction (sql/010 dropped the NOTIFY trigger: a notifying commit takes a
+// business transaction (sql/012 dropped the NOTIFY trigger: a notifying commit takes a
 // cluster-wide lock held through its WAL flush, which serialized every event-emitting
 // writer):
 //

@@ -26,7 +26,7 @@
 // of a first execution's), then checks in the database that exactly one store exists per
 // executed request and one idempotency record per first execution.
 //
-// Reading the figures: since sql/010 no commit of this endpoint waits for PostgreSQL's
+// Reading the figures: since sql/012 no commit of this endpoint waits for PostgreSQL's
 // cluster-wide NOTIFY lock (the wake-up of the dispatchers happens after the commit), so
 // latencies track the server's commit rate and the CPU the two assemblies share. Other work
 // on the machine skews the figures: the load average is printed before and after; run it
