@@ -65,12 +65,12 @@ func InitializeAPI(ctx context.Context, cfg config.Config, opts Options, reg *pr
 		cleanup()
 		return nil, nil, err
 	}
-	client, cleanup2, err := ProvideRedis(ctx, cfg)
+	universalClient, cleanup2, err := ProvideRedis(ctx, cfg)
 	if err != nil {
 		cleanup()
 		return nil, nil, err
 	}
-	server, err := ProvideHTTP(cfg, application, tokens, guard, storage, pool, client, reg, log)
+	server, err := ProvideHTTP(cfg, application, tokens, guard, storage, pool, universalClient, reg, log)
 	if err != nil {
 		cleanup2()
 		cleanup()
@@ -80,7 +80,7 @@ func InitializeAPI(ctx context.Context, cfg config.Config, opts Options, reg *pr
 		Server: server,
 		App:    application,
 		Pool:   pool,
-		Redis:  client,
+		Redis:  universalClient,
 	}
 	return api, func() {
 		cleanup2()
@@ -94,12 +94,12 @@ func InitializeDispatch(ctx context.Context, cfg config.Config, q *Queues, reg *
 	if err != nil {
 		return nil, nil, err
 	}
-	client, cleanup2, err := ProvideRedis(ctx, cfg)
+	universalClient, cleanup2, err := ProvideRedis(ctx, cfg)
 	if err != nil {
 		cleanup()
 		return nil, nil, err
 	}
-	bullmqConfig := ProvideBullMQConfig(cfg, client)
+	bullmqConfig := ProvideBullMQConfig(cfg, universalClient)
 	publisherMap, cleanup3, err := ProvidePublishers(cfg, bullmqConfig, q, log)
 	if err != nil {
 		cleanup2()
@@ -134,7 +134,7 @@ func InitializeDispatch(ctx context.Context, cfg config.Config, q *Queues, reg *
 		Dispatcher: dispatcher,
 		Reconciler: reconciler,
 		Pool:       pool,
-		Redis:      client,
+		Redis:      universalClient,
 	}
 	return dispatch, func() {
 		cleanup3()
@@ -162,11 +162,11 @@ func InitializeCleanup(ctx context.Context, cfg config.Config, reg *prometheus.R
 // InitializeWork assembles the job consumers of every queue, with the external systems
 // (or their development sandboxes).
 func InitializeWork(ctx context.Context, cfg config.Config, q *Queues, reg *prometheus.Registry, log *slog.Logger) (*Work, func(), error) {
-	client, cleanup, err := ProvideRedis(ctx, cfg)
+	universalClient, cleanup, err := ProvideRedis(ctx, cfg)
 	if err != nil {
 		return nil, nil, err
 	}
-	bullmqConfig := ProvideBullMQConfig(cfg, client)
+	bullmqConfig := ProvideBullMQConfig(cfg, universalClient)
 	pool, cleanup2, err := ProvidePool(ctx, cfg)
 	if err != nil {
 		cleanup()
@@ -236,7 +236,7 @@ func InitializeWork(ctx context.Context, cfg config.Config, q *Queues, reg *prom
 		Runner:    runner,
 		Externals: externals,
 		Pool:      pool,
-		Redis:     client,
+		Redis:     universalClient,
 	}
 	return work, func() {
 		cleanup4()
