@@ -40,6 +40,7 @@ type Cluster struct {
 	Addrs []string
 
 	dir  string
+	pids []int
 	stop chan struct{} // closed by Stop: the goroutine owning the servers kills them
 	done chan struct{} // closed once they are gone
 }
@@ -108,6 +109,7 @@ func (c *Cluster) own(ports []int, started chan<- error) {
 			return
 		}
 		procs = append(procs, cmd)
+		c.pids = append(c.pids, cmd.Process.Pid)
 	}
 	started <- nil
 	<-c.stop
@@ -159,6 +161,10 @@ func (c *Cluster) Stop() {
 	}
 	<-c.done
 }
+
+// PIDs returns the process ids of the servers Start started, in the order of Addrs (none for
+// a cluster found through REDIS_TEST_CLUSTER_ADDRS).
+func (c *Cluster) PIDs() []int { return append([]int(nil), c.pids...) }
 
 // Client returns a new cluster client of c, closed when t ends.
 func (c *Cluster) Client(t testing.TB) *redis.ClusterClient {
@@ -262,7 +268,14 @@ func free(port int) bool {
 	return true
 }
 
+// ping answers whether addr serves Redis; a closed port is told without go-redis (which
+// would log the refused dial).
 func ping(ctx context.Context, addr string) error {
+	conn, err := net.DialTimeout("tcp", addr, time.Second)
+	if err != nil {
+		return err
+	}
+	_ = conn.Close()
 	rdb := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, DialerRetries: 1})
 	defer rdb.Close()
 	return rdb.Ping(ctx).Err()
