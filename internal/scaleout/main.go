@@ -34,9 +34,10 @@
 // CPU seconds of the dispatchers, the workers, the run's PostgreSQL backends, each Redis
 // node and this process (the sandboxes), from /proc, with the run's share of the machine's
 // two cores; and the load average at the start and end. With -perf, perf record samples one
-// dispatcher, one worker, the PostgreSQL backends and the Redis nodes for -perf-seconds in
-// the middle of the run of the largest N, and the top symbols of each are printed (perf
-// report): the profile that says which resource bends the curve.
+// dispatcher, one worker, the PostgreSQL backends and the Redis nodes for -perf-seconds from
+// the fifth second of each run, and the top symbols of each are printed (perf report): the
+// profile that says which resource bends the curve. (perf rather than pprof: it profiles the
+// unmodified bin/app, PostgreSQL and Redis alike.)
 package main
 
 import (
@@ -100,7 +101,7 @@ func main() {
 	flag.IntVar(&o.maxConns, "max-conns", 8, "DATABASE_MAX_CONNS of each dispatch and work process")
 	flag.StringVar(&o.adminURL, "admin-url", "postgres://root@127.0.0.1:5432/postgres?sslmode=disable", "a PostgreSQL superuser")
 	flag.StringVar(&o.dir, "dir", "", "where logs and profiles go (default: a new temporary directory)")
-	flag.BoolVar(&o.perf, "perf", false, "profile the run of the largest N with perf record")
+	flag.BoolVar(&o.perf, "perf", false, "profile each run with perf record")
 	flag.IntVar(&o.perfSeconds, "perf-seconds", 10, "length of the perf window")
 	flag.DurationVar(&o.timeout, "timeout", 20*time.Minute, "bound of one run")
 	flag.Parse()
@@ -189,7 +190,7 @@ func run(ctx context.Context, o options) error {
 	}
 	var results []result
 	for _, n := range o.pairs {
-		r, err := b.runPairs(ctx, n, o.perf && n == maxOf(o.pairs))
+		r, err := b.runPairs(ctx, n, o.perf)
 		if err != nil {
 			return fmt.Errorf("N=%d: %w", n, err)
 		}
@@ -532,7 +533,7 @@ func (b *bench) perf(ctx context.Context, n int, pg []int, procs []*proc) []prof
 				return
 			}
 			rep, err := exec.CommandContext(ctx, "perf", "report", "-i", data, "--stdio", "--no-children", "-g", "none",
-				"--sort", "comm,dso,symbol", "--percent-limit", "1.5").Output()
+				"--sort", "dso,symbol", "--percent-limit", "1.5").Output()
 			if err != nil {
 				out[i] = profile{t.name, fmt.Sprintf("perf report failed: %v", err)}
 				return
@@ -806,12 +807,4 @@ func randomHex(n int) string {
 	b := make([]byte, n)
 	_, _ = rand.Read(b)
 	return hex.EncodeToString(b)
-}
-
-func maxOf(xs []int) int {
-	m := 0
-	for _, x := range xs {
-		m = max(m, x)
-	}
-	return m
 }
