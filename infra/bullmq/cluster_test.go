@@ -94,6 +94,9 @@ func TestClusterQueuesKeepTheirKeysOnOneNode(t *testing.T) {
 				unfinished, err := bullmq.JobsUnfinished(ctx, cfg, q, []string{jobs[0].ID, "nope"})
 				require.NoError(t, err)
 				assert.Equal(t, map[string]bool{jobs[0].ID: true, "nope": false}, unfinished)
+				_, waiting, err := bullmq.OldestWaiting(ctx, cfg, q)
+				require.NoError(t, err)
+				assert.True(t, waiting, "the oldest waiting job of %s", q)
 				w, err := bullmq.NewWorker(bullmq.WorkerConfig{Config: cfg, Queue: q, Concurrency: 2,
 					DrainDelay: 100 * time.Millisecond, StalledInterval: 200 * time.Millisecond, Logger: testLogger{t}},
 					behaveHandler(func(j *bullmq.Job) { done.Add(1) }))

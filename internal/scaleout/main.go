@@ -30,6 +30,8 @@
 // drain time from the start of the processes; backlog events/s (-events over the drain
 // time); all events/s (every outbox event dispatched, the workers' included); verifications
 // per second; duplicates (marketplace verify calls beyond one per store: a job run twice);
+// the CPU the run spent per verification and the verifications/s the machine's CPUs would
+// allow at that cost (the "ceiling", which other load on the machine does not skew);
 // stalls (jobs whose hash counts a stall, stc) and jobs taken more than once (ats > 1); the
 // CPU seconds of the dispatchers, the workers, the run's PostgreSQL backends, each Redis
 // node and this process (the sandboxes), from /proc, with the run's share of the machine's
@@ -559,8 +561,9 @@ func printTable(w io.Writer, b *bench, rs []result, header bool) {
 	if header {
 		fmt.Fprintf(w, "\nbacklog %d events (%d store verifications) in %d workspaces; WORKER_CONCURRENCY=%d, DATABASE_MAX_CONNS=%d per process; %d CPUs\n",
 			b.o.events, b.stores, b.o.workspaces, b.o.concurrency, b.o.maxConns, numCPU())
-		fmt.Fprintf(w, "%-3s %8s %10s %10s %9s %5s %6s %7s %9s | %-29s | %-17s | %s\n", "N", "drain s", "backlog/s", "all ev/s",
-			"verify/s", "dups", "stalls", "retaken", "max wait", "CPU s: dispatch work pg self", "redis nodes", "load start → end")
+		fmt.Fprintf(w, "%-3s %8s %10s %10s %9s %5s %6s %7s %9s | %-29s | %-17s | %9s %9s | %s\n", "N", "drain s", "backlog/s", "all ev/s",
+			"verify/s", "dups", "stalls", "retaken", "max wait", "CPU s: dispatch work pg self", "redis nodes", "CPU ms/v", "ceiling/s",
+			"load start → end")
 	}
 	for _, r := range rs {
 		var redisCPU []string
@@ -571,10 +574,14 @@ func printTable(w io.Writer, b *bench, rs []result, header bool) {
 		for _, c := range r.cpuRedis {
 			total += c
 		}
-		fmt.Fprintf(w, "%-3d %8.1f %10.0f %10.0f %9.0f %5d %6d %7d %9d | %6.1f %5.1f %5.1f %5.1f (%3.0f%%) | %-17s | %s → %s\n", r.n,
+		// CPU ms/v is the CPU the whole run spent per verification (its 4 outbox events); the
+		// ceiling is the verifications per second the machine's CPUs would allow at that cost
+		// with nothing else running: a figure the load of other processes does not skew.
+		perVerify := 1000 * total / float64(b.stores)
+		fmt.Fprintf(w, "%-3d %8.1f %10.0f %10.0f %9.0f %5d %6d %7d %9d | %6.1f %5.1f %5.1f %5.1f (%3.0f%%) | %-17s | %9.2f %9.0f | %s → %s\n", r.n,
 			r.drain.Seconds(), r.backlogRate, r.allRate, r.verifyRate, r.duplicates, r.stalls, r.retaken, r.maxQueue,
 			r.cpuDispatch, r.cpuWork, r.cpuPG, r.cpuSelf, 100*total/(r.drain.Seconds()*float64(numCPU())),
-			strings.Join(redisCPU, " "), r.loadStart, r.loadEnd)
+			strings.Join(redisCPU, " "), perVerify, 1000*float64(numCPU())/perVerify, r.loadStart, r.loadEnd)
 	}
 }
 
