@@ -203,7 +203,7 @@ func run(ctx context.Context, o options) error {
 	printTable(os.Stdout, b, results, true)
 	for _, r := range results {
 		for _, p := range r.profiles {
-			fmt.Printf("\nperf, N=%d, %s (%d s window; self time by symbol, top entries):\n%s", r.n, p.name, o.perfSeconds, p.top)
+			fmt.Printf("\nperf, N=%d, %s (%d s window; by symbol: %% with callees then self %%, Redis self %% only):\n%s", r.n, p.name, o.perfSeconds, p.top)
 		}
 	}
 	return nil
@@ -510,14 +510,23 @@ func backends(ctx context.Context, admin *pgx.Conn, db string, monPID int, pids 
 // perf samples one dispatcher, one worker, db's backends and the Redis nodes for
 // perfSeconds and returns the top of each perf report.
 func (b *bench) perf(ctx context.Context, n int, pg []int, procs []*proc) []profile {
+	var alive []int // backends of connections a pool closed meanwhile are gone
+	for _, p := range pg {
+		if _, err := os.Stat(fmt.Sprintf("/proc/%d", p)); err == nil {
+			alive = append(alive, p)
+		}
+	}
+	// Go processes and PostgreSQL: time including callees, by function (what the time is
+	// spent doing); Redis: self time.
 	targets := []struct {
-		name string
-		pids []int
+		name     string
+		pids     []int
+		children bool
 	}{
-		{"dispatch-1", []int{procs[0].pid()}},
-		{"work-1", []int{procs[1].pid()}},
-		{"postgres backends of the run", pg},
-		{"redis nodes", b.cluster.PIDs()},
+		{"dispatch-1", []int{procs[0].pid()}, true},
+		{"work-1", []int{procs[1].pid()}, true},
+		{"postgres backends of the run", alive, true},
+		{"redis nodes", b.cluster.PIDs(), false},
 	}
 	out := make([]profile, len(targets))
 	var wg sync.WaitGroup
@@ -534,19 +543,24 @@ func (b *bench) perf(ctx context.Context, n int, pg []int, procs []*proc) []prof
 				out[i] = profile{t.name, fmt.Sprintf("perf record failed: %v\n%s", err, o)}
 				return
 			}
-			rep, err := exec.CommandContext(ctx, "perf", "report", "-i", data, "--stdio", "--no-children", "-g", "none",
-				"--sort", "dso,symbol", "--percent-limit", "1.5").Output()
+			mode, limit := "--no-children", "1.5"
+			if t.children {
+				mode, limit = "--children", "4"
+			}
+			rep, err := exec.CommandContext(ctx, "perf", "report", "-i", data, "--stdio", mode, "-g", "none",
+				"--sort", "symbol", "--percent-limit", limit).Output()
 			if err != nil {
 				out[i] = profile{t.name, fmt.Sprintf("perf report failed: %v", err)}
 				return
 			}
 			var top []string
 			for _, l := range strings.Split(string(rep), "\n") {
-				if strings.TrimSpace(l) == "" || strings.HasPrefix(l, "#") {
+				l = strings.TrimRight(strings.TrimSpace(l), " -")
+				if l == "" || strings.HasPrefix(l, "#") || (t.children && skipFrame(l)) {
 					continue
 				}
-				top = append(top, "  "+strings.TrimSpace(l))
-				if len(top) == 15 {
+				top = append(top, "  "+l)
+				if len(top) == 22 {
 					break
 				}
 			}
@@ -555,6 +569,18 @@ func (b *bench) perf(ctx context.Context, n int, pg []int, procs []*proc) []prof
 	}
 	wg.Wait()
 	return out
+}
+
+// skipFrame tells the frames of an inclusive profile that say nothing of the work: the
+// scheduler, entry points, unsymbolized addresses.
+func skipFrame(l string) bool {
+	for _, s := range []string{"[.] 0x", "runtime.", "goexit", "WaitGroup", "errgroup", "__libc_start", "[.] main",
+		"PostmasterMain", "PostgresMain", "[k] entry_SYSCALL", "[k] do_syscall_64"} {
+		if strings.Contains(l, s) {
+			return true
+		}
+	}
+	return false
 }
 
 func printTable(w io.Writer, b *bench, rs []result, header bool) {
