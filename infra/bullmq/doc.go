@@ -80,7 +80,10 @@
 //
 // Tests need Redis (REDIS_URL, default redis://127.0.0.1:6379/0) and, for the
 // interop tests, Node.js; the Node.js harness in tests/bullmqnode is
-// installed with npm ci when node_modules is missing:
+// installed with npm ci when node_modules is missing. TestClusterInterop runs
+// the same interop tests on a three-node Redis Cluster (QueueHashTags, ioredis
+// Cluster) that internal/redistest starts once per test binary from the
+// installed redis-server and redis-cli:
 //
 //	go test -race -short ./infra/bullmq/...
 //
