@@ -114,6 +114,16 @@ func TestClusterQueuesKeepTheirKeysOnOneNode(t *testing.T) {
 				return true
 			})
 			assert.Equal(t, int64(4*len(queues)), done.Load(), "attempts")
+			// The operators' functions find the failed job where the worker left it.
+			for _, q := range queues[:2] {
+				failed, err := bullmq.FailedJobs(ctx, cfg, q, 10)
+				require.NoError(t, err)
+				require.Len(t, failed, 1, "failed jobs of %s", q)
+				require.NoError(t, bullmq.RemoveJob(ctx, cfg, q, failed[0].ID))
+				failed, err = bullmq.FailedJobs(ctx, cfg, q, 10)
+				require.NoError(t, err)
+				assert.Empty(t, failed)
+			}
 
 			// Every key of a queue lives on one node (the node of its wait list).
 			nodes := map[string]bool{}
