@@ -79,6 +79,10 @@ bench-bullmq: node-deps ## Go BullMQ publisher and consumer vs Node.js BullMQ ad
 bench-outbox: node-deps ## Outbox drain (1 and 10,000 workspaces) vs Node.js addBulk; commit-to-job latency at 1,000/s
 	OUTBOX_BENCH=1 $(GO) test -count=1 -run '^TestOutboxBench$$' -v -timeout 30m ./infra/outbox/
 
+.PHONY: bench-scaleout
+bench-scaleout: ## 1, 2 and 4 dispatch + work process pairs drain one 100,000-event backlog on PostgreSQL and a 3-node Redis Cluster (not in bench or CI; SCALEOUT_FLAGS=-h lists flags)
+	$(GO) run ./internal/scaleout -perf $(SCALEOUT_FLAGS)
+
 .PHONY: chaos
 chaos: ## Chaos run of bin/app under load: kills, Redis restarts, dropped DB connections, then checks (not in CI; CHAOS_FLAGS=-h lists flags)
 	$(GO) run ./internal/chaos $(CHAOS_FLAGS)

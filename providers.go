@@ -67,14 +67,29 @@ func ProvidePool(ctx context.Context, cfg config.Config) (*pgxpool.Pool, func(),
 	return pool, pool.Close, nil
 }
 
-// ProvideRedis opens the Redis client of the queues.
-func ProvideRedis(ctx context.Context, cfg config.Config) (*redis.Client, func(), error) {
+// ProvideRedis opens the Redis client of the queues: a cluster client when
+// REDIS_CLUSTER_ADDRS is set, else a client of REDIS_URL. The cleanup closes it.
+func ProvideRedis(ctx context.Context, cfg config.Config) (redis.UniversalClient, func(), error) {
+	client, err := newRedisClient(cfg)
+	if err != nil {
+		return nil, nil, err
+	}
+	return client, func() { _ = client.Close() }, nil
+}
+
+// newRedisClient returns a new Redis client of cfg, which the caller closes: a
+// *redis.ClusterClient of REDIS_CLUSTER_ADDRS (with REDIS_URL's credentials and TLS) when
+// set, else a *redis.Client of REDIS_URL.
+func newRedisClient(cfg config.Config) (redis.UniversalClient, error) {
 	opts, err := redis.ParseURL(cfg.RedisURL)
 	if err != nil {
-		return nil, nil, fmt.Errorf("REDIS_URL: invalid (details withheld: they may contain a password)")
+		return nil, fmt.Errorf("REDIS_URL: invalid (details withheld: they may contain a password)")
 	}
-	client := redis.NewClient(opts)
-	return client, func() { _ = client.Close() }, nil
+	if len(cfg.RedisClusterAddrs) == 0 {
+		return redis.NewClient(opts), nil
+	}
+	return redis.NewClusterClient(&redis.ClusterOptions{Addrs: cfg.RedisClusterAddrs, Username: opts.Username,
+		Password: opts.Password, TLSConfig: opts.TLSConfig}), nil
 }
 
 // ProvideTokens builds the access-token issuer.
@@ -176,7 +191,7 @@ func ProvideCipher(cfg config.Config, log *slog.Logger) (*secret.Cipher, error) 
 // ProvideEventPublisher builds the outbox's write side with the routing of every event. With
 // the bullmq transport it wakes dispatchers of other processes after each commit through
 // Redis (outbox.Wakeup on wakeChannel); a dispatcher of the same process is woken directly.
-func ProvideEventPublisher(cfg config.Config, rdb *redis.Client, log *slog.Logger) (*outbox.EventPublisher, func(), error) {
+func ProvideEventPublisher(cfg config.Config, rdb redis.UniversalClient, log *slog.Logger) (*outbox.EventPublisher, func(), error) {
 	pcfg := outbox.PublisherConfig{Routes: outbox.Routes(worker.Routes())}
 	cleanup := func() {}
 	if !cfg.Memory() {
@@ -262,7 +277,7 @@ func ProvideApplication(cfg config.Config, b *bus.Bus, pool *pgxpool.Pool, hashe
 // ProvideHTTP builds the HTTP API, with the process's password-hashing slots
 // (PASSWORD_HASH_CONCURRENCY, PASSWORD_HASH_WAIT): a process builds one API.
 func ProvideHTTP(cfg config.Config, application *app.Application, tokens *auth.Tokens, guard *idem.Guard, store *Storage,
-	pool *pgxpool.Pool, rdb *redis.Client, reg *prometheus.Registry, log *slog.Logger) (*httpapi.Server, error) {
+	pool *pgxpool.Pool, rdb redis.UniversalClient, reg *prometheus.Registry, log *slog.Logger) (*httpapi.Server, error) {
 	var extra func(chi.Router)
 	if store.Uploads != nil {
 		extra = func(r chi.Router) { r.Put("/uploads/{token}", store.Uploads.ServeHTTP) }
@@ -288,18 +303,20 @@ type API struct {
 	Server *httpapi.Server
 	App    *app.Application
 	Pool   *pgxpool.Pool
-	Redis  *redis.Client
+	// Redis is the queues' client: a *redis.ClusterClient with REDIS_CLUSTER_ADDRS.
+	Redis redis.UniversalClient
 }
 
 // ProvideBullMQConfig is the queue configuration shared by publishers and workers.
-func ProvideBullMQConfig(cfg config.Config, rdb *redis.Client) bullmq.Config {
-	return bullmq.Config{Client: rdb, Prefix: cfg.BullMQPrefix, Attempts: cfg.JobAttempts,
+func ProvideBullMQConfig(cfg config.Config, rdb redis.UniversalClient) bullmq.Config {
+	return bullmq.Config{Client: rdb, Prefix: cfg.BullMQPrefix, QueueHashTags: cfg.BullMQQueueHashTags, Attempts: cfg.JobAttempts,
 		Backoff: bullmq.Backoff{Type: bullmq.BackoffExponential, Delay: config.JobBackoff.Milliseconds()}}
 }
 
 // ProvidePublishers builds the dispatcher's publishers: BullMQ for every job queue and a
-// Redis stream for integration events. The stream publisher gets its own Redis client
-// (watermill-redisstream's Close closes the client it is given).
+// Redis stream for integration events. The stream publisher gets its own Redis client, of
+// the same kind as ProvideRedis's (a cluster client with REDIS_CLUSTER_ADDRS; the stream is
+// one key, so any slot will do); watermill-redisstream's Close closes the client it is given.
 func ProvidePublishers(cfg config.Config, bcfg bullmq.Config, q *Queues, log *slog.Logger) (outbox.PublisherMap, func(), error) {
 	if q.Memory != nil {
 		m := outbox.PublisherMap{worker.StreamOperationEvents: q.Memory}
@@ -313,11 +330,10 @@ func ProvidePublishers(cfg config.Config, bcfg bullmq.Config, q *Queues, log *sl
 	if err != nil {
 		return nil, nil, err
 	}
-	opts, err := redis.ParseURL(cfg.RedisURL)
+	streamClient, err := newRedisClient(cfg)
 	if err != nil {
-		return nil, nil, fmt.Errorf("REDIS_URL: invalid (details withheld: they may contain a password)")
+		return nil, nil, err
 	}
-	streamClient := redis.NewClient(opts)
 	sp, err := redisstream.NewPublisher(redisstream.PublisherConfig{Client: streamClient, DefaultMaxlen: 100000}, wlog)
 	if err != nil {
 		_ = streamClient.Close()
@@ -344,7 +360,7 @@ func (p prefixedTopics) Publish(topic string, msgs ...*message.Message) error {
 
 // ProvideDispatcher builds the outbox dispatcher. With the bullmq transport it subscribes to
 // the wake-ups of the other processes (ProvideEventPublisher).
-func ProvideDispatcher(cfg config.Config, pool *pgxpool.Pool, pubs outbox.PublisherMap, rdb *redis.Client, reg *prometheus.Registry, log *slog.Logger) (*outbox.Dispatcher, error) {
+func ProvideDispatcher(cfg config.Config, pool *pgxpool.Pool, pubs outbox.PublisherMap, rdb redis.UniversalClient, reg *prometheus.Registry, log *slog.Logger) (*outbox.Dispatcher, error) {
 	dcfg := outbox.DispatcherConfig{MaxAttempts: cfg.OutboxMaxAttempts, Lease: cfg.OutboxLease, DisableListen: true}
 	if !cfg.Memory() {
 		dcfg.WakeRedis, dcfg.WakeChannel = rdb, wakeChannel(cfg)
@@ -413,7 +429,7 @@ type Dispatch struct {
 	Reconciler *reconcile.Reconciler
 	// Pool and Redis are the process's connections, for its readiness checks.
 	Pool  *pgxpool.Pool
-	Redis *redis.Client
+	Redis redis.UniversalClient
 }
 
 // Run dispatches and reconciles until ctx ends.

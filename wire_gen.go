@@ -40,12 +40,12 @@ func InitializeAPI(ctx context.Context, cfg config.Config, opts Options, reg *pr
 		return nil, nil, err
 	}
 	repositories := ProvideRepositories()
-	client, cleanup2, err := ProvideRedis(ctx, cfg)
+	universalClient, cleanup2, err := ProvideRedis(ctx, cfg)
 	if err != nil {
 		cleanup()
 		return nil, nil, err
 	}
-	eventPublisher, cleanup3, err := ProvideEventPublisher(cfg, client, log)
+	eventPublisher, cleanup3, err := ProvideEventPublisher(cfg, universalClient, log)
 	if err != nil {
 		cleanup2()
 		cleanup()
@@ -79,7 +79,7 @@ func InitializeAPI(ctx context.Context, cfg config.Config, opts Options, reg *pr
 		cleanup()
 		return nil, nil, err
 	}
-	server, err := ProvideHTTP(cfg, application, tokens, guard, storage, pool, client, reg, log)
+	server, err := ProvideHTTP(cfg, application, tokens, guard, storage, pool, universalClient, reg, log)
 	if err != nil {
 		cleanup3()
 		cleanup2()
@@ -90,7 +90,7 @@ func InitializeAPI(ctx context.Context, cfg config.Config, opts Options, reg *pr
 		Server: server,
 		App:    application,
 		Pool:   pool,
-		Redis:  client,
+		Redis:  universalClient,
 	}
 	return api, func() {
 		cleanup3()
@@ -105,19 +105,19 @@ func InitializeDispatch(ctx context.Context, cfg config.Config, q *Queues, reg *
 	if err != nil {
 		return nil, nil, err
 	}
-	client, cleanup2, err := ProvideRedis(ctx, cfg)
+	universalClient, cleanup2, err := ProvideRedis(ctx, cfg)
 	if err != nil {
 		cleanup()
 		return nil, nil, err
 	}
-	bullmqConfig := ProvideBullMQConfig(cfg, client)
+	bullmqConfig := ProvideBullMQConfig(cfg, universalClient)
 	publisherMap, cleanup3, err := ProvidePublishers(cfg, bullmqConfig, q, log)
 	if err != nil {
 		cleanup2()
 		cleanup()
 		return nil, nil, err
 	}
-	dispatcher, err := ProvideDispatcher(cfg, pool, publisherMap, client, reg, log)
+	dispatcher, err := ProvideDispatcher(cfg, pool, publisherMap, universalClient, reg, log)
 	if err != nil {
 		cleanup3()
 		cleanup2()
@@ -125,7 +125,7 @@ func InitializeDispatch(ctx context.Context, cfg config.Config, q *Queues, reg *
 		return nil, nil, err
 	}
 	repositories := ProvideRepositories()
-	eventPublisher, cleanup4, err := ProvideEventPublisher(cfg, client, log)
+	eventPublisher, cleanup4, err := ProvideEventPublisher(cfg, universalClient, log)
 	if err != nil {
 		cleanup3()
 		cleanup2()
@@ -146,7 +146,7 @@ func InitializeDispatch(ctx context.Context, cfg config.Config, q *Queues, reg *
 		Dispatcher: dispatcher,
 		Reconciler: reconciler,
 		Pool:       pool,
-		Redis:      client,
+		Redis:      universalClient,
 	}
 	return dispatch, func() {
 		cleanup4()
@@ -175,11 +175,11 @@ func InitializeCleanup(ctx context.Context, cfg config.Config, reg *prometheus.R
 // InitializeWork assembles the job consumers of every queue, with the external systems
 // (or their development sandboxes).
 func InitializeWork(ctx context.Context, cfg config.Config, q *Queues, reg *prometheus.Registry, log *slog.Logger) (*Work, func(), error) {
-	client, cleanup, err := ProvideRedis(ctx, cfg)
+	universalClient, cleanup, err := ProvideRedis(ctx, cfg)
 	if err != nil {
 		return nil, nil, err
 	}
-	bullmqConfig := ProvideBullMQConfig(cfg, client)
+	bullmqConfig := ProvideBullMQConfig(cfg, universalClient)
 	pool, cleanup2, err := ProvidePool(ctx, cfg)
 	if err != nil {
 		cleanup()
@@ -192,7 +192,7 @@ func InitializeWork(ctx context.Context, cfg config.Config, q *Queues, reg *prom
 		return nil, nil, err
 	}
 	repositories := ProvideRepositories()
-	eventPublisher, cleanup4, err := ProvideEventPublisher(cfg, client, log)
+	eventPublisher, cleanup4, err := ProvideEventPublisher(cfg, universalClient, log)
 	if err != nil {
 		cleanup3()
 		cleanup2()
@@ -255,7 +255,7 @@ func InitializeWork(ctx context.Context, cfg config.Config, q *Queues, reg *prom
 		Runner:    runner,
 		Externals: externals,
 		Pool:      pool,
-		Redis:     client,
+		Redis:     universalClient,
 	}
 	return work, func() {
 		cleanup5()

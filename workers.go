@@ -239,7 +239,7 @@ type Work struct {
 	Externals *Externals
 	// Pool and Redis are the process's connections, for its readiness checks.
 	Pool  *pgxpool.Pool
-	Redis *redis.Client
+	Redis redis.UniversalClient
 }
 
 // Run consumes jobs until ctx ends.

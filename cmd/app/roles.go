@@ -123,7 +123,7 @@ type check struct {
 
 // readiness is what a process that holds pool (and, unless the queues are in process, rdb)
 // checks on /readyz.
-func readiness(cfg config.Config, pool *pgxpool.Pool, rdb *redis.Client) []check {
+func readiness(cfg config.Config, pool *pgxpool.Pool, rdb redis.UniversalClient) []check {
 	checks := []check{{"postgres", pool.Ping}}
 	if rdb != nil && !cfg.Memory() {
 		checks = append(checks, check{"redis", func(ctx context.Context) error { return rdb.Ping(ctx).Err() }})

@@ -12,8 +12,8 @@ import (
 )
 
 // Operators' functions: what a console shows of a queue beyond QueueCounts and
-// OldestWaiting, and the two actions on a failed job. Each takes only cfg.Client and cfg.Prefix (default DefaultPrefix)
-// and is safe for concurrent use.
+// OldestWaiting, and the two actions on a failed job. Each takes only cfg.Client, cfg.Prefix
+// (default DefaultPrefix) and cfg.QueueHashTags, and is safe for concurrent use.
 
 // ErrJobNotFound is returned by RetryJob and RemoveJob when the queue holds no job of that id.
 var ErrJobNotFound = errors.New("bullmq: job not found")
@@ -173,9 +173,5 @@ func adminKeys(cfg Config, queue string) (queueKeys, error) {
 	if queue == "" {
 		return queueKeys{}, errors.New("queue is required")
 	}
-	prefix := cfg.Prefix
-	if prefix == "" {
-		prefix = DefaultPrefix
-	}
-	return newQueueKeys(prefix, queue), nil
+	return cfg.keys(queue), nil
 }

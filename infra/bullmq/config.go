@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
@@ -37,9 +38,17 @@ type Config struct {
 	// it after closing every Publisher, Worker and Subscriber built on it.
 	Client redis.UniversalClient
 
-	// Prefix of every key. Default "bull". For Redis Cluster put a hash tag
-	// in the prefix ("{bull}") or in the queue names.
+	// Prefix of every key. Default "bull". On Redis Cluster every key of a queue
+	// must hash to one slot: put a hash tag in the prefix ("{bull}": every queue
+	// in one slot) or set QueueHashTags.
 	Prefix string
+	// QueueHashTags wraps every queue name in braces on the Redis side
+	// ("listing-publish" lives under "<prefix>:{listing-publish}:…"), so each
+	// queue hashes to a slot of its own and queues spread over the nodes of a
+	// Redis Cluster. Callers keep using the plain name: publishers, workers,
+	// counts and probes built on this Config all wrap it (QueueName); Node.js
+	// BullMQ must be given QueueName(queue). Default false.
+	QueueHashTags bool
 
 	// Attempts a published job may take before it fails for good. Default 3.
 	Attempts int
@@ -77,13 +86,19 @@ func (c *Config) setDefaults() {
 	}
 }
 
-// Validate reports the first invalid field. It does not change c.
+// Validate reports the first invalid field. It does not change c. On a
+// *redis.ClusterClient it also requires ClusterSafe.
 func (c Config) Validate() error {
 	if c.Client == nil {
 		return errors.New("bullmq: Config.Client is required")
 	}
 	if c.Prefix == "" {
 		return errors.New("bullmq: Config.Prefix is empty")
+	}
+	if _, ok := c.Client.(*redis.ClusterClient); ok {
+		if err := c.ClusterSafe(); err != nil {
+			return err
+		}
 	}
 	if c.Attempts < 1 {
 		return fmt.Errorf("bullmq: Config.Attempts must be >= 1, got %d", c.Attempts)
@@ -98,6 +113,61 @@ func (c Config) Validate() error {
 		return errors.New("bullmq: Config.RemoveOnCompleteAge and RemoveOnFailAge must be at least 1s")
 	}
 	return nil
+}
+
+// QueueName is the name queue has in Redis, and so the name Node.js BullMQ
+// must be given: "{queue}" with QueueHashTags, else queue unchanged. It is
+// the only place a queue name is wrapped.
+func (c Config) QueueName(queue string) string {
+	if c.QueueHashTags {
+		return "{" + queue + "}"
+	}
+	return queue
+}
+
+// keys returns the Redis keys of queue (its plain name) under c.
+func (c Config) keys(queue string) queueKeys {
+	prefix := c.Prefix
+	if prefix == "" {
+		prefix = DefaultPrefix
+	}
+	return newQueueKeys(prefix, c.QueueName(queue))
+}
+
+// ClusterSafe reports an error unless every key of every queue hashes to one
+// Redis Cluster slot per queue, as the scripts require: the key prefix of a
+// queue, "<prefix>:<QueueName(queue)>:", must hold a hash tag — its first "{"
+// followed, within that prefix, by a "}" with at least one character between
+// (Redis hashes only that part of a key). That holds when Prefix holds such a
+// tag ("{bull}") or when QueueHashTags is set and Prefix has no "{" that would
+// take precedence. Queue names are assumed free of braces. It does not
+// depend on Client.
+func (c Config) ClusterSafe() error {
+	prefix := c.Prefix
+	if prefix == "" {
+		prefix = DefaultPrefix
+	}
+	base := prefix + ":" + c.QueueName("queue") + ":"
+	if _, ok := hashTag(base); !ok {
+		return fmt.Errorf("bullmq: on Redis Cluster the keys of a queue must share a hash tag: "+
+			"put one in the prefix (such as {%s}) or wrap queue names (QueueHashTags); prefix %q does not", DefaultPrefix, prefix)
+	}
+	return nil
+}
+
+// hashTag returns the hash tag Redis Cluster hashes every key starting with
+// base by, and whether there is one: the text between base's first "{" and
+// the first "}" after it, when that "}" is in base and the text is not empty.
+func hashTag(base string) (string, bool) {
+	open := strings.IndexByte(base, '{')
+	if open < 0 {
+		return "", false
+	}
+	end := strings.IndexByte(base[open+1:], '}')
+	if end <= 0 {
+		return "", false
+	}
+	return base[open+1 : open+1+end], true
 }
 
 // PublisherConfig configures a Publisher.

@@ -28,8 +28,8 @@ func JobStates() []string {
 
 // QueueCounts returns the number of jobs in each state of queue (every
 // state of JobStates, zero for a missing key), read in one pipelined round
-// trip: LLEN of wait and active, ZCARD of the other sets. Only cfg.Client and
-// cfg.Prefix (default DefaultPrefix) are used. The counts are read without a
+// trip: LLEN of wait and active, ZCARD of the other sets. Only cfg.Client,
+// cfg.Prefix (default DefaultPrefix) and cfg.QueueHashTags are used. The counts are read without a
 // transaction: a job moving between states during the call may be counted
 // twice or not at all. Safe for concurrent use.
 func QueueCounts(ctx context.Context, cfg Config, queue string) (map[string]int64, error) {
@@ -39,11 +39,7 @@ func QueueCounts(ctx context.Context, cfg Config, queue string) (map[string]int6
 	if queue == "" {
 		return nil, errors.New("bullmq.QueueCounts: queue is required")
 	}
-	prefix := cfg.Prefix
-	if prefix == "" {
-		prefix = DefaultPrefix
-	}
-	k := newQueueKeys(prefix, queue)
+	k := cfg.keys(queue)
 	cmds := make(map[string]*redis.IntCmd, 7)
 	_, err := cfg.Client.Pipelined(ctx, func(p redis.Pipeliner) error {
 		cmds[StateWaiting] = p.LLen(ctx, k.wait)
@@ -73,11 +69,7 @@ func JobsUnfinished(ctx context.Context, cfg Config, queue string, ids []string)
 	if cfg.Client == nil {
 		return nil, errors.New("bullmq.JobsUnfinished: Config.Client is required")
 	}
-	prefix := cfg.Prefix
-	if prefix == "" {
-		prefix = DefaultPrefix
-	}
-	k := newQueueKeys(prefix, queue)
+	k := cfg.keys(queue)
 	cmds := make([]*redis.SliceCmd, len(ids))
 	_, err := cfg.Client.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i, id := range ids {
@@ -103,11 +95,7 @@ func OldestWaiting(ctx context.Context, cfg Config, queue string) (time.Time, bo
 	if cfg.Client == nil {
 		return time.Time{}, false, errors.New("bullmq.OldestWaiting: Config.Client is required")
 	}
-	prefix := cfg.Prefix
-	if prefix == "" {
-		prefix = DefaultPrefix
-	}
-	k := newQueueKeys(prefix, queue)
+	k := cfg.keys(queue)
 	id, err := cfg.Client.LIndex(ctx, k.wait, -1).Result()
 	if errors.Is(err, redis.Nil) {
 		return time.Time{}, false, nil

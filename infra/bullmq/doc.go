@@ -63,15 +63,27 @@
 // # Redis Cluster
 //
 // Every key of a queue must hash to one slot: put a hash tag in Config.Prefix
-// ("{bull}") or in the queue name ("{orders}"). The scripts receive every
-// queue key in KEYS; keys of other jobs reached while trimming or promoting
-// are derived from the queue prefix and so live in the same slot.
+// ("{bull}": every queue on one node) or set Config.QueueHashTags, which
+// wraps each queue name in braces on the Redis side ("bull:{orders}:wait":
+// queues spread over the nodes). Config.QueueName is the one place that
+// wrapping happens; every key this package builds goes through it, and a
+// Node.js BullMQ Queue or Worker sharing the queue must be given
+// QueueName(queue). On a *redis.ClusterClient, Validate refuses a Config
+// that is not ClusterSafe. The scripts receive every queue key and every job
+// key they know in advance in KEYS; keys of other jobs reached in Lua (jobs
+// promoted from delayed, taken from wait, moved back by the stalled check or
+// removed while trimming, and their ":lock" keys) are built from the queue's
+// key prefix "<prefix>:<QueueName>:" passed in ARGV, which holds the hash tag,
+// and so live in the queue's slot.
 //
 // # Tests and benchmark
 //
 // Tests need Redis (REDIS_URL, default redis://127.0.0.1:6379/0) and, for the
 // interop tests, Node.js; the Node.js harness in tests/bullmqnode is
-// installed with npm ci when node_modules is missing:
+// installed with npm ci when node_modules is missing. TestClusterInterop runs
+// the same interop tests on a three-node Redis Cluster (QueueHashTags, ioredis
+// Cluster) that internal/redistest starts once per test binary from the
+// installed redis-server and redis-cli:
 //
 //	go test -race -short ./infra/bullmq/...
 //

@@ -44,6 +44,22 @@ func newRedis(t testing.TB) *redis.Client {
 	return rdb
 }
 
+// redisTarget tells child processes (Node.js scripts, Go workers) which Redis to use:
+// REDIS_URL, or the nodes of a cluster.
+type redisTarget struct {
+	cluster []string // empty: REDIS_URL
+}
+
+// env is the environment of a child process: REDIS_URL, plus REDIS_CLUSTER_ADDRS on a
+// cluster (the harness then connects with ioredis Cluster).
+func (r redisTarget) env() []string {
+	env := append(os.Environ(), "REDIS_URL="+redisURL())
+	if len(r.cluster) > 0 {
+		env = append(env, "REDIS_CLUSTER_ADDRS="+strings.Join(r.cluster, ","))
+	}
+	return env
+}
+
 // newQueue returns a unique queue name whose keys are deleted after the test.
 func newQueue(t testing.TB, rdb *redis.Client, prefix string) string {
 	t.Helper()
@@ -192,17 +208,15 @@ func requireNode(t testing.TB) {
 	require.NoError(t, npmErr)
 }
 
-func nodeEnv() []string { return append(os.Environ(), "REDIS_URL="+redisURL()) }
-
-// runNode runs a harness script to completion and returns its last stdout line.
-func runNode(t testing.TB, script string, cfg any, stdin any) []byte {
+// runNode runs a harness script on target to completion and returns its last stdout line.
+func runNode(t testing.TB, target redisTarget, script string, cfg any, stdin any) []byte {
 	t.Helper()
 	requireNode(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, "node", script, string(mustJSON(cfg)))
 	cmd.Dir = nodeDir()
-	cmd.Env = nodeEnv()
+	cmd.Env = target.env()
 	if stdin != nil {
 		cmd.Stdin = bytes.NewReader(mustJSON(stdin))
 	}
@@ -235,10 +249,22 @@ type nodeJob struct {
 	Opts            map[string]any  `json:"opts"`
 }
 
+// report is what Node.js BullMQ sees of queue (its name in Redis) on the single Redis.
 func report(t testing.TB, prefix, queue string, ids []string) nodeReport {
 	t.Helper()
+	return reportOn(t, redisTarget{}, prefix, queue, ids)
+}
+
+// report is what Node.js BullMQ sees of b's queue.
+func (b bundle) report(t testing.TB, ids []string) nodeReport {
+	t.Helper()
+	return reportOn(t, b.redis, "bull", b.cfg.QueueName(b.queue), ids)
+}
+
+func reportOn(t testing.TB, target redisTarget, prefix, queue string, ids []string) nodeReport {
+	t.Helper()
 	var r nodeReport
-	line := runNode(t, "report.mjs", map[string]any{"queue": queue, "prefix": prefix, "ids": ids, "idleMs": 300}, nil)
+	line := runNode(t, target, "report.mjs", map[string]any{"queue": queue, "prefix": prefix, "ids": ids, "idleMs": 300}, nil)
 	require.NoError(t, json.Unmarshal(line, &r), string(line))
 	return r
 }
@@ -246,10 +272,21 @@ func report(t testing.TB, prefix, queue string, ids []string) nodeReport {
 // nodeAdd adds jobs with Node.js Queue.add or addBulk and returns their ids.
 func nodeAdd(t testing.TB, prefix, queue, mode string, jobs []map[string]any) []string {
 	t.Helper()
+	return nodeAddOn(t, redisTarget{}, prefix, queue, mode, jobs)
+}
+
+// nodeAdd adds jobs to b's queue with Node.js.
+func (b bundle) nodeAdd(t testing.TB, mode string, jobs []map[string]any) []string {
+	t.Helper()
+	return nodeAddOn(t, b.redis, "bull", b.cfg.QueueName(b.queue), mode, jobs)
+}
+
+func nodeAddOn(t testing.TB, target redisTarget, prefix, queue, mode string, jobs []map[string]any) []string {
+	t.Helper()
 	var r struct {
 		IDs []string `json:"ids"`
 	}
-	line := runNode(t, "producer.mjs", map[string]any{"queue": queue, "prefix": prefix, "mode": mode}, jobs)
+	line := runNode(t, target, "producer.mjs", map[string]any{"queue": queue, "prefix": prefix, "mode": mode}, jobs)
 	require.NoError(t, json.Unmarshal(line, &r), string(line))
 	return r.IDs
 }
@@ -333,11 +370,27 @@ func (p *proc) kill() {
 	<-p.done
 }
 
+// startNodeWorker starts worker.mjs with cfg on the single Redis.
 func startNodeWorker(t testing.TB, cfg map[string]any) *proc {
+	t.Helper()
+	return startNodeWorkerOn(t, redisTarget{}, cfg)
+}
+
+// startNodeWorker starts worker.mjs on b's queue, with cfg's other settings.
+func (b bundle) startNodeWorker(t testing.TB, cfg map[string]any) *proc {
+	t.Helper()
+	c := map[string]any{"queue": b.cfg.QueueName(b.queue), "prefix": "bull"}
+	for k, v := range cfg {
+		c[k] = v
+	}
+	return startNodeWorkerOn(t, b.redis, c)
+}
+
+func startNodeWorkerOn(t testing.TB, target redisTarget, cfg map[string]any) *proc {
 	t.Helper()
 	requireNode(t)
 	cmd := exec.Command("node", "worker.mjs", string(mustJSON(cfg)))
 	cmd.Dir = nodeDir()
-	cmd.Env = nodeEnv()
+	cmd.Env = target.env()
 	return startProc(t, cmd, "ready")
 }

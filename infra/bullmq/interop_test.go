@@ -183,22 +183,24 @@ func finishedCount(s []scenarioJob) int64 {
 }
 
 // Go publishes; unmodified Node.js Workers process everything.
-func TestGoPublishNodeWorkers(t *testing.T) {
-	b := setup(t)
+func TestGoPublishNodeWorkers(t *testing.T) { testGoPublishNodeWorkers(t, setup(t)) }
+
+func testGoPublishNodeWorkers(t *testing.T, b bundle) {
 	requireNode(t)
 	s := scenario()
 	goAddScenario(t, b, s)
-	w1 := startNodeWorker(t, map[string]any{"queue": b.queue, "concurrency": 3})
-	w2 := startNodeWorker(t, map[string]any{"queue": b.queue, "concurrency": 3})
+	w1 := b.startNodeWorker(t, map[string]any{"concurrency": 3})
+	w2 := b.startNodeWorker(t, map[string]any{"concurrency": 3})
 	waitFor(t, 30*time.Second, "scenario finished by Node workers", b.drained(t, finishedCount(s)))
 	w1.stop(t)
 	w2.stop(t)
-	checkScenario(t, s, report(t, "bull", b.queue, scenarioIDs(s)), "node")
+	checkScenario(t, s, b.report(t, scenarioIDs(s)), "node")
 }
 
 // Node.js Queue.add / addBulk; the Go worker processes everything.
-func TestNodeAddGoWorker(t *testing.T) {
-	b := setup(t)
+func TestNodeAddGoWorker(t *testing.T) { testNodeAddGoWorker(t, setup(t)) }
+
+func testNodeAddGoWorker(t *testing.T, b bundle) {
 	requireNode(t)
 	s := scenario()
 	var bulk, single []map[string]any
@@ -210,16 +212,17 @@ func TestNodeAddGoWorker(t *testing.T) {
 			single = append(single, spec)
 		}
 	}
-	nodeAdd(t, "bull", b.queue, "addBulk", bulk)
-	nodeAdd(t, "bull", b.queue, "add", single)
+	b.nodeAdd(t, "addBulk", bulk)
+	b.nodeAdd(t, "add", single)
 	runWorker(t, b.worker(t, func(c *bullmq.WorkerConfig) { c.Concurrency = 3 }, behaveHandler(nil)))
 	waitFor(t, 30*time.Second, "scenario finished by the Go worker", b.drained(t, finishedCount(s)))
-	checkScenario(t, s, report(t, "bull", b.queue, scenarioIDs(s)), "go")
+	checkScenario(t, s, b.report(t, scenarioIDs(s)), "go")
 }
 
 // Go and Node.js consumers together on one queue, 2,000 jobs with mixed options.
-func TestMixedConsumers2000(t *testing.T) {
-	b := setup(t)
+func TestMixedConsumers2000(t *testing.T) { testMixedConsumers2000(t, setup(t)) }
+
+func testMixedConsumers2000(t *testing.T, b bundle) {
 	requireNode(t)
 	const n = 2000
 	type want struct {
@@ -277,11 +280,11 @@ func TestMixedConsumers2000(t *testing.T) {
 	var goStarts atomic.Int64
 	runWorker(t, b.worker(t, func(c *bullmq.WorkerConfig) { c.Concurrency = 10 },
 		behaveHandler(func(*bullmq.Job) { goStarts.Add(1) })))
-	nw := startNodeWorker(t, map[string]any{"queue": b.queue, "concurrency": 10})
+	nw := b.startNodeWorker(t, map[string]any{"concurrency": 10})
 	for start := 0; start < len(goJobs); start += 250 {
 		b.add(t, goJobs[start:min(start+250, len(goJobs))]...)
 	}
-	nodeAdd(t, "bull", b.queue, "addBulk", nodeJobs)
+	b.nodeAdd(t, "addBulk", nodeJobs)
 	waitFor(t, 90*time.Second, "2000 jobs finished", b.drained(t, int64(n-removed)))
 	nw.stop(t)
 
@@ -331,26 +334,27 @@ func TestMixedConsumers2000(t *testing.T) {
 	assert.Positive(t, goStarts.Load())
 	assert.Positive(t, nodeStarts)
 	assert.Equal(t, int64(totalAttempts), goStarts.Load()+nodeStarts, "every attempt ran exactly once")
-	r := report(t, "bull", b.queue, nil)
+	r := b.report(t, nil)
 	assert.Equal(t, n-removed-n/20*2, r.Counts["completed"])
 	assert.Equal(t, n/20*2, r.Counts["failed"])
 }
 
 // A Go worker process is SIGKILLed while it holds a job; a Node.js worker
 // beside it recovers the job with its stalled check and completes it.
-func TestKillGoWorkerNodeRecovers(t *testing.T) {
-	b := setup(t)
+func TestKillGoWorkerNodeRecovers(t *testing.T) { testKillGoWorkerNodeRecovers(t, setup(t)) }
+
+func testKillGoWorkerNodeRecovers(t *testing.T, b bundle) {
 	requireNode(t)
 	j := job(behaviour{HoldFirstMs: 120000}, nil)
 	b.add(t, j)
-	child := startGoChild(t, childConfig{Queue: b.queue, Prefix: "bull", Concurrency: 1, LockMs: 1000, StalledMs: 500})
+	child := startGoChild(t, b.redis, childConfig{Queue: b.queue, Prefix: "bull", QueueHashTags: b.cfg.QueueHashTags, Concurrency: 1, LockMs: 1000, StalledMs: 500})
 	waitFor(t, 10*time.Second, "Go child took the job", func() bool { return child.count("start", j.ID) == 1 })
-	nw := startNodeWorker(t, map[string]any{"queue": b.queue, "lockDuration": 1000, "stalledInterval": 500})
+	nw := b.startNodeWorker(t, map[string]any{"lockDuration": 1000, "stalledInterval": 500})
 	child.kill()
 	waitFor(t, 20*time.Second, "job recovered and completed", func() bool { return b.finished(t) == 1 })
 	nw.stop(t)
 	assert.Equal(t, 1, nw.count("start", j.ID))
-	r := report(t, "bull", b.queue, []string{j.ID})
+	r := b.report(t, []string{j.ID})
 	nj := r.Jobs[j.ID]
 	require.NotNil(t, nj)
 	assert.Equal(t, "completed", nj.State)
@@ -363,12 +367,13 @@ func TestKillGoWorkerNodeRecovers(t *testing.T) {
 
 // A Node.js worker is SIGKILLed while it holds a job; the Go worker's own
 // stalled check recovers the job and completes it.
-func TestKillNodeWorkerGoRecovers(t *testing.T) {
-	b := setup(t)
+func TestKillNodeWorkerGoRecovers(t *testing.T) { testKillNodeWorkerGoRecovers(t, setup(t)) }
+
+func testKillNodeWorkerGoRecovers(t *testing.T, b bundle) {
 	requireNode(t)
 	j := job(behaviour{HoldFirstMs: 120000}, nil)
 	b.add(t, j)
-	nw := startNodeWorker(t, map[string]any{"queue": b.queue, "lockDuration": 1000, "stalledInterval": 500})
+	nw := b.startNodeWorker(t, map[string]any{"lockDuration": 1000, "stalledInterval": 500})
 	waitFor(t, 10*time.Second, "Node worker took the job", func() bool { return nw.count("start", j.ID) == 1 })
 	var goStarts atomic.Int64
 	runWorker(t, b.worker(t, func(c *bullmq.WorkerConfig) {
@@ -389,8 +394,9 @@ func TestKillNodeWorkerGoRecovers(t *testing.T) {
 
 // The same jobId published twice from Go, then once from Node.js: one job,
 // processed once; also after it completed and was removed (the de: key lives).
-func TestDuplicateJobID(t *testing.T) {
-	b := setup(t)
+func TestDuplicateJobID(t *testing.T) { testDuplicateJobID(t, setup(t)) }
+
+func testDuplicateJobID(t *testing.T, b bundle) {
 	requireNode(t)
 	ctx := context.Background()
 	id := uuid.NewString()
@@ -402,7 +408,7 @@ func TestDuplicateJobID(t *testing.T) {
 
 	res := b.add(t, j, j)
 	assert.Equal(t, []bullmq.AddResult{{ID: id, Status: bullmq.Created}, {ID: id, Status: bullmq.Duplicate}}, res)
-	assert.Equal(t, []string{id}, nodeAdd(t, "bull", b.queue, "add", nodeJob))
+	assert.Equal(t, []string{id}, b.nodeAdd(t, "add", nodeJob))
 	assert.Equal(t, int64(1), b.rdb.LLen(ctx, b.key("wait")).Val())
 
 	var runs atomic.Int64
@@ -414,13 +420,13 @@ func TestDuplicateJobID(t *testing.T) {
 		return runs.Load() == 1 && b.rdb.Exists(ctx, b.key(id)).Val() == 0 && b.rdb.LLen(ctx, b.key("active")).Val() == 0
 	})
 	assert.Equal(t, bullmq.Deduplicated, b.add(t, j)[0].Status)
-	assert.Equal(t, []string{id}, nodeAdd(t, "bull", b.queue, "add", nodeJob))
+	assert.Equal(t, []string{id}, b.nodeAdd(t, "add", nodeJob))
 	time.Sleep(500 * time.Millisecond)
 	stop()
 	assert.Equal(t, int64(1), runs.Load())
 	assert.Zero(t, b.rdb.Exists(ctx, b.key(id)).Val())
 	assert.Zero(t, b.rdb.LLen(ctx, b.key("wait")).Val())
-	r := report(t, "bull", b.queue, nil)
+	r := b.report(t, nil)
 	assert.Equal(t, 1, r.Events["added"])
 	assert.Equal(t, 2, r.Events["duplicated"])
 	assert.Equal(t, 2, r.Events["deduplicated"])
@@ -432,7 +438,7 @@ func TestAddLayoutMatchesNode(t *testing.T) {
 	b := setup(t)
 	requireNode(t)
 	ctx := context.Background()
-	nodeQueue := newQueue(t, b.rdb, "bull")
+	nodeQueue := newQueue(t, newRedis(t), "bull")
 	id := uuid.NewString()
 	data := `{"event_id":"` + id + `","workspace_id":"ws","payload":{"a":1}}`
 	b.add(t, bullmq.Job{ID: id, Name: "layout.event", Data: []byte(data)})

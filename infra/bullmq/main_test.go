@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -15,6 +16,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/listingkit/listing/infra/bullmq"
+	"github.com/listingkit/listing/internal/redistest"
 )
 
 // childEnv switches the test binary into a standalone Go worker process, so
@@ -25,12 +27,13 @@ func TestMain(m *testing.M) {
 	if cfg := os.Getenv(childEnv); cfg != "" {
 		os.Exit(childWorker(cfg))
 	}
-	os.Exit(m.Run())
+	os.Exit(redistest.Main(m))
 }
 
 type childConfig struct {
 	Queue           string `json:"queue"`
 	Prefix          string `json:"prefix"`
+	QueueHashTags   bool   `json:"queueHashTags"`
 	Concurrency     int    `json:"concurrency"`
 	LockMs          int    `json:"lockMs"`
 	StalledMs       int    `json:"stalledMs"`
@@ -48,7 +51,10 @@ func childWorker(raw string) int {
 		fmt.Fprintln(os.Stderr, err)
 		return 2
 	}
-	rdb := redis.NewClient(opt)
+	var rdb redis.UniversalClient = redis.NewClient(opt)
+	if addrs := os.Getenv("REDIS_CLUSTER_ADDRS"); addrs != "" {
+		rdb = redis.NewClusterClient(&redis.ClusterOptions{Addrs: strings.Split(addrs, ",")})
+	}
 	defer rdb.Close()
 	var mu sync.Mutex
 	emit := func(v map[string]any) {
@@ -58,7 +64,7 @@ func childWorker(raw string) int {
 		fmt.Println(string(b))
 	}
 	w, err := bullmq.NewWorker(bullmq.WorkerConfig{
-		Config:          bullmq.Config{Client: rdb, Prefix: cfg.Prefix},
+		Config:          bullmq.Config{Client: rdb, Prefix: cfg.Prefix, QueueHashTags: cfg.QueueHashTags},
 		Queue:           cfg.Queue,
 		Concurrency:     cfg.Concurrency,
 		LockDuration:    time.Duration(cfg.LockMs) * time.Millisecond,
@@ -82,9 +88,9 @@ func childWorker(raw string) int {
 	return 0
 }
 
-func startGoChild(t testing.TB, cfg childConfig) *proc {
+func startGoChild(t testing.TB, target redisTarget, cfg childConfig) *proc {
 	t.Helper()
 	cmd := exec.Command(os.Args[0])
-	cmd.Env = append(os.Environ(), childEnv+"="+string(mustJSON(cfg)), "REDIS_URL="+redisURL())
+	cmd.Env = append(target.env(), childEnv+"="+string(mustJSON(cfg)))
 	return startProc(t, cmd, "ready")
 }

@@ -141,7 +141,7 @@ func (p *Publisher) Add(ctx context.Context, queue string, jobs []Job) ([]AddRes
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("bullmq.Add: %w", err)
 	}
-	keys := newQueueKeys(p.cfg.Prefix, queue)
+	keys := p.cfg.keys(queue)
 	now := strconv.FormatInt(time.Now().UnixMilli(), 10)
 	var calls []scriptCall
 	for start := 0; start < len(jobs); start += addChunk {

@@ -5,9 +5,10 @@ import "github.com/redis/go-redis/v9"
 // The Lua scripts below are ours, written from the facts in shared/BULLMQ.md
 // (BullMQ 6.7.0's Redis layout) and checked against real Node.js BullMQ in the
 // tests. Every key of the queue that a script knows in advance arrives in
-// KEYS; job keys found while trimming or promoting are derived from the queue
-// prefix, which hashes to the same Redis Cluster slot as long as the hash tag
-// sits in the prefix or the queue name.
+// KEYS; job keys found while trimming, promoting, taking or recovering
+// stalled jobs are derived in Lua from the queue's key prefix
+// "<prefix>:<QueueName>:" (an ARGV), which hashes to the queue's Redis
+// Cluster slot because Config.ClusterSafe requires the hash tag in it.
 
 // addScript adds standard jobs (no delay, no priority, no parent), each
 // exactly as BullMQ 6.7.0 adds one; the meta reads and the marker are done

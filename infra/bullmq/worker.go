@@ -55,7 +55,7 @@ func NewWorker(cfg WorkerConfig, handler HandlerFunc) (*Worker, error) {
 	}
 	return &Worker{
 		cfg:       cfg,
-		keys:      newQueueKeys(cfg.Prefix, cfg.Queue),
+		keys:      cfg.keys(cfg.Queue),
 		handler:   handler,
 		logger:    cfg.Logger.With(watermill.LogFields{"queue": cfg.Queue}),
 		token:     uuid.NewString(),

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -17,13 +18,18 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/listingkit/listing/infra/bullmq"
+	"github.com/listingkit/listing/internal/redistest"
 )
 
+// bundle is one queue under the default prefix "bull", on the single Redis (setup) or on
+// the test binary's Redis Cluster with QueueHashTags (setupCluster).
 type bundle struct {
-	rdb   *redis.Client
-	queue string
+	rdb   redis.UniversalClient
+	queue string // the plain name; cfg.QueueName(queue) is its name in Redis
 	pub   *bullmq.Publisher
 	cfg   bullmq.Config
+	// redis is where the Redis of the bundle is, for Node.js processes and Go children.
+	redis redisTarget
 }
 
 func setup(t *testing.T) bundle {
@@ -31,14 +37,32 @@ func setup(t *testing.T) bundle {
 	t.Parallel()
 	rdb := newRedis(t)
 	q := newQueue(t, rdb, "bull")
-	cfg := baseConfig(rdb)
+	return newBundle(t, baseConfig(rdb), q, redisTarget{})
+}
+
+// setupCluster is setup on the shared three-node Redis Cluster, with the queue name wrapped
+// in a hash tag (bull:{q}:…), so that each test's queue lands on whichever node its name
+// hashes to.
+func setupCluster(t *testing.T) bundle {
+	t.Helper()
+	t.Parallel()
+	c := redistest.Shared(t)
+	rdb := c.Client(t)
+	cfg := bullmq.Config{Client: rdb, QueueHashTags: true}
+	q := "t" + strings.ReplaceAll(uuid.NewString()[:13], "-", "")
+	t.Cleanup(func() { _ = redistest.DeleteKeys(context.Background(), rdb, "bull:"+cfg.QueueName(q)+":*") })
+	return newBundle(t, cfg, q, redisTarget{cluster: c.Addrs})
+}
+
+func newBundle(t *testing.T, cfg bullmq.Config, q string, target redisTarget) bundle {
+	t.Helper()
 	pub, err := bullmq.NewPublisher(bullmq.PublisherConfig{Config: cfg}, nil)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = pub.Close() })
-	return bundle{rdb: rdb, queue: q, pub: pub, cfg: cfg}
+	return bundle{rdb: cfg.Client, queue: q, pub: pub, cfg: cfg, redis: target}
 }
 
-func (b bundle) key(s string) string { return "bull:" + b.queue + ":" + s }
+func (b bundle) key(s string) string { return "bull:" + b.cfg.QueueName(b.queue) + ":" + s }
 
 func (b bundle) add(t *testing.T, jobs ...bullmq.Job) []bullmq.AddResult {
 	t.Helper()

@@ -19,6 +19,8 @@ import (
 	"time"
 
 	"github.com/caarlos0/env/v11"
+
+	"github.com/listingkit/listing/infra/bullmq"
 )
 
 // Config is the whole service configuration.
@@ -36,8 +38,14 @@ type Config struct {
 	MigrateDatabaseURL string `env:"MIGRATE_DATABASE_URL" envDefault:"postgres://root@127.0.0.1:5432/listing?sslmode=disable"`
 	// DatabaseMaxConns bounds the service's pool.
 	DatabaseMaxConns int32 `env:"DATABASE_MAX_CONNS" envDefault:"20"`
-	// RedisURL is the Redis holding the BullMQ queues.
+	// RedisURL is the Redis holding the BullMQ queues. With RedisClusterAddrs set it only
+	// supplies the credentials and TLS of the cluster's nodes (its host and db are ignored).
 	RedisURL string `env:"REDIS_URL" envDefault:"redis://127.0.0.1:6379/0"`
+	// RedisClusterAddrs ("host:port,…", some nodes of a Redis Cluster), when set, makes every
+	// Redis client of the service a cluster client. The keys of each queue must then share a
+	// hash tag: BullMQPrefix holds one, or BullMQQueueHashTags is set (Validate refuses
+	// neither). Default empty: one Redis at RedisURL.
+	RedisClusterAddrs []string `env:"REDIS_CLUSTER_ADDRS"`
 	// AdminAddr is where `dispatch`, `work` and `cleanup -every` serve /healthz, /readyz and
 	// /metrics (flag -admin-addr); empty: nowhere.
 	AdminAddr string `env:"ADMIN_ADDR"`
@@ -64,6 +72,11 @@ type Config struct {
 
 	// BullMQPrefix is the key prefix of the BullMQ queues (put a {hash tag} in it for Redis Cluster).
 	BullMQPrefix string `env:"BULLMQ_PREFIX" envDefault:"bull"`
+	// BullMQQueueHashTags wraps each queue name in braces in Redis ("bull:{listing-publish}:…",
+	// bullmq.Config.QueueHashTags): on Redis Cluster each queue hashes to its own slot and
+	// the queues spread over the nodes. Node.js workers must use the wrapped names. Default
+	// false.
+	BullMQQueueHashTags bool `env:"BULLMQ_QUEUE_HASH_TAGS" envDefault:"false"`
 
 	// CleanupInterval is how often `cleanup --every` and `all` run the retention jobs.
 	CleanupInterval time.Duration `env:"CLEANUP_INTERVAL" envDefault:"10m"`
@@ -241,6 +254,12 @@ func (c Config) Validate() error {
 	}
 	if _, err := c.ConsoleOperators(); err != nil {
 		errs = append(errs, err)
+	}
+	if len(c.RedisClusterAddrs) > 0 {
+		if err := (bullmq.Config{Prefix: c.BullMQPrefix, QueueHashTags: c.BullMQQueueHashTags}).ClusterSafe(); err != nil {
+			errs = append(errs, fmt.Errorf("REDIS_CLUSTER_ADDRS is set but the queues' keys share no hash tag: "+
+				"set BULLMQ_QUEUE_HASH_TAGS=true or put a hash tag in BULLMQ_PREFIX (such as {bull}) (%w)", err))
+		}
 	}
 	if c.MemoryLimit < 0 {
 		errs = append(errs, errors.New("MEMORY_LIMIT must not be negative"))

@@ -166,3 +166,38 @@ func TestConsoleSettings(t *testing.T) {
 		require.Error(t, c.ValidateConsole())
 	}
 }
+
+// On Redis Cluster every key of a queue must hash to one slot: startup refuses a cluster
+// whose queues share no hash tag, from the environment as operators set it.
+func TestClusterRefusesUntaggedQueues(t *testing.T) {
+	load := func(vars map[string]string) (Config, error) {
+		var c Config
+		require.NoError(t, env.ParseWithOptions(&c, env.Options{Environment: vars}))
+		return c, c.Validate()
+	}
+	addrs := "127.0.0.1:7000,127.0.0.1:7001,127.0.0.1:7002"
+	c, err := load(map[string]string{"REDIS_CLUSTER_ADDRS": addrs})
+	require.ErrorContains(t, err, "REDIS_CLUSTER_ADDRS")
+	require.ErrorContains(t, err, "BULLMQ_QUEUE_HASH_TAGS")
+	require.Equal(t, []string{"127.0.0.1:7000", "127.0.0.1:7001", "127.0.0.1:7002"}, c.RedisClusterAddrs)
+
+	for _, bad := range []map[string]string{
+		{"REDIS_CLUSTER_ADDRS": addrs, "BULLMQ_PREFIX": "listing"},
+		{"REDIS_CLUSTER_ADDRS": addrs, "BULLMQ_PREFIX": "{}"},
+		{"REDIS_CLUSTER_ADDRS": addrs, "BULLMQ_PREFIX": "{}", "BULLMQ_QUEUE_HASH_TAGS": "true"},
+		{"REDIS_CLUSTER_ADDRS": addrs, "BULLMQ_PREFIX": "a{b"},
+		{"REDIS_CLUSTER_ADDRS": addrs, "BULLMQ_QUEUE_HASH_TAGS": "false", "QUEUE_TRANSPORT": "memory"},
+	} {
+		_, err := load(bad)
+		require.ErrorContains(t, err, "hash tag", "%v", bad)
+	}
+	for _, good := range []map[string]string{
+		{"REDIS_CLUSTER_ADDRS": addrs, "BULLMQ_QUEUE_HASH_TAGS": "true"},
+		{"REDIS_CLUSTER_ADDRS": addrs, "BULLMQ_PREFIX": "{bull}"},
+		{"REDIS_CLUSTER_ADDRS": addrs, "BULLMQ_PREFIX": "{bull}", "BULLMQ_QUEUE_HASH_TAGS": "true"},
+		{"BULLMQ_PREFIX": "listing"}, // one Redis: no hash tag needed
+	} {
+		_, err := load(good)
+		require.NoError(t, err, "%v", good)
+	}
+}

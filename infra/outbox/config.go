@@ -45,7 +45,7 @@ type DispatcherConfig struct {
 	// on WakeChannel with Redis Pub/Sub. The Dispatcher uses but never closes it. Default:
 	// none. Dispatchers are also woken in process (EventPublisher, same database) and by
 	// LISTEN on WakeChannel unless DisableListen.
-	WakeRedis *redis.Client
+	WakeRedis redis.UniversalClient
 	// WakeChannel is the Redis channel and the PostgreSQL NOTIFY channel of wake-ups.
 	// Default WakeChannel ("outbox_events").
 	WakeChannel string

@@ -98,7 +98,7 @@ func wakeLocal(db string, ws uuid.UUID) bool {
 type WakeupConfig struct {
 	// Redis, when set, sends each message with PUBLISH on Channel. Exactly one of Redis and
 	// Postgres is required.
-	Redis *redis.Client
+	Redis redis.UniversalClient
 	// Postgres, when set, sends each message with pg_notify(Channel, …) in a transaction of
 	// its own (never in a business transaction).
 	Postgres *pgxpool.Pool

@@ -23,6 +23,7 @@ import (
 	listing "github.com/listingkit/listing"
 	"github.com/listingkit/listing/infra/config"
 	"github.com/listingkit/listing/infra/postgres/pgtest"
+	"github.com/listingkit/listing/internal/redistest"
 )
 
 // Env is one running service.
@@ -74,13 +75,9 @@ func StartAll(t testing.TB, opts ...Option) *Env {
 		wg.Wait()
 		cleanupWork()
 		cleanupDispatch()
-		// The queues and streams of this test's prefix go with it (the API's client is
-		// still open: its cleanup runs after this one).
-		ctx := context.Background()
-		iter := e.API.Redis.Scan(ctx, 0, e.Config.BullMQPrefix+":*", 500).Iterator()
-		for iter.Next(ctx) {
-			e.API.Redis.Del(ctx, iter.Val())
-		}
+		// The queues and streams of this test's prefix go with it, from every node of a
+		// cluster (the API's client is still open: its cleanup runs after this one).
+		_ = redistest.DeleteKeys(context.Background(), e.API.Redis, e.Config.BullMQPrefix+":*")
 	})
 	return e
 }

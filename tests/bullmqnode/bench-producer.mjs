@@ -1,7 +1,7 @@
 // Benchmark: Node.js BullMQ addBulk of n jobs in chunks. Config (argv[2]
 // JSON): queue, prefix, n, chunk, opts. Prints {"n":..,"ms":..}.
 import { Queue } from 'bullmq';
-import { connection, config, emit } from './lib.mjs';
+import { closeConnections, connection, config, emit } from './lib.mjs';
 
 const cfg = config();
 const queue = new Queue(cfg.queue, { connection: connection(), prefix: cfg.prefix || 'bull' });
@@ -21,3 +21,4 @@ for (let i = 0; i < n; i += chunk) {
 const ms = Number(process.hrtime.bigint() - start) / 1e6;
 emit({ n, ms });
 await queue.close();
+await closeConnections();

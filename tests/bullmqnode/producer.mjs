@@ -2,7 +2,7 @@
 // mode "add" | "addBulk". Jobs on stdin: [{name, data, opts}]. Prints one JSON
 // line: {"ids": [...]} with the id each call resolved with.
 import { Queue } from 'bullmq';
-import { connection, config, emit, readStdinJSON } from './lib.mjs';
+import { closeConnections, connection, config, emit, readStdinJSON } from './lib.mjs';
 
 const cfg = config();
 const jobs = (await readStdinJSON()) || [];
@@ -19,3 +19,4 @@ if (cfg.mode === 'addBulk') {
 }
 emit({ ids });
 await queue.close();
+await closeConnections();

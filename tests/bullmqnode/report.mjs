@@ -4,20 +4,19 @@
 // tallies every event up to the last entry present when it started. Prints one JSON line:
 // {counts, events: {name: n}, perJob: {id: {event: n}}, jobs: {id: {...}}}.
 import { Queue, QueueEvents } from 'bullmq';
-import IORedis from 'ioredis';
-import { connection, config, emit, sleep } from './lib.mjs';
+import { client as newClient, closeConnections, connection, config, emit, sleep } from './lib.mjs';
 
 const cfg = config();
-const opts = { connection: connection(), prefix: cfg.prefix || 'bull' };
-const queue = new Queue(cfg.queue, opts);
+const opts = { prefix: cfg.prefix || 'bull' };
+const queue = new Queue(cfg.queue, { ...opts, connection: connection() });
 const events = {};
 const perJob = {};
-const client = new IORedis(connection());
+const client = newClient();
 const lastEntry = await client.xrevrange(`${opts.prefix}:${cfg.queue}:events`, '+', '-', 'COUNT', 1);
 client.disconnect();
 const lastId = lastEntry.length ? lastEntry[0][0] : null;
 let seenLast = !lastId;
-const qe = new QueueEvents(cfg.queue, { ...opts, lastEventId: '0-0', autorun: false });
+const qe = new QueueEvents(cfg.queue, { ...opts, connection: connection(), lastEventId: '0-0', autorun: false });
 // Tally every stream event QueueEvents emits (not the per-job "<event>:<id>" echoes).
 const internal = new Set(['error', 'ready', 'closing', 'closed', 'ioredis:close']);
 const qeEmit = qe.emit.bind(qe);
@@ -62,3 +61,4 @@ for (const id of cfg.ids || []) {
 emit({ counts, events, perJob, jobs });
 await qe.close();
 await queue.close();
+await closeConnections();
