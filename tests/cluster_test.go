@@ -88,4 +88,5 @@ func TestClusterFlows(t *testing.T) {
 	n, err := rdb.XLen(ctx, env.Config.BullMQPrefix+":"+worker.StreamOperationEvents).Result()
 	require.NoError(t, err)
 	assert.Positive(t, n, "the operations' stream")
+	assert.NotContains(t, env.Logs(), "wake-up subscription failed", "the dispatchers' wake-ups (Redis Pub/Sub) work on the cluster")
 }
