@@ -109,7 +109,9 @@ func (c Config) Validate() error {
 type Reconciler struct {
 	cfg   Config
 	after map[string]time.Duration
-	total *prometheus.CounterVec
+	// minAfter is the shortest of after: older than that, a workspace may hold a stuck task.
+	minAfter time.Duration
+	total    *prometheus.CounterVec
 }
 
 // New returns a Reconciler.
@@ -130,6 +132,7 @@ func New(cfg Config) (*Reconciler, error) {
 			return nil, fmt.Errorf("reconcile: After names %q, which no Kind watches", q)
 		}
 	}
+	r.minAfter = slices.Min(slices.Collect(maps.Values(r.after)))
 	r.total = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "listing_reconciliations_total",
 		Help: "Stuck tasks the reconciler delivered again (redelivered) or failed with DELIVERY_EXHAUSTED (exhausted).",
@@ -184,7 +187,7 @@ func (r *Reconciler) RunOnce(ctx context.Context) (Result, error) {
 	var res Result
 	ran, err := r.cfg.Stuck.Exclusive(ctx, "reconcile", func(ctx context.Context) error {
 		now := r.cfg.Now()
-		wss, err := r.cfg.Stuck.Workspaces(ctx, now.Add(-slices.Min(slices.Collect(maps.Values(r.after)))), DefaultWorkspaces)
+		wss, err := r.cfg.Stuck.Workspaces(ctx, now.Add(-r.minAfter), DefaultWorkspaces)
 		if err != nil {
 			return err
 		}

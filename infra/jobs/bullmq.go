@@ -46,13 +46,10 @@ func (b BullMQ) Close() error { return b.sub.Close() }
 
 // Delivery implements Transport from the Subscriber's metadata.
 func (BullMQ) Delivery(msg *message.Message) (worker.Delivery, string) {
-	num := func(k string) int {
-		n, _ := strconv.Atoi(msg.Metadata.Get(k))
-		return n
-	}
-	d := worker.Delivery{ID: msg.UUID, Attempt: num(bullmq.MetadataAttemptsMade) + 1, Attempts: num(bullmq.MetadataAttempts),
-		Snoozes: num(bullmq.MetadataSnoozes), Snoozed: time.Duration(num(bullmq.MetadataSnoozedMs)) * time.Millisecond}
-	if ms := num(bullmq.MetadataTimestamp); ms > 0 {
+	d := worker.Delivery{ID: msg.UUID, Attempt: metaInt(msg, bullmq.MetadataAttemptsMade) + 1,
+		Attempts: metaInt(msg, bullmq.MetadataAttempts), Snoozes: metaInt(msg, bullmq.MetadataSnoozes),
+		Snoozed: metaMillis(msg, bullmq.MetadataSnoozedMs)}
+	if ms := metaInt(msg, bullmq.MetadataTimestamp); ms > 0 {
 		d.EnqueuedAt = time.UnixMilli(int64(ms))
 	}
 	return d, msg.Metadata.Get(bullmq.MetadataDeferred)

@@ -18,6 +18,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
@@ -248,4 +249,15 @@ func jobSpan(ctx context.Context, queue string, job worker.Job) (context.Context
 	ctx = outbox.WithCorrelationID(ctx, job.CorrelationID)
 	traceparent, tracestate := tracing.Inject(ctx)
 	return outbox.WithTraceContext(ctx, traceparent, tracestate), span
+}
+
+// metaInt reads a decimal metadata value of msg (0 when absent or malformed).
+func metaInt(msg *message.Message, key string) int {
+	n, _ := strconv.Atoi(msg.Metadata.Get(key))
+	return n
+}
+
+// metaMillis reads a metadata value of msg in milliseconds.
+func metaMillis(msg *message.Message, key string) time.Duration {
+	return time.Duration(metaInt(msg, key)) * time.Millisecond
 }

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strconv"
 	"sync"
 	"time"
 
@@ -96,6 +95,9 @@ var _ Transport = (*Memory)(nil)
 // backoff(attempt) (attempt: the failed one, from 1).
 func NewMemory(queues *MemoryQueues, attempts int, backoff func(n int) time.Duration, requeue RequeueFunc,
 	log *slog.Logger) *Memory {
+	if log == nil {
+		log = slog.Default()
+	}
 	return &Memory{queues: queues, attempts: max(attempts, 1), backoff: backoff, requeue: requeue, log: log}
 }
 
@@ -104,12 +106,8 @@ func (m *Memory) Subscriber() message.Subscriber { return m.queues }
 
 // Delivery implements Transport from the outbox row's job metadata.
 func (m *Memory) Delivery(msg *message.Message) (worker.Delivery, string) {
-	num := func(k string) int {
-		n, _ := strconv.Atoi(msg.Metadata.Get(k))
-		return n
-	}
-	return worker.Delivery{ID: msg.UUID, Attempt: max(num(outbox.MetadataJobAttempt), 1), Attempts: m.attempts,
-		Snoozes: num(outbox.MetadataJobSnoozes), Snoozed: time.Duration(num(outbox.MetadataJobSnoozedMs)) * time.Millisecond}, ""
+	return worker.Delivery{ID: msg.UUID, Attempt: max(metaInt(msg, outbox.MetadataJobAttempt), 1), Attempts: m.attempts,
+		Snoozes: metaInt(msg, outbox.MetadataJobSnoozes), Snoozed: metaMillis(msg, outbox.MetadataJobSnoozedMs)}, ""
 }
 
 // Settle implements Transport: a retry, a snooze or a shutdown first hands the event back to

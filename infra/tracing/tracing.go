@@ -14,7 +14,6 @@ import (
 	"fmt"
 	"net/http"
 	"os"
-	"strings"
 
 	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
 	"go.opentelemetry.io/otel"
@@ -92,13 +91,4 @@ func Extract(ctx context.Context, traceparent, tracestate string) context.Contex
 // Start starts a span of the service's tracer.
 func Start(ctx context.Context, name string, kind trace.SpanKind) (context.Context, trace.Span) {
 	return otel.Tracer(Tracer).Start(ctx, name, trace.WithSpanKind(kind))
-}
-
-// TraceID returns the trace id of a traceparent ("00-<trace id>-<span id>-<flags>"), or "".
-func TraceID(traceparent string) string {
-	parts := strings.Split(traceparent, "-")
-	if len(parts) != 4 || len(parts[1]) != 32 {
-		return ""
-	}
-	return parts[1]
 }
