@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net/http"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
@@ -96,7 +97,7 @@ func newRedisClient(cfg config.Config) (redis.UniversalClient, error) {
 func ProvideTokens(cfg config.Config, log *slog.Logger) (*auth.Tokens, error) {
 	spec, dev := config.Keys(cfg.AuthTokenKeys, "auth-token")
 	if dev {
-		log.Warn("AUTH_TOKEN_KEYS is unset: using the public development signing key")
+		warnOnce(log, "AUTH_TOKEN_KEYS is unset: using the public development signing key")
 	}
 	keys, err := auth.ParseKeys(spec)
 	if err != nil {
@@ -117,7 +118,7 @@ func ProvideHasher(opts Options) auth.Hasher {
 func ProvideIdempotency(cfg config.Config, reg *prometheus.Registry, log *slog.Logger) (*idem.Guard, error) {
 	spec, dev := config.Keys(cfg.FingerprintKeys, "idempotency-fingerprint")
 	if dev {
-		log.Warn("FINGERPRINT_KEYS is unset: using the public development fingerprint key")
+		warnOnce(log, "FINGERPRINT_KEYS is unset: using the public development fingerprint key")
 	}
 	keys, err := idem.ParseKeys(spec)
 	if err != nil {
@@ -128,6 +129,18 @@ func ProvideIdempotency(cfg config.Config, reg *prometheus.Registry, log *slog.L
 		return nil, err
 	}
 	return idem.New(idem.NewStore(), idem.Config{Keys: keys, Retention: cfg.IdempotencyRetention, Metrics: metrics})
+}
+
+// warned holds the warnings this process logged already (warnOnce).
+var warned sync.Map
+
+// warnOnce logs msg as a warning the first time this process asks, and never again: the
+// injectors of `all` build some providers twice (the API's and the workers'), and a
+// development-key warning is one fact about the process.
+func warnOnce(log *slog.Logger, msg string) {
+	if _, seen := warned.LoadOrStore(msg, true); !seen {
+		log.Warn(msg)
+	}
 }
 
 // ProvideBus builds the command bus: logging/metrics → RLS transaction → idempotency.
@@ -159,7 +172,7 @@ func ProvideStorage(ctx context.Context, cfg config.Config, log *slog.Logger) (*
 	spec := cfg.UploadSigningKey
 	if spec == "" {
 		spec = strings.TrimPrefix(config.DevKey("upload-signing"), "dev:")
-		log.Warn("UPLOAD_SIGNING_KEY is unset: using the public development signing key")
+		warnOnce(log, "UPLOAD_SIGNING_KEY is unset: using the public development signing key")
 	}
 	key, err := storage.DecodeSigningKey(spec)
 	if err != nil {
@@ -175,6 +188,9 @@ func ProvideStorage(ctx context.Context, cfg config.Config, log *slog.Logger) (*
 
 // ProvideFetcher builds the SSRF-guarded material fetcher.
 func ProvideFetcher(cfg config.Config, log *slog.Logger) (*fetch.Fetcher, error) {
+	if cfg.FetchAllowPrivate {
+		warnOnce(log, "FETCH_ALLOW_PRIVATE=true: material transfers may reach private, loopback and link-local addresses (development only)")
+	}
 	return fetch.New(fetch.Config{AllowPrivate: cfg.FetchAllowPrivate, Timeout: cfg.FetchTimeout,
 		DefaultMaxBytes: cfg.MediaMaxBytes, Logger: log})
 }
@@ -183,7 +199,7 @@ func ProvideFetcher(cfg config.Config, log *slog.Logger) (*fetch.Fetcher, error)
 func ProvideCipher(cfg config.Config, log *slog.Logger) (*secret.Cipher, error) {
 	spec, dev := config.Keys(cfg.CredentialsKeys, "credentials")
 	if dev {
-		log.Warn("CREDENTIALS_KEYS is unset: using the public development key")
+		warnOnce(log, "CREDENTIALS_KEYS is unset: using the public development key")
 	}
 	return secret.New(secret.Config{Keys: spec, RequireKeys: cfg.Production(), Logger: log})
 }
