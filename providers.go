@@ -234,11 +234,11 @@ type Repositories struct {
 	Products      postgres.Products
 	Operations    *postgres.Repository[domain.Operation]
 	Stores        postgres.Stores
-	Verifications *postgres.Repository[domain.StoreVerification]
+	Verifications postgres.StoreVerifications
 	Media         *postgres.Repository[domain.Media]
 	MediaTasks    *postgres.Repository[domain.MediaTask]
 	Transfers     *postgres.Repository[domain.MaterialTransfer]
-	Publications  *postgres.Repository[domain.Publication]
+	Publications  postgres.Publications
 	Syncs         postgres.ProductSyncs
 	AITasks       *postgres.Repository[domain.AITask]
 	AILedger      postgres.AILedger
@@ -285,7 +285,7 @@ func ProvideApplication(cfg config.Config, b *bus.Bus, pool *pgxpool.Pool, hashe
 		},
 		Queries: query.Queries{Tx: postgres.Transactor{Pool: pool}, Accounts: accounts, Products: repos.Products,
 			Operations: repos.Operations, Stores: repos.Stores, Media: repos.Media, Transfers: repos.Transfers,
-			Publications: repos.Publications, Syncs: repos.Syncs, AITasks: repos.AITasks, Updates: repos.Updates,
+			Verifications: repos.Verifications, Publications: repos.Publications, Syncs: repos.Syncs, AITasks: repos.AITasks, Updates: repos.Updates,
 			Storage: store, Fetcher: fetcher},
 	}, nil
 }
@@ -302,7 +302,8 @@ func ProvideHTTP(cfg config.Config, application *app.Application, tokens *auth.T
 	if !cfg.Memory() {
 		ready = append(ready, httpapi.ReadinessCheck{Name: "redis", Check: func(ctx context.Context) error { return rdb.Ping(ctx).Err() }})
 	}
-	return httpapi.New(httpapi.Config{MaxBodyBytes: cfg.MaxBodyBytes, AuthRatePerMinute: cfg.AuthRatePerMinute}, httpapi.Deps{
+	return httpapi.New(httpapi.Config{MaxBodyBytes: cfg.MaxBodyBytes, AuthRatePerMinute: cfg.AuthRatePerMinute,
+		PublicBaseURL: cfg.PublicBaseURL}, httpapi.Deps{
 		App:         application,
 		Tokens:      tokens,
 		Idempotency: guard,

@@ -116,7 +116,9 @@ func realMain(ctx context.Context, args []string) error {
 	if source == "MEMORY_LIMIT" {
 		debug.SetMemoryLimit(limit)
 	}
-	log.Info("memory limit", "bytes", limit, "source", source)
+	if !helpRequested(args[1:]) { // help is printed on stdout, without log lines
+		log.Info("memory limit", "bytes", limit, "source", source)
+	}
 	shutdownTracing, err := tracing.Setup(ctx)
 	if err != nil {
 		return err
@@ -132,6 +134,17 @@ func realMain(ctx context.Context, args []string) error {
 		return nil // stopped by a signal after a clean shutdown
 	}
 	return err
+}
+
+// helpRequested reports whether args ask for help rather than a run.
+func helpRequested(args []string) bool {
+	for _, a := range args {
+		switch a {
+		case "-h", "-help", "--help", "help":
+			return true
+		}
+	}
+	return false
 }
 
 // memoryLimit returns the Go runtime's soft memory limit for this process and where it comes
