@@ -62,7 +62,7 @@ func TestCLIUsage(t *testing.T) {
 		require.Equal(t, 0, code, "%s -h: %s", sub, stderr)
 		require.Contains(t, stdout, "usage: app "+sub+" [flags]", sub)
 		for _, f := range want {
-			require.Contains(t, stdout, "  "+f+" ", "%s -h lists %s", sub, f)
+			require.Regexp(t, `(?m)^  `+regexp.QuoteMeta(f)+`( |$)`, stdout, "%s -h lists %s", sub, f)
 		}
 		require.Empty(t, stderr, "%s -h logs nothing", sub)
 	}
