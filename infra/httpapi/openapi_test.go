@@ -77,8 +77,8 @@ func TestOpenAPIServedDocumentAndDocs(t *testing.T) {
 	resp := serve(t, s, "/openapi.yaml")
 	body, _ := io.ReadAll(resp.Body)
 	var doc struct {
-		Servers []struct{ URL string } `yaml:"servers"`
-		Paths   map[string]map[string]yaml.Node `yaml:"paths"`
+		Servers    []struct{ URL string }          `yaml:"servers"`
+		Paths      map[string]map[string]yaml.Node `yaml:"paths"`
 		Components struct {
 			Schemas map[string]any `yaml:"schemas"`
 		} `yaml:"components"`
