@@ -19,6 +19,10 @@ run: ## Run the whole service in one process with development defaults (migrates
 build: ## Build bin/app
 	$(GO) build -o bin/app ./cmd/app
 
+.PHONY: demo
+demo: build ## Walk through every flow on a throwaway instance of its own (own database, ports, Redis prefix), then remove it
+	$(GO) run ./cmd/demo -app bin/app -image docs/demo/mug.png
+
 .PHONY: migrate
 migrate: ## Apply database migrations (MIGRATE_DATABASE_URL)
 	$(GO) run ./cmd/app migrate
