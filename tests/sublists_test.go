@@ -48,6 +48,7 @@ func TestSubResourcesAreListedUnderTheirParent(t *testing.T) {
 	product := func() string {
 		resp := do("POST", ws+"/products", map[string]any{"title": "Mug", "price": "9.90", "currency": "EUR"}, false)
 		require.Equal(t, http.StatusCreated, resp.Status, "%s", resp.Body)
+		require.Contains(t, string(resp.Body), `"images":[]`, "a list is [], never null")
 		return resp.JSON(t)["product"].(map[string]any)["id"].(string)
 	}
 	published, unpublished := product(), product()
