@@ -309,15 +309,16 @@ func prose(s string) template.HTML {
 		esc := template.HTMLEscapeString(strings.Join(strings.Fields(para), " "))
 		b.WriteString("<p>" + codeSpan.ReplaceAllString(esc, "<code>$1</code>") + "</p>\n")
 	}
-	return template.HTML(b.String()) //nolint:gosec // escaped above; only <p> and <code> are added
+	return template.HTML(b.String()) // escaped above; only <p> and <code> are added
 }
 
 var docsPage = template.Must(template.New("docs").Funcs(template.FuncMap{
 	"prose": prose,
 	"lower": strings.ToLower,
+	// inline is prose without its paragraph, for table cells and summaries.
 	"inline": func(s string) template.HTML {
 		return template.HTML(strings.TrimSuffix(strings.TrimPrefix(string(prose(s)), "<p>"), "</p>\n"))
-	}, //nolint:gosec // see prose
+	},
 }).Parse(`<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">
 <title>{{.Title}} {{.Version}}</title>

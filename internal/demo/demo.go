@@ -28,7 +28,6 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 
@@ -744,12 +743,8 @@ func has(m map[string]string, k string) bool {
 	return ok
 }
 
-var portMu sync.Mutex
-
 // freeAddr returns a loopback address whose port was free a moment ago.
 func freeAddr() (string, error) {
-	portMu.Lock()
-	defer portMu.Unlock()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return "", fmt.Errorf("demo: finding a free port: %w", err)
