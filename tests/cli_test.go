@@ -144,7 +144,7 @@ func TestEverySubcommandStopsCleanlyOnSignal(t *testing.T) {
 		want []string // in the start-up line
 	}
 	runs := []run{
-		{[]string{"all"}, []string{`"roles":["migrate","api","dispatch","work","cleanup","console"]`, `"api":"http://127.0.0.1:`,
+		{[]string{"all"}, []string{`"roles":["migrate","api","dispatch","reconcile","work","cleanup","console"]`, `"api":"http://127.0.0.1:`,
 			`"openapi":"http://127.0.0.1:`, `"metrics":"http://127.0.0.1:`, `"console":"http://127.0.0.1:`,
 			`"marketplace_sandbox":"http://127.0.0.1:`, `"ai_sandbox":"http://127.0.0.1:`}},
 		{[]string{"serve"}, []string{`"roles":["api"]`, `"openapi":"http://127.0.0.1:`}},

@@ -127,7 +127,7 @@ func runAll(ctx context.Context, cfg config.Config, log *slog.Logger, args []str
 	}
 
 	var s startup
-	s.role("migrate", "api", "dispatch", "work", "cleanup", "console")
+	s.role("migrate", "api", "dispatch", "reconcile", "work", "cleanup", "console")
 	s.api(apiLn)
 	s.addr("console", consoleLn)
 	s.sandboxes(work)
