@@ -55,6 +55,8 @@ type Config struct {
 	OperationTimeout time.Duration
 	// StartTimeout bounds the wait for the instance to be ready. Default 60s.
 	StartTimeout time.Duration
+	// OnStep, when set, is called after each step is printed.
+	OnStep func(Step)
 }
 
 func (c *Config) setDefaults() {
@@ -259,18 +261,23 @@ func (inst *instance) startupLine() string {
 func (inst *instance) stop(cfg Config) error {
 	var errs []error
 	if inst.cmd != nil && inst.cmd.Process != nil {
-		fmt.Fprint(cfg.Out, "stopping the instance… ")
-		_ = inst.cmd.Process.Signal(syscall.SIGTERM)
 		select {
 		case <-inst.exited:
-		case <-time.After(30 * time.Second):
-			_ = syscall.Kill(-inst.cmd.Process.Pid, syscall.SIGKILL)
-			<-inst.exited
-		}
-		code := inst.cmd.ProcessState.ExitCode()
-		fmt.Fprintf(cfg.Out, "stopped (exit %d)\n", code)
-		if code != 0 {
-			errs = append(errs, fmt.Errorf("`app all` exited %d after SIGTERM", code))
+			fmt.Fprintf(cfg.Out, "the instance had exited by itself (%s)\n", inst.cmd.ProcessState)
+		default:
+			fmt.Fprint(cfg.Out, "stopping the instance… ")
+			_ = inst.cmd.Process.Signal(syscall.SIGTERM)
+			select {
+			case <-inst.exited:
+			case <-time.After(30 * time.Second):
+				_ = syscall.Kill(-inst.cmd.Process.Pid, syscall.SIGKILL)
+				<-inst.exited
+			}
+			code := inst.cmd.ProcessState.ExitCode()
+			fmt.Fprintf(cfg.Out, "stopped (exit %d)\n", code)
+			if code != 0 {
+				errs = append(errs, fmt.Errorf("`app all` exited %d after SIGTERM, not 0", code))
+			}
 		}
 	}
 	if inst.files != nil {
@@ -422,7 +429,11 @@ func (w *walk) do(c call) (reply, error) {
 
 // step prints one line: the step's number and name, the call, its status and what came of it.
 func (w *walk) step(name string, c call, r reply, note string, operation string) {
-	w.result.Steps = append(w.result.Steps, Step{Name: name, Status: r.status, Operation: operation})
+	st := Step{Name: name, Status: r.status, Operation: operation}
+	w.result.Steps = append(w.result.Steps, st)
+	if w.cfg.OnStep != nil {
+		defer w.cfg.OnStep(st)
+	}
 	path := c.path
 	if w.ws != "" {
 		path = strings.Replace(path, w.ws, "…", 1)
