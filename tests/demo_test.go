@@ -19,6 +19,9 @@ import (
 // leaves no database and no Redis key behind.
 func TestDemo(t *testing.T) {
 	t.Parallel()
+	if testing.Short() {
+		t.Skip("the demo needs PostgreSQL and Redis")
+	}
 	app := seedBinary(t)
 	for run := 1; run <= 2; run++ {
 		var out strings.Builder
@@ -67,6 +70,9 @@ func demoLeftovers(t *testing.T, out string) (databases int, keys []string) {
 // cannot start, it says so, shows the service's log and leaves nothing behind either.
 func TestDemoStopsWhatItStartedWhenInterrupted(t *testing.T) {
 	t.Parallel()
+	if testing.Short() {
+		t.Skip("the demo needs PostgreSQL and Redis")
+	}
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
 	var out strings.Builder
