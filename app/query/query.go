@@ -20,21 +20,22 @@ type Scope struct {
 
 // Queries is the catalogue of reads. Generic reads of any repository go through Get and List.
 type Queries struct {
-	Tx         port.Transactor
-	Accounts   port.Accounts
-	Products   port.Products
-	Operations port.Repository[domain.Operation]
-	Stores     port.Stores
-	// Verifications are the stores' verifications.
+	// Verifications are the stores' verifications, listed under their store.
 	Verifications port.StoreVerifications
-	Media         port.Repository[domain.Media]
-	Transfers     port.Repository[domain.MaterialTransfer]
-	Publications  port.Publications
-	Syncs         port.ProductSyncs
-	AITasks       port.Repository[domain.AITask]
-	Updates       port.ListingUpdates
-	Storage       port.ObjectStorage
-	Fetcher       port.Fetcher
+
+	Tx           port.Transactor
+	Accounts     port.Accounts
+	Products     port.Products
+	Operations   port.Repository[domain.Operation]
+	Stores       port.Stores
+	Media        port.Repository[domain.Media]
+	Transfers    port.Repository[domain.MaterialTransfer]
+	Publications port.Publications
+	Syncs        port.ProductSyncs
+	AITasks      port.Repository[domain.AITask]
+	Updates      port.ListingUpdates
+	Storage      port.ObjectStorage
+	Fetcher      port.Fetcher
 }
 
 // IsMember reports whether the user belongs to the workspace. Callers answer 404 when not,
