@@ -508,13 +508,21 @@ func (w *walk) get(path, name string) (map[string]any, error) {
 }
 
 func (w *walk) run(inst *instance, image []byte) error {
-	// 1-2. An account, its workspace, a session.
-	email := "ada-" + inst.id + "@example.com"
-	password := "correct horse battery staple"
-	c := call{method: "POST", path: "/v1/auth/register", body: map[string]any{"email": email, "password": password,
-		"workspace_name": "Acme"}, want: http.StatusCreated}
+	// The API's documentation: / leads to /docs, the OpenAPI document as a page.
+	c := call{method: "GET", path: "/", want: http.StatusOK}
 	r, err := w.do(c)
 	if err != nil {
+		return fmt.Errorf("docs: %w", err)
+	}
+	w.step("API documentation", c, r, fmt.Sprintf("%s/docs (%d endpoints), the document at %s/openapi.yaml",
+		w.base, strings.Count(string(r.raw), `<section class="op" id="`)-strings.Count(string(r.raw), `id="schema-`), w.base), "")
+
+	// An account, its workspace, a session.
+	email := "ada-" + inst.id + "@example.com"
+	password := "correct horse battery staple"
+	c = call{method: "POST", path: "/v1/auth/register", body: map[string]any{"email": email, "password": password,
+		"workspace_name": "Acme"}, want: http.StatusCreated}
+	if r, err = w.do(c); err != nil {
 		return fmt.Errorf("register: %w", err)
 	}
 	wsID, _ := r.body["workspace"].(map[string]any)["id"].(string)
