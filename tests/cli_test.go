@@ -16,12 +16,16 @@ import (
 	"github.com/listingkit/listing/infra/postgres/pgtest"
 )
 
-// cliRun runs the app binary with args and a minimal environment (development defaults) and
-// returns its stdout, stderr and exit status.
+// cliRun runs the app binary with args and a minimal environment (development defaults, plus
+// trailing KEY=VALUE items of args) and returns its stdout, stderr and exit status.
 func cliRun(t *testing.T, args ...string) (stdout, stderr string, code int) {
 	t.Helper()
+	env := []string{"PATH=" + os.Getenv("PATH"), "HOME=" + os.Getenv("HOME")}
+	for len(args) > 0 && strings.Contains(args[len(args)-1], "=") { // trailing KEY=VALUE: environment
+		env, args = append(env, args[len(args)-1]), args[:len(args)-1]
+	}
 	cmd := exec.Command(seedBinary(t), args...)
-	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + os.Getenv("HOME")}
+	cmd.Env = env
 	var out, errb strings.Builder
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	err := cmd.Run()
@@ -67,6 +71,13 @@ func TestCLIUsage(t *testing.T) {
 		require.Empty(t, stderr, "%s -h logs nothing", sub)
 	}
 	require.NotContains(t, must(cliRun(t, "outbox", "stats", "-h")), "-workspace", "each outbox command lists its own flags")
+	// Help needs no valid configuration; a run does.
+	stdout, _, code = cliRun(t, "serve", "-h", "APP_ENV=production")
+	require.Equal(t, 0, code)
+	require.Contains(t, stdout, "-addr")
+	_, stderr, code = cliRun(t, "serve", "APP_ENV=production")
+	require.Equal(t, 1, code)
+	require.Contains(t, stderr, "required in production")
 
 	for _, args := range [][]string{{"outbox", "help"}, {"outbox", "-h"}} {
 		stdout, _, code := cliRun(t, args...)

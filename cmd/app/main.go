@@ -104,7 +104,7 @@ func realMain(ctx context.Context, args []string) error {
 		return usageError{fmt.Sprintf("unknown subcommand %q", args[0])}
 	}
 	cfg, err := config.Load()
-	if err != nil {
+	if err != nil && !helpRequested(args[1:]) { // help needs no valid configuration
 		return err
 	}
 	log, err := newLogger(cfg, os.Stderr)
@@ -136,11 +136,14 @@ func realMain(ctx context.Context, args []string) error {
 	return err
 }
 
-// helpRequested reports whether args ask for help rather than a run.
+// helpRequested reports whether a subcommand's args ask for help rather than a run: a help
+// flag, or "help" as the first argument (`app outbox help`).
 func helpRequested(args []string) bool {
-	for _, a := range args {
-		switch a {
-		case "-h", "-help", "--help", "help":
+	for i, a := range args {
+		switch {
+		case a == "-h" || a == "-help" || a == "--help" || a == "--h":
+			return true
+		case a == "help" && i == 0:
 			return true
 		}
 	}
