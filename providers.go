@@ -227,6 +227,7 @@ type Repositories struct {
 	AITasks       *postgres.Repository[domain.AITask]
 	AILedger      postgres.AILedger
 	Updates       postgres.ListingUpdates
+	Integrations  postgres.Integrations
 }
 
 // ProvideRepositories builds the repositories.
@@ -234,7 +235,7 @@ func ProvideRepositories() *Repositories {
 	return &Repositories{Operations: postgres.NewOperations(), Stores: postgres.NewStores(),
 		Verifications: postgres.NewStoreVerifications(), Media: postgres.NewMedia(), MediaTasks: postgres.NewMediaTasks(),
 		Transfers: postgres.NewMaterialTransfers(), Publications: postgres.NewPublications(), Syncs: postgres.NewProductSyncs(),
-		AITasks: postgres.NewAITasks(), Updates: postgres.NewListingUpdates()}
+		AITasks: postgres.NewAITasks(), Updates: postgres.NewListingUpdates(), Integrations: postgres.NewIntegrations()}
 }
 
 // ProvideApplication builds the catalogue of commands and queries.
@@ -266,11 +267,14 @@ func ProvideApplication(cfg config.Config, b *bus.Bus, pool *pgxpool.Pool, hashe
 			SyncStoreProducts:         commands.NewSyncStoreProductsHandler(flow, repos.Stores, repos.Syncs),
 			CreateAITask:              commands.NewCreateAITaskHandler(flow, repos.Products, repos.AITasks),
 			UpdateListing:             commands.NewUpdateListingHandler(flow, repos.Products, repos.Publications, repos.Updates),
+
+			CreateIntegration: commands.NewCreateIntegrationHandler(accounts, repos.Integrations, cipher, now),
+			RevokeIntegration: commands.NewRevokeIntegrationHandler(accounts, repos.Integrations, now),
 		},
 		Queries: query.Queries{Tx: postgres.Transactor{Pool: pool}, Accounts: accounts, Products: repos.Products,
 			Operations: repos.Operations, Stores: repos.Stores, Media: repos.Media, Transfers: repos.Transfers,
 			Publications: repos.Publications, Syncs: repos.Syncs, AITasks: repos.AITasks, Updates: repos.Updates,
-			Storage: store, Fetcher: fetcher},
+			Storage: store, Fetcher: fetcher, Principals: repos.Integrations},
 	}, nil
 }
 
