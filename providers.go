@@ -33,6 +33,7 @@ import (
 	"github.com/listingkit/listing/domain"
 	"github.com/listingkit/listing/infra/auth"
 	"github.com/listingkit/listing/infra/bullmq"
+	"github.com/listingkit/listing/infra/commandstream"
 	"github.com/listingkit/listing/infra/config"
 	"github.com/listingkit/listing/infra/fetch"
 	"github.com/listingkit/listing/infra/httpapi"
@@ -302,9 +303,33 @@ func ProvideHTTP(cfg config.Config, application *app.Application, tokens *auth.T
 	})
 }
 
+// ProvideCommandConsumer builds the consumer of the commands that other services send as
+// messages on <STREAM_PREFIX>:commands (replies on <STREAM_PREFIX>:command-replies). It runs
+// them through the API's own endpoints (server), so it belongs with the API; it reads from
+// the queues' Redis client.
+func ProvideCommandConsumer(cfg config.Config, server *httpapi.Server, application *app.Application, cipher *secret.Cipher,
+	rdb redis.UniversalClient, reg *prometheus.Registry, log *slog.Logger) (*commandstream.Consumer, error) {
+	return commandstream.New(commandstream.Config{
+		Client:        rdb,
+		Stream:        cfg.StreamPrefix + ":commands",
+		Replies:       cfg.StreamPrefix + ":command-replies",
+		Concurrency:   cfg.CommandsConcurrency,
+		ClaimIdle:     cfg.CommandsClaimIdle,
+		MaxDeliveries: int64(cfg.CommandsMaxDeliveries),
+		RepliesMaxLen: cfg.CommandRepliesMaxLen,
+		Executor:      server,
+		Principals:    application.Queries,
+		Cipher:        cipher,
+		Registry:      reg,
+		Logger:        log,
+	})
+}
+
 // API is the assembled HTTP service.
 type API struct {
 	Server *httpapi.Server
+	// Commands consumes the command stream; `commands` and `all` run it, `serve` does not.
+	Commands *commandstream.Consumer
 	App    *app.Application
 	Pool   *pgxpool.Pool
 	// Redis is the queues' client: a *redis.ClusterClient with REDIS_CLUSTER_ADDRS.

@@ -20,7 +20,7 @@ var core = wire.NewSet(ProvidePool, ProvideRedis, ProvideIdempotency, ProvideBus
 // InitializeAPI assembles the HTTP API. The cleanup function closes the pool and the Redis
 // client.
 func InitializeAPI(ctx context.Context, cfg config.Config, opts Options, reg *prometheus.Registry, log *slog.Logger) (*API, func(), error) {
-	wire.Build(core, ProvideHTTP, wire.Struct(new(API), "*"))
+	wire.Build(core, ProvideHTTP, ProvideCommandConsumer, wire.Struct(new(API), "*"))
 	return nil, nil, nil
 }
 
