@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/base64"
 	"fmt"
+	"time"
 
 	"github.com/google/uuid"
 
@@ -59,7 +60,8 @@ func (h CreateIntegrationHandler) Handle(ctx context.Context, cmd CreateIntegrat
 	if err := requireOwner(ctx, h.accounts, cmd.WorkspaceID, cmd.UserID); err != nil {
 		return CreatedIntegration{}, err
 	}
-	in, err := domain.NewIntegration(cmd.IntegrationID, cmd.WorkspaceID, uuid.New(), cmd.UserID, cmd.Name, h.now())
+	in, err := domain.NewIntegration(cmd.IntegrationID, cmd.WorkspaceID, uuid.New(), cmd.UserID, cmd.Name,
+		h.now().UTC().Truncate(time.Microsecond)) // as stored: the response and later reads agree
 	if err != nil {
 		return CreatedIntegration{}, err
 	}

@@ -2,6 +2,7 @@ package commands
 
 import (
 	"context"
+	"time"
 
 	"github.com/google/uuid"
 
@@ -40,5 +41,5 @@ func (h RevokeIntegrationHandler) Handle(ctx context.Context, cmd RevokeIntegrat
 	if err := requireOwner(ctx, h.accounts, cmd.WorkspaceID, cmd.UserID); err != nil {
 		return domain.Integration{}, err
 	}
-	return h.integrations.Revoke(ctx, cmd.IntegrationID, h.now())
+	return h.integrations.Revoke(ctx, cmd.IntegrationID, h.now().UTC().Truncate(time.Microsecond)) // as stored
 }
