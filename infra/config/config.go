@@ -78,6 +78,16 @@ type Config struct {
 	// false.
 	BullMQQueueHashTags bool `env:"BULLMQ_QUEUE_HASH_TAGS" envDefault:"false"`
 
+	// StreamPrefix is the key prefix of the integration streams (API.md "Second wave"):
+	// integration events go to "<StreamPrefix>:events". Default "listing".
+	StreamPrefix string `env:"STREAM_PREFIX" envDefault:"listing"`
+	// EventsMaxLen is how many entries the events stream keeps (about; MAXLEN ~ on each
+	// append); 0: no bound by length. Default 1,000,000.
+	EventsMaxLen int64 `env:"EVENTS_MAX_LEN" envDefault:"1000000"`
+	// EventsRetention is how long the events stream keeps an entry (about; the dispatchers
+	// trim every minute); 0: no bound by age. Default 168h.
+	EventsRetention time.Duration `env:"EVENTS_RETENTION" envDefault:"168h"`
+
 	// CleanupInterval is how often `cleanup --every` and `all` run the retention jobs.
 	CleanupInterval time.Duration `env:"CLEANUP_INTERVAL" envDefault:"10m"`
 	// OutboxRetention is how long dispatched outbox events are kept for troubleshooting.
@@ -260,6 +270,9 @@ func (c Config) Validate() error {
 			errs = append(errs, fmt.Errorf("REDIS_CLUSTER_ADDRS is set but the queues' keys share no hash tag: "+
 				"set BULLMQ_QUEUE_HASH_TAGS=true or put a hash tag in BULLMQ_PREFIX (such as {bull}) (%w)", err))
 		}
+	}
+	if c.StreamPrefix == "" || c.EventsMaxLen < 0 || c.EventsRetention < 0 {
+		errs = append(errs, errors.New("STREAM_PREFIX must not be empty, EVENTS_MAX_LEN and EVENTS_RETENTION must not be negative"))
 	}
 	if c.MemoryLimit < 0 {
 		errs = append(errs, errors.New("MEMORY_LIMIT must not be negative"))
