@@ -35,10 +35,12 @@ import (
 	"github.com/listingkit/listing/infra/bullmq"
 	"github.com/listingkit/listing/infra/commandstream"
 	"github.com/listingkit/listing/infra/config"
+	"github.com/listingkit/listing/infra/eventstream"
 	"github.com/listingkit/listing/infra/fetch"
 	"github.com/listingkit/listing/infra/httpapi"
 	"github.com/listingkit/listing/infra/idem"
 	"github.com/listingkit/listing/infra/jobs"
+	"github.com/listingkit/listing/infra/metrics"
 	"github.com/listingkit/listing/infra/outbox"
 	"github.com/listingkit/listing/infra/postgres"
 	"github.com/listingkit/listing/infra/secret"
@@ -342,13 +344,15 @@ func ProvideBullMQConfig(cfg config.Config, rdb redis.UniversalClient) bullmq.Co
 		Backoff: bullmq.Backoff{Type: bullmq.BackoffExponential, Delay: config.JobBackoff.Milliseconds()}}
 }
 
-// ProvidePublishers builds the dispatcher's publishers: BullMQ for every job queue and a
-// Redis stream for integration events. The stream publisher gets its own Redis client, of
-// the same kind as ProvideRedis's (a cluster client with REDIS_CLUSTER_ADDRS; the stream is
-// one key, so any slot will do); watermill-redisstream's Close closes the client it is given.
+// ProvidePublishers builds the dispatcher's publishers: BullMQ for every job queue and, for
+// integration events, watermill-redisstream's publisher with eventstream.Marshaller on the
+// stream <STREAM_PREFIX>:events (CloudEvents, trimmed to EVENTS_MAX_LEN on each append).
+// The stream publisher gets its own Redis client, of the same kind as ProvideRedis's (a
+// cluster client with REDIS_CLUSTER_ADDRS; the stream is one key, so any slot will do);
+// watermill-redisstream's Close closes the client it is given.
 func ProvidePublishers(cfg config.Config, bcfg bullmq.Config, q *Queues, log *slog.Logger) (outbox.PublisherMap, func(), error) {
 	if q.Memory != nil {
-		m := outbox.PublisherMap{worker.StreamOperationEvents: q.Memory}
+		m := outbox.PublisherMap{worker.StreamEvents: q.Memory}
 		for _, d := range worker.Queues() {
 			m[d] = q.Memory
 		}
@@ -363,20 +367,21 @@ func ProvidePublishers(cfg config.Config, bcfg bullmq.Config, q *Queues, log *sl
 	if err != nil {
 		return nil, nil, err
 	}
-	sp, err := redisstream.NewPublisher(redisstream.PublisherConfig{Client: streamClient, DefaultMaxlen: 100000}, wlog)
+	sp, err := redisstream.NewPublisher(redisstream.PublisherConfig{Client: streamClient, Marshaller: eventstream.Marshaller{},
+		DefaultMaxlen: cfg.EventsMaxLen}, wlog)
 	if err != nil {
 		_ = streamClient.Close()
 		return nil, nil, err
 	}
-	m := outbox.PublisherMap{worker.StreamOperationEvents: prefixedTopics{prefix: cfg.BullMQPrefix + ":", Publisher: sp}}
+	m := outbox.PublisherMap{worker.StreamEvents: prefixedTopics{prefix: cfg.StreamPrefix + ":", Publisher: sp}}
 	for _, q := range worker.Queues() {
 		m[q] = bp
 	}
 	return m, func() { _ = bp.Close(); _ = sp.Close() }, nil
 }
 
-// prefixedTopics publishes to prefix+topic, so integration streams share the deployment's
-// key prefix with its queues (e.g. "bull:operation-events").
+// prefixedTopics publishes to prefix+topic: the integration streams live under
+// STREAM_PREFIX (e.g. "listing:events").
 type prefixedTopics struct {
 	prefix string
 	message.Publisher
@@ -395,6 +400,24 @@ func ProvideDispatcher(cfg config.Config, pool *pgxpool.Pool, pubs outbox.Publis
 		dcfg.WakeRedis, dcfg.WakeChannel = rdb, wakeChannel(cfg)
 	}
 	return outbox.NewDispatcher(dcfg, pool, pubs, log, reg)
+}
+
+// ProvideEventStreams builds the age trimmer of the integration event stream
+// (EVENTS_RETENTION) and registers its metrics (eventstream.StreamCollector: length, lag
+// per consumer group, retention bounds) on reg. With the memory transport there is no
+// stream: nil.
+func ProvideEventStreams(cfg config.Config, rdb redis.UniversalClient, reg *prometheus.Registry, log *slog.Logger) (*eventstream.Trimmer, error) {
+	if cfg.Memory() {
+		return nil, nil
+	}
+	stream := eventstream.Stream(cfg.StreamPrefix)
+	var err error
+	metrics.Register(reg, eventstream.NewStreamCollector(rdb, map[string]eventstream.Retention{
+		stream: {MaxLen: cfg.EventsMaxLen, MaxAge: cfg.EventsRetention}}, log), &err)
+	if err != nil {
+		return nil, err
+	}
+	return eventstream.NewTrimmer(eventstream.TrimmerConfig{Client: rdb, Streams: []string{stream}, MaxAge: cfg.EventsRetention, Logger: log})
 }
 
 // Cleanup runs the retention jobs.
@@ -456,6 +479,8 @@ func NewQueues(cfg config.Config) *Queues {
 type Dispatch struct {
 	Dispatcher *outbox.Dispatcher
 	Reconciler *reconcile.Reconciler
+	// Trimmer trims the integration event stream by age; nil with the memory transport.
+	Trimmer *eventstream.Trimmer
 	// Pool and Redis are the process's connections, for its readiness checks.
 	Pool  *pgxpool.Pool
 	Redis redis.UniversalClient
@@ -466,5 +491,8 @@ func (d *Dispatch) Run(ctx context.Context) error {
 	g, ctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return d.Dispatcher.Run(ctx) })
 	g.Go(func() error { return d.Reconciler.Run(ctx) })
+	if d.Trimmer != nil {
+		g.Go(func() error { return d.Trimmer.Run(ctx) })
+	}
 	return g.Wait()
 }

@@ -150,9 +150,18 @@ func InitializeDispatch(ctx context.Context, cfg config.Config, q *Queues, reg *
 		cleanup()
 		return nil, nil, err
 	}
+	trimmer, err := ProvideEventStreams(cfg, universalClient, reg, log)
+	if err != nil {
+		cleanup4()
+		cleanup3()
+		cleanup2()
+		cleanup()
+		return nil, nil, err
+	}
 	dispatch := &Dispatch{
 		Dispatcher: dispatcher,
 		Reconciler: reconciler,
+		Trimmer:    trimmer,
 		Pool:       pool,
 		Redis:      universalClient,
 	}
