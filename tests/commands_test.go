@@ -215,6 +215,30 @@ func TestCommandPublishTwiceExecutesOnce(t *testing.T) {
 	require.Equal(t, "succeeded", op["status"], "%v", op)
 	require.Eventually(t, func() bool { return ce.pendingCount(t) == 0 }, 10*time.Second, 50*time.Millisecond)
 
+	// A command with credentials: the reply is the endpoint's answer, without them; the
+	// store's verification runs as for HTTP.
+	apiKey := "sk_test_" + strings.ReplaceAll(uuid.NewString(), "-", "")
+	ev = command("cmd-store-1", "listing.create_store", acct.WorkspaceID, integID, map[string]any{
+		"platform": "sandbox", "shop_id": "shop-by-message", "name": "By message", "credentials": map[string]string{"api_key": apiKey}})
+	ce.send(t, map[string]any{"event": ev, "signature": sign(secret, ev)})
+	reply := ce.repliesTo(t, "cmd-store-1", 1)[0]
+	require.Equal(t, "listing.command.accepted", reply.Type, "%s", reply.Data)
+	require.NotContains(t, string(reply.Data), apiKey)
+	var created struct {
+		Store     struct{ ID, Status string }
+		Operation struct{ ID string }
+	}
+	require.NoError(t, json.Unmarshal(reply.Data, &created))
+	require.Equal(t, "pending_verification", created.Store.Status)
+	op = ce.WaitOperation(acct, created.Operation.ID)
+	require.Equal(t, "succeeded", op["status"], "%v", op)
+	all, err := ce.rdb.XRange(context.Background(), ce.replies, "-", "+").Result()
+	require.NoError(t, err)
+	for _, m := range all {
+		require.NotContains(t, m.Values[cloudevent.FieldEvent], apiKey)
+	}
+	require.NotContains(t, ce.Logs(), apiKey)
+
 	// The secret appears in no log line and no stored row.
 	require.NotContains(t, ce.Logs(), secret)
 	require.Zero(t, ce.Count(`SELECT count(*) FROM integrations WHERE position(convert_to($1, 'UTF8') in secret_sealed) > 0`, secret))
@@ -336,6 +360,23 @@ func TestIntegrationPrincipals(t *testing.T) {
 	require.Equal(t, http.StatusNotFound, resp.Status, "%s", resp.Body)
 	require.Zero(t, env.Count(`SELECT count(*) FROM integrations`))
 	require.Zero(t, env.Count(`SELECT count(*) FROM users WHERE kind = 'integration'`))
+
+	// A member who is not an owner may not manage integrations.
+	member := env.Register("member-integrations@example.com")
+	_, err := env.DB.Owner.Exec(context.Background(), `INSERT INTO workspace_memberships (workspace_id, user_id, role) VALUES ($1, $2, 'member')`,
+		acct.WorkspaceID, member.UserID)
+	require.NoError(t, err)
+	for _, req := range []servicetest.Request{
+		{Method: "POST", Path: ws + "/integrations", Body: map[string]any{"name": "ERP"}},
+		{Method: "GET", Path: ws + "/integrations"},
+		{Method: "DELETE", Path: ws + "/integrations/" + uuid.NewString()},
+	} {
+		req.Token = member.AccessToken
+		resp := env.Do(req)
+		require.Equal(t, http.StatusForbidden, resp.Status, "%s %s: %s", req.Method, req.Path, resp.Body)
+		require.Equal(t, "OWNER_REQUIRED", resp.Code())
+	}
+	require.Zero(t, env.Count(`SELECT count(*) FROM integrations`))
 
 	resp = env.Do(servicetest.Request{Method: "POST", Path: ws + "/integrations", Token: acct.AccessToken, Body: map[string]any{"name": "ERP"}})
 	require.Equal(t, http.StatusCreated, resp.Status, "%s", resp.Body)
