@@ -1,6 +1,7 @@
 package tests
 
 import (
+	"bytes"
 	"context"
 	"crypto/hmac"
 	"crypto/sha256"
@@ -8,6 +9,8 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"os"
+	"os/exec"
 	"strings"
 	"sync"
 	"testing"
@@ -412,4 +415,62 @@ func TestIntegrationPrincipals(t *testing.T) {
 	require.Zero(t, env.Count(`SELECT count(*) FROM workspace_memberships WHERE user_id = $1`, userID))
 
 	require.NotContains(t, env.Logs(), secret)
+}
+
+// The Node.js example of docs/integrations.md (tests/bullmqnode/command-sender.mjs, a plain
+// ioredis client) signs commands, sends them and reads their replies.
+func TestCommandNodeSender(t *testing.T) {
+	t.Parallel()
+	requireEventsNode(t)
+	ce := startCommands(t)
+	acct, storeID, products, integID, secret := setupPublishing(t, ce, "cmd-node@example.com")
+	ce.start()
+
+	raw, err := json.Marshal(map[string]any{
+		"prefix": strings.TrimSuffix(ce.stream, ":commands"), "source": "/erp/node", "workspaceId": acct.WorkspaceID,
+		"integrationId": integID, "secret": secret,
+		"commands": []map[string]any{
+			{"id": "node-1", "type": "listing.publish", "data": map[string]any{"product_id": products[0], "store_id": storeID}},
+			{"id": "node-2", "type": "listing.publish", "data": map[string]any{"product_id": products[0]}},
+		},
+	})
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "node", "command-sender.mjs", string(raw))
+	cmd.Dir = eventsNodeDir()
+	cmd.Env = append(os.Environ(), "REDIS_URL="+ce.Config.RedisURL)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	require.NoError(t, err, "node command-sender.mjs: %s", stderr.String())
+
+	replies := map[string]struct {
+		Type string          `json:"type"`
+		Data json.RawMessage `json:"data"`
+	}{}
+	reason := ""
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		var r struct {
+			CorrelationID string          `json:"correlationid"`
+			Type          string          `json:"type"`
+			Data          json.RawMessage `json:"data"`
+			Done          bool            `json:"done"`
+			Reason        string          `json:"reason"`
+		}
+		require.NoError(t, json.Unmarshal([]byte(line), &r), line)
+		if r.Done {
+			reason = r.Reason
+			continue
+		}
+		replies[r.CorrelationID] = struct {
+			Type string          `json:"type"`
+			Data json.RawMessage `json:"data"`
+		}{r.Type, r.Data}
+	}
+	require.Equal(t, "replied", reason, "%s", out)
+	require.Equal(t, "listing.command.accepted", replies["node-1"].Type, "%s", replies["node-1"].Data)
+	require.Equal(t, "listing.command.rejected", replies["node-2"].Type)
+	require.Contains(t, string(replies["node-2"].Data), `"VALIDATION_FAILED"`)
+	require.Equal(t, 1, ce.Count(`SELECT count(*) FROM publications WHERE product_id = $1`, products[0]))
 }

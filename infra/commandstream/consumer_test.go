@@ -71,6 +71,9 @@ type fixture struct {
 
 func setup(t *testing.T, cfg commandstream.Config) *fixture {
 	t.Helper()
+	if testing.Short() {
+		t.Skip("needs Redis")
+	}
 	url := os.Getenv("REDIS_URL")
 	if url == "" {
 		url = "redis://127.0.0.1:6379/0"
