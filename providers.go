@@ -332,8 +332,8 @@ type API struct {
 	Server *httpapi.Server
 	// Commands consumes the command stream; `commands` and `all` run it, `serve` does not.
 	Commands *commandstream.Consumer
-	App    *app.Application
-	Pool   *pgxpool.Pool
+	App      *app.Application
+	Pool     *pgxpool.Pool
 	// Redis is the queues' client: a *redis.ClusterClient with REDIS_CLUSTER_ADDRS.
 	Redis redis.UniversalClient
 }
