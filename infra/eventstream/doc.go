@@ -7,8 +7,10 @@
 //
 // Integration events are outbox events like any other: the business transaction records
 // them, and the outbox Dispatcher delivers them at least once, routed to
-// worker.StreamEvents. Its publisher for that destination is watermill-redisstream's, with
-// Marshaller, which turns the dispatcher's job envelope (worker.Envelope) into the entry:
+// worker.StreamEvents. Its publisher for that destination is Publisher, which appends a
+// batch in one pipeline of XADDs (watermill-redisstream's Publisher, which Marshaller also
+// fits, sends one round trip per message: BenchmarkPublish100), with Marshaller, which turns
+// the dispatcher's job envelope (worker.Envelope) into the entry:
 // CloudEvent id = outbox event id (stable across redeliveries: consumers deduplicate on it),
 // type = the domain event type, source = Source, subject = "<aggregate type>/<aggregate id>",
 // time = when the event occurred, data = the domain event's JSON, extensions workspaceid and
