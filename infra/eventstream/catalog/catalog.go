@@ -96,6 +96,10 @@ events**: CloudEvents 1.0 in JSON structured mode on the Redis stream
 Which domain events are integration events is declared in the code beside each event
 (` + "`domain.RegisterIntegrationEvent`" + `); this catalogue is generated from that registry.
 
+This stream replaces ` + "`<BULLMQ_PREFIX>:operation-events`" + ` (job envelopes with watermill's msgpack
+metadata, operation status changes only), which is no longer written: move its readers
+here, then delete the old key.
+
 ## Stream entries
 
 Each entry has exactly one field, ` + "`event`" + `, holding the CloudEvent's JSON bytes:
