@@ -56,7 +56,7 @@ lint: ## gofmt and go vet (the service and the bench module)
 
 .PHONY: events-doc
 events-doc: ## Regenerate docs/events.md, the integration event catalogue, from the code's event registry
-	$(GO) test -count=1 -run '^TestCatalogIsCurrent$$' ./infra/eventstream -update
+	$(GO) test -count=1 -run '^TestCatalogIsCurrent$$' ./infra/eventstream/catalog -update
 
 .PHONY: wire
 wire: ## Regenerate wire_gen.go

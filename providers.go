@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
-	"github.com/ThreeDotsLabs/watermill-redisstream/pkg/redisstream"
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/go-chi/chi/v5"
 
@@ -345,11 +344,11 @@ func ProvideBullMQConfig(cfg config.Config, rdb redis.UniversalClient) bullmq.Co
 }
 
 // ProvidePublishers builds the dispatcher's publishers: BullMQ for every job queue and, for
-// integration events, watermill-redisstream's publisher with eventstream.Marshaller on the
-// stream <STREAM_PREFIX>:events (CloudEvents, trimmed to EVENTS_MAX_LEN on each append).
-// The stream publisher gets its own Redis client, of the same kind as ProvideRedis's (a
-// cluster client with REDIS_CLUSTER_ADDRS; the stream is one key, so any slot will do);
-// watermill-redisstream's Close closes the client it is given.
+// integration events, eventstream.Publisher (watermill-redisstream's entry contract with
+// eventstream.Marshaller, one pipeline per batch) on the stream <STREAM_PREFIX>:events
+// (CloudEvents, trimmed to EVENTS_MAX_LEN on each append). The stream publisher gets its own
+// Redis client, of the same kind as ProvideRedis's (a cluster client with
+// REDIS_CLUSTER_ADDRS; the stream is one key, so any slot will do), closed by the cleanup.
 func ProvidePublishers(cfg config.Config, bcfg bullmq.Config, q *Queues, log *slog.Logger) (outbox.PublisherMap, func(), error) {
 	if q.Memory != nil {
 		m := outbox.PublisherMap{worker.StreamEvents: q.Memory}
@@ -367,8 +366,7 @@ func ProvidePublishers(cfg config.Config, bcfg bullmq.Config, q *Queues, log *sl
 	if err != nil {
 		return nil, nil, err
 	}
-	sp, err := redisstream.NewPublisher(redisstream.PublisherConfig{Client: streamClient, Marshaller: eventstream.Marshaller{},
-		DefaultMaxlen: cfg.EventsMaxLen}, wlog)
+	sp, err := eventstream.NewPublisher(eventstream.PublisherConfig{Client: streamClient, MaxLen: cfg.EventsMaxLen})
 	if err != nil {
 		_ = streamClient.Close()
 		return nil, nil, err
@@ -377,7 +375,7 @@ func ProvidePublishers(cfg config.Config, bcfg bullmq.Config, q *Queues, log *sl
 	for _, q := range worker.Queues() {
 		m[q] = bp
 	}
-	return m, func() { _ = bp.Close(); _ = sp.Close() }, nil
+	return m, func() { _ = bp.Close(); _ = streamClient.Close() }, nil
 }
 
 // prefixedTopics publishes to prefix+topic: the integration streams live under

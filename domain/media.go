@@ -39,10 +39,12 @@ type Media struct {
 
 // MediaVariant is a derived image.
 type MediaVariant struct {
-	Name   string `json:"name"`
-	Width  int    `json:"width"`
-	Height int    `json:"height"`
-	Size   int64  `json:"size"`
+	// Name is the variant's name: "thumb" or "medium".
+	Name string `json:"name"`
+	// Width and Height are in pixels, Size in bytes.
+	Width  int   `json:"width"`
+	Height int   `json:"height"`
+	Size   int64 `json:"size"`
 }
 
 // AllowedMediaTypes are the image types accepted.
@@ -181,6 +183,7 @@ func (t MaterialTransfer) RequestEvent() Event {
 // MediaProcessed (media.ready) is emitted when a media was validated and its variants derived: it can be used.
 // An integration event.
 type MediaProcessed struct {
+	// MediaID is the media (GET /v1/workspaces/{ws}/media/{id}).
 	MediaID uuid.UUID `json:"media_id"`
 	// OperationID is the operation of the media's processing.
 	OperationID uuid.UUID `json:"operation_id"`

@@ -54,9 +54,12 @@ func (s ProductSync) RequestEvent() Event {
 // ProductSyncCompleted is emitted when a product sync read the store's last page. An
 // integration event.
 type ProductSyncCompleted struct {
-	SyncID      uuid.UUID `json:"sync_id"`
+	// SyncID is the product sync (GET /v1/workspaces/{ws}/product-syncs/{id}).
+	SyncID uuid.UUID `json:"sync_id"`
+	// OperationID is the operation of the sync request.
 	OperationID uuid.UUID `json:"operation_id"`
-	StoreID     uuid.UUID `json:"store_id"`
+	// StoreID is the store synced.
+	StoreID uuid.UUID `json:"store_id"`
 	// Pages and Items count the pages read and the platform products synced.
 	Pages int `json:"pages"`
 	Items int `json:"items"`

@@ -100,8 +100,10 @@ type PublicationPublished struct {
 	PublicationID uuid.UUID `json:"publication_id"`
 	// OperationID is the operation of the publish request.
 	OperationID uuid.UUID `json:"operation_id"`
-	ProductID   uuid.UUID `json:"product_id"`
-	StoreID     uuid.UUID `json:"store_id"`
+	// ProductID is the product published.
+	ProductID uuid.UUID `json:"product_id"`
+	// StoreID is the store it was published to.
+	StoreID uuid.UUID `json:"store_id"`
 	// ProductRevision is the product revision the platform product holds.
 	ProductRevision int `json:"product_revision"`
 	// ExternalProductID is the platform's id of the product.

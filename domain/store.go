@@ -132,6 +132,7 @@ func (v StoreVerification) RequestEvent() Event {
 // StoreCredentialsVerified (store.verified) is emitted when a verification found the store's current credentials valid
 // (the store is then verified). An integration event.
 type StoreCredentialsVerified struct {
+	// StoreID is the store now verified.
 	StoreID uuid.UUID `json:"store_id"`
 	// VerificationID and OperationID are the verification task and its operation.
 	VerificationID uuid.UUID `json:"verification_id"`

@@ -96,7 +96,10 @@ func New(id, typ, source string, t time.Time, data any) (Event, error) {
 }
 
 // MarshalJSON writes the structured-mode JSON object.
-func (e Event) MarshalJSON() ([]byte, error) {
+func (e Event) MarshalJSON() ([]byte, error) { return e.marshal() }
+
+// marshal writes the JSON object; Data is checked (and compacted) once, by encoding/json.
+func (e Event) marshal() ([]byte, error) {
 	type plain Event // no methods: no recursion
 	w := struct {
 		plain
@@ -133,8 +136,19 @@ func (e *Event) UnmarshalJSON(b []byte) error {
 }
 
 // Validate reports whether e has the attributes CloudEvents 1.0 requires and data that is
-// JSON when its content type says so.
+// JSON.
 func (e Event) Validate() error {
+	if err := e.validateAttributes(); err != nil {
+		return err
+	}
+	if len(e.Data) > 0 && !json.Valid(e.Data) {
+		return fmt.Errorf("%w: data is not JSON", ErrInvalid)
+	}
+	return nil
+}
+
+// validateAttributes is Validate without the check of Data.
+func (e Event) validateAttributes() error {
 	switch {
 	case e.SpecVersion != SpecVersion:
 		return fmt.Errorf("%w: specversion %q, want %q", ErrInvalid, e.SpecVersion, SpecVersion)
@@ -145,20 +159,18 @@ func (e Event) Validate() error {
 	case e.Type == "":
 		return fmt.Errorf("%w: type is empty", ErrInvalid)
 	}
-	if len(e.Data) > 0 && !json.Valid(e.Data) {
-		return fmt.Errorf("%w: data is not JSON", ErrInvalid)
-	}
 	return nil
 }
 
 // Encode validates e and returns its JSON bytes (the value of a stream entry's FieldEvent).
 func Encode(e Event) ([]byte, error) {
-	if err := e.Validate(); err != nil {
+	if err := e.validateAttributes(); err != nil {
 		return nil, err
 	}
-	b, err := json.Marshal(e)
+	b, err := e.marshal()
 	if err != nil {
-		return nil, fmt.Errorf("cloudevent.Encode: %w", err)
+		// Data that is not JSON fails here.
+		return nil, fmt.Errorf("%w: %v", ErrInvalid, err)
 	}
 	return b, nil
 }

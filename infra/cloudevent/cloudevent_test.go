@@ -84,3 +84,10 @@ func TestDecodeMinimal(t *testing.T) {
 	require.NoError(t, err)
 	require.JSONEq(t, `{"specversion":"1.0","id":"1","source":"/s","type":"t"}`, string(b))
 }
+
+func TestEncodeRefusesDataThatIsNotJSON(t *testing.T) {
+	_, err := cloudevent.Encode(cloudevent.Event{SpecVersion: "1.0", ID: "1", Source: "/s", Type: "t", Data: json.RawMessage(`{"a":`)})
+	require.ErrorIs(t, err, cloudevent.ErrInvalid)
+	_, err = cloudevent.Encode(cloudevent.Event{ID: "1", Source: "/s", Type: "t"})
+	require.ErrorIs(t, err, cloudevent.ErrInvalid, "no specversion")
+}

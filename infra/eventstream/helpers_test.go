@@ -12,7 +12,7 @@ import (
 
 // redisClient returns a client of the test Redis (REDIS_URL, default 127.0.0.1:6379/0) and
 // a stream key of this test's own, deleted at the end.
-func redisClient(t *testing.T) (*redis.Client, string) {
+func redisClient(t testing.TB) (*redis.Client, string) {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("needs Redis")

@@ -18,7 +18,7 @@ import (
 )
 
 // dispatcherMessage is a message as the outbox Dispatcher builds it for worker.StreamEvents.
-func dispatcherMessage(t *testing.T, id string, trace bool) *message.Message {
+func dispatcherMessage(t testing.TB, id string, trace bool) *message.Message {
 	t.Helper()
 	env := worker.Envelope{EventID: id, WorkspaceID: "0193a7c4-0000-7000-8000-00000000000a", EventType: "publication.published",
 		Payload: json.RawMessage(`{"publication_id":"p-1","product_revision":2}`), OccurredAt: time.Date(2026, 12, 1, 7, 30, 0, 5000, time.UTC),
@@ -60,25 +60,31 @@ func TestMarshalWritesOneFieldCloudEvent(t *testing.T) {
 	require.Error(t, err, "an envelope without type and workspace")
 }
 
-// TestPublishSubscribeThroughRedis publishes with watermill-redisstream's Publisher and
-// Marshaller, reads the raw entry, and consumes it with the Subscriber, a consumer group and
-// Unmarshaller.
+// TestPublishSubscribeThroughRedis publishes with watermill-redisstream's Publisher and with
+// Publisher (pipelined), both with Marshaller, reads the raw entries, and consumes them with
+// watermill-redisstream's Subscriber, a consumer group and Unmarshaller.
 func TestPublishSubscribeThroughRedis(t *testing.T) {
 	t.Parallel()
 	rdb, stream := redisClient(t)
 	log := watermill.NopLogger{}
-	pub, err := redisstream.NewPublisher(redisstream.PublisherConfig{Client: rdb, Marshaller: eventstream.Marshaller{}, DefaultMaxlen: 100}, log)
+	rs, err := redisstream.NewPublisher(redisstream.PublisherConfig{Client: rdb, Marshaller: eventstream.Marshaller{}, DefaultMaxlen: 100}, log)
 	require.NoError(t, err)
-	id := "0193a7c4-5e1f-7d2a-9b3c-4d5e6f708194"
-	require.NoError(t, pub.Publish(stream, dispatcherMessage(t, id, true)))
+	ids := []string{"0193a7c4-5e1f-7d2a-9b3c-4d5e6f708194", "0193a7c4-5e1f-7d2a-9b3c-4d5e6f708195", "0193a7c4-5e1f-7d2a-9b3c-4d5e6f708196"}
+	require.NoError(t, rs.Publish(stream, dispatcherMessage(t, ids[0], true)))
+	pp, err := eventstream.NewPublisher(eventstream.PublisherConfig{Client: rdb, MaxLen: 100})
+	require.NoError(t, err)
+	require.NoError(t, pp.Publish(stream, dispatcherMessage(t, ids[1], true), dispatcherMessage(t, ids[2], false)))
+	require.Error(t, pp.Publish(stream, dispatcherMessage(t, "x", true), message.NewMessage("y", []byte("not an envelope"))))
 
 	entries, err := rdb.XRange(context.Background(), stream, "-", "+").Result()
 	require.NoError(t, err)
-	require.Len(t, entries, 1)
-	require.Len(t, entries[0].Values, 1)
-	ev, err := cloudevent.FromEntry(entries[0].Values)
-	require.NoError(t, err)
-	require.Equal(t, id, ev.ID)
+	require.Len(t, entries, 3, "a batch with a bad message appends nothing")
+	for i, e := range entries {
+		require.Len(t, e.Values, 1)
+		ev, err := cloudevent.FromEntry(e.Values)
+		require.NoError(t, err)
+		require.Equal(t, ids[i], ev.ID, "in order")
+	}
 
 	sub, err := redisstream.NewSubscriber(redisstream.SubscriberConfig{Client: rdb, Unmarshaller: eventstream.Unmarshaller{},
 		ConsumerGroup: "test", Consumer: "c1", OldestId: "0"}, log)
@@ -87,17 +93,19 @@ func TestPublishSubscribeThroughRedis(t *testing.T) {
 	defer cancel()
 	msgs, err := sub.Subscribe(ctx, stream)
 	require.NoError(t, err)
-	select {
-	case m := <-msgs:
-		require.Equal(t, id, m.UUID)
-		require.Equal(t, "publication.published", m.Metadata.Get(eventstream.MetadataType))
-		require.Equal(t, "publication/p-1", m.Metadata.Get(eventstream.MetadataSubject))
-		got, err := cloudevent.Decode(m.Payload)
-		require.NoError(t, err)
-		require.JSONEq(t, `{"publication_id":"p-1","product_revision":2}`, string(got.Data))
-		m.Ack()
-	case <-ctx.Done():
-		t.Fatal("no message")
+	for _, id := range ids {
+		select {
+		case m := <-msgs:
+			require.Equal(t, id, m.UUID)
+			require.Equal(t, "publication.published", m.Metadata.Get(eventstream.MetadataType))
+			require.Equal(t, "publication/p-1", m.Metadata.Get(eventstream.MetadataSubject))
+			got, err := cloudevent.Decode(m.Payload)
+			require.NoError(t, err)
+			require.JSONEq(t, `{"publication_id":"p-1","product_revision":2}`, string(got.Data))
+			m.Ack()
+		case <-ctx.Done():
+			t.Fatal("no message")
+		}
 	}
 	cancel()
 	require.NoError(t, sub.Close())

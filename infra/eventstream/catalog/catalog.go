@@ -1,4 +1,7 @@
-package eventstream
+// Package catalog renders docs/events.md, the catalogue of the integration events
+// (eventstream), from the code's registry (domain.IntegrationEvents) with a JSON Schema per
+// event type. It is used by its test and `make events-doc`, not by the service.
+package catalog
 
 import (
 	"bytes"
@@ -13,15 +16,15 @@ import (
 	"github.com/listingkit/listing/domain"
 )
 
-// CatalogPath is where the catalogue lives, relative to the repository's root.
-const CatalogPath = "docs/events.md"
+// Path is where the catalogue lives, relative to the repository's root.
+const Path = "docs/events.md"
 
 // GoComments reads the doc comments of the Go package in dir (relative to the working
 // directory, whose package's import path is base) for Catalog's field descriptions.
 func GoComments(base, dir string) (map[string]string, error) {
 	r := &jsonschema.Reflector{}
 	if err := r.AddGoComments(base, dir); err != nil {
-		return nil, fmt.Errorf("eventstream.GoComments: %w", err)
+		return nil, fmt.Errorf("catalog.GoComments: %w", err)
 	}
 	return r.CommentMap, nil
 }
@@ -64,7 +67,7 @@ func Catalog(events []domain.IntegrationEvent, comments map[string]string) ([]by
 		s := Schema(e, comments)
 		raw, err := json.MarshalIndent(s, "", "  ")
 		if err != nil {
-			return nil, fmt.Errorf("eventstream.Catalog: %s: %w", e.Sample.EventType(), err)
+			return nil, fmt.Errorf("catalog.Catalog: %s: %w", e.Sample.EventType(), err)
 		}
 		fmt.Fprintf(&b, "\n### `%s`\n\n%s\n\nSubject: `%s/<%s id>`. JSON Schema of `data`:\n\n```json\n%s\n```\n",
 			e.Sample.EventType(), e.Doc, e.Sample.AggregateType(), e.Sample.AggregateType(), raw)
@@ -84,7 +87,7 @@ func firstSentence(s string) string {
 
 const catalogIntro = `# Integration events
 
-<!-- Generated from the code's event registry by ` + "`make events-doc`" + ` (infra/eventstream.Catalog);
+<!-- Generated from the code's event registry by ` + "`make events-doc`" + ` (infra/eventstream/catalog);
 do not edit: TestCatalogIsCurrent fails when this file is stale. -->
 
 The service publishes what happens in a workspace to other services as **integration
@@ -92,6 +95,10 @@ events**: CloudEvents 1.0 in JSON structured mode on the Redis stream
 ` + "`<STREAM_PREFIX>:events`" + ` (` + "`listing:events`" + ` by default), readable with any Redis client.
 Which domain events are integration events is declared in the code beside each event
 (` + "`domain.RegisterIntegrationEvent`" + `); this catalogue is generated from that registry.
+
+This stream replaces ` + "`<BULLMQ_PREFIX>:operation-events`" + ` (job envelopes with watermill's msgpack
+metadata, operation status changes only), which is no longer written: move its readers
+here, then delete the old key.
 
 ## Stream entries
 

@@ -1,4 +1,4 @@
-package eventstream_test
+package catalog_test
 
 import (
 	"encoding/json"
@@ -11,18 +11,18 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/listingkit/listing/domain"
-	"github.com/listingkit/listing/infra/eventstream"
+	"github.com/listingkit/listing/infra/eventstream/catalog"
 )
 
 var update = flag.Bool("update", false, "rewrite docs/events.md (make events-doc)")
 
-// catalog renders the catalogue of the registry, with the field comments of domain/.
-func catalog(t *testing.T) []byte {
+// render renders the catalogue of the registry, with the field comments of domain/.
+func render(t *testing.T) []byte {
 	t.Helper()
-	comments, err := eventstream.GoComments("github.com/listingkit/listing/infra/eventstream", "../../domain")
+	comments, err := catalog.GoComments("github.com/listingkit/listing/infra/eventstream/catalog", "../../../domain")
 	require.NoError(t, err)
 	require.Contains(t, comments, "github.com/listingkit/listing/domain.PublicationPublished.ExternalProductID", "the domain's comments were read")
-	out, err := eventstream.Catalog(domain.IntegrationEvents(), comments)
+	out, err := catalog.Catalog(domain.IntegrationEvents(), comments)
 	require.NoError(t, err)
 	return out
 }
@@ -30,21 +30,21 @@ func catalog(t *testing.T) []byte {
 // TestCatalogIsCurrent fails when docs/events.md is not what the registry generates; run
 // `make events-doc` to rewrite it.
 func TestCatalogIsCurrent(t *testing.T) {
-	path := filepath.Join("..", "..", eventstream.CatalogPath)
-	want := catalog(t)
+	path := filepath.Join("..", "..", "..", catalog.Path)
+	want := render(t)
 	if *update {
 		require.NoError(t, os.WriteFile(path, want, 0o644))
 	}
 	got, err := os.ReadFile(path)
 	require.NoError(t, err)
-	require.Equal(t, string(want), string(got), "%s is stale: run make events-doc", eventstream.CatalogPath)
+	require.Equal(t, string(want), string(got), "%s is stale: run make events-doc", catalog.Path)
 }
 
 // TestCatalogDocumentsEveryIntegrationEvent: the required types are integration events,
 // each has a section with a JSON Schema whose properties are the event's JSON keys.
 func TestCatalogDocumentsEveryIntegrationEvent(t *testing.T) {
 	t.Parallel()
-	doc := string(catalog(t))
+	doc := string(render(t))
 	types := map[string]bool{}
 	for _, e := range domain.IntegrationEvents() {
 		typ := e.Sample.EventType()
@@ -52,7 +52,7 @@ func TestCatalogDocumentsEveryIntegrationEvent(t *testing.T) {
 		require.NotEmpty(t, e.Doc, typ)
 		require.Contains(t, doc, "\n### `"+typ+"`\n", "a section for %s", typ)
 
-		raw, err := json.Marshal(eventstream.Schema(e, nil))
+		raw, err := json.Marshal(catalog.Schema(e, nil))
 		require.NoError(t, err)
 		var schema struct {
 			Type       string                     `json:"type"`
