@@ -58,6 +58,10 @@ lint: ## gofmt and go vet (the service and the bench module)
 	$(GO) vet ./...
 	cd bench && $(GO) vet ./...
 
+.PHONY: events-doc
+events-doc: ## Regenerate docs/events.md, the integration event catalogue, from the code's event registry
+	$(GO) test -count=1 -run '^TestCatalogIsCurrent$$' ./infra/eventstream/catalog -update
+
 .PHONY: wire
 wire: ## Regenerate wire_gen.go
 	$(GO) tool wire gen .

@@ -34,8 +34,10 @@ type Queries struct {
 	Syncs        port.ProductSyncs
 	AITasks      port.Repository[domain.AITask]
 	Updates      port.ListingUpdates
-	Storage      port.ObjectStorage
-	Fetcher      port.Fetcher
+	// Principals are the integration principals (Integrations, Principal).
+	Principals port.Integrations
+	Storage    port.ObjectStorage
+	Fetcher    port.Fetcher
 }
 
 // IsMember reports whether the user belongs to the workspace. Callers answer 404 when not,

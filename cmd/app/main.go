@@ -4,6 +4,7 @@
 //	app serve     the HTTP API
 //	app dispatch  the outbox dispatcher
 //	app work      the BullMQ job consumers
+//	app commands  the consumer of the command stream (commands sent as messages)
 //	app cleanup   retention jobs
 //	app outbox    operators' view of the outbox
 //	app console   the operators' web console
@@ -46,6 +47,7 @@ func subcommands() map[string]subcommand {
 		"serve":    {"run the HTTP API", runServe},
 		"dispatch": {"run the outbox dispatcher (outbox → BullMQ / Redis streams) and the reconciler of stuck tasks", runDispatch},
 		"work":     {"run the BullMQ job consumers of every queue", runWork},
+		"commands": {"consume the commands other services send on <STREAM_PREFIX>:commands (replies on …:command-replies)", runCommands},
 		"cleanup":  {"delete expired idempotency records and old dispatched events (once, or -every D)", runCleanup},
 		"outbox":   {"operators: stats | list | show | redrive | purge (`app outbox help`)", runOutbox},
 		"console":  {"operators: the web console on CONSOLE_ADDR (outbox, queues, operations)", runConsole},

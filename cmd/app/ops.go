@@ -79,6 +79,29 @@ func runWork(ctx context.Context, cfg config.Config, log *slog.Logger, args []st
 	return runWithAdmin(ctx, ln, reg, readiness(cfg, w.Pool, w.Redis), log, w.Run)
 }
 
+// runCommands runs the consumer of the command stream: commands that other services send as
+// messages, executed through the API's endpoints and command bus. It is a transport of the
+// API, not a worker: it needs what `serve` needs (the bus, FINGERPRINT_KEYS, CREDENTIALS_KEYS)
+// and none of the external systems `work` calls, and it scales with the commands other
+// services send, not with the jobs.
+func runCommands(ctx context.Context, cfg config.Config, log *slog.Logger, args []string) error {
+	fs := flag.NewFlagSet("commands", flag.ContinueOnError)
+	adminAddr := fs.String("admin-addr", cfg.AdminAddr, "serve /healthz, /readyz and /metrics on this address (ADMIN_ADDR; empty: none)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if cfg.Memory() {
+		return errors.New("QUEUE_TRANSPORT=memory: the command stream needs Redis; use the bullmq transport")
+	}
+	reg := listing.NewRegistry()
+	api, cleanup, err := listing.InitializeAPI(ctx, cfg, listing.Options{}, reg, log)
+	if err != nil {
+		return err
+	}
+	defer cleanup()
+	return runWithAdmin(ctx, *adminAddr, reg, readiness(cfg, api.Pool, api.Redis), log, api.Commands.Run)
+}
+
 func runCleanup(ctx context.Context, cfg config.Config, log *slog.Logger, args []string) error {
 	fs := newFlags("cleanup", subcommands()["cleanup"].summary)
 	every := fs.Duration("every", 0, "run on this schedule until stopped (0: once), e.g. 10m")

@@ -138,6 +138,9 @@ func runAll(ctx context.Context, cfg config.Config, log *slog.Logger, args []str
 	g.Go(func() error { return serveOn(ctx, apiLn, api.Server, log) })
 	g.Go(func() error { return d.Run(ctx) })
 	g.Go(func() error { return work.Run(ctx) })
+	if !cfg.Memory() { // the command stream lives in Redis
+		g.Go(func() error { return api.Commands.Run(ctx) })
+	}
 	g.Go(func() error { return cleanupLoop(ctx, retention, cfg.CleanupInterval, log) })
 	return g.Wait()
 }

@@ -5,7 +5,7 @@
 //
 // server.go is the router: every route is listed in routes. Each resource has one file
 // (products.go, stores.go, media.go, transfers.go, publications.go, listing_updates.go,
-// syncs.go, ai_tasks.go, operations.go, auth.go) with its JSON shapes and handlers; handle.go holds what they share.
+// syncs.go, ai_tasks.go, operations.go, auth.go, integrations.go) with its JSON shapes and handlers; handle.go holds what they share.
 // Every POST/PUT that starts asynchronous work requires Idempotency-Key and answers
 // {"<resource>": …, "operation": …}.
 //
@@ -220,6 +220,10 @@ func (s *Server) routes() http.Handler {
 				r.Post("/ai-tasks", s.createAITask)
 				r.Get("/ai-tasks", s.listAITasks)
 				r.Get("/ai-tasks/{ai_task_id}", s.getAITask)
+
+				r.Post("/integrations", s.createIntegration)
+				r.Get("/integrations", s.listIntegrations)
+				r.Delete("/integrations/{integration_id}", s.revokeIntegration)
 			})
 		})
 		if s.deps.Extra != nil {
