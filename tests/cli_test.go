@@ -47,7 +47,7 @@ func TestCLIUsage(t *testing.T) {
 
 	stdout, _, code := cliRun(t, "help")
 	require.Equal(t, 0, code)
-	for _, sub := range []string{"migrate", "serve", "dispatch", "work", "cleanup", "outbox", "console", "all"} {
+	for _, sub := range []string{"migrate", "serve", "dispatch", "work", "commands", "cleanup", "outbox", "console", "all"} {
 		require.Contains(t, stdout, "\n  "+sub+" ", "help lists %s", sub)
 	}
 	_, stderr, code = cliRun(t, "bogus")
@@ -56,7 +56,7 @@ func TestCLIUsage(t *testing.T) {
 
 	flags := map[string][]string{
 		"migrate": {"-create-database"}, "serve": {"-addr"}, "all": {"-addr"}, "console": {"-addr"},
-		"dispatch": {"-admin-addr"}, "work": {"-admin-addr"}, "cleanup": {"-every", "-admin-addr"},
+		"dispatch": {"-admin-addr"}, "work": {"-admin-addr"}, "commands": {"-admin-addr"}, "cleanup": {"-every", "-admin-addr"},
 		"outbox list": {"-workspace", "-status", "-limit"}, "outbox show": {"-workspace", "-id"},
 		"outbox redrive": {"-workspace", "-id", "-all", "-by", "-reason"}, "outbox purge": {"-all", "-by", "-reason"},
 		"outbox stats": nil,
