@@ -373,7 +373,7 @@ func (c *Consumer) process(ctx context.Context, msg redis.XMessage) outcome {
 	if len(mc.Data) == 0 {
 		mc.Data = []byte("{}")
 	}
-	res := c.cfg.Executor.ExecuteMessage(ctx, mc)
+	res := c.cfg.Executor.ExecuteMessage(withPrincipal(ctx, integ.ID), mc)
 	kind := "rejected"
 	if res.Accepted() {
 		kind = "accepted"
