@@ -420,9 +420,11 @@ func ProvideDispatcher(cfg config.Config, pool *pgxpool.Pool, pubs outbox.Publis
 }
 
 // ProvideEventStreams builds the age trimmer of the integration event stream
-// (EVENTS_RETENTION) and registers its metrics (eventstream.StreamCollector: length, lag
-// per consumer group, retention bounds) on reg. With the memory transport there is no
-// stream: nil.
+// (EVENTS_RETENTION) and registers the metrics of the integration streams
+// (eventstream.StreamCollector: length, lag and pending entries per consumer group,
+// retention bounds) on reg: <STREAM_PREFIX>:events, :commands (trimmed by its senders, if
+// at all: no bound of ours) and :command-replies (COMMAND_REPLIES_MAX_LEN). With the memory
+// transport there are no streams: nil.
 func ProvideEventStreams(cfg config.Config, rdb redis.UniversalClient, reg *prometheus.Registry, log *slog.Logger) (*eventstream.Trimmer, error) {
 	if cfg.Memory() {
 		return nil, nil
@@ -430,7 +432,10 @@ func ProvideEventStreams(cfg config.Config, rdb redis.UniversalClient, reg *prom
 	stream := eventstream.Stream(cfg.StreamPrefix)
 	var err error
 	metrics.Register(reg, eventstream.NewStreamCollector(rdb, map[string]eventstream.Retention{
-		stream: {MaxLen: cfg.EventsMaxLen, MaxAge: cfg.EventsRetention}}, log), &err)
+		stream:                                {MaxLen: cfg.EventsMaxLen, MaxAge: cfg.EventsRetention},
+		cfg.StreamPrefix + ":commands":        {},
+		cfg.StreamPrefix + ":command-replies": {MaxLen: cfg.CommandRepliesMaxLen},
+	}, log), &err)
 	if err != nil {
 		return nil, err
 	}
