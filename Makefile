@@ -12,7 +12,8 @@ help: ## Show this help
 	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  \033[36m%-14s\033[0m %s\n", $$1, $$2}'
 
 .PHONY: run
-run: ## Run the whole service in one process with development defaults (migrates first)
+run: ## Run the whole service in one process with development defaults (migrates first; installs jq for the README's "Try it" when missing)
+	@command -v jq >/dev/null 2>&1 || $(MAKE) --no-print-directory jq || echo "make run: jq could not be installed; the README's Try it needs it (make jq)" >&2
 	$(GO) run ./cmd/app all
 
 .PHONY: build
@@ -38,6 +39,14 @@ test: node-deps ## Run the whole test suite with the race detector (needs Postgr
 .PHONY: test-short
 test-short: ## Unit tests only (no database)
 	$(GO) test -short -count=1 ./...
+
+.PHONY: jq
+jq: ## Install jq (the README's "Try it" uses it) with apt-get, when missing
+	@command -v jq >/dev/null 2>&1 || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq jq)
+
+.PHONY: clean
+clean: ## Remove what make run and make test left: the dev database, idle test databases, the queues' Redis keys, STORAGE_DIR, bin/, node_modules (CLEAN_FLAGS=-h)
+	$(GO) run ./internal/devclean $(CLEAN_FLAGS)
 
 .PHONY: clean-testdb
 clean-testdb: ## Drop the test databases and templates that interrupted test runs left behind
