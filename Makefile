@@ -63,6 +63,15 @@ lint: ## gofmt and go vet (the service and the bench module)
 	$(GO) vet ./...
 	cd bench && $(GO) vet ./...
 
+# References to files outside the repository: the design notes the project started from
+# and their sections. The pattern is spelled so that it does not match itself.
+DOCS_REF_RE := \.\./shared|shared/(seed|[A-Z]+[.]md)|\b(API|DESIGN|BULLMQ|STYLE)[.]md|seed('s)? ?§|§ ?[0-9]|\bseed('s)? (promise|document|design|section)
+
+.PHONY: docs-check
+docs-check: ## Fail when a document or comment refers to a file outside the repository (docs/ holds the project's own)
+	@out=$$(git grep -nIE --untracked "$(DOCS_REF_RE)" | grep -vE 'RFC [0-9]+ §[0-9]'); \
+	if [ -n "$$out" ]; then echo "$$out"; echo "docs-check: refer to docs/ (http-api.md, architecture.md, guarantees.md, bullmq-wire.md, operations.md) instead"; exit 1; fi
+
 .PHONY: wire
 wire: ## Regenerate wire_gen.go
 	$(GO) tool wire gen .
