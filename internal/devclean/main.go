@@ -21,8 +21,9 @@ import (
 	"github.com/listingkit/listing/infra/postgres/pgtest"
 )
 
-// Test databases and templates, as infra/postgres/pgtest names them.
-var testDatabasePrefixes = []string{"listing_test_", "listing_tpl_"}
+// Test databases and templates, as infra/postgres/pgtest names them, and the databases of
+// an interrupted `make demo` (which drops its own when it ends).
+var testDatabasePrefixes = []string{"listing_test_", "listing_tpl_", "listing_demo_"}
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
