@@ -4,7 +4,8 @@
 //
 //   - the development database of MIGRATE_DATABASE_URL (default `listing`);
 //   - the test databases and templates of infra/postgres/pgtest (`listing_test_*`,
-//     `listing_tpl_*`) on TEST_DATABASE_URL's server;
+//     `listing_tpl_*`), and the database of an interrupted `make demo` (`listing_demo_*`), on
+//     TEST_DATABASE_URL's server;
 //   - the Redis keys under BULLMQ_PREFIX (default `bull`: the queues, their jobs, the
 //     operations' stream) and under STREAM_PREFIX (default `listing`: the integration streams);
 //   - STORAGE_DIR (default ./var/storage), bin/ and tests/bullmqnode/node_modules.
