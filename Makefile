@@ -33,7 +33,7 @@ browser-deps: ## Install Debian's chromium for the console's browser test (tests
 	@command -v chromium >/dev/null 2>&1 || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium)
 
 .PHONY: test
-test: node-deps ## Run the whole test suite with the race detector (needs PostgreSQL and Redis)
+test: node-deps jq ## Run the whole test suite with the race detector (needs PostgreSQL and Redis; tests/readme_test.go runs the README's Try it with jq)
 	$(GO) test $(TEST_FLAGS) ./...
 
 .PHONY: test-short
