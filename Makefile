@@ -20,6 +20,10 @@ run: ## Run the whole service in one process with development defaults (migrates
 build: ## Build bin/app
 	$(GO) build -o bin/app ./cmd/app
 
+.PHONY: demo
+demo: build ## Walk through every flow on a throwaway instance of its own (own database, ports, Redis prefix), then remove it
+	$(GO) run ./cmd/demo -app bin/app -image docs/demo/mug.png
+
 .PHONY: migrate
 migrate: ## Apply database migrations (MIGRATE_DATABASE_URL)
 	$(GO) run ./cmd/app migrate
@@ -71,6 +75,10 @@ DOCS_REF_RE := \.\./shared|shared/(seed|[A-Z]+[.]md)|\b(API|DESIGN|BULLMQ|STYLE)
 docs-check: ## Fail when a document or comment refers to a file outside the repository (docs/ holds the project's own)
 	@out=$$(git grep -nIE --untracked "$(DOCS_REF_RE)" | grep -vE 'RFC [0-9]+ §[0-9]'); \
 	if [ -n "$$out" ]; then echo "$$out"; echo "docs-check: refer to docs/ (http-api.md, architecture.md, guarantees.md, bullmq-wire.md, operations.md) instead"; exit 1; fi
+
+.PHONY: events-doc
+events-doc: ## Regenerate docs/events.md, the integration event catalogue, from the code's event registry
+	$(GO) test -count=1 -run '^TestCatalogIsCurrent$$' ./infra/eventstream/catalog -update
 
 .PHONY: wire
 wire: ## Regenerate wire_gen.go

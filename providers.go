@@ -10,10 +10,10 @@ import (
 	"log/slog"
 	"net/http"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
-	"github.com/ThreeDotsLabs/watermill-redisstream/pkg/redisstream"
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/go-chi/chi/v5"
 
@@ -33,11 +33,14 @@ import (
 	"github.com/listingkit/listing/domain"
 	"github.com/listingkit/listing/infra/auth"
 	"github.com/listingkit/listing/infra/bullmq"
+	"github.com/listingkit/listing/infra/commandstream"
 	"github.com/listingkit/listing/infra/config"
+	"github.com/listingkit/listing/infra/eventstream"
 	"github.com/listingkit/listing/infra/fetch"
 	"github.com/listingkit/listing/infra/httpapi"
 	"github.com/listingkit/listing/infra/idem"
 	"github.com/listingkit/listing/infra/jobs"
+	"github.com/listingkit/listing/infra/metrics"
 	"github.com/listingkit/listing/infra/outbox"
 	"github.com/listingkit/listing/infra/postgres"
 	"github.com/listingkit/listing/infra/secret"
@@ -96,7 +99,7 @@ func newRedisClient(cfg config.Config) (redis.UniversalClient, error) {
 func ProvideTokens(cfg config.Config, log *slog.Logger) (*auth.Tokens, error) {
 	spec, dev := config.Keys(cfg.AuthTokenKeys, "auth-token")
 	if dev {
-		log.Warn("AUTH_TOKEN_KEYS is unset: using the public development signing key")
+		warnOnce(log, "AUTH_TOKEN_KEYS is unset: using the public development signing key")
 	}
 	keys, err := auth.ParseKeys(spec)
 	if err != nil {
@@ -117,7 +120,7 @@ func ProvideHasher(opts Options) auth.Hasher {
 func ProvideIdempotency(cfg config.Config, reg *prometheus.Registry, log *slog.Logger) (*idem.Guard, error) {
 	spec, dev := config.Keys(cfg.FingerprintKeys, "idempotency-fingerprint")
 	if dev {
-		log.Warn("FINGERPRINT_KEYS is unset: using the public development fingerprint key")
+		warnOnce(log, "FINGERPRINT_KEYS is unset: using the public development fingerprint key")
 	}
 	keys, err := idem.ParseKeys(spec)
 	if err != nil {
@@ -128,6 +131,18 @@ func ProvideIdempotency(cfg config.Config, reg *prometheus.Registry, log *slog.L
 		return nil, err
 	}
 	return idem.New(idem.NewStore(), idem.Config{Keys: keys, Retention: cfg.IdempotencyRetention, Metrics: metrics})
+}
+
+// warned holds the warnings this process logged already (warnOnce).
+var warned sync.Map
+
+// warnOnce logs msg as a warning the first time this process asks, and never again: the
+// injectors of `all` build some providers twice (the API's and the workers'), and a
+// development-key warning is one fact about the process.
+func warnOnce(log *slog.Logger, msg string) {
+	if _, seen := warned.LoadOrStore(msg, true); !seen {
+		log.Warn(msg)
+	}
 }
 
 // ProvideBus builds the command bus: logging/metrics → RLS transaction → idempotency.
@@ -159,7 +174,7 @@ func ProvideStorage(ctx context.Context, cfg config.Config, log *slog.Logger) (*
 	spec := cfg.UploadSigningKey
 	if spec == "" {
 		spec = strings.TrimPrefix(config.DevKey("upload-signing"), "dev:")
-		log.Warn("UPLOAD_SIGNING_KEY is unset: using the public development signing key")
+		warnOnce(log, "UPLOAD_SIGNING_KEY is unset: using the public development signing key")
 	}
 	key, err := storage.DecodeSigningKey(spec)
 	if err != nil {
@@ -175,6 +190,9 @@ func ProvideStorage(ctx context.Context, cfg config.Config, log *slog.Logger) (*
 
 // ProvideFetcher builds the SSRF-guarded material fetcher.
 func ProvideFetcher(cfg config.Config, log *slog.Logger) (*fetch.Fetcher, error) {
+	if cfg.FetchAllowPrivate {
+		warnOnce(log, "FETCH_ALLOW_PRIVATE=true: material transfers may reach private, loopback and link-local addresses (development only)")
+	}
 	return fetch.New(fetch.Config{AllowPrivate: cfg.FetchAllowPrivate, Timeout: cfg.FetchTimeout,
 		DefaultMaxBytes: cfg.MediaMaxBytes, Logger: log})
 }
@@ -183,7 +201,7 @@ func ProvideFetcher(cfg config.Config, log *slog.Logger) (*fetch.Fetcher, error)
 func ProvideCipher(cfg config.Config, log *slog.Logger) (*secret.Cipher, error) {
 	spec, dev := config.Keys(cfg.CredentialsKeys, "credentials")
 	if dev {
-		log.Warn("CREDENTIALS_KEYS is unset: using the public development key")
+		warnOnce(log, "CREDENTIALS_KEYS is unset: using the public development key")
 	}
 	return secret.New(secret.Config{Keys: spec, RequireKeys: cfg.Production(), Logger: log})
 }
@@ -218,15 +236,16 @@ type Repositories struct {
 	Products      postgres.Products
 	Operations    *postgres.Repository[domain.Operation]
 	Stores        postgres.Stores
-	Verifications *postgres.Repository[domain.StoreVerification]
+	Verifications postgres.StoreVerifications
 	Media         *postgres.Repository[domain.Media]
 	MediaTasks    *postgres.Repository[domain.MediaTask]
 	Transfers     *postgres.Repository[domain.MaterialTransfer]
-	Publications  *postgres.Repository[domain.Publication]
+	Publications  postgres.Publications
 	Syncs         postgres.ProductSyncs
 	AITasks       *postgres.Repository[domain.AITask]
 	AILedger      postgres.AILedger
 	Updates       postgres.ListingUpdates
+	Integrations  postgres.Integrations
 }
 
 // ProvideRepositories builds the repositories.
@@ -234,7 +253,7 @@ func ProvideRepositories() *Repositories {
 	return &Repositories{Operations: postgres.NewOperations(), Stores: postgres.NewStores(),
 		Verifications: postgres.NewStoreVerifications(), Media: postgres.NewMedia(), MediaTasks: postgres.NewMediaTasks(),
 		Transfers: postgres.NewMaterialTransfers(), Publications: postgres.NewPublications(), Syncs: postgres.NewProductSyncs(),
-		AITasks: postgres.NewAITasks(), Updates: postgres.NewListingUpdates()}
+		AITasks: postgres.NewAITasks(), Updates: postgres.NewListingUpdates(), Integrations: postgres.NewIntegrations()}
 }
 
 // ProvideApplication builds the catalogue of commands and queries.
@@ -266,11 +285,14 @@ func ProvideApplication(cfg config.Config, b *bus.Bus, pool *pgxpool.Pool, hashe
 			SyncStoreProducts:         commands.NewSyncStoreProductsHandler(flow, repos.Stores, repos.Syncs),
 			CreateAITask:              commands.NewCreateAITaskHandler(flow, repos.Products, repos.AITasks),
 			UpdateListing:             commands.NewUpdateListingHandler(flow, repos.Products, repos.Publications, repos.Updates),
+
+			CreateIntegration: commands.NewCreateIntegrationHandler(accounts, repos.Integrations, cipher, now),
+			RevokeIntegration: commands.NewRevokeIntegrationHandler(accounts, repos.Integrations, now),
 		},
 		Queries: query.Queries{Tx: postgres.Transactor{Pool: pool}, Accounts: accounts, Products: repos.Products,
-			Operations: repos.Operations, Stores: repos.Stores, Media: repos.Media, Transfers: repos.Transfers,
+			Operations: repos.Operations, Stores: repos.Stores, Verifications: repos.Verifications, Media: repos.Media, Transfers: repos.Transfers,
 			Publications: repos.Publications, Syncs: repos.Syncs, AITasks: repos.AITasks, Updates: repos.Updates,
-			Storage: store, Fetcher: fetcher},
+			Storage: store, Fetcher: fetcher, Principals: repos.Integrations},
 	}, nil
 }
 
@@ -286,7 +308,8 @@ func ProvideHTTP(cfg config.Config, application *app.Application, tokens *auth.T
 	if !cfg.Memory() {
 		ready = append(ready, httpapi.ReadinessCheck{Name: "redis", Check: func(ctx context.Context) error { return rdb.Ping(ctx).Err() }})
 	}
-	return httpapi.New(httpapi.Config{MaxBodyBytes: cfg.MaxBodyBytes, AuthRatePerMinute: cfg.AuthRatePerMinute}, httpapi.Deps{
+	return httpapi.New(httpapi.Config{MaxBodyBytes: cfg.MaxBodyBytes, AuthRatePerMinute: cfg.AuthRatePerMinute,
+		PublicBaseURL: cfg.PublicBaseURL}, httpapi.Deps{
 		App:         application,
 		Tokens:      tokens,
 		Idempotency: guard,
@@ -298,11 +321,35 @@ func ProvideHTTP(cfg config.Config, application *app.Application, tokens *auth.T
 	})
 }
 
+// ProvideCommandConsumer builds the consumer of the commands that other services send as
+// messages on <STREAM_PREFIX>:commands (replies on <STREAM_PREFIX>:command-replies). It runs
+// them through the API's own endpoints (server), so it belongs with the API; it reads from
+// the queues' Redis client.
+func ProvideCommandConsumer(cfg config.Config, server *httpapi.Server, application *app.Application, cipher *secret.Cipher,
+	rdb redis.UniversalClient, reg *prometheus.Registry, log *slog.Logger) (*commandstream.Consumer, error) {
+	return commandstream.New(commandstream.Config{
+		Client:        rdb,
+		Stream:        cfg.StreamPrefix + ":commands",
+		Replies:       cfg.StreamPrefix + ":command-replies",
+		Concurrency:   cfg.CommandsConcurrency,
+		ClaimIdle:     cfg.CommandsClaimIdle,
+		MaxDeliveries: int64(cfg.CommandsMaxDeliveries),
+		RepliesMaxLen: cfg.CommandRepliesMaxLen,
+		Executor:      server,
+		Principals:    application.Queries,
+		Cipher:        cipher,
+		Registry:      reg,
+		Logger:        log,
+	})
+}
+
 // API is the assembled HTTP service.
 type API struct {
 	Server *httpapi.Server
-	App    *app.Application
-	Pool   *pgxpool.Pool
+	// Commands consumes the command stream; `commands` and `all` run it, `serve` does not.
+	Commands *commandstream.Consumer
+	App      *app.Application
+	Pool     *pgxpool.Pool
 	// Redis is the queues' client: a *redis.ClusterClient with REDIS_CLUSTER_ADDRS.
 	Redis redis.UniversalClient
 }
@@ -313,13 +360,15 @@ func ProvideBullMQConfig(cfg config.Config, rdb redis.UniversalClient) bullmq.Co
 		Backoff: bullmq.Backoff{Type: bullmq.BackoffExponential, Delay: config.JobBackoff.Milliseconds()}}
 }
 
-// ProvidePublishers builds the dispatcher's publishers: BullMQ for every job queue and a
-// Redis stream for integration events. The stream publisher gets its own Redis client, of
-// the same kind as ProvideRedis's (a cluster client with REDIS_CLUSTER_ADDRS; the stream is
-// one key, so any slot will do); watermill-redisstream's Close closes the client it is given.
+// ProvidePublishers builds the dispatcher's publishers: BullMQ for every job queue and, for
+// integration events, eventstream.Publisher (watermill-redisstream's entry contract with
+// eventstream.Marshaller, one pipeline per batch) on the stream <STREAM_PREFIX>:events
+// (CloudEvents, trimmed to EVENTS_MAX_LEN on each append). The stream publisher gets its own
+// Redis client, of the same kind as ProvideRedis's (a cluster client with
+// REDIS_CLUSTER_ADDRS; the stream is one key, so any slot will do), closed by the cleanup.
 func ProvidePublishers(cfg config.Config, bcfg bullmq.Config, q *Queues, log *slog.Logger) (outbox.PublisherMap, func(), error) {
 	if q.Memory != nil {
-		m := outbox.PublisherMap{worker.StreamOperationEvents: q.Memory}
+		m := outbox.PublisherMap{worker.StreamEvents: q.Memory}
 		for _, d := range worker.Queues() {
 			m[d] = q.Memory
 		}
@@ -334,20 +383,20 @@ func ProvidePublishers(cfg config.Config, bcfg bullmq.Config, q *Queues, log *sl
 	if err != nil {
 		return nil, nil, err
 	}
-	sp, err := redisstream.NewPublisher(redisstream.PublisherConfig{Client: streamClient, DefaultMaxlen: 100000}, wlog)
+	sp, err := eventstream.NewPublisher(eventstream.PublisherConfig{Client: streamClient, MaxLen: cfg.EventsMaxLen})
 	if err != nil {
 		_ = streamClient.Close()
 		return nil, nil, err
 	}
-	m := outbox.PublisherMap{worker.StreamOperationEvents: prefixedTopics{prefix: cfg.BullMQPrefix + ":", Publisher: sp}}
+	m := outbox.PublisherMap{worker.StreamEvents: prefixedTopics{prefix: cfg.StreamPrefix + ":", Publisher: sp}}
 	for _, q := range worker.Queues() {
 		m[q] = bp
 	}
-	return m, func() { _ = bp.Close(); _ = sp.Close() }, nil
+	return m, func() { _ = bp.Close(); _ = streamClient.Close() }, nil
 }
 
-// prefixedTopics publishes to prefix+topic, so integration streams share the deployment's
-// key prefix with its queues (e.g. "bull:operation-events").
+// prefixedTopics publishes to prefix+topic: the integration streams live under
+// STREAM_PREFIX (e.g. "listing:events").
 type prefixedTopics struct {
 	prefix string
 	message.Publisher
@@ -366,6 +415,24 @@ func ProvideDispatcher(cfg config.Config, pool *pgxpool.Pool, pubs outbox.Publis
 		dcfg.WakeRedis, dcfg.WakeChannel = rdb, wakeChannel(cfg)
 	}
 	return outbox.NewDispatcher(dcfg, pool, pubs, log, reg)
+}
+
+// ProvideEventStreams builds the age trimmer of the integration event stream
+// (EVENTS_RETENTION) and registers its metrics (eventstream.StreamCollector: length, lag
+// per consumer group, retention bounds) on reg. With the memory transport there is no
+// stream: nil.
+func ProvideEventStreams(cfg config.Config, rdb redis.UniversalClient, reg *prometheus.Registry, log *slog.Logger) (*eventstream.Trimmer, error) {
+	if cfg.Memory() {
+		return nil, nil
+	}
+	stream := eventstream.Stream(cfg.StreamPrefix)
+	var err error
+	metrics.Register(reg, eventstream.NewStreamCollector(rdb, map[string]eventstream.Retention{
+		stream: {MaxLen: cfg.EventsMaxLen, MaxAge: cfg.EventsRetention}}, log), &err)
+	if err != nil {
+		return nil, err
+	}
+	return eventstream.NewTrimmer(eventstream.TrimmerConfig{Client: rdb, Streams: []string{stream}, MaxAge: cfg.EventsRetention, Logger: log})
 }
 
 // Cleanup runs the retention jobs.
@@ -427,6 +494,8 @@ func NewQueues(cfg config.Config) *Queues {
 type Dispatch struct {
 	Dispatcher *outbox.Dispatcher
 	Reconciler *reconcile.Reconciler
+	// Trimmer trims the integration event stream by age; nil with the memory transport.
+	Trimmer *eventstream.Trimmer
 	// Pool and Redis are the process's connections, for its readiness checks.
 	Pool  *pgxpool.Pool
 	Redis redis.UniversalClient
@@ -437,5 +506,8 @@ func (d *Dispatch) Run(ctx context.Context) error {
 	g, ctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return d.Dispatcher.Run(ctx) })
 	g.Go(func() error { return d.Reconciler.Run(ctx) })
+	if d.Trimmer != nil {
+		g.Go(func() error { return d.Trimmer.Run(ctx) })
+	}
 	return g.Wait()
 }

@@ -20,14 +20,14 @@ var core = wire.NewSet(ProvidePool, ProvideRedis, ProvideIdempotency, ProvideBus
 // InitializeAPI assembles the HTTP API. The cleanup function closes the pool and the Redis
 // client.
 func InitializeAPI(ctx context.Context, cfg config.Config, opts Options, reg *prometheus.Registry, log *slog.Logger) (*API, func(), error) {
-	wire.Build(core, ProvideHTTP, wire.Struct(new(API), "*"))
+	wire.Build(core, ProvideHTTP, ProvideCommandConsumer, wire.Struct(new(API), "*"))
 	return nil, nil, nil
 }
 
 // InitializeDispatch assembles the outbox dispatcher, its publishers and the reconciler.
 func InitializeDispatch(ctx context.Context, cfg config.Config, q *Queues, reg *prometheus.Registry, log *slog.Logger) (*Dispatch, func(), error) {
 	wire.Build(ProvidePool, ProvideRedis, ProvideBullMQConfig, ProvidePublishers, ProvideDispatcher, ProvideRepositories,
-		ProvideEventPublisher, ProvideWorkerDeps, ProvideTaskKinds, ProvideReconciler, wire.Struct(new(Dispatch), "*"))
+		ProvideEventPublisher, ProvideWorkerDeps, ProvideTaskKinds, ProvideReconciler, ProvideEventStreams, wire.Struct(new(Dispatch), "*"))
 	return nil, nil, nil
 }
 

@@ -86,11 +86,19 @@ func InitializeAPI(ctx context.Context, cfg config.Config, opts Options, reg *pr
 		cleanup()
 		return nil, nil, err
 	}
+	consumer, err := ProvideCommandConsumer(cfg, server, application, cipher, universalClient, reg, log)
+	if err != nil {
+		cleanup3()
+		cleanup2()
+		cleanup()
+		return nil, nil, err
+	}
 	api := &API{
-		Server: server,
-		App:    application,
-		Pool:   pool,
-		Redis:  universalClient,
+		Server:   server,
+		Commands: consumer,
+		App:      application,
+		Pool:     pool,
+		Redis:    universalClient,
 	}
 	return api, func() {
 		cleanup3()
@@ -142,9 +150,18 @@ func InitializeDispatch(ctx context.Context, cfg config.Config, q *Queues, reg *
 		cleanup()
 		return nil, nil, err
 	}
+	trimmer, err := ProvideEventStreams(cfg, universalClient, reg, log)
+	if err != nil {
+		cleanup4()
+		cleanup3()
+		cleanup2()
+		cleanup()
+		return nil, nil, err
+	}
 	dispatch := &Dispatch{
 		Dispatcher: dispatcher,
 		Reconciler: reconciler,
+		Trimmer:    trimmer,
 		Pool:       pool,
 		Redis:      universalClient,
 	}

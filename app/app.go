@@ -35,4 +35,7 @@ type Commands struct {
 	SyncStoreProducts         bus.Handler[commands.SyncStoreProducts, commands.Started[domain.ProductSync]]
 	CreateAITask              bus.Handler[commands.CreateAITask, commands.Started[domain.AITask]]
 	UpdateListing             bus.Handler[commands.UpdateListing, commands.Started[domain.ListingUpdate]]
+
+	CreateIntegration bus.Handler[commands.CreateIntegration, commands.CreatedIntegration]
+	RevokeIntegration bus.Handler[commands.RevokeIntegration, domain.Integration]
 }

@@ -10,6 +10,8 @@ const (
 	MaxPasswordLength      = 256
 	MaxWorkspaceNameLength = 200 // CHECK workspaces.name
 
+	MaxIntegrationNameLength = 100 // CHECK integrations.name
+
 	MaxShopIDLength    = 200
 	MaxStoreNameLength = 200
 

@@ -39,10 +39,12 @@ type Media struct {
 
 // MediaVariant is a derived image.
 type MediaVariant struct {
-	Name   string `json:"name"`
-	Width  int    `json:"width"`
-	Height int    `json:"height"`
-	Size   int64  `json:"size"`
+	// Name is the variant's name: "thumb" or "medium".
+	Name string `json:"name"`
+	// Width and Height are in pixels, Size in bytes.
+	Width  int   `json:"width"`
+	Height int   `json:"height"`
+	Size   int64 `json:"size"`
 }
 
 // AllowedMediaTypes are the image types accepted.
@@ -176,4 +178,33 @@ func (t MediaTask) RequestEvent() Event {
 // RequestEvent implements Requested.
 func (t MaterialTransfer) RequestEvent() Event {
 	return MaterialTransferRequested{TransferID: t.ID, OperationID: t.OperationID, MediaID: t.MediaID}
+}
+
+// MediaProcessed (media.ready) is emitted when a media was validated and its variants derived: it can be used.
+// An integration event.
+type MediaProcessed struct {
+	// MediaID is the media (GET /v1/workspaces/{ws}/media/{id}).
+	MediaID uuid.UUID `json:"media_id"`
+	// OperationID is the operation of the media's processing.
+	OperationID uuid.UUID `json:"operation_id"`
+	// ContentType is the type sniffed from the bytes; Width and Height are in pixels.
+	ContentType string `json:"content_type"`
+	Width       int    `json:"width"`
+	Height      int    `json:"height"`
+	// Variants are the derived images (GET the media for their URLs).
+	Variants []MediaVariant `json:"variants"`
+}
+
+// EventType implements Event.
+func (MediaProcessed) EventType() string { return "media.ready" }
+
+// AggregateType implements Event.
+func (MediaProcessed) AggregateType() string { return "media" }
+
+// AggregateID implements Event.
+func (e MediaProcessed) AggregateID() string { return e.MediaID.String() }
+
+func init() {
+	RegisterIntegrationEvent(MediaProcessed{}, "A media (uploaded, or fetched by a material transfer) was validated and its variants "+
+		"derived: it is ready to use.")
 }

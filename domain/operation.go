@@ -94,13 +94,20 @@ func (o *Operation) Fail(code, message string, now time.Time) error {
 // OperationStatusChanged is emitted on every status change of an operation, so the outbox
 // holds the operation's history and integrations can follow it.
 type OperationStatusChanged struct {
-	OperationID  uuid.UUID       `json:"operation_id"`
-	Type         string          `json:"type"`
-	Status       OperationStatus `json:"status"`
-	ResourceType string          `json:"resource_type"`
-	ResourceID   uuid.UUID       `json:"resource_id"`
-	Version      int             `json:"version"`
-	ErrorCode    string          `json:"error_code,omitempty"`
+	// OperationID is the operation's id (GET /v1/workspaces/{ws}/operations/{id}).
+	OperationID uuid.UUID `json:"operation_id"`
+	// Type is the operation's type, e.g. "store.verification", "publication", "product_sync".
+	Type string `json:"type"`
+	// Status is the new status: pending, running, succeeded or failed.
+	Status OperationStatus `json:"status" jsonschema:"enum=pending,enum=running,enum=succeeded,enum=failed"`
+	// ResourceType and ResourceID name what the operation works on, e.g. "publication".
+	ResourceType string    `json:"resource_type"`
+	ResourceID   uuid.UUID `json:"resource_id"`
+	// Version counts the operation's changes from 1 (pending); events may arrive out of
+	// order or twice: the highest version is the current state.
+	Version int `json:"version"`
+	// ErrorCode is the client-safe error code of a failed operation.
+	ErrorCode string `json:"error_code,omitempty"`
 }
 
 // EventType implements Event.
@@ -118,4 +125,7 @@ func (o Operation) StatusChanged() OperationStatusChanged {
 		ResourceID: o.ResourceID, Version: o.Version, ErrorCode: o.ErrorCode}
 }
 
-func init() { RegisterEvent(OperationStatusChanged{}) }
+func init() {
+	RegisterIntegrationEvent(OperationStatusChanged{}, "Every status change of an operation (pending, running, succeeded, failed): "+
+		"the operation's history, in the transaction that changed it.")
+}

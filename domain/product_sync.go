@@ -50,3 +50,36 @@ func init() { RegisterEvent(ProductSyncRequested{}) }
 func (s ProductSync) RequestEvent() Event {
 	return ProductSyncRequested{SyncID: s.ID, OperationID: s.OperationID, StoreID: s.StoreID}
 }
+
+// ProductSyncCompleted is emitted when a product sync read the store's last page. An
+// integration event.
+type ProductSyncCompleted struct {
+	// SyncID is the product sync (GET /v1/workspaces/{ws}/product-syncs/{id}).
+	SyncID uuid.UUID `json:"sync_id"`
+	// OperationID is the operation of the sync request.
+	OperationID uuid.UUID `json:"operation_id"`
+	// StoreID is the store synced.
+	StoreID uuid.UUID `json:"store_id"`
+	// Pages and Items count the pages read and the platform products synced.
+	Pages int `json:"pages"`
+	Items int `json:"items"`
+}
+
+// EventType implements Event.
+func (ProductSyncCompleted) EventType() string { return "product_sync.completed" }
+
+// AggregateType implements Event.
+func (ProductSyncCompleted) AggregateType() string { return "product_sync" }
+
+// AggregateID implements Event.
+func (e ProductSyncCompleted) AggregateID() string { return e.SyncID.String() }
+
+// Completed returns the event of s's success.
+func (s ProductSync) Completed() ProductSyncCompleted {
+	return ProductSyncCompleted{SyncID: s.ID, OperationID: s.OperationID, StoreID: s.StoreID, Pages: s.PagesDone, Items: s.ItemsSynced}
+}
+
+func init() {
+	RegisterIntegrationEvent(ProductSyncCompleted{}, "A full sync of a store's online products finished: every page was read and "+
+		"the store's platform products are up to date.")
+}

@@ -92,3 +92,40 @@ func init() { RegisterEvent(PublicationRequested{}) }
 func (p Publication) RequestEvent() Event {
 	return PublicationRequested{PublicationID: p.ID, OperationID: p.OperationID, ProductID: p.ProductID, StoreID: p.StoreID, ProductRevision: p.ProductRevision}
 }
+
+// PublicationPublished is emitted when a publication succeeded: the platform holds the
+// product, at ProductRevision. An integration event.
+type PublicationPublished struct {
+	// PublicationID is the publication (GET /v1/workspaces/{ws}/publications/{id}).
+	PublicationID uuid.UUID `json:"publication_id"`
+	// OperationID is the operation of the publish request.
+	OperationID uuid.UUID `json:"operation_id"`
+	// ProductID is the product published.
+	ProductID uuid.UUID `json:"product_id"`
+	// StoreID is the store it was published to.
+	StoreID uuid.UUID `json:"store_id"`
+	// ProductRevision is the product revision the platform product holds.
+	ProductRevision int `json:"product_revision"`
+	// ExternalProductID is the platform's id of the product.
+	ExternalProductID string `json:"external_product_id"`
+}
+
+// EventType implements Event.
+func (PublicationPublished) EventType() string { return "publication.published" }
+
+// AggregateType implements Event.
+func (PublicationPublished) AggregateType() string { return "publication" }
+
+// AggregateID implements Event.
+func (e PublicationPublished) AggregateID() string { return e.PublicationID.String() }
+
+// PublishedEvent returns the event of p's success; call it once the platform product is recorded.
+func (p Publication) PublishedEvent() PublicationPublished {
+	return PublicationPublished{PublicationID: p.ID, OperationID: p.OperationID, ProductID: p.ProductID, StoreID: p.StoreID,
+		ProductRevision: p.ProductRevision, ExternalProductID: p.ExternalProductID}
+}
+
+func init() {
+	RegisterIntegrationEvent(PublicationPublished{}, "A product was published to a store: the platform holds it, at the revision "+
+		"the publication was requested with. Published once per publication, in the transaction that records its success.")
+}

@@ -128,3 +128,32 @@ func init() { RegisterEvent(StoreVerificationRequested{}) }
 func (v StoreVerification) RequestEvent() Event {
 	return StoreVerificationRequested{StoreID: v.StoreID, VerificationID: v.ID, OperationID: v.OperationID, CredentialsVersion: v.CredentialsVersion}
 }
+
+// StoreCredentialsVerified (store.verified) is emitted when a verification found the store's current credentials valid
+// (the store is then verified). An integration event.
+type StoreCredentialsVerified struct {
+	// StoreID is the store now verified.
+	StoreID uuid.UUID `json:"store_id"`
+	// VerificationID and OperationID are the verification task and its operation.
+	VerificationID uuid.UUID `json:"verification_id"`
+	OperationID    uuid.UUID `json:"operation_id"`
+	// CredentialsVersion is the version of the credentials found valid.
+	CredentialsVersion int `json:"credentials_version"`
+	// ShopName is the shop's name as the platform reports it.
+	ShopName string `json:"shop_name,omitempty"`
+}
+
+// EventType implements Event.
+func (StoreCredentialsVerified) EventType() string { return "store.verified" }
+
+// AggregateType implements Event.
+func (StoreCredentialsVerified) AggregateType() string { return "store" }
+
+// AggregateID implements Event.
+func (e StoreCredentialsVerified) AggregateID() string { return e.StoreID.String() }
+
+func init() {
+	RegisterIntegrationEvent(StoreCredentialsVerified{}, "A store's credentials were verified valid by the platform: the store is verified. "+
+		"Not published for a verification of credentials replaced meanwhile, nor for invalid credentials (the operation fails or "+
+		"reports valid=false; see operation.status_changed).")
+}

@@ -58,5 +58,10 @@ func TestEveryProcessIsObservable(t *testing.T) {
 			ours++
 		}
 		require.Positive(t, ours, "%s serves metrics of its own", name)
+		if name == "dispatch" {
+			// The integration event stream's retention and lag, so loss by trimming shows first.
+			require.Contains(t, string(body), `listing_stream_retention_max_length{stream="`+prefix+`:events"} 1e+06`)
+			require.Contains(t, string(body), `listing_stream_length{stream="`+prefix+`:events"}`)
+		}
 	}
 }

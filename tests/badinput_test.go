@@ -22,7 +22,7 @@ var badTables = []string{
 	"products", "stores", "store_verifications", "media", "media_processings", "material_transfers",
 	"publications", "listing_updates", "product_syncs", "platform_products", "ai_tasks", "ai_usage_ledger",
 	"operations", "outbox_events", "idempotency_requests",
-	"users", "workspaces", "workspace_memberships", "refresh_token_families", "refresh_tokens",
+	"users", "workspaces", "workspace_memberships", "refresh_token_families", "refresh_tokens", "integrations",
 }
 
 // badCounts counts the rows of every badTables table as the owner (RLS does not apply).

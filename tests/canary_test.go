@@ -26,16 +26,19 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
+	"github.com/listingkit/listing/domain"
+	"github.com/listingkit/listing/infra/cloudevent"
 	"github.com/listingkit/listing/infra/config"
+	"github.com/listingkit/listing/infra/eventstream"
 	"github.com/listingkit/listing/infra/sandbox"
 	"github.com/listingkit/listing/infra/sandbox/aiprovider"
 	"github.com/listingkit/listing/infra/sandbox/marketplace"
 	"github.com/listingkit/listing/internal/servicetest"
 )
 
-// canaryStream is the Redis stream of integration events (app/worker.StreamOperationEvents),
-// under the deployment's key prefix like the queues.
-const canaryStream = "operation-events"
+// canaryStream is the Redis stream of integration events (app/worker.StreamEvents), under
+// STREAM_PREFIX, which servicetest.StartAll sets to the test's BullMQ prefix.
+const canaryStream = "events"
 
 // canaryRun drives the service and keeps every response it got, so the test can check that
 // no response carried the canary either.
@@ -442,6 +445,21 @@ func TestCanarySecretsNeverLeak(t *testing.T) {
 	dump := canaryDumpRedis(t, rdb, prefix, streamFrom)
 	require.Greater(t, len(dump), 10, "the BullMQ keys of this test")
 	require.Contains(t, dump[prefix+":"+canaryStream], verifyOp["id"], "the event stream holds this test's operations")
+	// Every integration event type is on the stream, as a CloudEvent of this workspace: the
+	// search below covers each (the field-name check of infra/outbox covers their types).
+	require.Equal(t, prefix+":"+canaryStream, eventstream.Stream(env.Config.StreamPrefix))
+	entries, err := rdb.XRange(context.Background(), eventstream.Stream(env.Config.StreamPrefix), "-", "+").Result()
+	require.NoError(t, err)
+	types := map[string]bool{}
+	for _, e := range entries {
+		ev, err := cloudevent.FromEntry(e.Values)
+		require.NoError(t, err)
+		require.Equal(t, c.acct.WorkspaceID, ev.WorkspaceID)
+		types[ev.Type] = true
+	}
+	for _, ie := range domain.IntegrationEvents() {
+		require.True(t, types[ie.Sample.EventType()], "no %s event on the stream: the canary search would not cover it", ie.Sample.EventType())
+	}
 	logs := env.Logs()
 	require.True(t, strings.Contains(logs, `"route":"/v1/workspaces/{workspace_id}/stores"`), "the logs hold this test's requests")
 	require.True(t, strings.Contains(logs, c.acct.WorkspaceID) && strings.Contains(logs, `"queue":"store-verification"`), "the logs hold this test's jobs")

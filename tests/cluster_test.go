@@ -17,6 +17,7 @@ import (
 	"github.com/listingkit/listing/app/worker"
 	"github.com/listingkit/listing/infra/bullmq"
 	"github.com/listingkit/listing/infra/config"
+	"github.com/listingkit/listing/infra/eventstream"
 	"github.com/listingkit/listing/infra/jobs"
 	"github.com/listingkit/listing/internal/redistest"
 	"github.com/listingkit/listing/internal/servicetest"
@@ -24,7 +25,7 @@ import (
 
 // TestClusterFlows: store verification, first publication and an AI task succeed with every
 // Redis client of the service a cluster client; the three queues' keys each live on one node,
-// and not all on the same one; the operations' stream, the queue counts and the reconciler's
+// and not all on the same one; the integration events' stream, the queue counts and the reconciler's
 // probe read the cluster too.
 func TestClusterFlows(t *testing.T) {
 	if testing.Short() {
@@ -85,8 +86,8 @@ func TestClusterFlows(t *testing.T) {
 		assert.Equal(t, map[string]bool{id: false}, unfinished, "the job of %s is finished", q)
 	}
 	assert.GreaterOrEqual(t, len(homes), 2, "the queues spread over the nodes")
-	n, err := rdb.XLen(ctx, env.Config.BullMQPrefix+":"+worker.StreamOperationEvents).Result()
+	n, err := rdb.XLen(ctx, eventstream.Stream(env.Config.StreamPrefix)).Result()
 	require.NoError(t, err)
-	assert.Positive(t, n, "the operations' stream")
+	assert.Positive(t, n, "the integration events' stream")
 	assert.NotContains(t, env.Logs(), "wake-up subscription failed", "the dispatchers' wake-ups (Redis Pub/Sub) work on the cluster")
 }

@@ -11,6 +11,8 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
+	"github.com/listingkit/listing/infra/cloudevent"
+	"github.com/listingkit/listing/infra/eventstream"
 	"github.com/listingkit/listing/internal/servicetest"
 )
 
@@ -43,9 +45,8 @@ func TestStorePublishEndToEnd(t *testing.T) {
 	pubID := pub.JSON(t)["publication"].(map[string]any)["id"].(string)
 	require.Equal(t, 1, env.Work.Externals.MarketplaceSandbox.ProductsWithRef(pubID))
 
-	// Every status change of the publish operation reaches the integration stream
-	// (watermill-redisstream, under the deployment's prefix) once, as job data. The outbox
-	// does not promise order: the versions tell it.
+	// Every status change of the publish operation reaches the integration event stream
+	// once, as a CloudEvent. The outbox does not promise order: the versions tell it.
 	opID := op["id"].(string)
 	ropts, err := redis.ParseURL(env.Config.RedisURL)
 	require.NoError(t, err)
@@ -53,27 +54,28 @@ func TestStorePublishEndToEnd(t *testing.T) {
 	defer rdb.Close()
 	var byVersion map[int]string
 	for deadline := time.Now().Add(10 * time.Second); len(byVersion) < 3 && time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
-		msgs, err := rdb.XRange(context.Background(), env.Config.BullMQPrefix+":operation-events", "-", "+").Result()
+		msgs, err := rdb.XRange(context.Background(), eventstream.Stream(env.Config.StreamPrefix), "-", "+").Result()
 		require.NoError(t, err)
 		byVersion = map[int]string{}
 		for _, m := range msgs {
-			var data struct {
-				WorkspaceID string `json:"workspace_id"`
-				EventType   string `json:"event_type"`
-				Payload     struct {
-					OperationID string `json:"operation_id"`
-					Status      string `json:"status"`
-					Version     int    `json:"version"`
-				} `json:"payload"`
-			}
-			require.NoError(t, json.Unmarshal([]byte(m.Values["payload"].(string)), &data))
-			if data.Payload.OperationID != opID {
+			ev, err := cloudevent.FromEntry(m.Values)
+			require.NoError(t, err)
+			require.Equal(t, acct.WorkspaceID, ev.WorkspaceID)
+			if ev.Type != "operation.status_changed" {
 				continue
 			}
-			require.Equal(t, acct.WorkspaceID, data.WorkspaceID)
-			require.Equal(t, "operation.status_changed", data.EventType)
-			require.NotContains(t, byVersion, data.Payload.Version, "version %d delivered twice", data.Payload.Version)
-			byVersion[data.Payload.Version] = data.Payload.Status
+			var data struct {
+				OperationID string `json:"operation_id"`
+				Status      string `json:"status"`
+				Version     int    `json:"version"`
+			}
+			require.NoError(t, json.Unmarshal(ev.Data, &data))
+			if data.OperationID != opID {
+				continue
+			}
+			require.Equal(t, "operation/"+opID, ev.Subject)
+			require.NotContains(t, byVersion, data.Version, "version %d delivered twice", data.Version)
+			byVersion[data.Version] = data.Status
 		}
 	}
 	require.Equal(t, map[int]string{1: "pending", 2: "running", 3: "succeeded"}, byVersion)

@@ -114,6 +114,7 @@ func seedEnv(appURL, prefix string, extra map[string]string) map[string]string {
 		"DATABASE_MAX_CONNS":   "8",
 		"REDIS_URL":            seedRedisURL(),
 		"BULLMQ_PREFIX":        prefix,
+		"STREAM_PREFIX":        prefix, // the integration streams, deleted with the queues
 		"LOG_FORMAT":           "text",
 		"LOG_LEVEL":            "info",
 		"AUTH_RATE_PER_MINUTE": "1000",

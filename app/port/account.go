@@ -44,6 +44,9 @@ type Accounts interface {
 	UserByEmail(ctx context.Context, email string) (domain.User, error)
 	// IsMember reports whether user belongs to the transaction's workspace.
 	IsMember(ctx context.Context, workspaceID, user uuid.UUID) (bool, error)
+	// Role returns user's role in the transaction's workspace (domain.RoleOwner,
+	// domain.RoleMember), or "" when user is not a member.
+	Role(ctx context.Context, workspaceID, user uuid.UUID) (string, error)
 	// WorkspacesOf lists the workspaces user belongs to (needs the user scope only).
 	WorkspacesOf(ctx context.Context, user uuid.UUID) ([]domain.Workspace, error)
 }

@@ -492,3 +492,9 @@ type CredentialCipher interface {
 func CredentialsAD(workspaceID, storeID uuid.UUID) []byte {
 	return []byte("store-credentials:v1:" + workspaceID.String() + ":" + storeID.String())
 }
+
+// IntegrationSecretAD returns the associated data that binds an integration's sealed secret
+// to the integration and its workspace.
+func IntegrationSecretAD(workspaceID, integrationID uuid.UUID) []byte {
+	return []byte("integration-secret:v1:" + workspaceID.String() + ":" + integrationID.String())
+}

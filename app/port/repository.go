@@ -2,6 +2,7 @@ package port
 
 import (
 	"context"
+	"time"
 
 	"github.com/google/uuid"
 
@@ -48,6 +49,22 @@ type ProductSyncs interface {
 	Active(ctx context.Context, storeID uuid.UUID) (domain.ProductSync, error)
 	// UpsertPlatformProducts records a page of the store's online products.
 	UpsertPlatformProducts(ctx context.Context, storeID, syncID uuid.UUID, items []PlatformProduct) error
+	// ListOf returns one page of the store's syncs, newest first.
+	ListOf(ctx context.Context, storeID uuid.UUID, page Page) (items []domain.ProductSync, next string, err error)
+}
+
+// StoreVerifications adds the list of one store's verifications.
+type StoreVerifications interface {
+	Repository[domain.StoreVerification]
+	// ListOf returns one page of the store's verifications, newest first.
+	ListOf(ctx context.Context, storeID uuid.UUID, page Page) (items []domain.StoreVerification, next string, err error)
+}
+
+// Publications adds the list of one product's publications.
+type Publications interface {
+	Repository[domain.Publication]
+	// ListOfProduct returns one page of the product's publications, newest first.
+	ListOfProduct(ctx context.Context, productID uuid.UUID, page Page) (items []domain.Publication, next string, err error)
 }
 
 // ListingUpdates adds the list of one publication's updates.
@@ -62,4 +79,28 @@ type AILedger interface {
 	// Record inserts the task's usage unless it is already recorded; it reports whether
 	// this call inserted it.
 	Record(ctx context.Context, task domain.AITask, usage Usage, model string) (bool, error)
+}
+
+// SealedSecret is an integration's secret as stored: AEAD ciphertext (sealed with
+// IntegrationSecretAD) and the id of the key that sealed it.
+type SealedSecret struct {
+	Ciphertext []byte
+	KeyID      string
+}
+
+// Integrations stores integration principals. Every method runs in the caller's RLS
+// transaction and sees the transaction's workspace only.
+type Integrations interface {
+	// Create inserts the integration's user (kind integration, no email, no password), its
+	// membership of the workspace, and the integration with its sealed secret.
+	Create(ctx context.Context, in domain.Integration, secret SealedSecret) error
+	// Get returns the integration, or domain.ErrIntegrationNotFound.
+	Get(ctx context.Context, id uuid.UUID) (domain.Integration, error)
+	// List returns one page of the workspace's integrations (revoked ones too), newest first.
+	List(ctx context.Context, page Page) (items []domain.Integration, next string, err error)
+	// Revoke sets revoked_at (once) and removes the integration's membership; it returns the
+	// integration as revoked, or domain.ErrIntegrationNotFound.
+	Revoke(ctx context.Context, id uuid.UUID, at time.Time) (domain.Integration, error)
+	// Secret returns the integration with its sealed secret, or domain.ErrIntegrationNotFound.
+	Secret(ctx context.Context, id uuid.UUID) (domain.Integration, SealedSecret, error)
 }

@@ -39,13 +39,15 @@ const (
 	QueueProductSync       = "product-sync"
 	QueueAITask            = "ai-task"
 	QueueListingUpdate     = "listing-update"
-	// StreamOperationEvents is the Redis stream of integration events (operation history).
-	StreamOperationEvents = "operation-events"
+	// StreamEvents is the destination of every integration event (domain.RegisterIntegrationEvent):
+	// the Redis stream <STREAM_PREFIX>:events (API.md "Second wave"), as CloudEvents.
+	StreamEvents = "events"
 )
 
-// Routes maps every domain event type to its destination.
+// Routes maps every domain event type to its destination: a request event to its job queue,
+// an integration event to StreamEvents. An event type is one or the other.
 func Routes() map[string]string {
-	return map[string]string{
+	routes := map[string]string{
 		domain.StoreVerificationRequested{}.EventType(): QueueStoreVerification,
 		domain.MediaUploadCompleted{}.EventType():       QueueMediaProcessing,
 		domain.MaterialTransferRequested{}.EventType():  QueueMaterialTransfer,
@@ -53,8 +55,15 @@ func Routes() map[string]string {
 		domain.ProductSyncRequested{}.EventType():       QueueProductSync,
 		domain.AITaskRequested{}.EventType():            QueueAITask,
 		domain.ListingUpdateRequested{}.EventType():     QueueListingUpdate,
-		domain.OperationStatusChanged{}.EventType():     StreamOperationEvents,
 	}
+	for _, e := range domain.IntegrationEvents() {
+		t := e.Sample.EventType()
+		if _, job := routes[t]; job {
+			panic("worker.Routes: " + t + " is both a job's request event and an integration event")
+		}
+		routes[t] = StreamEvents
+	}
+	return routes
 }
 
 // Queues lists the job queues workers consume.

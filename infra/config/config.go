@@ -78,6 +78,30 @@ type Config struct {
 	// false.
 	BullMQQueueHashTags bool `env:"BULLMQ_QUEUE_HASH_TAGS" envDefault:"false"`
 
+	// StreamPrefix is the key prefix of the integration streams (API.md "Second wave"):
+	// integration events go to "<StreamPrefix>:events", commands come on
+	// "<StreamPrefix>:commands" and their replies go to "<StreamPrefix>:command-replies".
+	// Default "listing".
+	StreamPrefix string `env:"STREAM_PREFIX" envDefault:"listing"`
+	// EventsMaxLen is how many entries the events stream keeps (about; MAXLEN ~ on each
+	// append); 0: no bound by length. Default 1,000,000.
+	EventsMaxLen int64 `env:"EVENTS_MAX_LEN" envDefault:"1000000"`
+	// EventsRetention is how long the events stream keeps an entry (about; the dispatchers
+	// trim every minute); 0: no bound by age. Default 168h.
+	EventsRetention time.Duration `env:"EVENTS_RETENTION" envDefault:"168h"`
+	// CommandsConcurrency is how many command messages one consumer runs at once.
+	CommandsConcurrency int `env:"COMMANDS_CONCURRENCY" envDefault:"8"`
+	// CommandsClaimIdle is how long a command entry may stay delivered but unacknowledged
+	// (its consumer crashed, or a transient failure) before a consumer takes it back and runs
+	// it again (a replay when it had executed).
+	CommandsClaimIdle time.Duration `env:"COMMANDS_CLAIM_IDLE" envDefault:"30s"`
+	// CommandsMaxDeliveries bounds the deliveries of one command entry: the last one answers
+	// whatever it gets, a transient failure included, and is acknowledged.
+	CommandsMaxDeliveries int `env:"COMMANDS_MAX_DELIVERIES" envDefault:"10"`
+	// CommandRepliesMaxLen trims <prefix>:command-replies to about this many entries (XADD
+	// MAXLEN ~); 0: never trimmed.
+	CommandRepliesMaxLen int64 `env:"COMMAND_REPLIES_MAX_LEN" envDefault:"100000"`
+
 	// CleanupInterval is how often `cleanup --every` and `all` run the retention jobs.
 	CleanupInterval time.Duration `env:"CLEANUP_INTERVAL" envDefault:"10m"`
 	// OutboxRetention is how long dispatched outbox events are kept for troubleshooting.
@@ -226,6 +250,9 @@ func (c Config) Validate() error {
 	if c.JobLockDuration < 10*time.Millisecond || c.JobStalledInterval < 10*time.Millisecond || c.JobMaxStalls < 0 {
 		errs = append(errs, errors.New("JOB_LOCK_DURATION and JOB_STALLED_INTERVAL must be at least 10ms, JOB_MAX_STALLS at least 0"))
 	}
+	if c.CommandsConcurrency < 1 || c.CommandsMaxDeliveries < 1 || c.CommandsClaimIdle < 100*time.Millisecond || c.CommandRepliesMaxLen < 0 {
+		errs = append(errs, errors.New("COMMANDS_CONCURRENCY and COMMANDS_MAX_DELIVERIES must be at least 1, COMMANDS_CLAIM_IDLE at least 100ms, COMMAND_REPLIES_MAX_LEN at least 0"))
+	}
 	if c.QueueTransport != TransportBullMQ && c.QueueTransport != TransportMemory {
 		errs = append(errs, errors.New("QUEUE_TRANSPORT must be bullmq or memory"))
 	}
@@ -260,6 +287,9 @@ func (c Config) Validate() error {
 			errs = append(errs, fmt.Errorf("REDIS_CLUSTER_ADDRS is set but the queues' keys share no hash tag: "+
 				"set BULLMQ_QUEUE_HASH_TAGS=true or put a hash tag in BULLMQ_PREFIX (such as {bull}) (%w)", err))
 		}
+	}
+	if c.StreamPrefix == "" || c.EventsMaxLen < 0 || c.EventsRetention < 0 {
+		errs = append(errs, errors.New("STREAM_PREFIX must not be empty, EVENTS_MAX_LEN and EVENTS_RETENTION must not be negative"))
 	}
 	if c.MemoryLimit < 0 {
 		errs = append(errs, errors.New("MEMORY_LIMIT must not be negative"))

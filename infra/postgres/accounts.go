@@ -88,6 +88,24 @@ func (Accounts) IsMember(ctx context.Context, workspaceID, user uuid.UUID) (bool
 	return ok, nil
 }
 
+// Role implements port.Accounts.
+func (Accounts) Role(ctx context.Context, workspaceID, user uuid.UUID) (string, error) {
+	tx, _, err := mustTx(ctx, "postgres.Role")
+	if err != nil {
+		return "", err
+	}
+	var role string
+	err = tx.QueryRow(ctx, `SELECT role FROM workspace_memberships
+		WHERE workspace_id = $1 AND user_id = $2 AND workspace_id = app_workspace_id()`, workspaceID, user).Scan(&role)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return "", nil
+	}
+	if err != nil {
+		return "", fmt.Errorf("postgres.Role: %w", TranslateError(err))
+	}
+	return role, nil
+}
+
 // WorkspacesOf implements port.Accounts. It needs only the user scope: a user may read their
 // own memberships and the workspaces they belong to.
 func (Accounts) WorkspacesOf(ctx context.Context, user uuid.UUID) ([]domain.Workspace, error) {

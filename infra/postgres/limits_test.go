@@ -23,6 +23,7 @@ func TestDomainLimitsMatchDatabase(t *testing.T) {
 	db := pgtest.New(t)
 	limits := map[string]int{
 		"workspaces.name":                     domain.MaxWorkspaceNameLength,
+		"integrations.name":                   domain.MaxIntegrationNameLength,
 		"material_transfers.source_url":       domain.MaxSourceURLLength,
 		"operations.error_message":            domain.MaxOperationErrorLength,
 		"store_verifications.error_message":   domain.MaxTaskErrorLength,

@@ -21,9 +21,9 @@
 // The backlog: -workspaces accounts are registered, then stores are created through the API
 // (POST …/stores with an Idempotency-Key, -clients at once) while no dispatcher runs, until
 // the outbox holds -events pending events: each store writes two, its verification job
-// (queue store-verification) and its operation's status change (stream
-// <prefix>:operation-events). Working a job writes two more status changes (running,
-// succeeded), which the dispatchers drain too.
+// (queue store-verification) and its operation's status change (the integration event
+// stream <STREAM_PREFIX>:events). Working a job writes two more status changes (running,
+// succeeded) and a store.verified, which the dispatchers drain too.
 //
 // A run (one N) starts with an empty Redis and a fresh copy of the seeded database and ends
 // when no outbox event is undispatched and no operation is unfinished. Its figures: the

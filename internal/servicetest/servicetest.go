@@ -50,11 +50,13 @@ func Start(t testing.TB, opts ...Option) *Env {
 
 // StartAll is Start plus, in the same process, the outbox dispatcher and the job consumers
 // of every queue, against the development sandboxes (on free ports), local storage in a
-// temporary directory and a BullMQ prefix of its own: every flow runs end to end.
+// temporary directory and a BullMQ prefix of its own, which is also its STREAM_PREFIX:
+// every flow runs end to end.
 func StartAll(t testing.TB, opts ...Option) *Env {
 	t.Helper()
 	e, log := start(t, append([]Option{func(c *config.Config) {
 		c.BullMQPrefix = "t" + strings.ReplaceAll(e2id(), "-", "")[:12]
+		c.StreamPrefix = c.BullMQPrefix // the integration streams: <prefix>:events
 		c.SandboxMarketplaceAddr, c.SandboxAIAddr = "127.0.0.1:0", "127.0.0.1:0"
 		c.JobAttempts = 3
 	}}, opts...))

@@ -140,19 +140,27 @@ type result struct {
 	variants []domain.MediaVariant
 }
 
-// record makes the media ready with its variants (record step).
+// record makes the media ready with its variants and publishes media.ready (record step).
 func (h *Handler) record(ctx context.Context, t *domain.MediaTask, res result) (any, error) {
 	now := h.cfg.Deps.Now()
+	made := false
 	_, err := h.cfg.Media.Update(ctx, t.MediaID, func(m *domain.Media) error {
 		if m.Status == domain.MediaReady || m.Status == domain.MediaRejected {
 			return nil
 		}
 		m.Status, m.SniffedType, m.Width, m.Height = domain.MediaReady, res.info.ContentType, res.info.Width, res.info.Height
 		m.Variants, m.RejectReason, m.UpdatedAt = res.variants, "", now
+		made = true
 		return nil
 	})
 	if err != nil {
 		return nil, err
+	}
+	if made {
+		if err := h.cfg.Deps.Events.Publish(ctx, domain.MediaProcessed{MediaID: t.MediaID, OperationID: t.OperationID,
+			ContentType: res.info.ContentType, Width: res.info.Width, Height: res.info.Height, Variants: res.variants}); err != nil {
+			return nil, err
+		}
 	}
 	return map[string]any{"media_id": t.MediaID, "variants": len(res.variants)}, nil
 }

@@ -261,6 +261,7 @@ func TestValidPNGBecomesReadyAndRedeliveryIsNoOp(t *testing.T) {
 	require.Equal(t, gets, b.store.gets.Load())
 	require.Equal(t, puts, b.store.puts.Load())
 	require.Equal(t, 2, b.CountOutbox(t, "operation.status_changed", ev.OperationID))
+	require.Equal(t, 1, b.CountOutbox(t, "media.ready", ev.MediaID), "one media.ready")
 	require.Equal(t, objs, b.objects(t))
 }
 
@@ -314,6 +315,7 @@ func requireRejected(t *testing.T, b *bundle, ev domain.MediaUploadCompleted, er
 	require.NotEmpty(t, s.op.ErrorMessage)
 	require.NotContains(t, s.op.ErrorMessage, "workspaces/", "no storage key in client messages")
 	require.Equal(t, 2, b.CountOutbox(t, "operation.status_changed", ev.OperationID), "running and failed")
+	require.Zero(t, b.CountOutbox(t, "media.ready", ev.MediaID), "a rejected media is not ready")
 	for k := range b.objects(t) {
 		require.NotContains(t, k, ".jpg", "no variant of an invalid media")
 	}

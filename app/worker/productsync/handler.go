@@ -177,13 +177,17 @@ func (h *Handler) sync(ctx context.Context, s domain.ProductSync, sealed port.Se
 	}
 }
 
-// record saves the last page (record step): the sync then succeeds. A sync moved on since
+// record saves the last page (record step): the sync then succeeds, and publishes
+// product_sync.completed. A sync moved on since
 // the page was fetched is errMoved (retried).
 func (h *Handler) record(ctx context.Context, s *domain.ProductSync, last lastPage) (any, error) {
 	if err := h.advance(s, last.at, last.page); err != nil {
 		return nil, err
 	}
 	if err := h.upsert(ctx, *s, last.page); err != nil {
+		return nil, err
+	}
+	if err := h.cfg.Deps.Events.Publish(ctx, s.Completed()); err != nil {
 		return nil, err
 	}
 	return Result{SyncID: s.ID, Pages: s.PagesDone, Items: s.ItemsSynced}, nil

@@ -162,6 +162,7 @@ func TestSyncHappyPathAndRedelivery(t *testing.T) {
 	require.Equal(t, op.Version, opAgain.Version)
 	require.Equal(t, 3, b.listCalls())
 	require.Equal(t, []string{"running", "succeeded"}, b.StatusEvents(t, op.ID))
+	require.Equal(t, 1, b.CountOutbox(t, "product_sync.completed", s.ID), "one product_sync.completed")
 	require.NotContains(t, b.Logs.String(), apiKey)
 }
 

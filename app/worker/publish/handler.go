@@ -75,7 +75,7 @@ func New(cfg Config) (*Handler, error) {
 	}
 	h := &Handler{cfg: cfg, log: log}
 	h.flow = worker.Flow[domain.Publication, started, port.PlatformProduct]{Kind: Tasks(cfg.Deps, cfg.Publications),
-		Begin: h.begin, Call: h.publish, Record: record, Finished: h.finished}
+		Begin: h.begin, Call: h.publish, Record: h.record, Finished: h.finished}
 	return h, nil
 }
 
@@ -200,10 +200,14 @@ func (h *Handler) publish(ctx context.Context, p domain.Publication, s started, 
 }
 
 // record stores the platform product's id on the publication (record step), and that the
-// platform holds the published revision (the floor of later listing updates).
-func record(_ context.Context, p *domain.Publication, product port.PlatformProduct) (any, error) {
+// platform holds the published revision (the floor of later listing updates), and publishes
+// publication.published in the same transaction.
+func (h *Handler) record(ctx context.Context, p *domain.Publication, product port.PlatformProduct) (any, error) {
 	p.ExternalProductID = product.ID
 	p.RecordPushed(p.ProductRevision)
+	if err := h.cfg.Deps.Events.Publish(ctx, p.PublishedEvent()); err != nil {
+		return nil, err
+	}
 	return map[string]any{"publication_id": p.ID, "external_product_id": product.ID}, nil
 }
 

@@ -32,7 +32,7 @@ type bundle struct {
 	cipher   *secret.Cipher
 	handler  *publish.Handler
 	stores   postgres.Stores
-	pubs     *postgres.Repository[domain.Publication]
+	pubs     postgres.Publications
 	products postgres.Products
 }
 
@@ -191,6 +191,7 @@ func TestRedeliveryAfterSuccessMakesNoPlatformCall(t *testing.T) {
 	require.Equal(t, statsBefore.Calls, b.sandbox.Stats().Calls, "no platform call at all")
 	require.Equal(t, 1, b.sandbox.Calls(marketplace.EndpointCreateProduct))
 	b.requireSucceeded(t, f)
+	require.Equal(t, 1, b.CountOutbox(t, "publication.published", f.pub.ID), "one publication.published")
 }
 
 // crashAfterCreate creates the product and then dies before Step B, as a killed process

@@ -126,7 +126,7 @@ const (
 var errStale = errors.New("storeverify: stale verification result")
 
 // record stores the verdict on the verification and, unless the credentials were replaced
-// meanwhile, on the store (record step).
+// meanwhile, on the store, publishing store.verified when they are valid (record step).
 func (h *Handler) record(ctx context.Context, v *domain.StoreVerification, res port.VerifyResult) (any, error) {
 	valid := res.Valid
 	v.Valid = &valid
@@ -136,8 +136,15 @@ func (h *Handler) record(ctx context.Context, v *domain.StoreVerification, res p
 		}
 		return nil
 	})
-	if err != nil && !errors.Is(err, errStale) {
+	switch {
+	case errors.Is(err, errStale):
+	case err != nil:
 		return nil, err
+	case res.Valid:
+		if err := h.cfg.Deps.Events.Publish(ctx, domain.StoreCredentialsVerified{StoreID: v.StoreID, VerificationID: v.ID,
+			OperationID: v.OperationID, CredentialsVersion: v.CredentialsVersion, ShopName: res.ShopName}); err != nil {
+			return nil, err
+		}
 	}
 	msg := messageValid
 	if !res.Valid {

@@ -31,7 +31,7 @@ type bundle struct {
 	cipher  *secret.Cipher
 	handler *storeverify.Handler
 	stores  postgres.Stores
-	verifs  *postgres.Repository[domain.StoreVerification]
+	verifs  postgres.StoreVerifications
 }
 
 func setup(t *testing.T) *bundle {
@@ -143,6 +143,7 @@ func TestValidCredentials(t *testing.T) {
 		"message": "the marketplace accepted the store's credentials"}, result(t, s.op))
 	require.Equal(t, []string{"running", "succeeded"}, s.events)
 	require.Equal(t, 1, b.sandbox.Calls(marketplace.EndpointVerify))
+	require.Equal(t, 1, b.CountOutbox(t, "store.verified", f.store.ID), "store.verified, in the record transaction")
 }
 
 func TestInvalidCredentialsSucceedWithValidFalse(t *testing.T) {
@@ -164,6 +165,7 @@ func TestInvalidCredentialsSucceedWithValidFalse(t *testing.T) {
 		"message": "the marketplace rejected the store's credentials"}, result(t, s.op))
 	require.NotContains(t, string(s.op.Result), s.store.StatusReason)
 	require.Equal(t, []string{"running", "succeeded"}, s.events)
+	require.Zero(t, b.CountOutbox(t, "store.verified", f.store.ID), "invalid credentials: no store.verified")
 }
 
 func TestRedeliveryAfterSuccessChangesNothing(t *testing.T) {
@@ -179,6 +181,7 @@ func TestRedeliveryAfterSuccessChangesNothing(t *testing.T) {
 	after := b.state(t, f)
 	require.Equal(t, before, after)
 	require.Equal(t, 1, b.sandbox.Calls(marketplace.EndpointVerify), "no second platform call")
+	require.Equal(t, 1, b.CountOutbox(t, "store.verified", f.store.ID), "one store.verified")
 }
 
 // crashAfterVerify calls the platform and then dies before Step B, as a killed process would.
@@ -356,6 +359,7 @@ func TestStaleResultLeavesTheStoreAlone(t *testing.T) {
 	require.Equal(t, 2, s.store.CredentialsVersion)
 	require.Empty(t, s.store.ShopName)
 	require.Equal(t, domain.OperationSucceeded, s.op.Status)
+	require.Zero(t, b.CountOutbox(t, "store.verified", f.store.ID), "a stale result verifies nothing")
 }
 
 func TestUnreadableCredentialsFailAtOnce(t *testing.T) {
