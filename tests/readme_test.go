@@ -2,12 +2,14 @@ package tests
 
 import (
 	"bytes"
+	"context"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"os/exec"
 	"regexp"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -34,18 +36,20 @@ func readmeSnippet(t *testing.T) string {
 	return s[:k]
 }
 
-// TestReadmeTryIt runs the README's "Try it" as a reader pastes it into bash (with curl and
-// jq, from the checkout's root), against the whole service with the development sandboxes.
-// Two things differ from `make run`, on purpose: the API's address, and the material
-// transfer's source, which the test serves itself (docs/demo/mug.png) with
-// FETCH_ALLOW_PRIVATE, so that the test needs no Internet. Every operation the walkthrough
-// starts must be printed as succeeded, the replay must be marked, and nothing may fail.
+// TestReadmeTryIt runs the README's "Try it" as a reader pastes it into bash (with curl, jq,
+// redis-cli and openssl, from the checkout's root), against the whole service with the
+// development sandboxes and the command consumer, as `make run` starts it. What differs, on
+// purpose: the API's address and the streams' prefix (the test's own), the Redis the
+// snippet's redis-cli talks to (REDIS_URL), and the material transfer's source, which the
+// test serves itself (docs/demo/mug.png) with FETCH_ALLOW_PRIVATE, so that it needs no
+// Internet. Every operation the walkthrough starts must be printed as succeeded, the replay
+// and the command's reply must be shown, and nothing may fail.
 func TestReadmeTryIt(t *testing.T) {
 	t.Parallel()
 	if testing.Short() {
 		t.Skip("needs PostgreSQL and Redis")
 	}
-	for _, tool := range []string{"bash", "curl", "jq"} {
+	for _, tool := range []string{"bash", "curl", "jq", "redis-cli", "openssl"} {
 		_, err := exec.LookPath(tool)
 		require.NoError(t, err, "the README's Try it needs %s (make jq installs jq)", tool)
 	}
@@ -64,8 +68,17 @@ func TestReadmeTryIt(t *testing.T) {
 	t.Cleanup(files.Close)
 
 	env := servicetest.StartAll(t, func(c *config.Config) { c.FetchAllowPrivate = true })
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() { defer wg.Done(); _ = env.API.Commands.Run(ctx) }()
+	t.Cleanup(func() { cancel(); wg.Wait() })
+
 	script := strings.Replace(snippet, "B="+api, "B="+env.URL, 1)
 	script = strings.Replace(script, source[1], files.URL+"/mug.png", 1)
+	require.Contains(t, script, "listing:commands", "the walkthrough no longer sends a command")
+	script = strings.ReplaceAll(script, "listing:command", env.Config.StreamPrefix+":command")
+	script = strings.ReplaceAll(script, "redis-cli ", "redis-cli -u "+env.Config.RedisURL+" ")
 
 	cmd := exec.Command("bash", "-c", script)
 	cmd.Dir = ".." // the checkout's root, as the README says
@@ -88,6 +101,9 @@ func TestReadmeTryIt(t *testing.T) {
 	require.Regexp(t, `(?i)idempotent-replayed: true`, printed, "the replay of step 1 must be marked")
 	require.Contains(t, printed, `{"title":"Mug XL","revision":2}`, "the draft save")
 	require.Contains(t, printed, `{"product_revision":2,"status":"pending"}`, "the listing update's answer")
+	require.Contains(t, printed, `{"type":"listing.command.accepted"}`, "the command's reply")
+	require.Equal(t, 2, strings.Count(printed, `{"type":"publication","status":"succeeded"`),
+		"the publications of step 2 and of the command; the walkthrough printed:\n%s", printed)
 	for _, op := range []string{"store.verification", "publication", "product_sync", "ai_task",
 		"media.processing", "material_transfer", "listing_update"} {
 		require.Contains(t, printed, `{"type":"`+op+`","status":"succeeded"`, "operation %s; the walkthrough printed:\n%s", op, printed)
