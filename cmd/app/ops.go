@@ -85,9 +85,9 @@ func runWork(ctx context.Context, cfg config.Config, log *slog.Logger, args []st
 // and none of the external systems `work` calls, and it scales with the commands other
 // services send, not with the jobs.
 func runCommands(ctx context.Context, cfg config.Config, log *slog.Logger, args []string) error {
-	fs := flag.NewFlagSet("commands", flag.ContinueOnError)
-	adminAddr := fs.String("admin-addr", cfg.AdminAddr, "serve /healthz, /readyz and /metrics on this address (ADMIN_ADDR; empty: none)")
-	if err := fs.Parse(args); err != nil {
+	fs := newFlags("commands", subcommands()["commands"].summary)
+	adminAddr := fs.String("admin-addr", cfg.AdminAddr, adminAddrUsage)
+	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	if cfg.Memory() {
@@ -99,7 +99,15 @@ func runCommands(ctx context.Context, cfg config.Config, log *slog.Logger, args 
 		return err
 	}
 	defer cleanup()
-	return runWithAdmin(ctx, *adminAddr, reg, readiness(cfg, api.Pool, api.Redis), log, api.Commands.Run)
+	ln, err := adminListener(*adminAddr)
+	if err != nil {
+		return err
+	}
+	var s startup
+	s.role("commands")
+	s.admin(ln)
+	s.log(log)
+	return runWithAdmin(ctx, ln, reg, readiness(cfg, api.Pool, api.Redis), log, api.Commands.Run)
 }
 
 func runCleanup(ctx context.Context, cfg config.Config, log *slog.Logger, args []string) error {

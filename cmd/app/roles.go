@@ -128,6 +128,9 @@ func runAll(ctx context.Context, cfg config.Config, log *slog.Logger, args []str
 
 	var s startup
 	s.role("migrate", "api", "dispatch", "reconcile", "work", "cleanup", "console")
+	if !cfg.Memory() { // the command stream lives in Redis
+		s.role("commands")
+	}
 	s.api(apiLn)
 	s.addr("console", consoleLn)
 	s.sandboxes(work)
