@@ -47,7 +47,7 @@ func TestCLIUsage(t *testing.T) {
 
 	stdout, _, code := cliRun(t, "help")
 	require.Equal(t, 0, code)
-	for _, sub := range []string{"migrate", "serve", "dispatch", "work", "cleanup", "outbox", "console", "all"} {
+	for _, sub := range []string{"migrate", "serve", "dispatch", "work", "commands", "cleanup", "outbox", "console", "all"} {
 		require.Contains(t, stdout, "\n  "+sub+" ", "help lists %s", sub)
 	}
 	_, stderr, code = cliRun(t, "bogus")
@@ -56,7 +56,7 @@ func TestCLIUsage(t *testing.T) {
 
 	flags := map[string][]string{
 		"migrate": {"-create-database"}, "serve": {"-addr"}, "all": {"-addr"}, "console": {"-addr"},
-		"dispatch": {"-admin-addr"}, "work": {"-admin-addr"}, "cleanup": {"-every", "-admin-addr"},
+		"dispatch": {"-admin-addr"}, "work": {"-admin-addr"}, "commands": {"-admin-addr"}, "cleanup": {"-every", "-admin-addr"},
 		"outbox list": {"-workspace", "-status", "-limit"}, "outbox show": {"-workspace", "-id"},
 		"outbox redrive": {"-workspace", "-id", "-all", "-by", "-reason"}, "outbox purge": {"-all", "-by", "-reason"},
 		"outbox stats": nil,
@@ -155,13 +155,14 @@ func TestEverySubcommandStopsCleanlyOnSignal(t *testing.T) {
 		want []string // in the start-up line
 	}
 	runs := []run{
-		{[]string{"all"}, []string{`"roles":["migrate","api","dispatch","reconcile","work","cleanup","console"]`, `"api":"http://127.0.0.1:`,
+		{[]string{"all"}, []string{`"roles":["migrate","api","dispatch","reconcile","work","cleanup","console","commands"]`, `"api":"http://127.0.0.1:`,
 			`"openapi":"http://127.0.0.1:`, `"metrics":"http://127.0.0.1:`, `"console":"http://127.0.0.1:`,
 			`"marketplace_sandbox":"http://127.0.0.1:`, `"ai_sandbox":"http://127.0.0.1:`}},
 		{[]string{"serve"}, []string{`"roles":["api"]`, `"openapi":"http://127.0.0.1:`}},
 		{[]string{"dispatch", "-admin-addr", "127.0.0.1:0"}, []string{`"roles":["dispatch","reconcile"]`, `"admin":"http://127.0.0.1:`}},
 		{[]string{"work"}, []string{`"roles":["work"]`, `"marketplace_sandbox":"http://127.0.0.1:`}},
 		{[]string{"console"}, []string{`"roles":["console"]`, `"console":"http://127.0.0.1:`}},
+		{[]string{"commands", "-admin-addr", "127.0.0.1:0"}, []string{`"roles":["commands"]`, `"admin":"http://127.0.0.1:`}},
 		{[]string{"cleanup", "-every", "1h"}, []string{`"roles":["cleanup"]`, `"every":"1h0m0s"`}},
 	}
 	for i, r := range runs {

@@ -24,6 +24,9 @@ func main() {
 	rdb := flag.String("redis", envOr("DEMO_REDIS_URL", "redis://127.0.0.1:6379/0"),
 		"the Redis to use (DEMO_REDIS_URL); the demo's keys live under a prefix of its own and are deleted at the end")
 	flag.Parse()
+	// A closed output (`make demo | head`) must not kill the demo before it removed what it
+	// started: writes then fail quietly instead.
+	signal.Ignore(syscall.SIGPIPE)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	_, err := demo.Run(ctx, demo.Config{App: *app, Image: *image, PostgresURL: *pg, RedisURL: *rdb, Out: os.Stdout})
 	interrupted := ctx.Err() != nil

@@ -186,8 +186,9 @@ func start(ctx context.Context, cfg Config) (*instance, error) {
 	inst.cmd = exec.Command(cfg.App, "all")
 	inst.cmd.Env = environ(env)
 	inst.cmd.Stdout, inst.cmd.Stderr = inst.log, inst.log
-	// A process group of its own: a Ctrl-C reaches the demo, which stops the instance itself.
-	inst.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	// A process group of its own: a Ctrl-C reaches the demo, which stops the instance itself;
+	// should the demo die without stopping it, the instance gets SIGTERM (Linux).
+	inst.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGTERM}
 	fmt.Fprintf(cfg.Out, "listing demo: a throwaway instance at %s\n", inst.base)
 	fmt.Fprintf(cfg.Out, "  database %s, Redis prefix %s, storage and log in %s\n", inst.dbName, inst.prefix, inst.dir)
 	began := time.Now()
