@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
-	"github.com/ThreeDotsLabs/watermill-redisstream/pkg/redisstream"
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/go-chi/chi/v5"
 
@@ -42,6 +41,7 @@ import (
 	"github.com/listingkit/listing/infra/postgres"
 	"github.com/listingkit/listing/infra/secret"
 	"github.com/listingkit/listing/infra/storage"
+	"github.com/listingkit/listing/infra/stream"
 )
 
 // Options are assembly choices that are not configuration: tests use them to trade cost for
@@ -314,9 +314,10 @@ func ProvideBullMQConfig(cfg config.Config, rdb redis.UniversalClient) bullmq.Co
 }
 
 // ProvidePublishers builds the dispatcher's publishers: BullMQ for every job queue and a
-// Redis stream for integration events. The stream publisher gets its own Redis client, of
-// the same kind as ProvideRedis's (a cluster client with REDIS_CLUSTER_ADDRS; the stream is
-// one key, so any slot will do); watermill-redisstream's Close closes the client it is given.
+// Redis stream for integration events (infra/stream: watermill-redisstream's format, one
+// pipelined round trip per call). The stream publisher gets its own Redis client, of the
+// same kind as ProvideRedis's (a cluster client with REDIS_CLUSTER_ADDRS; the stream is one
+// key, so any slot will do); its Close closes that client.
 func ProvidePublishers(cfg config.Config, bcfg bullmq.Config, q *Queues, log *slog.Logger) (outbox.PublisherMap, func(), error) {
 	if q.Memory != nil {
 		m := outbox.PublisherMap{worker.StreamOperationEvents: q.Memory}
@@ -334,7 +335,8 @@ func ProvidePublishers(cfg config.Config, bcfg bullmq.Config, q *Queues, log *sl
 	if err != nil {
 		return nil, nil, err
 	}
-	sp, err := redisstream.NewPublisher(redisstream.PublisherConfig{Client: streamClient, DefaultMaxlen: 100000}, wlog)
+	// Pipelined: a dispatcher round hands the stream thousands of events in one call.
+	sp, err := stream.NewPublisher(stream.Config{Client: streamClient, MaxLen: 100000})
 	if err != nil {
 		_ = streamClient.Close()
 		return nil, nil, err
