@@ -18,10 +18,10 @@ type DispatcherConfig struct {
 	ID string
 	// BatchSize is the most events claimed from one workspace at once. Default 500.
 	BatchSize int
-	// RoundWorkspaces is the most workspaces one round claims: a round claims each of them
-	// in a transaction of its own but all in one round trip, publishes what it claimed in
-	// one call per destination, and marks it in one more round trip. Under load, rounds
-	// fill up and the cost per event falls. Default 32.
+	// RoundWorkspaces is the most workspaces one round claims: a round claims all of them
+	// in one statement (a transaction scoped to them, app.workspace_ids), publishes what it
+	// claimed in one call per destination, and marks it in one more round trip. Under load,
+	// rounds fill up and the cost per event falls. Default 32.
 	RoundWorkspaces int
 	// Concurrency is the number of rounds in flight at once; each holds at most one pooled
 	// connection at a time (plus one for LISTEN and one for discovery). The work is I/O
