@@ -39,9 +39,10 @@
 // Workspaces wait in a queue where each appears at most once (new ones before those
 // continuing a backlog); a woken workspace is claimed as soon as a worker is free. A
 // worker runs rounds: it takes up to RoundWorkspaces queued workspaces and, in one RLS
-// transaction scoped to them, as app_user, claims up to BatchSize due rows of each (pending
-// with next_attempt_at ≤ now, or dispatching with an expired lease) with FOR UPDATE SKIP
-// LOCKED, sets them dispatching with locked_by = the round's token and locked_until = now +
+// transaction scoped to them, as app_user, claims due rows of each (pending with
+// next_attempt_at ≤ now, or dispatching with an expired lease; up to BatchSize, or the
+// workspace's share of RoundEvents when smaller) with FOR UPDATE SKIP LOCKED, sets them
+// dispatching with locked_by = the round's token and locked_until = now +
 // Lease, and commits: one statement, one round trip, whatever the number of workspaces. A
 // full batch puts the workspace back at the end of the FIFO, so a backlog in one workspace
 // delays another workspace's events by at most one batch per busy workspace. Under load

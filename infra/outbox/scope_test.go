@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -199,4 +200,30 @@ func TestInWorkspacesListScope(t *testing.T) {
 		require.Zero(t, n, "the list ends with its transaction")
 		c.Release()
 	}
+}
+
+// A round claims at most RoundEvents events, shared among its workspaces, and requeues the
+// workspaces that filled their share: every event is still delivered, once.
+func TestRoundEventsBoundsARound(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	wss := []uuid.UUID{createWorkspace(t, db), createWorkspace(t, db), createWorkspace(t, db), createWorkspace(t, db)}
+	ids := bulkInsert(t, db, wss, 100)
+	var mu sync.Mutex
+	largest := 0
+	rec := &recorder{fail: func(msgs []*message.Message) error {
+		mu.Lock()
+		largest = max(largest, len(msgs))
+		mu.Unlock()
+		return nil
+	}}
+	cfg := fastConfig()
+	cfg.BatchSize, cfg.RoundEvents, cfg.RoundWorkspaces = 100, 40, 4
+	startDispatcher(t, db, cfg, PublisherMap{testQueue: rec})
+	waitFor(t, 20*time.Second, "all dispatched", func() bool { return statusCounts(t, db)[StatusDispatched] == len(ids) })
+	require.Equal(t, len(ids), rec.count(), "each event once")
+	mu.Lock()
+	defer mu.Unlock()
+	require.LessOrEqual(t, largest, 40, "no round publishes more than RoundEvents")
+	require.Positive(t, largest)
 }
