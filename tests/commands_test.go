@@ -315,6 +315,11 @@ func TestCommandRefusals(t *testing.T) {
 	require.Equal(t, "COMMAND_MALFORMED", problemCode(t, ce.repliesTo(t, noEvent, 1)[0]))
 	ce.send(t, map[string]any{"event": `{"specversion":"1.0","id":"cmd-no-type","source":"/tests/erp"}`})
 	require.Equal(t, "COMMAND_MALFORMED", problemCode(t, ce.repliesTo(t, "cmd-no-type", 1)[0]))
+	longID := ce.send(t, signed(strings.Repeat("x", 257), "listing.publish", data))
+	require.Equal(t, "COMMAND_MALFORMED", problemCode(t, ce.repliesTo(t, longID, 1)[0]))
+	huge := ce.send(t, signed("cmd-huge", "listing.publish", map[string]any{"product_id": products[1], "store_id": storeID,
+		"padding": strings.Repeat("x", 2<<20)}))
+	require.Equal(t, "COMMAND_TOO_LARGE", problemCode(t, ce.repliesTo(t, huge, 1)[0]))
 	require.Equal(t, before, badCounts(t, ce.Env))
 
 	// Revoked: the owner revokes; the same, correctly signed command is refused from then on.
@@ -335,7 +340,7 @@ func TestCommandRefusals(t *testing.T) {
 	require.NoError(t, err)
 	for _, line := range []string{
 		`listing_command_messages_total{outcome="unauthenticated",type="listing.publish"} 6`,
-		`listing_command_messages_total{outcome="malformed",type="unknown"} 3`,
+		`listing_command_messages_total{outcome="malformed",type="unknown"} 5`,
 		`listing_command_messages_total{outcome="rejected",type="unknown"} 1`,
 		`listing_command_messages_total{outcome="rejected",type="listing.publish"} 5`,
 	} {

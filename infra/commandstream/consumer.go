@@ -43,7 +43,12 @@ var (
 		"the command is not signed by a live integration of its workspace")
 	// ErrMalformed: the entry holds no CloudEvent.
 	ErrMalformed = domain.NewError(domain.KindInvalid, "COMMAND_MALFORMED", "the entry is not a CloudEvents 1.0 JSON event")
+	// ErrTooLarge: the entry's event is larger than MaxEventBytes.
+	ErrTooLarge = domain.NewError(domain.KindTooLarge, "COMMAND_TOO_LARGE", "the command's event is too large")
 )
+
+// MaxIDLength bounds a command's id and source, in bytes.
+const MaxIDLength = 256
 
 // Executor runs an authenticated command through its HTTP endpoint's handler
 // (*httpapi.Server).
@@ -83,6 +88,9 @@ type Config struct {
 	RepliesMaxLen int64
 	// Source is the source of replies. Default "/listing".
 	Source string
+	// MaxEventBytes bounds an entry's event field; a larger one is refused unread
+	// (COMMAND_TOO_LARGE). Default 2 MiB.
+	MaxEventBytes int
 
 	Executor   Executor
 	Principals Principals
@@ -129,6 +137,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.Source == "" {
 		c.Source = "/listing"
+	}
+	if c.MaxEventBytes <= 0 {
+		c.MaxEventBytes = 2 << 20
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
@@ -339,11 +350,18 @@ func (c *Consumer) handle(ctx context.Context, msg redis.XMessage, last bool) {
 func (c *Consumer) process(ctx context.Context, msg redis.XMessage) outcome {
 	out := outcome{typ: "unknown", corr: msg.ID}
 	raw, _ := msg.Values[cloudevent.FieldEvent].(string)
+	if len(raw) > c.cfg.MaxEventBytes {
+		return c.reject(ctx, out, "malformed", httpapi.MessageCommand{CorrelationID: out.corr}, ErrTooLarge.WithMessage(
+			"the event field holds more than %d bytes", c.cfg.MaxEventBytes))
+	}
 	ev, err := cloudevent.Decode([]byte(raw))
+	if err == nil && (len(ev.ID) > MaxIDLength || len(ev.Source) > MaxIDLength) {
+		err = errors.New("id or source too long")
+	}
 	if err != nil {
 		out.corr = idOf(raw, msg.ID)
 		return c.reject(ctx, out, "malformed", httpapi.MessageCommand{CorrelationID: out.corr}, ErrMalformed.WithMessage(
-			"the entry's event field must hold a CloudEvents 1.0 JSON event (specversion, id, source, type)"))
+			"the entry's event field must hold a CloudEvents 1.0 JSON event (specversion, id, source, type; id and source of at most %d bytes)", MaxIDLength))
 	}
 	out.corr = ev.ID
 	if _, ok := knownTypes[ev.Type]; ok {
@@ -373,7 +391,7 @@ func (c *Consumer) process(ctx context.Context, msg redis.XMessage) outcome {
 	if len(mc.Data) == 0 {
 		mc.Data = []byte("{}")
 	}
-	res := c.cfg.Executor.ExecuteMessage(ctx, mc)
+	res := c.cfg.Executor.ExecuteMessage(withPrincipal(ctx, integ.ID), mc)
 	kind := "rejected"
 	if res.Accepted() {
 		kind = "accepted"
@@ -471,7 +489,7 @@ func idOf(raw, fallback string) string {
 		ID any `json:"id"`
 	}
 	if json.Unmarshal([]byte(raw), &v) == nil {
-		if s, ok := v.ID.(string); ok && s != "" && len(s) <= 200 {
+		if s, ok := v.ID.(string); ok && s != "" && len(s) <= MaxIDLength {
 			return s
 		}
 	}

@@ -17,7 +17,9 @@
 //
 //   - Authentication comes first: an unsigned entry, an unknown integration, one of another
 //     workspace than the workspaceid claimed (RLS finds none), a bad signature and a revoked
-//     integration are all rejected with COMMAND_UNAUTHENTICATED, before anything runs.
+//     integration are all rejected with COMMAND_UNAUTHENTICATED, before anything runs. The
+//     command's own transaction checks again (Guard: the integration's row locked FOR SHARE,
+//     live): a revocation waits for the commands in progress, and none runs after it.
 //   - Each command runs once per (source, id): the idempotency key is the UUIDv5 (namespace
 //     URL) of source + "/" + id, the method MSG, the path the command's type, the user the
 //     integration's. A second delivery is answered from the idempotency record: the same
