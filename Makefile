@@ -60,6 +60,7 @@ clean-testdb: ## Drop the test databases and templates that interrupted test run
 .PHONY: fuzz
 fuzz: ## Run the fuzz targets briefly
 	$(GO) test -run '^$$' -fuzz '^FuzzNormalize$$' -fuzztime 10s ./infra/idem
+	$(GO) test -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime 10s ./infra/cloudevent
 
 .PHONY: lint
 lint: ## gofmt and go vet (the service and the bench module)

@@ -78,6 +78,8 @@ func TestReadmeTryIt(t *testing.T) {
 	script = strings.Replace(script, source[1], files.URL+"/mug.png", 1)
 	require.Contains(t, script, "listing:commands", "the walkthrough no longer sends a command")
 	script = strings.ReplaceAll(script, "listing:command", env.Config.StreamPrefix+":command")
+	require.Contains(t, script, "listing:events", "the walkthrough no longer reads the integration events")
+	script = strings.ReplaceAll(script, "listing:events", env.Config.StreamPrefix+":events")
 	script = strings.ReplaceAll(script, "redis-cli ", "redis-cli -u "+env.Config.RedisURL+" ")
 
 	cmd := exec.Command("bash", "-c", script)
@@ -107,6 +109,11 @@ func TestReadmeTryIt(t *testing.T) {
 	for _, op := range []string{"store.verification", "publication", "product_sync", "ai_task",
 		"media.processing", "material_transfer", "listing_update"} {
 		require.Contains(t, printed, `{"type":"`+op+`","status":"succeeded"`, "operation %s; the walkthrough printed:\n%s", op, printed)
+	}
+	// Step 10: the integration events of the workspace, by type (the last ones may still be on
+	// their way: only types that were dispatched well before are required).
+	for _, typ := range []string{"operation.status_changed", "store.verified", "publication.published", "product_sync.completed", "media.ready"} {
+		require.Regexp(t, `"`+regexp.QuoteMeta(typ)+`":[1-9]`, printed, "integration event %s; the walkthrough printed:\n%s", typ, printed)
 	}
 	require.NotContains(t, printed, `"failed"`, printed)
 	require.NotContains(t, printed, `"code"`, "an error answer: %s", printed)

@@ -5,8 +5,9 @@
 // An Event marshals to exactly one JSON object with the context attributes at the top level,
 // the extensions beside them (lower-case names, as the specification requires) and data as
 // the raw JSON value it holds. Decode accepts what Encode writes and what any conforming
-// producer writes in JSON structured mode with a JSON data value; it refuses an envelope
-// without the required attributes (specversion "1.0", id, source, type).
+// producer writes in JSON structured mode with a JSON data value (extensions other than
+// the four of Event are ignored); it refuses an envelope without the required attributes
+// (specversion "1.0", id, source, type). FuzzDecode checks that it never panics.
 //
 // A stream entry carries one field, FieldEvent, holding the CloudEvent's JSON bytes
 // (commands add FieldSignature). The package depends on the standard library only; it is a

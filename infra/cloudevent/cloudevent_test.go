@@ -91,3 +91,29 @@ func TestEncodeRefusesDataThatIsNotJSON(t *testing.T) {
 	_, err = cloudevent.Encode(cloudevent.Event{ID: "1", Source: "/s", Type: "t"})
 	require.ErrorIs(t, err, cloudevent.ErrInvalid, "no specversion")
 }
+
+// FuzzDecode: Decode never panics, and what it accepts encodes and decodes to the same event.
+func FuzzDecode(f *testing.F) {
+	f.Add([]byte(`{"specversion":"1.0","id":"1","source":"/s","type":"t","time":"2026-12-01T07:30:00Z","data":{"a":[1,"x"]},"workspaceid":"w"}`))
+	f.Add([]byte(`{"specversion":"1.0","id":"1","source":"/s","type":"t","data":null,"traceparent":"00-x","integrationid":"i","correlationid":"c"}`))
+	f.Add([]byte(`{"specversion":"1.0","id":"","source":"/s","type":"t"}`))
+	f.Add([]byte(`[]`))
+	f.Fuzz(func(t *testing.T, in []byte) {
+		e, err := cloudevent.Decode(in)
+		if err != nil {
+			require.ErrorIs(t, err, cloudevent.ErrInvalid)
+			return
+		}
+		b, err := cloudevent.Encode(e)
+		require.NoError(t, err)
+		again, err := cloudevent.Decode(b)
+		require.NoError(t, err)
+		require.True(t, e.Time.Equal(again.Time))
+		e.Time, again.Time = time.Time{}, time.Time{}
+		if len(e.Data) > 0 {
+			require.JSONEq(t, string(e.Data), string(again.Data))
+			e.Data, again.Data = nil, nil
+		}
+		require.Equal(t, e, again)
+	})
+}

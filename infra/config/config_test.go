@@ -201,3 +201,21 @@ func TestClusterRefusesUntaggedQueues(t *testing.T) {
 		require.NoError(t, err, "%v", good)
 	}
 }
+
+func TestEventStreamSettings(t *testing.T) {
+	c := defaults(t)
+	require.Equal(t, "listing", c.StreamPrefix)
+	require.Equal(t, int64(1_000_000), c.EventsMaxLen)
+	require.Equal(t, 168*time.Hour, c.EventsRetention)
+	for _, bad := range []func(*Config){
+		func(c *Config) { c.StreamPrefix = "" },
+		func(c *Config) { c.EventsMaxLen = -1 },
+		func(c *Config) { c.EventsRetention = -time.Second },
+	} {
+		c := defaults(t)
+		bad(&c)
+		require.ErrorContains(t, c.Validate(), "STREAM_PREFIX must not be empty")
+	}
+	c.EventsMaxLen, c.EventsRetention = 0, 0 // no bound: allowed
+	require.NoError(t, c.Validate())
+}
