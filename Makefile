@@ -12,12 +12,17 @@ help: ## Show this help
 	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  \033[36m%-14s\033[0m %s\n", $$1, $$2}'
 
 .PHONY: run
-run: ## Run the whole service in one process with development defaults (migrates first)
+run: ## Run the whole service in one process with development defaults (migrates first; installs jq for the README's "Try it" when missing)
+	@command -v jq >/dev/null 2>&1 || $(MAKE) --no-print-directory jq || echo "make run: jq could not be installed; the README's Try it needs it (make jq)" >&2
 	$(GO) run ./cmd/app all
 
 .PHONY: build
 build: ## Build bin/app
 	$(GO) build -o bin/app ./cmd/app
+
+.PHONY: demo
+demo: build ## Walk through every flow on a throwaway instance of its own (own database, ports, Redis prefix), then remove it
+	$(GO) run ./cmd/demo -app bin/app -image docs/demo/mug.png
 
 .PHONY: migrate
 migrate: ## Apply database migrations (MIGRATE_DATABASE_URL)
@@ -32,12 +37,20 @@ browser-deps: ## Install Debian's chromium for the console's browser test (tests
 	@command -v chromium >/dev/null 2>&1 || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium)
 
 .PHONY: test
-test: node-deps ## Run the whole test suite with the race detector (needs PostgreSQL and Redis)
+test: node-deps jq ## Run the whole test suite with the race detector (needs PostgreSQL and Redis; tests/readme_test.go runs the README's Try it with jq)
 	$(GO) test $(TEST_FLAGS) ./...
 
 .PHONY: test-short
 test-short: ## Unit tests only (no database)
 	$(GO) test -short -count=1 ./...
+
+.PHONY: jq
+jq: ## Install jq (the README's "Try it" uses it) with apt-get, when missing
+	@command -v jq >/dev/null 2>&1 || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq jq)
+
+.PHONY: clean
+clean: ## Remove what make run and make test left: the dev database, idle test databases, the queues' Redis keys, STORAGE_DIR, bin/, node_modules (CLEAN_FLAGS=-h)
+	$(GO) run ./internal/devclean $(CLEAN_FLAGS)
 
 .PHONY: clean-testdb
 clean-testdb: ## Drop the test databases and templates that interrupted test runs left behind
@@ -53,6 +66,15 @@ lint: ## gofmt and go vet (the service and the bench module)
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || (gofmt -l $$(git ls-files '*.go'); echo "gofmt needed"; exit 1)
 	$(GO) vet ./...
 	cd bench && $(GO) vet ./...
+
+# References to files outside the repository: the design notes the project started from
+# and their sections. The pattern is spelled so that it does not match itself.
+DOCS_REF_RE := \.\./shared|shared/(seed|[A-Z]+[.]md)|\b(API|DESIGN|BULLMQ|STYLE)[.]md|seed('s)? ?§|§ ?[0-9]|\bseed('s)? (promise|document|design|section)
+
+.PHONY: docs-check
+docs-check: ## Fail when a document or comment refers to a file outside the repository (docs/ holds the project's own)
+	@out=$$(git grep -nIE --untracked "$(DOCS_REF_RE)" | grep -vE 'RFC [0-9]+ §[0-9]'); \
+	if [ -n "$$out" ]; then echo "$$out"; echo "docs-check: refer to docs/ (http-api.md, architecture.md, guarantees.md, bullmq-wire.md, operations.md) instead"; exit 1; fi
 
 .PHONY: events-doc
 events-doc: ## Regenerate docs/events.md, the integration event catalogue, from the code's event registry

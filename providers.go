@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net/http"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
@@ -98,7 +99,7 @@ func newRedisClient(cfg config.Config) (redis.UniversalClient, error) {
 func ProvideTokens(cfg config.Config, log *slog.Logger) (*auth.Tokens, error) {
 	spec, dev := config.Keys(cfg.AuthTokenKeys, "auth-token")
 	if dev {
-		log.Warn("AUTH_TOKEN_KEYS is unset: using the public development signing key")
+		warnOnce(log, "AUTH_TOKEN_KEYS is unset: using the public development signing key")
 	}
 	keys, err := auth.ParseKeys(spec)
 	if err != nil {
@@ -119,7 +120,7 @@ func ProvideHasher(opts Options) auth.Hasher {
 func ProvideIdempotency(cfg config.Config, reg *prometheus.Registry, log *slog.Logger) (*idem.Guard, error) {
 	spec, dev := config.Keys(cfg.FingerprintKeys, "idempotency-fingerprint")
 	if dev {
-		log.Warn("FINGERPRINT_KEYS is unset: using the public development fingerprint key")
+		warnOnce(log, "FINGERPRINT_KEYS is unset: using the public development fingerprint key")
 	}
 	keys, err := idem.ParseKeys(spec)
 	if err != nil {
@@ -130,6 +131,18 @@ func ProvideIdempotency(cfg config.Config, reg *prometheus.Registry, log *slog.L
 		return nil, err
 	}
 	return idem.New(idem.NewStore(), idem.Config{Keys: keys, Retention: cfg.IdempotencyRetention, Metrics: metrics})
+}
+
+// warned holds the warnings this process logged already (warnOnce).
+var warned sync.Map
+
+// warnOnce logs msg as a warning the first time this process asks, and never again: the
+// injectors of `all` build some providers twice (the API's and the workers'), and a
+// development-key warning is one fact about the process.
+func warnOnce(log *slog.Logger, msg string) {
+	if _, seen := warned.LoadOrStore(msg, true); !seen {
+		log.Warn(msg)
+	}
 }
 
 // ProvideBus builds the command bus: logging/metrics → RLS transaction → idempotency.
@@ -163,7 +176,7 @@ func ProvideStorage(ctx context.Context, cfg config.Config, log *slog.Logger) (*
 	spec := cfg.UploadSigningKey
 	if spec == "" {
 		spec = strings.TrimPrefix(config.DevKey("upload-signing"), "dev:")
-		log.Warn("UPLOAD_SIGNING_KEY is unset: using the public development signing key")
+		warnOnce(log, "UPLOAD_SIGNING_KEY is unset: using the public development signing key")
 	}
 	key, err := storage.DecodeSigningKey(spec)
 	if err != nil {
@@ -179,6 +192,9 @@ func ProvideStorage(ctx context.Context, cfg config.Config, log *slog.Logger) (*
 
 // ProvideFetcher builds the SSRF-guarded material fetcher.
 func ProvideFetcher(cfg config.Config, log *slog.Logger) (*fetch.Fetcher, error) {
+	if cfg.FetchAllowPrivate {
+		warnOnce(log, "FETCH_ALLOW_PRIVATE=true: material transfers may reach private, loopback and link-local addresses (development only)")
+	}
 	return fetch.New(fetch.Config{AllowPrivate: cfg.FetchAllowPrivate, Timeout: cfg.FetchTimeout,
 		DefaultMaxBytes: cfg.MediaMaxBytes, Logger: log})
 }
@@ -187,7 +203,7 @@ func ProvideFetcher(cfg config.Config, log *slog.Logger) (*fetch.Fetcher, error)
 func ProvideCipher(cfg config.Config, log *slog.Logger) (*secret.Cipher, error) {
 	spec, dev := config.Keys(cfg.CredentialsKeys, "credentials")
 	if dev {
-		log.Warn("CREDENTIALS_KEYS is unset: using the public development key")
+		warnOnce(log, "CREDENTIALS_KEYS is unset: using the public development key")
 	}
 	return secret.New(secret.Config{Keys: spec, RequireKeys: cfg.Production(), Logger: log})
 }
@@ -222,11 +238,11 @@ type Repositories struct {
 	Products      postgres.Products
 	Operations    *postgres.Repository[domain.Operation]
 	Stores        postgres.Stores
-	Verifications *postgres.Repository[domain.StoreVerification]
+	Verifications postgres.StoreVerifications
 	Media         *postgres.Repository[domain.Media]
 	MediaTasks    *postgres.Repository[domain.MediaTask]
 	Transfers     *postgres.Repository[domain.MaterialTransfer]
-	Publications  *postgres.Repository[domain.Publication]
+	Publications  postgres.Publications
 	Syncs         postgres.ProductSyncs
 	AITasks       *postgres.Repository[domain.AITask]
 	AILedger      postgres.AILedger
@@ -276,7 +292,7 @@ func ProvideApplication(cfg config.Config, b *bus.Bus, pool *pgxpool.Pool, hashe
 			RevokeIntegration: commands.NewRevokeIntegrationHandler(accounts, repos.Integrations, now),
 		},
 		Queries: query.Queries{Tx: postgres.Transactor{Pool: pool}, Accounts: accounts, Products: repos.Products,
-			Operations: repos.Operations, Stores: repos.Stores, Media: repos.Media, Transfers: repos.Transfers,
+			Operations: repos.Operations, Stores: repos.Stores, Verifications: repos.Verifications, Media: repos.Media, Transfers: repos.Transfers,
 			Publications: repos.Publications, Syncs: repos.Syncs, AITasks: repos.AITasks, Updates: repos.Updates,
 			Storage: store, Fetcher: fetcher, Principals: repos.Integrations},
 	}, nil
@@ -294,7 +310,8 @@ func ProvideHTTP(cfg config.Config, application *app.Application, tokens *auth.T
 	if !cfg.Memory() {
 		ready = append(ready, httpapi.ReadinessCheck{Name: "redis", Check: func(ctx context.Context) error { return rdb.Ping(ctx).Err() }})
 	}
-	return httpapi.New(httpapi.Config{MaxBodyBytes: cfg.MaxBodyBytes, AuthRatePerMinute: cfg.AuthRatePerMinute}, httpapi.Deps{
+	return httpapi.New(httpapi.Config{MaxBodyBytes: cfg.MaxBodyBytes, AuthRatePerMinute: cfg.AuthRatePerMinute,
+		PublicBaseURL: cfg.PublicBaseURL}, httpapi.Deps{
 		App:         application,
 		Tokens:      tokens,
 		Idempotency: guard,
@@ -403,9 +420,11 @@ func ProvideDispatcher(cfg config.Config, pool *pgxpool.Pool, pubs outbox.Publis
 }
 
 // ProvideEventStreams builds the age trimmer of the integration event stream
-// (EVENTS_RETENTION) and registers its metrics (eventstream.StreamCollector: length, lag
-// per consumer group, retention bounds) on reg. With the memory transport there is no
-// stream: nil.
+// (EVENTS_RETENTION) and registers the metrics of the integration streams
+// (eventstream.StreamCollector: length, lag and pending entries per consumer group,
+// retention bounds) on reg: <STREAM_PREFIX>:events, :commands (trimmed by its senders, if
+// at all: no bound of ours) and :command-replies (COMMAND_REPLIES_MAX_LEN). With the memory
+// transport there are no streams: nil.
 func ProvideEventStreams(cfg config.Config, rdb redis.UniversalClient, reg *prometheus.Registry, log *slog.Logger) (*eventstream.Trimmer, error) {
 	if cfg.Memory() {
 		return nil, nil
@@ -413,7 +432,10 @@ func ProvideEventStreams(cfg config.Config, rdb redis.UniversalClient, reg *prom
 	stream := eventstream.Stream(cfg.StreamPrefix)
 	var err error
 	metrics.Register(reg, eventstream.NewStreamCollector(rdb, map[string]eventstream.Retention{
-		stream: {MaxLen: cfg.EventsMaxLen, MaxAge: cfg.EventsRetention}}, log), &err)
+		stream:                                {MaxLen: cfg.EventsMaxLen, MaxAge: cfg.EventsRetention},
+		cfg.StreamPrefix + ":commands":        {},
+		cfg.StreamPrefix + ":command-replies": {MaxLen: cfg.CommandRepliesMaxLen},
+	}, log), &err)
 	if err != nil {
 		return nil, err
 	}

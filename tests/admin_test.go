@@ -68,6 +68,8 @@ func TestEveryProcessIsObservable(t *testing.T) {
 			// The integration event stream's retention and lag, so loss by trimming shows first.
 			require.Contains(t, string(body), `listing_stream_retention_max_length{stream="`+prefix+`:events"} 1e+06`)
 			require.Contains(t, string(body), `listing_stream_length{stream="`+prefix+`:events"}`)
+			require.Contains(t, string(body), `listing_stream_length{stream="`+prefix+`:commands"}`)
+			require.Contains(t, string(body), `listing_stream_retention_max_length{stream="`+prefix+`:command-replies"} 100000`)
 		}
 	}
 }

@@ -34,7 +34,7 @@ var (
 
 // seedBinary builds ./cmd/app once per test binary and returns its path. The binary lives in
 // a directory of its own under the system temp directory: it outlives the first test that
-// asked for it, and is reused by the others.
+// asked for it, is reused by the others, and TestMain removes it when the tests end.
 func seedBinary(t testing.TB) string {
 	t.Helper()
 	seedBuildOnce.Do(func() {

@@ -49,6 +49,22 @@ type ProductSyncs interface {
 	Active(ctx context.Context, storeID uuid.UUID) (domain.ProductSync, error)
 	// UpsertPlatformProducts records a page of the store's online products.
 	UpsertPlatformProducts(ctx context.Context, storeID, syncID uuid.UUID, items []PlatformProduct) error
+	// ListOf returns one page of the store's syncs, newest first.
+	ListOf(ctx context.Context, storeID uuid.UUID, page Page) (items []domain.ProductSync, next string, err error)
+}
+
+// StoreVerifications adds the list of one store's verifications.
+type StoreVerifications interface {
+	Repository[domain.StoreVerification]
+	// ListOf returns one page of the store's verifications, newest first.
+	ListOf(ctx context.Context, storeID uuid.UUID, page Page) (items []domain.StoreVerification, next string, err error)
+}
+
+// Publications adds the list of one product's publications.
+type Publications interface {
+	Repository[domain.Publication]
+	// ListOfProduct returns one page of the product's publications, newest first.
+	ListOfProduct(ctx context.Context, productID uuid.UUID, page Page) (items []domain.Publication, next string, err error)
 }
 
 // ListingUpdates adds the list of one publication's updates.

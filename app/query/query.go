@@ -20,6 +20,9 @@ type Scope struct {
 
 // Queries is the catalogue of reads. Generic reads of any repository go through Get and List.
 type Queries struct {
+	// Verifications are the stores' verifications, listed under their store.
+	Verifications port.StoreVerifications
+
 	Tx           port.Transactor
 	Accounts     port.Accounts
 	Products     port.Products
@@ -27,7 +30,7 @@ type Queries struct {
 	Stores       port.Stores
 	Media        port.Repository[domain.Media]
 	Transfers    port.Repository[domain.MaterialTransfer]
-	Publications port.Repository[domain.Publication]
+	Publications port.Publications
 	Syncs        port.ProductSyncs
 	AITasks      port.Repository[domain.AITask]
 	Updates      port.ListingUpdates
@@ -153,4 +156,48 @@ func (q Queries) ListingUpdates(ctx context.Context, s Scope, publicationID uuid
 		return err
 	})
 	return items, next, err
+}
+
+// under reads one page of a parent's children in one transaction: parent returns the
+// parent's not-found error when the workspace has no such parent.
+func under[T any](ctx context.Context, q Queries, s Scope, parent func(ctx context.Context) error,
+	list func(ctx context.Context) ([]T, string, error)) ([]T, string, error) {
+	var items []T
+	var next string
+	err := q.Tx.InTx(ctx, s.WorkspaceID, s.UserID, func(ctx context.Context) error {
+		if err := parent(ctx); err != nil {
+			return err
+		}
+		var err error
+		items, next, err = list(ctx)
+		return err
+	})
+	return items, next, err
+}
+
+// StoreSyncs lists the store's product syncs, newest first; an unknown store is
+// domain.ErrStoreNotFound.
+func (q Queries) StoreSyncs(ctx context.Context, s Scope, storeID uuid.UUID, page port.Page) ([]domain.ProductSync, string, error) {
+	return under(ctx, q, s, func(ctx context.Context) error { _, err := q.Stores.Get(ctx, storeID); return err },
+		func(ctx context.Context) ([]domain.ProductSync, string, error) {
+			return q.Syncs.ListOf(ctx, storeID, page)
+		})
+}
+
+// StoreVerifications lists the store's verifications, newest first; an unknown store is
+// domain.ErrStoreNotFound.
+func (q Queries) StoreVerifications(ctx context.Context, s Scope, storeID uuid.UUID, page port.Page) ([]domain.StoreVerification, string, error) {
+	return under(ctx, q, s, func(ctx context.Context) error { _, err := q.Stores.Get(ctx, storeID); return err },
+		func(ctx context.Context) ([]domain.StoreVerification, string, error) {
+			return q.Verifications.ListOf(ctx, storeID, page)
+		})
+}
+
+// ProductPublications lists the product's publications, newest first; an unknown product is
+// domain.ErrProductNotFound.
+func (q Queries) ProductPublications(ctx context.Context, s Scope, productID uuid.UUID, page port.Page) ([]domain.Publication, string, error) {
+	return under(ctx, q, s, func(ctx context.Context) error { _, err := q.Products.Get(ctx, productID); return err },
+		func(ctx context.Context) ([]domain.Publication, string, error) {
+			return q.Publications.ListOfProduct(ctx, productID, page)
+		})
 }

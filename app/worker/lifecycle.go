@@ -151,15 +151,15 @@ func (f Flow[T, W, R]) Handle(ctx context.Context, job Job) error {
 		r, err = f.run(ctx, job, id)
 	}
 	outcome, err := f.decide(ctx, job, id, r, err)
-	attrs := []any{slog.String("outcome", outcome), slog.Int64("duration_ms", time.Since(start).Milliseconds())}
+	attrs := []any{slog.String("outcome", outcome), slog.Duration("duration", time.Since(start))}
 	level := slog.LevelInfo
 	switch outcome {
 	case OutcomeRetry, OutcomeSnoozed:
 		level = slog.LevelWarn
-		attrs = append(attrs, slog.String("error", err.Error()))
+		attrs = append(attrs, slog.Bool("retry", true), slog.String("error", err.Error()))
 	case OutcomeFailed, OutcomeLost:
 		level = slog.LevelError
-		attrs = append(attrs, slog.String("code", FailureOf(err).Code), slog.String("error", err.Error()))
+		attrs = append(attrs, slog.Bool("retry", false), slog.String("code", FailureOf(err).Code), slog.String("error", err.Error()))
 	}
 	if d, ok := SnoozeOf(err); ok {
 		attrs = append(attrs, slog.Duration("delay", d))

@@ -90,6 +90,9 @@ func TestLifecycleRetriesThenRecordsTheLastAttempt(t *testing.T) {
 	require.False(t, worker.IsPermanent(err), "retried")
 	got, _ := l.state(t, tr)
 	require.Equal(t, domain.TaskRunning, got.Status)
+	require.Contains(t, l.env.Logs.String(), `"outcome":"retry","duration":`, "the attempt's line says a retry follows")
+	require.Contains(t, l.env.Logs.String(), `"retry":true`)
+	require.NotContains(t, l.env.Logs.String(), `"retry":false`)
 
 	job.Attempt, job.LastAttempt = 2, true
 	err = f.Handle(context.Background(), job)
@@ -99,6 +102,7 @@ func TestLifecycleRetriesThenRecordsTheLastAttempt(t *testing.T) {
 	require.Equal(t, port.ErrPlatformTransient.Code, got.ErrorCode)
 	require.Equal(t, domain.OperationFailed, op.Status)
 	require.Equal(t, 2, got.Attempts)
+	require.Contains(t, l.env.Logs.String(), `"retry":false`, "the last attempt's line says none follows")
 }
 
 func TestLifecyclePermanentErrorFailsAtOnce(t *testing.T) {

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"flag"
 	"log/slog"
 
 	listing "github.com/listingkit/listing"
@@ -15,9 +14,9 @@ import (
 
 // runConsole serves the operator console on CONSOLE_ADDR (or -addr) until ctx ends.
 func runConsole(ctx context.Context, cfg config.Config, log *slog.Logger, args []string) error {
-	fs := flag.NewFlagSet("console", flag.ContinueOnError)
+	fs := newFlags("console", subcommands()["console"].summary)
 	addr := fs.String("addr", cfg.ConsoleAddr, "listen address (CONSOLE_ADDR)")
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	cfg.ConsoleAddr = *addr
@@ -26,7 +25,15 @@ func runConsole(ctx context.Context, cfg config.Config, log *slog.Logger, args [
 		return err
 	}
 	defer cleanup()
-	return serveHTTP(ctx, cfg.ConsoleAddr, srv, log)
+	ln, err := listen(cfg.ConsoleAddr)
+	if err != nil {
+		return err
+	}
+	var s startup
+	s.role("console")
+	s.addr("console", ln)
+	s.log(log)
+	return serveOn(ctx, ln, srv, log)
 }
 
 // newConsole builds the console from cfg: the listing_operator pool (OPERATOR_DATABASE_URL),
@@ -63,6 +70,6 @@ func newConsole(ctx context.Context, cfg config.Config, log *slog.Logger) (*cons
 	if len(operators) == 0 {
 		log.Warn("console: CONSOLE_TOKENS unset: serving loopback clients only, as operator dev (development)")
 	}
-	log.Info("console: operators", "count", len(operators), "addr", cfg.ConsoleAddr)
+	log.Info("console: operators", "count", len(operators))
 	return srv, cleanup, nil
 }

@@ -10,15 +10,19 @@
 //	app console   the operators' web console
 //	app all       everything in one process (development default)
 //
-// Run `app help` for the full list. Configuration comes from environment variables (see the
-// README); main only sets up signals, logging and the runtime's memory limit (MEMORY_LIMIT,
-// unless GOMEMLIMIT is set), then runs the subcommand.
+// `app help` lists them and `app <subcommand> -h` prints a subcommand's flags (exit 0); a
+// wrong command line prints the usage and exits 2, a failure exits 1, and SIGINT or SIGTERM
+// stop a subcommand cleanly with exit 0. Configuration comes from environment variables (see
+// the README); main only sets up signals, logging and the runtime's memory limit
+// (MEMORY_LIMIT, unless GOMEMLIMIT is set), then runs the subcommand.
 package main
 
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
+	"io"
 	"log/slog"
 	"math"
 	"os"
@@ -45,38 +49,67 @@ func subcommands() map[string]subcommand {
 		"work":     {"run the BullMQ job consumers of every queue", runWork},
 		"commands": {"consume the commands other services send on <STREAM_PREFIX>:commands (replies on …:command-replies)", runCommands},
 		"cleanup":  {"delete expired idempotency records and old dispatched events (once, or -every D)", runCleanup},
-		"outbox":   {"operators: stats | list | show | redrive | purge", runOutbox},
+		"outbox":   {"operators: stats | list | show | redrive | purge (`app outbox help`)", runOutbox},
 		"console":  {"operators: the web console on CONSOLE_ADDR (outbox, queues, operations)", runConsole},
 		"all":      {"migrate, then run every role in one process (development)", runAll},
 	}
 }
 
+// Exit statuses of the binary.
+const (
+	exitOK      = 0
+	exitFailure = 1
+	exitUsage   = 2
+)
+
+// usageError is a wrong command line: the usage was printed on stderr, and the binary exits
+// with exitUsage.
+type usageError struct{ msg string }
+
+func (e usageError) Error() string { return e.msg }
+
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	err := realMain(ctx, os.Args[1:])
 	stop()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "app:", err)
-		os.Exit(1)
+	os.Exit(exitCode(err, os.Stderr))
+}
+
+// exitCode returns the exit status of realMain's error and prints the error on stderr: 0 for
+// nil and for a help request (flag.ErrHelp), 2 for a usage error, 1 otherwise.
+func exitCode(err error, stderr io.Writer) int {
+	var usage usageError
+	switch {
+	case err == nil || errors.Is(err, flag.ErrHelp):
+		return exitOK
+	case errors.As(err, &usage):
+		fmt.Fprintln(stderr, "app:", err)
+		return exitUsage
 	}
+	fmt.Fprintln(stderr, "app:", err)
+	return exitFailure
 }
 
 func realMain(ctx context.Context, args []string) error {
 	cmds := subcommands()
-	if len(args) == 0 || args[0] == "help" || args[0] == "-h" || args[0] == "--help" {
-		usage(cmds)
-		return nil
+	if len(args) == 0 {
+		usage(os.Stderr, cmds)
+		return usageError{"a subcommand is required"}
+	}
+	if args[0] == "help" || args[0] == "-h" || args[0] == "-help" || args[0] == "--help" {
+		usage(os.Stdout, cmds)
+		return flag.ErrHelp
 	}
 	cmd, ok := cmds[args[0]]
 	if !ok {
-		usage(cmds)
-		return fmt.Errorf("unknown subcommand %q", args[0])
+		usage(os.Stderr, cmds)
+		return usageError{fmt.Sprintf("unknown subcommand %q", args[0])}
 	}
 	cfg, err := config.Load()
-	if err != nil {
+	if err != nil && !helpRequested(args[1:]) { // help needs no valid configuration
 		return err
 	}
-	log, err := newLogger(cfg)
+	log, err := newLogger(cfg, os.Stderr)
 	if err != nil {
 		return err
 	}
@@ -85,7 +118,9 @@ func realMain(ctx context.Context, args []string) error {
 	if source == "MEMORY_LIMIT" {
 		debug.SetMemoryLimit(limit)
 	}
-	log.Info("memory limit", "bytes", limit, "source", source)
+	if !helpRequested(args[1:]) { // help is printed on stdout, without log lines
+		log.Info("memory limit", "bytes", limit, "source", source)
+	}
 	shutdownTracing, err := tracing.Setup(ctx)
 	if err != nil {
 		return err
@@ -96,10 +131,25 @@ func realMain(ctx context.Context, args []string) error {
 		}
 	}()
 	err = cmd.run(ctx, cfg, log, args[1:])
-	if errors.Is(err, context.Canceled) && ctx.Err() != nil {
-		return nil // stopped by a signal: a clean exit
+	if ctx.Err() != nil && (err == nil || errors.Is(err, context.Canceled)) {
+		log.Info("stopped", "subcommand", args[0], "reason", "signal")
+		return nil // stopped by a signal after a clean shutdown
 	}
 	return err
+}
+
+// helpRequested reports whether a subcommand's args ask for help rather than a run: a help
+// flag, or "help" as the first argument (`app outbox help`).
+func helpRequested(args []string) bool {
+	for i, a := range args {
+		switch {
+		case a == "-h" || a == "-help" || a == "--help" || a == "--h":
+			return true
+		case a == "help" && i == 0:
+			return true
+		}
+	}
+	return false
 }
 
 // memoryLimit returns the Go runtime's soft memory limit for this process and where it comes
@@ -115,7 +165,7 @@ func memoryLimit(cfg config.Config, lookupEnv func(string) (string, bool)) (int6
 	return int64(cfg.MemoryLimit), "MEMORY_LIMIT"
 }
 
-func usage(cmds map[string]subcommand) {
+func usage(w io.Writer, cmds map[string]subcommand) {
 	names := make([]string, 0, len(cmds))
 	for n := range cmds {
 		names = append(names, n)
@@ -126,21 +176,73 @@ func usage(cmds map[string]subcommand) {
 	for _, n := range names {
 		fmt.Fprintf(&b, "  %-9s %s\n", n, cmds[n].summary)
 	}
-	b.WriteString("\nConfiguration is read from the environment; see the README.\n")
-	fmt.Fprint(os.Stderr, b.String())
+	b.WriteString("\n`app <subcommand> -h` lists a subcommand's flags. Configuration is read from the environment; see the README.\n")
+	fmt.Fprint(w, b.String())
 }
 
-func newLogger(cfg config.Config) (*slog.Logger, error) {
+// newFlags returns the flag set of subcommand name ("outbox list" for a command of a
+// subcommand), whose usage names the command and its summary; parse it with parseFlags.
+func newFlags(name, summary string) *flag.FlagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.Usage = func() {
+		w := fs.Output()
+		fmt.Fprintf(w, "usage: app %s [flags]\n\n%s\n", name, summary)
+		n := 0
+		fs.VisitAll(func(*flag.Flag) { n++ })
+		if n == 0 {
+			fmt.Fprintln(w, "\nno flags")
+			return
+		}
+		fmt.Fprintln(w, "\nflags:")
+		fs.PrintDefaults()
+	}
+	return fs
+}
+
+// parseFlags parses args into fs. -h (or -help) prints the usage and flags on stdout and
+// returns flag.ErrHelp (exit 0); a bad flag or a stray argument prints them on stderr and
+// returns a usageError (exit 2).
+func parseFlags(fs *flag.FlagSet, args []string) error {
+	var buf strings.Builder
+	fs.SetOutput(&buf)
+	err := fs.Parse(args)
+	switch {
+	case errors.Is(err, flag.ErrHelp):
+		fmt.Fprint(os.Stdout, buf.String())
+		return flag.ErrHelp
+	case err != nil:
+		fmt.Fprint(os.Stderr, buf.String())
+		return usageError{err.Error()}
+	case fs.NArg() > 0:
+		fs.SetOutput(os.Stderr)
+		fs.Usage()
+		return usageError{fmt.Sprintf("%s: unexpected argument %q", fs.Name(), fs.Arg(0))}
+	}
+	fs.SetOutput(os.Stderr)
+	return nil
+}
+
+// newLogger returns the process's logger on w (LOG_LEVEL, LOG_FORMAT). Durations are logged
+// as strings ("30s"), never as nanoseconds.
+func newLogger(cfg config.Config, w io.Writer) (*slog.Logger, error) {
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(cfg.LogLevel)); err != nil {
 		return nil, fmt.Errorf("LOG_LEVEL: %w", err)
 	}
-	opts := &slog.HandlerOptions{Level: level}
+	opts := &slog.HandlerOptions{Level: level, ReplaceAttr: durationsAsText}
 	switch cfg.LogFormat {
 	case "json":
-		return slog.New(slog.NewJSONHandler(os.Stderr, opts)), nil
+		return slog.New(slog.NewJSONHandler(w, opts)), nil
 	case "text":
-		return slog.New(slog.NewTextHandler(os.Stderr, opts)), nil
+		return slog.New(slog.NewTextHandler(w, opts)), nil
 	}
 	return nil, fmt.Errorf("LOG_FORMAT must be json or text")
+}
+
+// durationsAsText is a slog ReplaceAttr that writes a duration as time.Duration.String does.
+func durationsAsText(_ []string, a slog.Attr) slog.Attr {
+	if a.Value.Kind() == slog.KindDuration {
+		a.Value = slog.StringValue(a.Value.Duration().String())
+	}
+	return a
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"strings"
@@ -23,10 +24,12 @@ import (
 // consume what the dispatcher publishes, or publish what the workers wait for.
 var errMemoryNeedsAll = errors.New("QUEUE_TRANSPORT=memory runs the dispatcher and the workers in one process: use `app all`")
 
+const adminAddrUsage = "serve /healthz, /readyz and /metrics on this address (ADMIN_ADDR; empty: none)"
+
 func runDispatch(ctx context.Context, cfg config.Config, log *slog.Logger, args []string) error {
-	fs := flag.NewFlagSet("dispatch", flag.ContinueOnError)
-	adminAddr := fs.String("admin-addr", cfg.AdminAddr, "serve /healthz, /readyz and /metrics on this address (ADMIN_ADDR; empty: none)")
-	if err := fs.Parse(args); err != nil {
+	fs := newFlags("dispatch", subcommands()["dispatch"].summary)
+	adminAddr := fs.String("admin-addr", cfg.AdminAddr, adminAddrUsage)
+	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	if cfg.Memory() {
@@ -38,13 +41,21 @@ func runDispatch(ctx context.Context, cfg config.Config, log *slog.Logger, args 
 		return err
 	}
 	defer cleanup()
-	return runWithAdmin(ctx, *adminAddr, reg, readiness(cfg, d.Pool, d.Redis), log, d.Run)
+	ln, err := adminListener(*adminAddr)
+	if err != nil {
+		return err
+	}
+	var s startup
+	s.role("dispatch", "reconcile")
+	s.admin(ln)
+	s.log(log)
+	return runWithAdmin(ctx, ln, reg, readiness(cfg, d.Pool, d.Redis), log, d.Run)
 }
 
 func runWork(ctx context.Context, cfg config.Config, log *slog.Logger, args []string) error {
-	fs := flag.NewFlagSet("work", flag.ContinueOnError)
-	adminAddr := fs.String("admin-addr", cfg.AdminAddr, "serve /healthz, /readyz and /metrics on this address (ADMIN_ADDR; empty: none)")
-	if err := fs.Parse(args); err != nil {
+	fs := newFlags("work", subcommands()["work"].summary)
+	adminAddr := fs.String("admin-addr", cfg.AdminAddr, adminAddrUsage)
+	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	if cfg.Memory() {
@@ -56,7 +67,16 @@ func runWork(ctx context.Context, cfg config.Config, log *slog.Logger, args []st
 		return err
 	}
 	defer cleanup()
-	return runWithAdmin(ctx, *adminAddr, reg, readiness(cfg, w.Pool, w.Redis), log, w.Run)
+	ln, err := adminListener(*adminAddr)
+	if err != nil {
+		return err
+	}
+	var s startup
+	s.role("work")
+	s.admin(ln)
+	s.sandboxes(w)
+	s.log(log)
+	return runWithAdmin(ctx, ln, reg, readiness(cfg, w.Pool, w.Redis), log, w.Run)
 }
 
 // runCommands runs the consumer of the command stream: commands that other services send as
@@ -65,9 +85,9 @@ func runWork(ctx context.Context, cfg config.Config, log *slog.Logger, args []st
 // and none of the external systems `work` calls, and it scales with the commands other
 // services send, not with the jobs.
 func runCommands(ctx context.Context, cfg config.Config, log *slog.Logger, args []string) error {
-	fs := flag.NewFlagSet("commands", flag.ContinueOnError)
-	adminAddr := fs.String("admin-addr", cfg.AdminAddr, "serve /healthz, /readyz and /metrics on this address (ADMIN_ADDR; empty: none)")
-	if err := fs.Parse(args); err != nil {
+	fs := newFlags("commands", subcommands()["commands"].summary)
+	adminAddr := fs.String("admin-addr", cfg.AdminAddr, adminAddrUsage)
+	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	if cfg.Memory() {
@@ -79,14 +99,22 @@ func runCommands(ctx context.Context, cfg config.Config, log *slog.Logger, args 
 		return err
 	}
 	defer cleanup()
-	return runWithAdmin(ctx, *adminAddr, reg, readiness(cfg, api.Pool, api.Redis), log, api.Commands.Run)
+	ln, err := adminListener(*adminAddr)
+	if err != nil {
+		return err
+	}
+	var s startup
+	s.role("commands")
+	s.admin(ln)
+	s.log(log)
+	return runWithAdmin(ctx, ln, reg, readiness(cfg, api.Pool, api.Redis), log, api.Commands.Run)
 }
 
 func runCleanup(ctx context.Context, cfg config.Config, log *slog.Logger, args []string) error {
-	fs := flag.NewFlagSet("cleanup", flag.ContinueOnError)
+	fs := newFlags("cleanup", subcommands()["cleanup"].summary)
 	every := fs.Duration("every", 0, "run on this schedule until stopped (0: once), e.g. 10m")
-	adminAddr := fs.String("admin-addr", cfg.AdminAddr, "with -every: serve /healthz, /readyz and /metrics on this address (ADMIN_ADDR; empty: none)")
-	if err := fs.Parse(args); err != nil {
+	adminAddr := fs.String("admin-addr", cfg.AdminAddr, "with -every: "+adminAddrUsage)
+	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	reg := listing.NewRegistry()
@@ -98,7 +126,16 @@ func runCleanup(ctx context.Context, cfg config.Config, log *slog.Logger, args [
 	if *every <= 0 {
 		return c.RunOnce(ctx, log)
 	}
-	return runWithAdmin(ctx, *adminAddr, reg, readiness(cfg, c.Pool, nil), log, func(ctx context.Context) error {
+	ln, err := adminListener(*adminAddr)
+	if err != nil {
+		return err
+	}
+	var s startup
+	s.role("cleanup")
+	s.add("every", *every)
+	s.admin(ln)
+	s.log(log)
+	return runWithAdmin(ctx, ln, reg, readiness(cfg, c.Pool, nil), log, func(ctx context.Context) error {
 		return cleanupLoop(ctx, c, *every, log)
 	})
 }
@@ -120,87 +157,153 @@ func cleanupLoop(ctx context.Context, c *listing.Cleanup, every time.Duration, l
 	}
 }
 
+// outboxCommands are the commands of `app outbox`, in the order its usage lists them.
+var outboxCommands = []struct{ name, args, summary string }{
+	{"stats", "", "events per status across workspaces, and the age of the oldest undelivered one"},
+	{"list", "-workspace ID [-status S] [-limit N]", "a workspace's events, newest first"},
+	{"show", "-workspace ID -id EVENT", "one event with its payload, metadata and redrive history"},
+	{"redrive", "-workspace ID (-id EVENT,... | -all) -by NAME -reason TEXT", "send dead letters again (recorded in outbox_redrives)"},
+	{"purge", "-workspace ID (-id EVENT,... | -all) -by NAME -reason TEXT", "delete dead letters for good (recorded in outbox_purges)"},
+}
+
+func outboxUsage(w io.Writer) {
+	var b strings.Builder
+	b.WriteString("usage: app outbox <command> [flags]\n\nThe operators' view of the outbox, as listing_operator (OPERATOR_DATABASE_URL). Output is JSON.\n\ncommands:\n")
+	for _, c := range outboxCommands {
+		fmt.Fprintf(&b, "  %-8s %s\n", c.name, c.summary)
+		if c.args != "" {
+			fmt.Fprintf(&b, "  %-8s   %s\n", "", c.args)
+		}
+	}
+	b.WriteString("\n`app outbox <command> -h` lists a command's flags.\n")
+	fmt.Fprint(w, b.String())
+}
+
 // runOutbox is the operators' tool: stats, list, show, redrive, purge, as listing_operator
-// (OPERATOR_DATABASE_URL).
+// (OPERATOR_DATABASE_URL). It prints JSON on stdout: snake_case keys, lists as [] when empty.
 func runOutbox(ctx context.Context, cfg config.Config, log *slog.Logger, args []string) error {
 	if len(args) == 0 {
-		return errors.New("usage: app outbox stats | list -workspace ID [-status S] | show -workspace ID -id EVENT | (redrive | purge) -workspace ID (-id EVENT,... | -all) -by NAME -reason TEXT")
+		outboxUsage(os.Stderr)
+		return usageError{"outbox: a command is required"}
 	}
-	pool, err := postgres.Connect(ctx, postgres.PoolConfig{URL: cfg.OperatorDatabaseURL, MaxConns: 2})
-	if err != nil {
-		return err
-	}
-	defer pool.Close()
-	ops := outbox.NewOps(pool)
-
-	fs := flag.NewFlagSet("outbox "+args[0], flag.ContinueOnError)
-	ws := fs.String("workspace", "", "workspace id")
-	status := fs.String("status", "", "filter by status (pending, dispatching, dispatched, dead_letter)")
-	limit := fs.Int("limit", 50, "how many events to list")
-	ids := fs.String("id", "", "event id (comma-separated for redrive and purge)")
-	all := fs.Bool("all", false, "redrive or purge every dead letter of the workspace")
-	by := fs.String("by", "", "who redrives or purges (recorded)")
-	reason := fs.String("reason", "", "why (recorded)")
-	if err := fs.Parse(args[1:]); err != nil {
-		return err
-	}
-	out := json.NewEncoder(os.Stdout)
-	out.SetIndent("", "  ")
-
 	switch args[0] {
-	case "stats":
-		st, err := ops.Stats(ctx)
-		if err != nil {
-			return err
+	case "help", "-h", "-help", "--help":
+		outboxUsage(os.Stdout)
+		return flag.ErrHelp
+	}
+	name, summary := args[0], ""
+	for _, c := range outboxCommands {
+		if c.name == name {
+			summary = c.summary
 		}
-		return out.Encode(map[string]any{"at": st.At, "by_status": st.ByStatus, "oldest_pending_age_seconds": st.OldestPendingAge.Seconds()})
+	}
+	if summary == "" {
+		outboxUsage(os.Stderr)
+		return usageError{fmt.Sprintf("outbox: unknown command %q", name)}
+	}
+	fs := newFlags("outbox "+name, summary)
+	var ws, status, ids, by, reason *string
+	var limit *int
+	var all *bool
+	if name != "stats" {
+		ws = fs.String("workspace", "", "workspace id (required)")
+	}
+	switch name {
 	case "list":
-		w, err := uuid.Parse(*ws)
-		if err != nil {
-			return errors.New("-workspace must be a workspace id")
-		}
-		items, err := ops.List(ctx, outbox.ListParams{WorkspaceID: w, Status: *status, Limit: *limit})
-		if err != nil {
-			return err
-		}
-		return out.Encode(map[string]any{"items": items})
+		status = fs.String("status", "", "only events of this status: pending, dispatching, dispatched or dead_letter")
+		limit = fs.Int("limit", 50, "how many events to list (at most 1000)")
 	case "show":
-		w, err1 := uuid.Parse(*ws)
-		id, err2 := uuid.Parse(*ids)
-		if err1 != nil || err2 != nil {
-			return errors.New("-workspace and -id must be ids")
-		}
-		ev, err := ops.Show(ctx, w, id)
-		if err != nil {
-			return err
-		}
-		return out.Encode(ev)
+		ids = fs.String("id", "", "event id (required)")
 	case "redrive", "purge":
-		w, err := uuid.Parse(*ws)
-		if err != nil {
-			return errors.New("-workspace must be a workspace id")
+		ids = fs.String("id", "", "event ids, comma-separated (or -all)")
+		all = fs.Bool("all", false, "every dead letter of the workspace")
+		by = fs.String("by", "", "who acts (required; recorded)")
+		reason = fs.String("reason", "", "why (required; recorded)")
+	}
+	if err := parseFlags(fs, args[1:]); err != nil {
+		return err
+	}
+	var w uuid.UUID
+	if ws != nil {
+		var err error
+		if w, err = uuid.Parse(*ws); err != nil {
+			return usageError{"-workspace must be a workspace id"}
 		}
-		p := outbox.DeadLetters{WorkspaceID: w, All: *all, By: strings.TrimSpace(*by), Reason: *reason}
+	}
+	var eventIDs []uuid.UUID
+	if ids != nil {
 		for _, s := range strings.Split(*ids, ",") {
 			if s = strings.TrimSpace(s); s == "" {
 				continue
 			}
 			id, err := uuid.Parse(s)
 			if err != nil {
-				return fmt.Errorf("-id %q is not an event id", s)
+				return usageError{fmt.Sprintf("-id %q is not an event id", s)}
 			}
-			p.EventIDs = append(p.EventIDs, id)
+			eventIDs = append(eventIDs, id)
 		}
-		act, key := ops.Redrive, "redriven"
-		if args[0] == "purge" {
-			act, key = ops.Purge, "purged"
-		}
-		done, err := act(ctx, p)
+	}
+	if name == "show" && len(eventIDs) != 1 {
+		return usageError{"-id must be one event id"}
+	}
+
+	pool, err := postgres.Connect(ctx, postgres.PoolConfig{URL: cfg.OperatorDatabaseURL, MaxConns: 2})
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	ops := outbox.NewOps(pool)
+	out := json.NewEncoder(os.Stdout)
+	out.SetIndent("", "  ")
+
+	switch name {
+	case "stats":
+		st, err := ops.Stats(ctx)
 		if err != nil {
 			return err
 		}
-		log.Info("outbox "+args[0], "workspace_id", w.String(), "events", len(done), "by", p.By)
-		return out.Encode(map[string]any{key: done})
+		return out.Encode(outboxStatsJSON{At: st.At, ByStatus: st.ByStatus, OldestPendingAgeSeconds: st.OldestPendingAge.Seconds()})
+	case "list":
+		items, err := ops.List(ctx, outbox.ListParams{WorkspaceID: w, Status: *status, Limit: *limit})
+		if err != nil {
+			return err
+		}
+		return out.Encode(map[string]any{"items": nonNil(items)})
+	case "show":
+		ev, err := ops.Show(ctx, w, eventIDs[0])
+		if err != nil {
+			return err
+		}
+		ev.Redrives = nonNil(ev.Redrives)
+		if ev.Metadata == nil {
+			ev.Metadata = map[string]string{}
+		}
+		return out.Encode(ev)
 	}
-	return fmt.Errorf("unknown outbox command %q", args[0])
+	p := outbox.DeadLetters{WorkspaceID: w, EventIDs: eventIDs, All: *all, By: strings.TrimSpace(*by), Reason: *reason}
+	act, key := ops.Redrive, "redriven"
+	if name == "purge" {
+		act, key = ops.Purge, "purged"
+	}
+	done, err := act(ctx, p)
+	if err != nil {
+		return err
+	}
+	log.Info("outbox "+name, "workspace_id", w.String(), "events", len(done), "by", p.By)
+	return out.Encode(map[string]any{key: nonNil(done)})
+}
+
+// outboxStatsJSON is the output of `app outbox stats`.
+type outboxStatsJSON struct {
+	At                      time.Time                     `json:"at"`
+	ByStatus                map[string]outbox.StatusStats `json:"by_status"`
+	OldestPendingAgeSeconds float64                       `json:"oldest_pending_age_seconds"`
+}
+
+// nonNil returns s, or an empty slice when s is nil: JSON lists are [], never null.
+func nonNil[T any](s []T) []T {
+	if s == nil {
+		return []T{}
+	}
+	return s
 }

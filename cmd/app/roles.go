@@ -2,33 +2,36 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/redis/go-redis/v9"
 	"golang.org/x/sync/errgroup"
 
-	"encoding/json"
-	"github.com/jackc/pgx/v5/pgxpool"
 	listing "github.com/listingkit/listing"
 	"github.com/listingkit/listing/infra/config"
 	"github.com/listingkit/listing/infra/postgres"
-	"github.com/redis/go-redis/v9"
 )
 
 func runMigrate(ctx context.Context, cfg config.Config, log *slog.Logger, args []string) error {
-	fs := flag.NewFlagSet("migrate", flag.ContinueOnError)
+	fs := newFlags("migrate", subcommands()["migrate"].summary)
 	create := fs.Bool("create-database", !cfg.Production(), "create the database when it does not exist")
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	applied, err := postgres.Migrate(ctx, cfg.MigrateDatabaseURL, *create)
+	return migrate(ctx, cfg, log, *create)
+}
+
+func migrate(ctx context.Context, cfg config.Config, log *slog.Logger, create bool) error {
+	applied, err := postgres.Migrate(ctx, cfg.MigrateDatabaseURL, create)
 	if err != nil {
 		return err
 	}
@@ -42,9 +45,9 @@ func runMigrate(ctx context.Context, cfg config.Config, log *slog.Logger, args [
 }
 
 func runServe(ctx context.Context, cfg config.Config, log *slog.Logger, args []string) error {
-	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	fs := newFlags("serve", subcommands()["serve"].summary)
 	addr := fs.String("addr", cfg.HTTPAddr, "listen address (HTTP_ADDR)")
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	cfg.HTTPAddr = *addr
@@ -57,15 +60,23 @@ func runServe(ctx context.Context, cfg config.Config, log *slog.Logger, args []s
 		return err
 	}
 	defer cleanup()
-	return serveHTTP(ctx, cfg.HTTPAddr, api.Server, log)
+	ln, err := listen(cfg.HTTPAddr)
+	if err != nil {
+		return err
+	}
+	var s startup
+	s.role("api")
+	s.api(ln)
+	s.log(log)
+	return serveOn(ctx, ln, api.Server, log)
 }
 
 // runAll migrates, then runs every role in one process until a signal arrives, the operator
 // console on CONSOLE_ADDR included.
 func runAll(ctx context.Context, cfg config.Config, log *slog.Logger, args []string) error {
-	fs := flag.NewFlagSet("all", flag.ContinueOnError)
+	fs := newFlags("all", subcommands()["all"].summary)
 	addr := fs.String("addr", cfg.HTTPAddr, "listen address (HTTP_ADDR)")
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	cfg.HTTPAddr = *addr
@@ -75,7 +86,7 @@ func runAll(ctx context.Context, cfg config.Config, log *slog.Logger, args []str
 	if err := cfg.ValidateConsole(); err != nil { // before migrating: nothing starts without it
 		return err
 	}
-	if err := runMigrate(ctx, cfg, log, nil); err != nil {
+	if err := migrate(ctx, cfg, log, !cfg.Production()); err != nil {
 		return err
 	}
 	reg := listing.NewRegistry()
@@ -105,10 +116,29 @@ func runAll(ctx context.Context, cfg config.Config, log *slog.Logger, args []str
 		return err
 	}
 	defer cleanupConsole()
+	apiLn, err := listen(cfg.HTTPAddr)
+	if err != nil {
+		return err
+	}
+	consoleLn, err := listen(cfg.ConsoleAddr)
+	if err != nil {
+		_ = apiLn.Close()
+		return err
+	}
 
+	var s startup
+	s.role("migrate", "api", "dispatch", "reconcile", "work", "cleanup", "console")
+	if !cfg.Memory() { // the command stream lives in Redis
+		s.role("commands")
+	}
+	s.api(apiLn)
+	s.addr("console", consoleLn)
+	s.sandboxes(work)
+	s.add("queue_transport", cfg.QueueTransport)
+	s.log(log)
 	g, ctx := errgroup.WithContext(ctx)
-	g.Go(func() error { return serveHTTP(ctx, cfg.ConsoleAddr, consoleSrv, log) })
-	g.Go(func() error { return serveHTTP(ctx, cfg.HTTPAddr, api.Server, log) })
+	g.Go(func() error { return serveOn(ctx, consoleLn, consoleSrv, log) })
+	g.Go(func() error { return serveOn(ctx, apiLn, api.Server, log) })
 	g.Go(func() error { return d.Run(ctx) })
 	g.Go(func() error { return work.Run(ctx) })
 	if !cfg.Memory() { // the command stream lives in Redis
@@ -116,6 +146,52 @@ func runAll(ctx context.Context, cfg config.Config, log *slog.Logger, args []str
 	}
 	g.Go(func() error { return cleanupLoop(ctx, retention, cfg.CleanupInterval, log) })
 	return g.Wait()
+}
+
+// startup collects what a process started and where it listens, for its one start-up line.
+type startup struct {
+	roles []string
+	attrs []any
+}
+
+func (s *startup) role(names ...string) { s.roles = append(s.roles, names...) }
+
+func (s *startup) add(key string, value any) { s.attrs = append(s.attrs, key, value) }
+
+// addr records the URL of an HTTP listener under key.
+func (s *startup) addr(key string, ln net.Listener) { s.add(key, "http://"+ln.Addr().String()) }
+
+// api records the API's listener and the documents and metrics it serves.
+func (s *startup) api(ln net.Listener) {
+	base := "http://" + ln.Addr().String()
+	s.add("api", base)
+	s.add("openapi", base+"/openapi.yaml")
+	s.add("docs", base+"/docs")
+	s.add("metrics", base+"/metrics")
+}
+
+// admin records an admin listener (nil: none).
+func (s *startup) admin(ln net.Listener) {
+	if ln == nil {
+		return
+	}
+	base := "http://" + ln.Addr().String()
+	s.add("admin", base)
+	s.add("metrics", base+"/metrics")
+}
+
+// sandboxes records the development sandboxes w started, if any.
+func (s *startup) sandboxes(w *listing.Work) {
+	if w.Externals.MarketplaceSandbox != nil {
+		s.add("marketplace_sandbox", w.Externals.MarketplaceURL)
+	}
+	if w.Externals.AISandbox != nil {
+		s.add("ai_sandbox", w.Externals.AIURL)
+	}
+}
+
+func (s *startup) log(log *slog.Logger) {
+	log.Info("started", append([]any{"roles", s.roles}, s.attrs...)...)
 }
 
 // check is one readiness check of a process.
@@ -134,12 +210,20 @@ func readiness(cfg config.Config, pool *pgxpool.Pool, rdb redis.UniversalClient)
 	return checks
 }
 
-// runWithAdmin runs fn until ctx ends and, when addr is set, serves the process's admin
-// endpoints there: /healthz (the process runs), /readyz (its checks pass, 503 otherwise,
-// naming the failed ones) and /metrics (reg).
-func runWithAdmin(ctx context.Context, addr string, reg *prometheus.Registry, checks []check, log *slog.Logger,
-	fn func(context.Context) error) error {
+// adminListener binds addr for runWithAdmin; nil when addr is empty (no admin endpoints).
+func adminListener(addr string) (net.Listener, error) {
 	if addr == "" {
+		return nil, nil
+	}
+	return listen(addr)
+}
+
+// runWithAdmin runs fn until ctx ends and, when ln is not nil, serves the process's admin
+// endpoints on it: /healthz (the process runs), /readyz (its checks pass, 503 otherwise,
+// naming the failed ones) and /metrics (reg).
+func runWithAdmin(ctx context.Context, ln net.Listener, reg *prometheus.Registry, checks []check, log *slog.Logger,
+	fn func(context.Context) error) error {
+	if ln == nil {
 		return fn(ctx)
 	}
 	g, ctx := errgroup.WithContext(ctx)
@@ -165,7 +249,7 @@ func runWithAdmin(ctx context.Context, addr string, reg *prometheus.Registry, ch
 		}
 		writeStatus(w, status, map[string]any{"status": state, "checks": results})
 	})
-	g.Go(func() error { return serveHTTP(ctx, addr, mux, log) })
+	g.Go(func() error { return serveOn(ctx, ln, mux, log) })
 	g.Go(func() error { return fn(ctx) })
 	return g.Wait()
 }
@@ -176,12 +260,19 @@ func writeStatus(w http.ResponseWriter, status int, body any) {
 	_ = json.NewEncoder(w).Encode(body)
 }
 
-// serveHTTP serves h on addr until ctx ends, then drains in-flight requests for up to 20s.
-func serveHTTP(ctx context.Context, addr string, h http.Handler, log *slog.Logger) error {
+// listen binds addr ("host:0" picks a free port) before anything is served, so that the
+// start-up line names the real address.
+func listen(addr string) (net.Listener, error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
-		return fmt.Errorf("listen %s: %w", addr, err)
+		return nil, fmt.Errorf("listen %s: %w", addr, err)
 	}
+	return ln, nil
+}
+
+// serveOn serves h on ln until ctx ends, then drains in-flight requests for up to 20s. It
+// closes ln.
+func serveOn(ctx context.Context, ln net.Listener, h http.Handler, log *slog.Logger) error {
 	srv := &http.Server{
 		Handler:           h,
 		ReadHeaderTimeout: 10 * time.Second,
@@ -190,8 +281,8 @@ func serveHTTP(ctx context.Context, addr string, h http.Handler, log *slog.Logge
 		IdleTimeout:       120 * time.Second,
 		MaxHeaderBytes:    64 << 10,
 		BaseContext:       func(net.Listener) context.Context { return context.WithoutCancel(ctx) },
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
-	log.Info("http listening", "addr", ln.Addr().String())
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
 	select {

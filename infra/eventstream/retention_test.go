@@ -71,6 +71,23 @@ func TestStreamCollectorReportsLagPerGroup(t *testing.T) {
 	require.Len(t, read("slow", 2), 2)
 
 	c := eventstream.NewStreamCollector(rdb, map[string]eventstream.Retention{stream: {MaxLen: 1000, MaxAge: time.Hour}}, nil)
+	got := gauges(t, c)
+	require.Equal(t, 5.0, got["listing_stream_length"])
+	require.Equal(t, 1000.0, got["listing_stream_retention_max_length"])
+	require.Equal(t, 3600.0, got["listing_stream_retention_max_age_seconds"])
+	require.InDelta(t, 600, got["listing_stream_oldest_entry_age_seconds"], 60)
+	require.Equal(t, 0.0, got["listing_stream_group_lag/fast"])
+	require.Equal(t, 1.0, got["listing_stream_group_pending/fast"])
+	require.Equal(t, 0.0, got["listing_stream_group_oldest_unread_age_seconds/fast"])
+	require.Equal(t, 3.0, got["listing_stream_group_lag/slow"])
+	require.Equal(t, 2.0, got["listing_stream_group_pending/slow"])
+	require.InDelta(t, 600, got["listing_stream_group_oldest_unread_age_seconds/slow"], 60, "the third entry is as old as the first")
+	require.Equal(t, 4+2*3, testutil.CollectAndCount(c), "4 series for the stream, 3 per group")
+}
+
+// gauges gathers c's series as name[/group] → value.
+func gauges(t *testing.T, c prometheus.Collector) map[string]float64 {
+	t.Helper()
 	reg := prometheus.NewRegistry()
 	require.NoError(t, reg.Register(c))
 	mfs, err := reg.Gather()
@@ -87,15 +104,29 @@ func TestStreamCollectorReportsLagPerGroup(t *testing.T) {
 			got[key] = m.GetGauge().GetValue()
 		}
 	}
-	require.Equal(t, 5.0, got["listing_stream_length"])
-	require.Equal(t, 1000.0, got["listing_stream_retention_max_length"])
-	require.Equal(t, 3600.0, got["listing_stream_retention_max_age_seconds"])
-	require.InDelta(t, 600, got["listing_stream_oldest_entry_age_seconds"], 60)
-	require.Equal(t, 0.0, got["listing_stream_group_lag/fast"])
-	require.Equal(t, 1.0, got["listing_stream_group_pending/fast"])
-	require.Equal(t, 0.0, got["listing_stream_group_oldest_unread_age_seconds/fast"])
-	require.Equal(t, 3.0, got["listing_stream_group_lag/slow"])
-	require.Equal(t, 2.0, got["listing_stream_group_pending/slow"])
-	require.InDelta(t, 600, got["listing_stream_group_oldest_unread_age_seconds/slow"], 60, "the third entry is as old as the first")
-	require.Equal(t, 4+2*3, testutil.CollectAndCount(c), "4 series for the stream, 3 per group")
+	return got
+}
+
+func TestStreamCollectorEdgeCases(t *testing.T) {
+	t.Parallel()
+	rdb, stream := redisClient(t)
+	ctx := context.Background()
+
+	// A stream nobody wrote yet: length 0, its bounds, no group.
+	got := gauges(t, eventstream.NewStreamCollector(rdb, map[string]eventstream.Retention{stream: {MaxLen: 10}}, nil))
+	require.Equal(t, map[string]float64{"listing_stream_length": 0, "listing_stream_oldest_entry_age_seconds": 0,
+		"listing_stream_retention_max_length": 10, "listing_stream_retention_max_age_seconds": 0}, got)
+
+	// An entry deleted behind a group's back: Redis cannot tell the lag; the length stands in
+	// (an upper bound, so an alert fires early rather than late).
+	addAt(t, rdb, stream, time.Now(), 4)
+	require.NoError(t, rdb.XGroupCreate(ctx, stream, "g", "0").Err())
+	first, err := rdb.XRangeN(ctx, stream, "-", "+", 2).Result()
+	require.NoError(t, err)
+	require.NoError(t, rdb.XDel(ctx, stream, first[1].ID).Err())
+	groups, err := rdb.XInfoGroups(ctx, stream).Result()
+	require.NoError(t, err)
+	require.Equal(t, int64(-1), groups[0].Lag, "Redis reports no lag after a deletion")
+	got = gauges(t, eventstream.NewStreamCollector(rdb, map[string]eventstream.Retention{stream: {MaxLen: 10}}, nil))
+	require.Equal(t, 3.0, got["listing_stream_group_lag/g"])
 }

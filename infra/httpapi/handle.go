@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"context"
 	"errors"
 	"net/http"
 	"strconv"
@@ -149,4 +150,31 @@ func taskError(t domain.Task) *errorJSON {
 		return nil
 	}
 	return &errorJSON{Code: t.ErrorCode, Message: t.ErrorMessage}
+}
+
+// listUnder serves GET of a parent's children, newest first: the {param} of the path names
+// the parent (nf when it is malformed or the workspace has no such parent), and list reads
+// one page of its children.
+func listUnder[T any](s *Server, w http.ResponseWriter, r *http.Request, param string, nf *domain.Error,
+	list func(context.Context, query.Scope, uuid.UUID, port.Page) ([]T, string, error), body func(T) any) {
+	parent, err := pathID(r, param, nf)
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+	page, err := pageOf(r)
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+	items, next, err := list(r.Context(), s.scope(r), parent, page)
+	if err != nil {
+		writeError(w, r, notFoundAs(err, nf))
+		return
+	}
+	out := make([]any, 0, len(items))
+	for _, v := range items {
+		out = append(out, body(v))
+	}
+	writeJSON(w, http.StatusOK, listBody(out, next))
 }

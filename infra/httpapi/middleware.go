@@ -163,7 +163,7 @@ func (s *Server) observe(next http.Handler) http.Handler {
 				return
 			}
 			attrs := []any{"request_id", requestID(r.Context()), "method", r.Method, "route", route,
-				"status", status, "duration_ms", elapsed.Milliseconds(), "bytes", rec.bytes}
+				"status", status, "duration", elapsed, "bytes", rec.bytes}
 			if u := userID(r.Context()); u != uuid.Nil {
 				attrs = append(attrs, "user_id", u.String())
 			}

@@ -1,7 +1,10 @@
 package httpapi
 
 import (
+	"io"
 	"net/http"
+	"net/http/httptest"
+	"regexp"
 	"sort"
 	"strings"
 	"testing"
@@ -21,7 +24,9 @@ func TestOpenAPIDocumentMatchesRoutes(t *testing.T) {
 
 	served := map[string]bool{}
 	err = chi.Walk(s.Router(), func(method, route string, _ http.Handler, _ ...func(http.Handler) http.Handler) error {
-		route = strings.TrimSuffix(route, "/")
+		if route != "/" {
+			route = strings.TrimSuffix(route, "/")
+		}
 		route = strings.ReplaceAll(route, "/*/", "/")
 		served[method+" "+route] = true
 		return nil
@@ -53,4 +58,57 @@ func keys(m map[string]bool) []string {
 	}
 	sort.Strings(out)
 	return out
+}
+
+// serve answers one GET of the server at path.
+func serve(t *testing.T, s *Server, path string) *http.Response {
+	t.Helper()
+	rec := httptest.NewRecorder()
+	s.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, path, nil))
+	return rec.Result()
+}
+
+// The document names the service's PUBLIC_BASE_URL as its server; /docs renders every
+// operation and schema on one page that needs nothing from elsewhere; / points to /docs.
+func TestOpenAPIServedDocumentAndDocs(t *testing.T) {
+	s, err := New(Config{PublicBaseURL: "https://listing.example.test"}, Deps{App: &app.Application{}})
+	require.NoError(t, err)
+
+	resp := serve(t, s, "/openapi.yaml")
+	body, _ := io.ReadAll(resp.Body)
+	var doc struct {
+		Servers    []struct{ URL string }          `yaml:"servers"`
+		Paths      map[string]map[string]yaml.Node `yaml:"paths"`
+		Components struct {
+			Schemas map[string]any `yaml:"schemas"`
+		} `yaml:"components"`
+	}
+	require.NoError(t, yaml.Unmarshal(body, &doc))
+	require.Len(t, doc.Servers, 1)
+	require.Equal(t, "https://listing.example.test", doc.Servers[0].URL)
+
+	resp = serve(t, s, "/docs")
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	require.Equal(t, "text/html; charset=utf-8", resp.Header.Get("Content-Type"))
+	html, _ := io.ReadAll(resp.Body)
+	page := string(html)
+	require.Contains(t, page, "https://listing.example.test")
+	for path, ops := range doc.Paths {
+		for method := range ops {
+			if method == "parameters" {
+				continue
+			}
+			require.Contains(t, page, `<span class="m `+method+`">`+strings.ToUpper(method)+`</span><span class="path">`+path+`</span>`)
+		}
+	}
+	for name := range doc.Components.Schemas {
+		require.Contains(t, page, `id="schema-`+name+`"`)
+	}
+	require.NotContains(t, page, "<script", "no scripts")
+	require.NotRegexp(t, regexp.MustCompile(`(src|href)="(https?:)?//`), page, "nothing loaded from elsewhere")
+	require.Contains(t, page, "<code>Idempotency-Key: &lt;uuid&gt;</code>", "descriptions are escaped, code spans kept")
+
+	resp = serve(t, s, "/")
+	require.Equal(t, http.StatusFound, resp.StatusCode)
+	require.Equal(t, "/docs", resp.Header.Get("Location"))
 }

@@ -39,8 +39,12 @@ type productJSON struct {
 }
 
 func productBody(p domain.Product) productJSON {
+	images := p.Images
+	if images == nil {
+		images = []string{} // a list is [], never null
+	}
 	return productJSON{ID: p.ID.String(), Title: p.Title, Description: p.Description, Price: p.Price,
-		Currency: p.Currency, Images: p.Images, Revision: p.Revision, CreatedAt: p.CreatedAt.UTC(), UpdatedAt: p.UpdatedAt.UTC()}
+		Currency: p.Currency, Images: images, Revision: p.Revision, CreatedAt: p.CreatedAt.UTC(), UpdatedAt: p.UpdatedAt.UTC()}
 }
 
 func etag(revision int) string { return `"` + strconv.Itoa(revision) + `"` }

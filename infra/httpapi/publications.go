@@ -58,3 +58,8 @@ func (s *Server) getPublication(w http.ResponseWriter, r *http.Request) {
 	getOne(s, w, r, "publication_id", domain.ErrPublicationNotFound, s.app.Queries.Publications, "publication",
 		func(v domain.Publication) any { return publicationBody(v) })
 }
+
+func (s *Server) listProductPublications(w http.ResponseWriter, r *http.Request) {
+	listUnder(s, w, r, "product_id", domain.ErrProductNotFound, s.app.Queries.ProductPublications,
+		func(v domain.Publication) any { return publicationBody(v) })
+}

@@ -1,6 +1,7 @@
 // Package httpapi is the HTTP transport: routing, authentication, workspace membership,
 // strict JSON decoding, RFC 9457 problem responses, idempotency headers, health, metrics and
-// the OpenAPI document (openapi.yaml, served at /openapi.yaml and kept true by a test).
+// the OpenAPI document (openapi.yaml, served at /openapi.yaml and rendered at /docs by
+// docs.go, kept true by a test).
 //
 // server.go is the router: every route is listed in routes. Each resource has one file
 // (products.go, stores.go, media.go, transfers.go, publications.go, listing_updates.go,
@@ -34,7 +35,8 @@ import (
 //go:embed openapi.yaml
 var openAPIDocument []byte
 
-// OpenAPIDocument returns the served OpenAPI document.
+// OpenAPIDocument returns the OpenAPI document as embedded; the server serves it with
+// Config.PublicBaseURL as its server.
 func OpenAPIDocument() []byte { return openAPIDocument }
 
 // Config configures the HTTP layer.
@@ -43,6 +45,9 @@ type Config struct {
 	MaxBodyBytes int64
 	// AuthRatePerMinute bounds auth requests per client address and per account. Default 20.
 	AuthRatePerMinute int
+	// PublicBaseURL is how clients reach the service (PUBLIC_BASE_URL): the server that
+	// /openapi.yaml and /docs name. Empty: the document's own development default.
+	PublicBaseURL string
 }
 
 func (c *Config) setDefaults() {
@@ -99,6 +104,8 @@ type Server struct {
 	limits  *authLimits
 	handler http.Handler
 	traced  http.Handler
+	// document is the served OpenAPI document and docs its HTML rendering.
+	document, docs []byte
 }
 
 // New builds the server and its routes.
@@ -116,6 +123,13 @@ func New(cfg Config, deps Deps) (*Server, error) {
 		s.metrics = m
 	}
 	s.limits = newAuthLimits(cfg.AuthRatePerMinute)
+	var err error
+	if s.document, err = servedDocument(openAPIDocument, cfg.PublicBaseURL); err != nil {
+		return nil, err
+	}
+	if s.docs, err = renderDocs(s.document); err != nil {
+		return nil, err
+	}
 	s.handler = s.routes()
 	s.traced = tracing.Handler(s.handler, "http")
 	return s, nil
@@ -143,9 +157,15 @@ func (s *Server) routes() http.Handler {
 	if s.deps.Registry != nil {
 		r.Method(http.MethodGet, "/metrics", promhttp.HandlerFor(s.deps.Registry, promhttp.HandlerOpts{}))
 	}
+	r.Get("/", func(w http.ResponseWriter, r *http.Request) { http.Redirect(w, r, "/docs", http.StatusFound) })
 	r.Get("/openapi.yaml", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "application/yaml")
-		_, _ = w.Write(openAPIDocument)
+		_, _ = w.Write(s.document)
+	})
+	r.Get("/docs", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/html; charset=utf-8")
+		w.Header().Set("Content-Security-Policy", "default-src 'none'; style-src 'unsafe-inline'")
+		_, _ = w.Write(s.docs)
 	})
 
 	r.Route("/v1", func(r chi.Router) {
@@ -165,6 +185,7 @@ func (s *Server) routes() http.Handler {
 				r.Get("/products/{product_id}", s.getProduct)
 				r.Put("/products/{product_id}/draft", s.saveProductDraft)
 				r.Post("/products/{product_id}/publications", s.publishProduct)
+				r.Get("/products/{product_id}/publications", s.listProductPublications)
 
 				r.Get("/operations", s.listOperations)
 				r.Get("/operations/{operation_id}", s.getOperation)
@@ -174,7 +195,9 @@ func (s *Server) routes() http.Handler {
 				r.Get("/stores/{store_id}", s.getStore)
 				r.Put("/stores/{store_id}/authorization", s.replaceStoreAuthorization)
 				r.Post("/stores/{store_id}/verifications", s.verifyStore)
+				r.Get("/stores/{store_id}/verifications", s.listStoreVerifications)
 				r.Post("/stores/{store_id}/product-syncs", s.syncStore)
+				r.Get("/stores/{store_id}/product-syncs", s.listStoreSyncs)
 
 				r.Get("/product-syncs", s.listSyncs)
 				r.Get("/product-syncs/{sync_id}", s.getSync)

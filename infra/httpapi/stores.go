@@ -88,3 +88,24 @@ func (s *Server) verifyStore(w http.ResponseWriter, r *http.Request) {
 		return commands.VerifyStore{StoreID: id, WorkspaceID: workspaceID(r.Context()), UserID: userID(r.Context())}
 	}, startRender(http.StatusAccepted, "store", func(v domain.Store) any { return storeBody(v) }))
 }
+
+type verificationJSON struct {
+	ID                 string     `json:"id"`
+	StoreID            string     `json:"store_id"`
+	CredentialsVersion int        `json:"credentials_version"`
+	Status             string     `json:"status"`
+	Valid              *bool      `json:"valid"`
+	Error              *errorJSON `json:"error"`
+	CreatedAt          time.Time  `json:"created_at"`
+	UpdatedAt          time.Time  `json:"updated_at"`
+}
+
+func verificationBody(v domain.StoreVerification) verificationJSON {
+	return verificationJSON{ID: v.ID.String(), StoreID: v.StoreID.String(), CredentialsVersion: v.CredentialsVersion,
+		Status: string(v.Status), Valid: v.Valid, Error: taskError(v.Task), CreatedAt: v.CreatedAt.UTC(), UpdatedAt: v.UpdatedAt.UTC()}
+}
+
+func (s *Server) listStoreVerifications(w http.ResponseWriter, r *http.Request) {
+	listUnder(s, w, r, "store_id", domain.ErrStoreNotFound, s.app.Queries.StoreVerifications,
+		func(v domain.StoreVerification) any { return verificationBody(v) })
+}

@@ -40,3 +40,8 @@ func (s *Server) getSync(w http.ResponseWriter, r *http.Request) {
 	getOne[domain.ProductSync](s, w, r, "sync_id", domain.ErrProductSyncNotFound, s.app.Queries.Syncs, "sync",
 		func(v domain.ProductSync) any { return syncBody(v) })
 }
+
+func (s *Server) listStoreSyncs(w http.ResponseWriter, r *http.Request) {
+	listUnder(s, w, r, "store_id", domain.ErrStoreNotFound, s.app.Queries.StoreSyncs,
+		func(v domain.ProductSync) any { return syncBody(v) })
+}

@@ -164,7 +164,8 @@ func (r *Runner) consumer(queue string, h worker.Handler) func(jobCtx, runCtx co
 		env, err := worker.DecodeEnvelope(msg.Payload)
 		if err != nil {
 			outcomes.WithLabelValues(OutcomeFailed).Inc()
-			log.ErrorContext(jobCtx, "job", "queue", queue, "job_id", msg.UUID, "outcome", worker.OutcomeFailed, "error", err.Error())
+			log.ErrorContext(jobCtx, "job", "queue", queue, "job_id", msg.UUID, "outcome", worker.OutcomeFailed, "retry", false,
+				"error", err.Error())
 			t.Settle(jobCtx, msg, worker.Job{ID: msg.UUID, Attempt: d.Attempt}, err)
 			return
 		}
@@ -182,7 +183,7 @@ func (r *Runner) consumer(queue string, h worker.Handler) func(jobCtx, runCtx co
 			outcomes.WithLabelValues(OutcomeFailed).Inc()
 			log.ErrorContext(jobCtx, "job failed without running: its task fails", "queue", queue, "job_id", job.ID,
 				"event_type", job.EventType, "workspace_id", job.WorkspaceID.String(), "reason", deferred,
-				"code", domain.ErrJobStalled.Code)
+				"code", domain.ErrJobStalled.Code, "retry", false)
 			err := worker.Permanent(errors.New(deferred))
 			if kind != nil {
 				if aerr := kind.Abandon(jobCtx, job, worker.FailureOf(domain.ErrJobStalled)); aerr != nil {
@@ -230,9 +231,13 @@ func handle(ctx context.Context, h worker.Handler, job worker.Job, queue string,
 	defer func() {
 		if r := recover(); r != nil {
 			err = fmt.Errorf("job handler panicked: %v", r)
+			outcome := worker.OutcomeRetry
+			if job.LastAttempt {
+				outcome = worker.OutcomeFailed
+			}
 			log.ErrorContext(ctx, "job", "queue", queue, "job_id", job.ID, "event_type", job.EventType,
-				"workspace_id", job.WorkspaceID.String(), "attempt", job.Attempt, "outcome", worker.OutcomeRetry,
-				"error", err.Error())
+				"workspace_id", job.WorkspaceID.String(), "attempt", job.Attempt, "outcome", outcome,
+				"retry", !job.LastAttempt, "error", err.Error())
 		}
 	}()
 	return h.Handle(ctx, job)

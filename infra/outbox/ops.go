@@ -29,22 +29,22 @@ func NewOps(pool *pgxpool.Pool) *Ops { return &Ops{pool: pool} }
 
 // StatusStats aggregates the events of one status across workspaces.
 type StatusStats struct {
-	Events     int64
-	Workspaces int64
+	Events     int64 `json:"events"`
+	Workspaces int64 `json:"workspaces"`
 	// Due counts pending events whose next attempt is due and dispatching events whose lease
 	// expired.
-	Due int64
-	// OldestCreatedAt is the creation time of the oldest event (zero when none).
-	OldestCreatedAt time.Time
+	Due int64 `json:"due"`
+	// OldestCreatedAt is the creation time of the oldest event (nil when none).
+	OldestCreatedAt *time.Time `json:"oldest_created_at"`
 }
 
 // Stats is the outbox across all workspaces.
 type Stats struct {
-	At       time.Time
-	ByStatus map[string]StatusStats
+	At       time.Time              `json:"at"`
+	ByStatus map[string]StatusStats `json:"by_status"`
 	// OldestPendingAge is the age of the oldest event not yet delivered (pending or
 	// dispatching); zero when none.
-	OldestPendingAge time.Duration
+	OldestPendingAge time.Duration `json:"-"`
 }
 
 // Stats returns per-status counts and the oldest pending age across workspaces.
@@ -62,12 +62,8 @@ func (o *Ops) Stats(ctx context.Context) (Stats, error) {
 	for rows.Next() {
 		var s string
 		var v StatusStats
-		var oldest *time.Time
-		if err := rows.Scan(&s, &v.Events, &v.Workspaces, &v.Due, &oldest); err != nil {
+		if err := rows.Scan(&s, &v.Events, &v.Workspaces, &v.Due, &v.OldestCreatedAt); err != nil {
 			return Stats{}, fmt.Errorf("outbox.Ops.Stats: %w", err)
-		}
-		if oldest != nil {
-			v.OldestCreatedAt = *oldest
 		}
 		st.ByStatus[s] = v
 	}
@@ -75,8 +71,8 @@ func (o *Ops) Stats(ctx context.Context) (Stats, error) {
 		return Stats{}, fmt.Errorf("outbox.Ops.Stats: %w", err)
 	}
 	for _, s := range []string{StatusPending, StatusDispatching} {
-		if v := st.ByStatus[s]; v.Events > 0 {
-			if age := st.At.Sub(v.OldestCreatedAt); age > st.OldestPendingAge {
+		if v := st.ByStatus[s]; v.Events > 0 && v.OldestCreatedAt != nil {
+			if age := st.At.Sub(*v.OldestCreatedAt); age > st.OldestPendingAge {
 				st.OldestPendingAge = age
 			}
 		}

@@ -112,9 +112,16 @@ func (s Stores) Credentials(ctx context.Context, storeID uuid.UUID) (port.Sealed
 	return c, version, nil
 }
 
+// StoreVerifications implements port.StoreVerifications.
+type StoreVerifications struct {
+	*Repository[domain.StoreVerification]
+}
+
+var _ port.StoreVerifications = StoreVerifications{}
+
 // NewStoreVerifications returns the repository of store verifications.
-func NewStoreVerifications() *Repository[domain.StoreVerification] {
-	return newRepository(table[domain.StoreVerification]{
+func NewStoreVerifications() StoreVerifications {
+	return StoreVerifications{newRepository(table[domain.StoreVerification]{
 		name:    "store_verifications",
 		columns: cols("store_id", "credentials_version", "valid"),
 		scan: func(v *domain.StoreVerification) []any {
@@ -125,7 +132,12 @@ func NewStoreVerifications() *Repository[domain.StoreVerification] {
 		},
 		key:      func(v *domain.StoreVerification) (uuid.UUID, time.Time) { return taskKey(&v.Task) },
 		notFound: domain.NewError(domain.KindNotFound, "STORE_VERIFICATION_NOT_FOUND", "the verification does not exist"),
-	})
+	})}
+}
+
+// ListOf implements port.StoreVerifications.
+func (r StoreVerifications) ListOf(ctx context.Context, storeID uuid.UUID, page port.Page) ([]domain.StoreVerification, string, error) {
+	return r.ListWhere(ctx, page, "store_id = $4", []any{storeID})
 }
 
 // NewMedia returns the repository of media.
@@ -180,9 +192,16 @@ func NewMaterialTransfers() *Repository[domain.MaterialTransfer] {
 	})
 }
 
+// Publications implements port.Publications.
+type Publications struct {
+	*Repository[domain.Publication]
+}
+
+var _ port.Publications = Publications{}
+
 // NewPublications returns the repository of publications.
-func NewPublications() *Repository[domain.Publication] {
-	return newRepository(table[domain.Publication]{
+func NewPublications() Publications {
+	return Publications{newRepository(table[domain.Publication]{
 		name: "publications",
 		columns: cols("product_id", "store_id", "product_revision", "external_product_id", "product_snapshot",
 			"pushed_revision", "sent_revision", "pushing_update_id", "pushing_until"),
@@ -198,7 +217,12 @@ func NewPublications() *Repository[domain.Publication] {
 		notFound: domain.ErrPublicationNotFound,
 		conflict: domain.ErrProductAlreadyPublished,
 		once:     []string{"product_snapshot"},
-	})
+	})}
+}
+
+// ListOfProduct implements port.Publications.
+func (r Publications) ListOfProduct(ctx context.Context, productID uuid.UUID, page port.Page) ([]domain.Publication, string, error) {
+	return r.ListWhere(ctx, page, "product_id = $4", []any{productID})
 }
 
 // ListingUpdates implements port.ListingUpdates.
@@ -252,6 +276,11 @@ func NewProductSyncs() ProductSyncs {
 		notFound: domain.ErrProductSyncNotFound,
 		conflict: domain.ErrProductSyncAlreadyActive,
 	})}
+}
+
+// ListOf implements port.ProductSyncs.
+func (r ProductSyncs) ListOf(ctx context.Context, storeID uuid.UUID, page port.Page) ([]domain.ProductSync, string, error) {
+	return r.ListWhere(ctx, page, "store_id = $4", []any{storeID})
 }
 
 // Active implements port.ProductSyncs.

@@ -34,7 +34,7 @@ type bundle struct {
 	cipher   *secret.Cipher
 	handler  *listingupdate.Handler
 	stores   postgres.Stores
-	pubs     *postgres.Repository[domain.Publication]
+	pubs     postgres.Publications
 	updates  postgres.ListingUpdates
 	products postgres.Products
 

@@ -32,7 +32,7 @@ type bundle struct {
 	cipher   *secret.Cipher
 	handler  *publish.Handler
 	stores   postgres.Stores
-	pubs     *postgres.Repository[domain.Publication]
+	pubs     postgres.Publications
 	products postgres.Products
 }
 

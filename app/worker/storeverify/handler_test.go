@@ -31,7 +31,7 @@ type bundle struct {
 	cipher  *secret.Cipher
 	handler *storeverify.Handler
 	stores  postgres.Stores
-	verifs  *postgres.Repository[domain.StoreVerification]
+	verifs  postgres.StoreVerifications
 }
 
 func setup(t *testing.T) *bundle {

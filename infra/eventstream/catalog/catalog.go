@@ -171,4 +171,8 @@ visible before it happens (alert when the lag nears the bounds):
 | ` + "`listing_stream_group_lag{stream,group}`" + ` | entries not yet delivered to the group (when Redis cannot tell: the stream's length) |
 | ` + "`listing_stream_group_pending{stream,group}`" + ` | entries delivered to the group and not acknowledged |
 | ` + "`listing_stream_group_oldest_unread_age_seconds{stream,group}`" + ` | age of the oldest entry not yet delivered to the group |
+
+The same series describe the other integration streams: ` + "`<STREAM_PREFIX>:commands`" + ` (its group
+` + "`listing`" + `: commands not yet taken by a consumer) and ` + "`<STREAM_PREFIX>:command-replies`" + ` (bound:
+` + "`COMMAND_REPLIES_MAX_LEN`" + `; the groups of the services reading their replies).
 `
