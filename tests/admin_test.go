@@ -11,7 +11,7 @@ import (
 	"github.com/listingkit/listing/infra/postgres/pgtest"
 )
 
-// TestEveryProcessIsObservable: `dispatch`, `work` and `cleanup -every` answer /healthz,
+// TestEveryProcessIsObservable: `dispatch`, `work`, `commands` and `cleanup -every` answer /healthz,
 // /readyz and /metrics on ADMIN_ADDR, and every series of ours — there and on the API — is
 // named listing_….
 func TestEveryProcessIsObservable(t *testing.T) {
@@ -20,7 +20,7 @@ func TestEveryProcessIsObservable(t *testing.T) {
 	prefix := seedPrefix()
 	seedRedis(t, prefix)
 	_, api := seedStartServe(t, db.AppURL, prefix)
-	processes := map[string][]string{"dispatch": {"dispatch"}, "work": {"work"}, "cleanup": {"cleanup", "-every", "1h"}}
+	processes := map[string][]string{"dispatch": {"dispatch"}, "work": {"work"}, "commands": {"commands"}, "cleanup": {"cleanup", "-every", "1h"}}
 	bases := map[string]string{"serve": api}
 	for name, args := range processes {
 		addr := seedFreeAddr(t)
@@ -38,6 +38,9 @@ func TestEveryProcessIsObservable(t *testing.T) {
 			resp.Body.Close()
 			require.Equal(t, http.StatusOK, resp.StatusCode, "%s /readyz: %s", name, body)
 			require.Contains(t, string(body), `"postgres":"ok"`, name)
+			if name == "commands" {
+				require.Contains(t, string(body), `"redis":"ok"`, name)
+			}
 		}
 		resp, err := http.Get(base + "/metrics")
 		require.NoError(t, err)
@@ -58,6 +61,9 @@ func TestEveryProcessIsObservable(t *testing.T) {
 			ours++
 		}
 		require.Positive(t, ours, "%s serves metrics of its own", name)
+		if name == "commands" {
+			require.Contains(t, string(body), `listing_command_messages_reclaimed_total 0`)
+		}
 		if name == "dispatch" {
 			// The integration event stream's retention and lag, so loss by trimming shows first.
 			require.Contains(t, string(body), `listing_stream_retention_max_length{stream="`+prefix+`:events"} 1e+06`)

@@ -479,3 +479,39 @@ func TestCommandNodeSender(t *testing.T) {
 	require.Contains(t, string(replies["node-2"].Data), `"VALIDATION_FAILED"`)
 	require.Equal(t, 1, ce.Count(`SELECT count(*) FROM publications WHERE product_id = $1`, products[0]))
 }
+
+// A consumer that executed a command but could not write its reply (as if it crashed before
+// acknowledging) leaves the entry pending; it is taken back after COMMANDS_CLAIM_IDLE and
+// answered from the idempotency record: one publication, one accepted reply, counted as
+// replayed.
+func TestCommandExecutedButNotAcknowledgedIsReplayed(t *testing.T) {
+	t.Parallel()
+	ce := startCommands(t, func(c *config.Config) { c.CommandsClaimIdle = 300 * time.Millisecond })
+	acct, storeID, products, integID, secret := setupPublishing(t, ce, "cmd-crash@example.com")
+	ctx := context.Background()
+	// The replies' key holds a string: every XADD to it fails after the command committed.
+	require.NoError(t, ce.rdb.Set(ctx, ce.replies, "not a stream", 0).Err())
+	ce.start()
+
+	ev := command("cmd-crash-1", "listing.publish", acct.WorkspaceID, integID, map[string]any{"product_id": products[0], "store_id": storeID})
+	ce.send(t, map[string]any{"event": ev, "signature": sign(secret, ev)})
+	require.Eventually(t, func() bool {
+		return ce.Count(`SELECT count(*) FROM publications WHERE product_id = $1`, products[0]) == 1
+	}, 30*time.Second, 20*time.Millisecond, "the command executes")
+	time.Sleep(time.Second) // a few failed replies and reclaims
+	require.Equal(t, int64(1), ce.pendingCount(t), "not acknowledged without a reply")
+	require.NoError(t, ce.rdb.Del(ctx, ce.replies).Err())
+
+	reply := ce.repliesTo(t, "cmd-crash-1", 1)[0]
+	require.Equal(t, "listing.command.accepted", reply.Type, "%s", reply.Data)
+	require.Contains(t, string(reply.Data), products[0])
+	require.Equal(t, 1, ce.Count(`SELECT count(*) FROM publications WHERE product_id = $1`, products[0]))
+	require.Eventually(t, func() bool { return ce.pendingCount(t) == 0 }, 10*time.Second, 20*time.Millisecond)
+	resp, err := http.Get(ce.URL + "/metrics")
+	require.NoError(t, err)
+	metrics, err := io.ReadAll(resp.Body)
+	_ = resp.Body.Close()
+	require.NoError(t, err)
+	require.Contains(t, string(metrics), `listing_command_messages_total{outcome="replayed",type="listing.publish"} 1`)
+	require.NotContains(t, string(metrics), `listing_command_messages_total{outcome="accepted",type="listing.publish"}`)
+}
