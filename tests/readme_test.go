@@ -77,7 +77,8 @@ func TestReadmeTryIt(t *testing.T) {
 	script := strings.Replace(snippet, "B="+api, "B="+env.URL, 1)
 	script = strings.Replace(script, source[1], files.URL+"/mug.png", 1)
 	require.Contains(t, script, "listing:commands", "the walkthrough no longer sends a command")
-	script = strings.ReplaceAll(script, "listing:command", env.Config.StreamPrefix+":command")
+	// Every integration stream (listing:commands, :command-replies, :events) takes the test's prefix.
+	script = strings.ReplaceAll(script, "listing:", env.Config.StreamPrefix+":")
 	script = strings.ReplaceAll(script, "redis-cli ", "redis-cli -u "+env.Config.RedisURL+" ")
 
 	cmd := exec.Command("bash", "-c", script)
