@@ -162,12 +162,14 @@ func e2eOurs(ctx context.Context, o options) (float64, error) {
 	rctx, cancel := context.WithCancel(ctx)
 	var running sync.WaitGroup
 	before := snapshot(ctx, db, rdb)
+	pgWaits := sampleWaits(ctx, db)
 	start = time.Now()
 	running.Go(func() { _ = d.Run(rctx) })
 	running.Go(func() { _ = runner.Run(rctx) })
 	err = waitCount(ctx, db, `SELECT count(*) FROM store_verifications WHERE status = 'succeeded'`, n, 20*time.Minute)
 	el := time.Since(start)
 	report("ours", before, snapshot(ctx, db, rdb), n, "job")
+	fmt.Printf("   ours: PostgreSQL %s\n", pgWaits.summary())
 	cancel()
 	running.Wait()
 	return float64(n) / el.Seconds(), err
@@ -246,6 +248,7 @@ func e2eRiver(ctx context.Context, o options) (float64, error) {
 	}
 	fmt.Printf("   River: %d jobs inserted with InsertManyTx in %s (not timed below)\n", o.n, time.Since(start).Round(time.Millisecond))
 	before := snapshot(ctx, db, nil)
+	pgWaits := sampleWaits(ctx, db)
 	start = time.Now()
 	if err := client.Start(ctx); err != nil {
 		return 0, err
@@ -253,6 +256,7 @@ func e2eRiver(ctx context.Context, o options) (float64, error) {
 	err = waitCount(ctx, db, `SELECT count(*) FROM river_job WHERE state = 'completed'`, o.n, 20*time.Minute)
 	el := time.Since(start)
 	report("River", before, snapshot(ctx, db, nil), o.n, "job")
+	fmt.Printf("   River: PostgreSQL %s\n", pgWaits.summary())
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()
 	return float64(o.n) / el.Seconds(), errors.Join(err, client.Stop(sctx))

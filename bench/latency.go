@@ -305,7 +305,7 @@ func runRole(ctx context.Context, r roleFlags, redisURL string) error {
 	var wait func()
 	switch r.name {
 	case "dispatch":
-		pool, err := pgxpool.New(ctx, r.db)
+		pool, err := newPool(ctx, r.db, 20) // the service's DATABASE_MAX_CONNS default
 		if err != nil {
 			return err
 		}

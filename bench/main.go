@@ -10,8 +10,9 @@
 //   - write path: commits/s of an event-emitting command transaction (an operation row and
 //     an outbox event, postgres.InTx + outbox.EventPublisher) with the wake-up the service
 //     uses (after the commit: a coalesced Redis PUBLISH) vs the same transaction with no
-//     wake-up at all; 8 and 32 clients, rounds alternating. For reference, the NOTIFY
-//     trigger that sql/012 dropped, measured the same way.
+//     wake-up at all; 8 and 32 clients, short measurements alternating over -write-rounds
+//     rounds (the load of a shared machine drifts: it must fall on both alike). For
+//     reference, the NOTIFY trigger that sql/012 dropped, measured the same way.
 //   - drain: -n committed outbox events → BullMQ jobs by the Dispatcher, from 1 and from
 //     10,000 workspaces, vs Node.js BullMQ addBulk of -n jobs, and vs watermill-sql's
 //     PostgreSQL subscriber + watermill's forwarder draining -n committed messages into the
@@ -55,6 +56,7 @@ type options struct {
 	rate      int
 	secs      int
 	writeSecs time.Duration
+	rounds    int
 	workers   int
 	redisURL  string
 	adminURL  string
@@ -78,7 +80,8 @@ func main() {
 	flag.IntVar(&o.n, "n", 100000, "events / jobs / commands per drain and end-to-end measurement")
 	flag.IntVar(&o.rate, "rate", 1000, "events per second of the latency benchmark")
 	flag.IntVar(&o.secs, "secs", 10, "seconds of the latency benchmark")
-	flag.DurationVar(&o.writeSecs, "write-time", 4*time.Second, "duration of one write-path measurement")
+	flag.DurationVar(&o.writeSecs, "write-time", 2*time.Second, "duration of one write-path measurement")
+	flag.IntVar(&o.rounds, "write-rounds", 6, "write-path rounds (each measures every configuration once, in rotating order)")
 	flag.IntVar(&o.workers, "workers", 50, "worker concurrency of the end-to-end benchmark (ours and River)")
 	flag.StringVar(&o.redisURL, "redis", envOr("REDIS_URL", "redis://127.0.0.1:6379/0"), "Redis URL")
 	flag.StringVar(&o.adminURL, "admin", envOr("TEST_DATABASE_URL", "postgres://root@127.0.0.1:5432/postgres"), "PostgreSQL superuser URL")

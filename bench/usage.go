@@ -4,8 +4,10 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -89,4 +91,78 @@ func report(name string, before, after usage, n int, unit string) {
 		name, n, unit, el.Round(time.Millisecond), per(after.goCPU-before.goCPU), per(after.pgCPU-before.pgCPU),
 		per(after.redisCPU-before.redisCPU), float64(after.pgXacts-before.pgXacts)/float64(n), unit,
 		float64(after.redisCmds-before.redisCmds)/float64(n), unit)
+}
+
+// waits samples, every 10 ms until stopped, what the active PostgreSQL backends of the
+// scratch database are doing (pg_stat_activity: on CPU, or the wait event), as the
+// database's side of a profile: CPU time says how busy the backends were, this says what
+// the rest of their time went to (WAL flushes, locks, the client).
+type waits struct {
+	mu      sync.Mutex
+	counts  map[string]int
+	samples int
+	stop    context.CancelFunc
+	done    chan struct{}
+}
+
+func sampleWaits(ctx context.Context, db *scratch) *waits {
+	ctx, cancel := context.WithCancel(ctx)
+	w := &waits{counts: map[string]int{}, stop: cancel, done: make(chan struct{})}
+	go func() {
+		defer close(w.done)
+		t := time.NewTicker(10 * time.Millisecond)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+			rows, err := db.Owner.Query(ctx, `SELECT CASE WHEN state = 'active' THEN coalesce(wait_event_type || ':' || wait_event, 'CPU')
+				  ELSE state END
+				FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid() AND backend_type = 'client backend'`)
+			if err != nil {
+				continue
+			}
+			w.mu.Lock()
+			for rows.Next() {
+				var s string
+				if rows.Scan(&s) == nil {
+					w.counts[s]++
+				}
+			}
+			w.samples++
+			w.mu.Unlock()
+			rows.Close()
+		}
+	}()
+	return w
+}
+
+// summary stops the sampling and returns the busiest states: the average number of
+// backends in each per sample, highest first, idle backends left out.
+func (w *waits) summary() string {
+	w.stop()
+	<-w.done
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	type kv struct {
+		k string
+		v int
+	}
+	var all []kv
+	for k, v := range w.counts {
+		if k != "idle" {
+			all = append(all, kv{k, v})
+		}
+	}
+	slices.SortFunc(all, func(a, b kv) int { return b.v - a.v })
+	var parts []string
+	for i, e := range all {
+		if i == 6 || w.samples == 0 {
+			break
+		}
+		parts = append(parts, fmt.Sprintf("%s %.1f", e.k, float64(e.v)/float64(w.samples)))
+	}
+	return fmt.Sprintf("backends per sample (%d samples): %s", w.samples, strings.Join(parts, ", "))
 }

@@ -33,7 +33,7 @@ ALTER TABLE outbox_events DISABLE TRIGGER outbox_events_notify;`
 // benchWrite measures the commits/s of an event-emitting command transaction (an operation
 // row and one outbox event) with the service's wake-up (Redis), without any, and for
 // reference with the coalesced NOTIFY after the commit (Wakeup with Postgres) and with the
-// NOTIFY trigger of sql/003, at 8 and 32 clients, in 3 rounds whose order rotates.
+// NOTIFY trigger of sql/003, at 8 and 32 clients, in o.rounds rounds whose order rotates.
 func benchWrite(ctx context.Context, o options, t *table) error {
 	db, err := newScratch(ctx, o.adminURL, 40)
 	if err != nil {
@@ -84,7 +84,7 @@ func benchWrite(ctx context.Context, o options, t *table) error {
 	for _, c := range configs {
 		commits[c.name] = map[int]int64{}
 	}
-	for round := range 3 {
+	for round := range o.rounds {
 		for _, clients := range []int{8, 32} {
 			for i := range configs {
 				c := configs[(i+round)%len(configs)]
@@ -110,7 +110,7 @@ func benchWrite(ctx context.Context, o options, t *table) error {
 			return err
 		}
 	}
-	secs := 3 * o.writeSecs.Seconds()
+	secs := float64(o.rounds) * o.writeSecs.Seconds()
 	for _, clients := range []int{8, 32} {
 		none := float64(commits["none"][clients]) / secs
 		w := float64(commits["wakeup"][clients]) / secs

@@ -18,8 +18,12 @@ SET LOCAL ROLE listing_owner;
 -- 80-150 ms, past the 50 ms p99 target. The trigger stays: dispatch latency is the outbox's
 -- promise; the commit cost is paid by writers that emit events.
 -- Reversed by sql/012 (issue 13): nothing in the database may serialize writers; the
--- wake-up moved after the commit (in process, or Redis PUBLISH, coalesced) with an adaptive
--- poll as the safety net.
+-- wake-up moved after the commit (in process, or Redis PUBLISH, coalesced: one send in
+-- flight per process, at most one every 2 ms) with an adaptive poll as the safety net. The
+-- figures above were of the old per-workspace claim: one transaction per workspace per
+-- round, which sql/014 replaced by one statement per round (app.workspace_ids). Figures of
+-- the wake-up after the commit, measured beside no wake-up and beside this trigger in the
+-- same runs: docs/performance.md (`make bench`).
 -- +goose StatementBegin
 CREATE FUNCTION outbox_events_notify() RETURNS trigger
 LANGUAGE plpgsql SET search_path = pg_catalog, public AS $$

@@ -33,68 +33,79 @@ func byWorkspace(rows []claimed) map[uuid.UUID][]int {
 	return m
 }
 
-// idsOf returns the event ids of rows[idx].
-func idsOf(rows []claimed, idx []int) []uuid.UUID {
-	ids := make([]uuid.UUID, len(idx))
-	for k, i := range idx {
-		ids[k] = rows[i].ID
+// workspacesOf returns the distinct workspaces of rows.
+func workspacesOf(rows []claimed) []uuid.UUID {
+	seen := make(map[uuid.UUID]struct{}, 8)
+	var out []uuid.UUID
+	for _, r := range rows {
+		if _, ok := seen[r.WorkspaceID]; !ok {
+			seen[r.WorkspaceID] = struct{}{}
+			out = append(out, r.WorkspaceID)
+		}
+	}
+	return out
+}
+
+// idsOf returns the event ids of rows.
+func idsOf(rows []claimed) []uuid.UUID {
+	ids := make([]uuid.UUID, len(rows))
+	for i, r := range rows {
+		ids[i] = r.ID
 	}
 	return ids
 }
 
-// claimSQL selects up to $2 due rows of workspace $1 (expired leases first, then pending by
-// next_attempt_at) with FOR UPDATE SKIP LOCKED, each side along its own partial index, and
-// marks them dispatching under token $3 with a lease of $4 ms. A reclaimed expired lease
-// counts as an attempt; one that reaches MaxAttempts ($5) goes to dead_letter instead of
-// being claimed again (an event whose every delivery ends without an outcome, e.g. one that
-// crashes its dispatcher, stops there). Rows locked beyond the limit are released unchanged
-// at commit.
+// claimSQL claims, for each workspace of $1, up to $2 due rows (expired leases first, then
+// pending by next_attempt_at) with FOR UPDATE SKIP LOCKED, each side along its own partial
+// index, and marks them dispatching under token $3 with a lease of $4 ms; all the workspaces
+// in one statement, in a transaction scoped to them (app.workspace_ids, sql/014). A
+// reclaimed expired lease counts as an attempt; one that reaches MaxAttempts ($5) goes to
+// dead_letter instead of being claimed again (an event whose every delivery ends without an
+// outcome, e.g. one that crashes its dispatcher, stops there). Rows locked beyond a
+// workspace's limit are released unchanged at commit. The update finds the rows by primary
+// key (id = ANY of an array): a join with c lets the planner, misled by c's estimate, scan
+// every row of the workspaces instead.
 const claimSQL = `
-	WITH e AS (
-	  SELECT id, attempt_count FROM outbox_events
-	  WHERE workspace_id = $1 AND status = 'dispatching' AND locked_until <= now()
-	  ORDER BY locked_until LIMIT $2 FOR UPDATE SKIP LOCKED),
+	WITH w AS (SELECT DISTINCT unnest($1::uuid[]) AS ws),
+	e AS (
+	  SELECT x.id, x.attempt_count, w.ws FROM w CROSS JOIN LATERAL (
+	    SELECT id, attempt_count FROM outbox_events
+	    WHERE workspace_id = w.ws AND status = 'dispatching' AND locked_until <= now()
+	    ORDER BY locked_until LIMIT $2 FOR UPDATE SKIP LOCKED) x),
 	dead AS (
 	  UPDATE outbox_events o
 	  SET status = 'dead_letter', attempt_count = o.attempt_count + 1, locked_by = NULL, locked_until = NULL,
 	      last_error = 'lease expired before any delivery outcome was recorded, ' || (o.attempt_count + 1) || ' attempts'
 	  FROM e WHERE o.id = e.id AND e.attempt_count + 1 >= $5),
 	p AS (
-	  SELECT id FROM outbox_events
-	  WHERE workspace_id = $1 AND status = 'pending' AND next_attempt_at <= now()
-	  ORDER BY next_attempt_at LIMIT $2 FOR UPDATE SKIP LOCKED),
+	  SELECT x.id, w.ws FROM w CROSS JOIN LATERAL (
+	    SELECT id FROM outbox_events
+	    WHERE workspace_id = w.ws AND status = 'pending' AND next_attempt_at <= now()
+	    ORDER BY next_attempt_at LIMIT $2 FOR UPDATE SKIP LOCKED) x),
+	u AS (
+	  SELECT id, ws, 1 AS expired FROM e WHERE e.attempt_count + 1 < $5 UNION ALL SELECT id, ws, 0 FROM p),
 	c AS (
-	  SELECT id, 1 AS expired FROM e WHERE e.attempt_count + 1 < $5 UNION ALL SELECT id, 0 FROM p LIMIT $2)
+	  SELECT id, expired FROM (
+	    SELECT id, expired, row_number() OVER (PARTITION BY ws ORDER BY expired DESC) AS n FROM u) r
+	  WHERE n <= $2)
 	UPDATE outbox_events o
 	SET status = 'dispatching', locked_by = $3, locked_until = now() + $4 * interval '1 millisecond',
-	    attempt_count = o.attempt_count + c.expired
-	FROM c WHERE o.id = c.id
+	    attempt_count = o.attempt_count + CASE WHEN o.id = ANY (ARRAY(SELECT id FROM c WHERE expired = 1)) THEN 1 ELSE 0 END
+	WHERE o.id = ANY (ARRAY(SELECT id FROM c))
 	RETURNING o.id, o.workspace_id, o.event_type, o.destination, o.event_payload, o.metadata, o.created_at, o.attempt_count`
 
-// claim claims up to limit due rows of each of wss under token, each workspace in a committed
-// transaction of its own, all in one round trip. It returns the rows of the claims that
-// committed, and the failures of the others (their rows stay due).
+// claim claims up to limit due rows of each of wss under token, in one committed
+// transaction, one round trip. On error nothing is claimed (the rows stay due).
 func (d *Dispatcher) claim(ctx context.Context, wss []uuid.UUID, token string, limit int) ([]claimed, error) {
-	got := make([][]claimed, len(wss))
-	stmts := make([]scopedStmt, len(wss))
-	for i, ws := range wss {
-		stmts[i] = scopedStmt{ws: ws, sql: claimSQL, args: []any{ws, limit, token, d.cfg.Lease.Milliseconds(), d.cfg.MaxAttempts},
-			read: func(rows pgx.Rows) (err error) {
-				got[i], err = collectClaimed(rows)
-				return err
-			}}
-	}
 	var out []claimed
-	var failed []error
-	for i, err := range inWorkspaces(ctx, d.pool, stmts) {
-		if err != nil {
-			failed = append(failed, fmt.Errorf("workspace %s: %w", wss[i], err))
-			continue
-		}
-		out = append(out, got[i]...)
-	}
-	if len(failed) > 0 {
-		return out, fmt.Errorf("outbox.Dispatcher.claim: %w", errors.Join(failed...))
+	st := scopedStmt{wss: wss, sql: claimSQL, args: []any{wss, limit, token, d.cfg.Lease.Milliseconds(), d.cfg.MaxAttempts},
+		read: func(rows pgx.Rows) (err error) {
+			out, err = collectClaimed(rows)
+			return err
+		}}
+	if err := inWorkspaces(ctx, d.pool, []scopedStmt{st})[0]; err != nil {
+		// A failed read of a committed claim: its rows wait for their lease to expire.
+		return nil, fmt.Errorf("outbox.Dispatcher.claim: %w", err)
 	}
 	return out, nil
 }
@@ -147,15 +158,13 @@ const releaseSQL = `
 // mark records the outcome of one round under token, only where the claim still holds the
 // events (a stale dispatcher cannot overwrite a newer claim): published ones dispatched
 // (observing their latency), failed ones back to pending with backoff or dead_letter past
-// MaxAttempts. One transaction per workspace and outcome, all in one round trip.
+// MaxAttempts. One transaction per outcome, scoped to the round's workspaces, both in one
+// round trip.
 func (d *Dispatcher) mark(ctx context.Context, token string, published, failed []claimed, errs []error) error {
 	var stmts []scopedStmt
-	var expected int
 	var latencies []float64
-	for ws, idx := range byWorkspace(published) {
-		ids := idsOf(published, idx)
-		expected += len(ids)
-		stmts = append(stmts, scopedStmt{ws: ws, sql: markDispatchedSQL, args: []any{ids, token},
+	if len(published) > 0 {
+		stmts = append(stmts, scopedStmt{wss: workspacesOf(published), sql: markDispatchedSQL, args: []any{idsOf(published), token},
 			read: func(rows pgx.Rows) error {
 				lat, err := pgx.CollectRows(rows, pgx.RowTo[float64])
 				latencies = append(latencies, lat...)
@@ -164,16 +173,13 @@ func (d *Dispatcher) mark(ctx context.Context, token string, published, failed [
 	}
 	dead := 0
 	msgs := make([]string, len(failed))
-	for ws, idx := range byWorkspace(failed) {
-		ids := idsOf(failed, idx)
-		delays := make([]float64, len(idx))
-		wsMsgs := make([]string, len(idx))
-		for k, i := range idx {
-			delays[k] = backoff(d.cfg.BackoffBase, d.cfg.BackoffMax, failed[i].Attempts+1).Seconds()
+	if len(failed) > 0 {
+		delays := make([]float64, len(failed))
+		for i, f := range failed {
+			delays[i] = backoff(d.cfg.BackoffBase, d.cfg.BackoffMax, f.Attempts+1).Seconds()
 			msgs[i] = SanitizeError(errs[i], d.cfg.ErrorMaxLen)
-			wsMsgs[k] = msgs[i]
 		}
-		stmts = append(stmts, scopedStmt{ws: ws, sql: markFailedSQL, args: []any{ids, delays, wsMsgs, d.cfg.MaxAttempts, token},
+		stmts = append(stmts, scopedStmt{wss: workspacesOf(failed), sql: markFailedSQL, args: []any{idsOf(failed), delays, msgs, d.cfg.MaxAttempts, token},
 			read: func(rows pgx.Rows) error {
 				st, err := pgx.CollectRows(rows, pgx.RowTo[string])
 				dead += countOf(st, StatusDeadLetter)
@@ -184,7 +190,7 @@ func (d *Dispatcher) mark(ctx context.Context, token string, published, failed [
 	for _, s := range latencies {
 		d.metrics.Latency.Observe(s)
 	}
-	if lost := expected - len(latencies); lost > 0 && len(markErrs) == 0 {
+	if lost := len(published) - len(latencies); lost > 0 && len(markErrs) == 0 {
 		d.log.Warn("outbox lease lost before marking; another dispatcher holds the events", "events", lost)
 	}
 	if len(failed) > 0 {
@@ -209,13 +215,13 @@ func countOf[T comparable](s []T, v T) (n int) {
 
 // release hands unpublished claims back (pending, no lock, attempt not counted).
 func (d *Dispatcher) release(ctx context.Context, token string, rows []claimed) {
-	var stmts []scopedStmt
-	for ws, idx := range byWorkspace(rows) {
-		stmts = append(stmts, scopedStmt{ws: ws, sql: releaseSQL, args: []any{idsOf(rows, idx), token}})
+	if len(rows) == 0 {
+		return
 	}
+	st := scopedStmt{wss: workspacesOf(rows), sql: releaseSQL, args: []any{idsOf(rows), token}}
 	ctx, cancel := context.WithTimeout(ctx, d.cfg.ShutdownTimeout)
 	defer cancel()
-	if err := errors.Join(inWorkspaces(ctx, d.pool, stmts)...); err != nil {
+	if err := inWorkspaces(ctx, d.pool, []scopedStmt{st})[0]; err != nil {
 		d.log.Warn("outbox release failed; the lease will expire", "events", len(rows),
 			"error", SanitizeError(fmt.Errorf("outbox.Dispatcher.release: %w", err), d.cfg.ErrorMaxLen))
 	}

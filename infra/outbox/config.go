@@ -18,10 +18,16 @@ type DispatcherConfig struct {
 	ID string
 	// BatchSize is the most events claimed from one workspace at once. Default 500.
 	BatchSize int
-	// RoundWorkspaces is the most workspaces one round claims: a round claims each of them
-	// in a transaction of its own but all in one round trip, publishes what it claimed in
-	// one call per destination, and marks it in one more round trip. Under load, rounds
-	// fill up and the cost per event falls. Default 32.
+	// RoundEvents bounds the events one round claims: each of its n workspaces gets at most
+	// min(BatchSize, ceil(RoundEvents/n)), and a workspace that fills its share goes back in
+	// the queue. It keeps one Publish call (bounded by PublishTimeout) and one round's
+	// leases to a size a busy destination absorbs in time: 32 full batches of 500 in one
+	// call outlasted PublishTimeout on a loaded machine. Default 2000, in [1, 100000].
+	RoundEvents int
+	// RoundWorkspaces is the most workspaces one round claims: a round claims all of them
+	// in one statement (a transaction scoped to them, app.workspace_ids), publishes what it
+	// claimed in one call per destination, and marks it in one more round trip. Under load,
+	// rounds fill up and the cost per event falls. Default 32.
 	RoundWorkspaces int
 	// Concurrency is the number of rounds in flight at once; each holds at most one pooled
 	// connection at a time (plus one for LISTEN and one for discovery). The work is I/O
@@ -82,6 +88,7 @@ func (c *DispatcherConfig) setDefaults() {
 		c.ID = fmt.Sprintf("%s:%d:%s", host, os.Getpid(), hex.EncodeToString(b))
 	}
 	setDefault(&c.BatchSize, 500)
+	setDefault(&c.RoundEvents, 2000)
 	setDefault(&c.RoundWorkspaces, 32)
 	setDefault(&c.Concurrency, 8)
 	setDefault(&c.Lease, 30*time.Second)
@@ -112,6 +119,8 @@ func (c DispatcherConfig) Validate() error {
 		return errors.New("outbox: DispatcherConfig.ID must have 1 to 180 bytes")
 	case c.BatchSize < 1 || c.BatchSize > 10000:
 		return fmt.Errorf("outbox: DispatcherConfig.BatchSize must be in [1, 10000], got %d", c.BatchSize)
+	case c.RoundEvents < 1 || c.RoundEvents > 100000:
+		return fmt.Errorf("outbox: DispatcherConfig.RoundEvents must be in [1, 100000], got %d", c.RoundEvents)
 	case c.RoundWorkspaces < 1 || c.RoundWorkspaces > 1000:
 		return fmt.Errorf("outbox: DispatcherConfig.RoundWorkspaces must be in [1, 1000], got %d", c.RoundWorkspaces)
 	case c.Concurrency < 1:

@@ -112,7 +112,7 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 	if !d.running.CompareAndSwap(false, true) {
 		return errors.New("outbox.Dispatcher.Run: already running")
 	}
-	d.log.Info("outbox dispatcher started", "batch_size", d.cfg.BatchSize, "round_workspaces", d.cfg.RoundWorkspaces, "concurrency", d.cfg.Concurrency,
+	d.log.Info("outbox dispatcher started", "batch_size", d.cfg.BatchSize, "round_events", d.cfg.RoundEvents, "round_workspaces", d.cfg.RoundWorkspaces, "concurrency", d.cfg.Concurrency,
 		"lease", d.cfg.Lease, "listen", !d.cfg.DisableListen, "wake_redis", d.cfg.WakeRedis != nil)
 	defer registerLocal(d.pool.Config().ConnConfig.Database, d.queue)()
 	var wg sync.WaitGroup

@@ -38,26 +38,31 @@
 //
 // Workspaces wait in a queue where each appears at most once (new ones before those
 // continuing a backlog); a woken workspace is claimed as soon as a worker is free. A
-// worker runs rounds: it takes up to RoundWorkspaces queued workspaces and, for each, in an
-// RLS transaction of its own scoped to it, as app_user, claims up to BatchSize due rows
-// (pending with next_attempt_at ≤ now, or dispatching with an expired lease) with FOR UPDATE
-// SKIP LOCKED, sets them dispatching with locked_by = the round's token and locked_until =
-// now + Lease, and commits. A full batch puts the workspace back at the end of the FIFO, so
-// a backlog in one workspace delays another workspace's events by at most one batch per busy
-// workspace. Under load rounds fill up, so the round trips per event fall as the rate rises.
+// worker runs rounds: it takes up to RoundWorkspaces queued workspaces and, in one RLS
+// transaction scoped to them, as app_user, claims due rows of each (pending with
+// next_attempt_at ≤ now, or dispatching with an expired lease; up to BatchSize, or the
+// workspace's share of RoundEvents when smaller) with FOR UPDATE SKIP LOCKED, sets them
+// dispatching with locked_by = the round's token and locked_until = now +
+// Lease, and commits: one statement, one round trip, whatever the number of workspaces. A
+// full batch puts the workspace back at the end of the FIFO, so a backlog in one workspace
+// delays another workspace's events by at most one batch per busy workspace. Under load
+// rounds fill up, so the round trips per event fall as the rate rises.
 //
-// Every statement on outbox_events runs in a transaction that first sets app.workspace_id
-// with set_config(…, true): as app_user for the dispatcher and the Cleaner, as
-// listing_operator for Ops. On the dispatcher's hot path (claim, mark,
-// release) the transactions of one round go to PostgreSQL in one pgx.Batch, one round trip:
-// [BEGIN, set_config, statement, COMMIT] per workspace (inWorkspaces). Each is a transaction
-// of its own: a failing one keeps nothing of itself, those before it stay committed, those
-// after it do not run, and the failed one is rolled back on its connection before the
-// connection returns to the pool. The local setting ends with each transaction, so the
-// pooled connection is returned unscoped. Claimed rows are used only after their commit has
-// been confirmed. These transactions commit with synchronous_commit = off: a crash that
-// loses one only causes a re-delivery (see Guarantees); the business transactions that
-// insert the rows stay durable.
+// Every statement on outbox_events runs in a transaction that first scopes it with
+// set_config(…, true): as app_user for the dispatcher and the Cleaner, as listing_operator
+// for Ops. A transaction of one workspace sets app.workspace_id; the dispatcher's
+// transactions, which span the workspaces of a round, set app.workspace_ids instead, a list
+// that sql/014 lets app_user use on outbox_events only (every other table still needs
+// app.workspace_id). On the dispatcher's hot path (claim, mark, release) each transaction
+// goes to PostgreSQL as [BEGIN, set_config, statement, COMMIT] in one pgx.Batch, one round
+// trip, and several such transactions can share the batch (inWorkspaces: the mark sends the
+// dispatched and the failed rows' transactions together). Each is a transaction of its own: a
+// failing one keeps nothing of itself, those before it stay committed, those after it do not
+// run, and the failed one is rolled back on its connection before the connection returns to
+// the pool. The local settings end with each transaction, so the pooled connection is
+// returned unscoped. Claimed rows are used only after their commit has been confirmed. These
+// transactions commit with synchronous_commit = off: a crash that loses one only causes a
+// re-delivery (see Guarantees); the business transactions that insert the rows stay durable.
 //
 // The claimed rows are then published, grouped by destination, through the PublisherRouter:
 // message UUID = event id, payload = the job data of API.md ({event_id, workspace_id,
@@ -66,8 +71,9 @@
 // fails the others; unless the destination looks unreachable (refused, reset, timed out):
 // then the batch, or the rest of it, fails at once. Publishing stops at the round's deadline
 // (Lease - Lease/5 after the claim), so a hanging destination cannot keep a round past its
-// leases: what was not tried by then is released without an attempt counted. Published rows are marked dispatched, one statement per workspace of the
-// round, guarded by locked_by = token: a dispatcher whose lease expired cannot overwrite a newer claim. Failed
+// leases: what was not tried by then is released without an attempt counted. Published rows
+// are marked dispatched in one statement per round, guarded by locked_by = token: a
+// dispatcher whose lease expired cannot overwrite a newer claim. Failed
 // rows get attempt_count+1 and go back to pending with exponential backoff with jitter
 // (BackoffBase doubling up to BackoffMax), or to dead_letter after MaxAttempts, with a
 // sanitized, bounded last_error (SanitizeError). A reclaimed expired lease also counts as an

@@ -27,13 +27,15 @@ func (d *Dispatcher) work(ctx context.Context) {
 	}
 }
 
-// dispatchRound claims one batch of each of wss, requeues the workspaces whose batch was full
-// (fairness: every other queued workspace gets its batch first; other workers may take their
-// next batch meanwhile), publishes, and marks.
+// dispatchRound claims one batch of each of wss (BatchSize, or a share of RoundEvents when
+// smaller), requeues the workspaces whose batch was full (fairness: every other queued
+// workspace gets its batch first; other workers may take their next batch meanwhile),
+// publishes, and marks.
 func (d *Dispatcher) dispatchRound(ctx context.Context, wss []uuid.UUID) {
 	token := fmt.Sprintf("%s/%d", d.cfg.ID, d.claimSeq.Add(1))
 	claimedAt := time.Now() // the leases end at the server's now() + Lease, a little later
-	rows, err := d.claim(ctx, wss, token, d.cfg.BatchSize)
+	limit := min(d.cfg.BatchSize, (d.cfg.RoundEvents+len(wss)-1)/len(wss))
+	rows, err := d.claim(ctx, wss, token, limit)
 	if err != nil && ctx.Err() == nil {
 		// Workspaces whose claim failed are found again by the next discovery.
 		d.log.Warn("outbox claim failed", "workspaces", len(wss), "error", SanitizeError(err, d.cfg.ErrorMaxLen))
@@ -42,7 +44,7 @@ func (d *Dispatcher) dispatchRound(ctx context.Context, wss []uuid.UUID) {
 		return
 	}
 	for ws, idx := range byWorkspace(rows) {
-		if len(idx) >= d.cfg.BatchSize {
+		if len(idx) >= limit {
 			d.queue.requeue(ws)
 		}
 	}

@@ -4,15 +4,19 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
-// scopeSQL scopes the rest of its transaction to one workspace and no user, as
-// postgres.InTx does, and lets it commit without waiting for the WAL flush. Local
-// settings (set_config's third argument) end with the transaction.
+// scopeSQL scopes the rest of its transaction to workspaces and no user, and lets it commit
+// without waiting for the WAL flush. $1 is app.workspace_id (one workspace, as postgres.InTx
+// sets it), $2 app.workspace_ids (a list, which sql/014 lets app_user use on outbox_events
+// only): exactly one of them is set. Local settings (set_config's third argument) end with
+// the transaction.
 //
 // synchronous_commit = off is safe for the dispatcher's own transactions only, and only
 // because delivery is at least once: a server crash can lose the last such commits (never
@@ -20,21 +24,42 @@ import (
 // again under the same id), a mark (published again after the lease) or a release (the lease
 // expires). No event is lost, none published while another claim holds it. The business
 // transactions that write outbox rows keep the server's durable commit.
-const scopeSQL = `SELECT set_config('app.workspace_id', $1, true), set_config('app.user_id', '', true),
-	set_config('synchronous_commit', 'off', true)`
+//
+// plan_cache_mode = force_generic_plan: the dispatcher's statements are prepared once per
+// connection and their plans do not depend on the values (index scans by workspace and by
+// id); planning the claim anew each time (PostgreSQL's default for the first executions, and
+// whenever it judges a custom plan cheaper) costs about as much as running it.
+const scopeSQL = `SELECT set_config('app.workspace_id', $1, true), set_config('app.workspace_ids', $2, true),
+	set_config('app.user_id', '', true), set_config('synchronous_commit', 'off', true),
+	set_config('plan_cache_mode', 'force_generic_plan', true)`
 
-// scopeOf is the app.workspace_id value of ws; uuid.Nil scopes to no workspace (no rows, as
-// postgres.InTx).
-func scopeOf(ws uuid.UUID) string {
-	if ws == uuid.Nil {
-		return ""
+// scopeOf returns the app.workspace_id and app.workspace_ids values of wss: one workspace
+// goes in the first, several in the second (an array literal); none, or only uuid.Nil,
+// scopes to no workspace (no rows, as postgres.InTx).
+func scopeOf(wss []uuid.UUID) (one, list string) {
+	wss = slices.DeleteFunc(slices.Clone(wss), func(id uuid.UUID) bool { return id == uuid.Nil })
+	switch len(wss) {
+	case 0:
+		return "", ""
+	case 1:
+		return wss[0].String(), ""
 	}
-	return ws.String()
+	var b strings.Builder
+	b.Grow(len(wss)*37 + 1)
+	b.WriteByte('{')
+	for i, id := range wss {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString(id.String())
+	}
+	b.WriteByte('}')
+	return "", b.String()
 }
 
-// scopedStmt is one statement to run in a transaction of its own, scoped to one workspace.
+// scopedStmt is one statement to run in a transaction of its own, scoped to workspaces.
 type scopedStmt struct {
-	ws   uuid.UUID
+	wss  []uuid.UUID
 	sql  string
 	args []any
 	// read, when not nil, consumes the statement's rows (it need not close them).
@@ -42,12 +67,12 @@ type scopedStmt struct {
 }
 
 // inWorkspaces runs each statement in an RLS transaction of its own, scoped to its
-// workspace, all in one round trip. errs[i] is nil when stmts[i] committed and its rows were
+// workspaces, all in one round trip. errs[i] is nil when stmts[i] committed and its rows were
 // read; rows its read saw are to be acted on only then. A failing read of our own does not
 // undo what the server ran: that group commits (for a claim, its rows wait for their lease to
 // expire) and the later groups run.
 //
-// It sends one batch of [BEGIN, scopeSQL(ws), stmt, COMMIT] per statement. An explicit
+// It sends one batch of [BEGIN, scopeSQL(wss), stmt, COMMIT] per statement. An explicit
 // BEGIN/COMMIT inside the pipeline makes each group its own transaction: the earlier ones stay
 // committed whatever happens later. When a statement fails, PostgreSQL skips everything up to
 // the batch's Sync, so that statement and every later one fail (their errs say so) and the
@@ -70,7 +95,8 @@ func inWorkspaces(ctx context.Context, pool *pgxpool.Pool, stmts []scopedStmt) [
 	b := &pgx.Batch{}
 	for _, st := range stmts {
 		b.Queue("BEGIN")
-		b.Queue(scopeSQL, scopeOf(st.ws))
+		one, list := scopeOf(st.wss)
+		b.Queue(scopeSQL, one, list)
 		b.Queue(st.sql, st.args...)
 		b.Queue("COMMIT")
 	}

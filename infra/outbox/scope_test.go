@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -81,7 +82,7 @@ func TestInWorkspacesOneTransactionEach(t *testing.T) {
 	bulkInsert(t, db, wss, 2)
 	ctx := context.Background()
 	mark := func(ws uuid.UUID, sql string, seen *string) scopedStmt {
-		return scopedStmt{ws: ws, sql: sql, read: func(rows pgx.Rows) error {
+		return scopedStmt{wss: []uuid.UUID{ws}, sql: sql, read: func(rows pgx.Rows) error {
 			for rows.Next() {
 				if err := rows.Scan(seen); err != nil {
 					return err
@@ -132,7 +133,7 @@ func TestInWorkspacesOneTransactionEach(t *testing.T) {
 	_, err = db.Owner.Exec(ctx, `UPDATE outbox_events SET last_error = NULL`)
 	require.NoError(t, err)
 	ours := errors.New("our read failed")
-	failingRead := scopedStmt{ws: wss[1], sql: ok, read: func(pgx.Rows) error { return ours }}
+	failingRead := scopedStmt{wss: wss[1:2], sql: ok, read: func(pgx.Rows) error { return ours }}
 	errs = inWorkspaces(ctx, db.App, []scopedStmt{mark(wss[0], ok, &seen[0]), failingRead, mark(wss[2], ok, &seen[2])})
 	require.NoError(t, errs[0])
 	require.ErrorIs(t, errs[1], ours)
@@ -147,4 +148,82 @@ func TestInWorkspacesOneTransactionEach(t *testing.T) {
 		require.Zero(t, n)
 		c.Release()
 	}
+}
+
+// A transaction scoped to several workspaces (app.workspace_ids, sql/014) sees and changes
+// the outbox rows of those workspaces only, and no other table's rows: the list widens the
+// outbox's policy for app_user, nothing else.
+func TestInWorkspacesListScope(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	ctx := context.Background()
+	wss := []uuid.UUID{createWorkspace(t, db), createWorkspace(t, db), createWorkspace(t, db)}
+	bulkInsert(t, db, wss, 3)
+	for _, ws := range wss {
+		_, err := db.Owner.Exec(ctx, `INSERT INTO operations (id, workspace_id, type, resource_type, resource_id)
+			VALUES (gen_random_uuid(), $1, 't', 'r', gen_random_uuid())`, ws)
+		require.NoError(t, err)
+	}
+	var outboxSeen, opsSeen int
+	errs := inWorkspaces(ctx, db.App, []scopedStmt{{wss: wss[:2],
+		sql: `SELECT (SELECT count(*)::int FROM outbox_events), (SELECT count(*)::int FROM operations)`,
+		read: func(rows pgx.Rows) error {
+			for rows.Next() {
+				if err := rows.Scan(&outboxSeen, &opsSeen); err != nil {
+					return err
+				}
+			}
+			return nil
+		}}})
+	require.NoError(t, errs[0])
+	require.Equal(t, 6, outboxSeen, "the outbox rows of the two listed workspaces")
+	require.Zero(t, opsSeen, "a list scope opens no other table")
+
+	// An update through the list cannot move a row to a workspace outside it.
+	errs = inWorkspaces(ctx, db.App, []scopedStmt{{wss: wss[:2],
+		sql: `UPDATE outbox_events SET workspace_id = $1 WHERE workspace_id = $2`, args: []any{wss[2], wss[0]}}})
+	require.ErrorContains(t, errs[0], "row-level security")
+	// Nor touch one outside it.
+	errs = inWorkspaces(ctx, db.App, []scopedStmt{{wss: wss[:2], sql: `UPDATE outbox_events SET last_error = 'x'`}})
+	require.NoError(t, errs[0])
+	var touched []string
+	rows, err := db.Owner.Query(ctx, `SELECT DISTINCT workspace_id::text FROM outbox_events WHERE last_error = 'x' ORDER BY 1`)
+	require.NoError(t, err)
+	touched, err = pgx.CollectRows(rows, pgx.RowTo[string])
+	require.NoError(t, err)
+	want := []string{wss[0].String(), wss[1].String()}
+	slices.Sort(want)
+	require.Equal(t, want, touched)
+	for _, c := range db.App.AcquireAllIdle(ctx) {
+		gotWS, n := sessionScope(t, c.Conn())
+		require.Empty(t, gotWS)
+		require.Zero(t, n, "the list ends with its transaction")
+		c.Release()
+	}
+}
+
+// A round claims at most RoundEvents events, shared among its workspaces, and requeues the
+// workspaces that filled their share: every event is still delivered, once.
+func TestRoundEventsBoundsARound(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	wss := []uuid.UUID{createWorkspace(t, db), createWorkspace(t, db), createWorkspace(t, db), createWorkspace(t, db)}
+	ids := bulkInsert(t, db, wss, 100)
+	var mu sync.Mutex
+	largest := 0
+	rec := &recorder{fail: func(msgs []*message.Message) error {
+		mu.Lock()
+		largest = max(largest, len(msgs))
+		mu.Unlock()
+		return nil
+	}}
+	cfg := fastConfig()
+	cfg.BatchSize, cfg.RoundEvents, cfg.RoundWorkspaces = 100, 40, 4
+	startDispatcher(t, db, cfg, PublisherMap{testQueue: rec})
+	waitFor(t, 20*time.Second, "all dispatched", func() bool { return statusCounts(t, db)[StatusDispatched] == len(ids) })
+	require.Equal(t, len(ids), rec.count(), "each event once")
+	mu.Lock()
+	defer mu.Unlock()
+	require.LessOrEqual(t, largest, 40, "no round publishes more than RoundEvents")
+	require.Positive(t, largest)
 }
