@@ -63,7 +63,7 @@ fuzz: ## Run the fuzz targets briefly
 	$(GO) test -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime 10s ./infra/cloudevent
 
 .PHONY: lint
-lint: ## gofmt and go vet (the service and the bench module)
+lint: docs-check ## gofmt, go vet (the service and the bench module), and docs-check
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || (gofmt -l $$(git ls-files '*.go'); echo "gofmt needed"; exit 1)
 	$(GO) vet ./...
 	cd bench && $(GO) vet ./...

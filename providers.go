@@ -116,7 +116,7 @@ func ProvideHasher(opts Options) auth.Hasher {
 	return auth.Hasher{Params: auth.DefaultHashParams}
 }
 
-// ProvideIdempotency builds the idempotency guard (seed §2).
+// ProvideIdempotency builds the idempotency guard (infra/idem).
 func ProvideIdempotency(cfg config.Config, reg *prometheus.Registry, log *slog.Logger) (*idem.Guard, error) {
 	spec, dev := config.Keys(cfg.FingerprintKeys, "idempotency-fingerprint")
 	if dev {

@@ -10,7 +10,7 @@ import (
 // Event is a domain event: a fact that happened to an aggregate, published in the transaction
 // that made it happen and delivered at least once through the outbox.
 //
-// Payload contract (seed §3): an event carries IDs, versions and immutable snapshots only,
+// Payload contract: an event carries IDs, versions and immutable snapshots only,
 // never a credential, cookie, password, presigned URL or storage key. Workers read the full
 // data in their own RLS transaction. RegisterEvent lets a test walk every event type.
 type Event interface {

@@ -7,7 +7,7 @@ import (
 )
 
 // ListingUpdate pushes one product revision to the platform product of a publication that
-// has been published (API.md, "Second wave": listing update). The command takes the
+// has been published (docs/http-api.md: listing updates). The command takes the
 // product's current revision and freezes its content in Snapshot; the worker replaces the
 // platform listing's content with it (the gateway's PUT /v1/products/{id}), unless the
 // platform already holds that revision or a later one (see Publication.PushedRevision and

@@ -21,8 +21,9 @@ const (
 // Terminal reports whether s is final.
 func (s OperationStatus) Terminal() bool { return s == OperationSucceeded || s == OperationFailed }
 
-// Operation tracks one piece of asynchronous work for the client (seed §1: business tables
-// and operations are the source of truth; the outbox only delivers).
+// Operation tracks one piece of asynchronous work for the client (docs/http-api.md,
+// "Operations"). Business tables and operations are the source of truth; the outbox only
+// delivers.
 type Operation struct {
 	ID           uuid.UUID
 	WorkspaceID  uuid.UUID

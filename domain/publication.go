@@ -6,7 +6,7 @@ import (
 	"github.com/google/uuid"
 )
 
-// Publication is the first publish of a product to a store (seed §5). At most one
+// Publication is the first publish of a product to a store. At most one
 // publication per product and store is ever active or done (a partial unique index); a
 // failed one may be replaced by a new request.
 //

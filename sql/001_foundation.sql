@@ -109,7 +109,7 @@ CREATE POLICY workspace_memberships_self ON workspace_memberships FOR SELECT
 CREATE POLICY workspaces_member ON workspaces FOR SELECT
   USING (EXISTS (SELECT 1 FROM workspace_memberships m WHERE m.workspace_id = id AND m.user_id = app_user_id()));
 
--- Idempotent requests (seed §2). The scope is (workspace, user, method, path, key).
+-- Idempotent requests (docs/http-api.md). The scope is (workspace, user, method, path, key).
 -- request_fingerprint is an HMAC-SHA256 made with the secret named by fingerprint_key_id.
 CREATE TABLE idempotency_requests (
   id                  uuid PRIMARY KEY,
@@ -135,7 +135,7 @@ ALTER TABLE idempotency_requests ENABLE ROW LEVEL SECURITY, FORCE ROW LEVEL SECU
 CREATE POLICY idempotency_requests_tenant ON idempotency_requests
   USING (workspace_id = app_workspace_id()) WITH CHECK (workspace_id = app_workspace_id());
 
--- Transactional outbox (seed §3, §4). id is the BullMQ jobId.
+-- Transactional outbox (docs/architecture.md). id is the BullMQ jobId.
 CREATE TABLE outbox_events (
   id              uuid PRIMARY KEY,
   workspace_id    uuid NOT NULL REFERENCES workspaces (id) ON DELETE CASCADE,
@@ -168,7 +168,7 @@ ALTER TABLE outbox_events ENABLE ROW LEVEL SECURITY, FORCE ROW LEVEL SECURITY;
 CREATE POLICY outbox_events_tenant ON outbox_events
   USING (workspace_id = app_workspace_id()) WITH CHECK (workspace_id = app_workspace_id());
 
--- User-visible state of asynchronous work (seed §1: the source of truth, not the outbox).
+-- User-visible state of asynchronous work (the source of truth, not the outbox).
 CREATE TABLE operations (
   id             uuid PRIMARY KEY,
   workspace_id   uuid NOT NULL REFERENCES workspaces (id) ON DELETE CASCADE,

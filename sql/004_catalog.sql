@@ -1,4 +1,4 @@
--- Products: listing drafts with a revision for If-Match (seed §5, last row).
+-- Products: listing drafts with a revision for If-Match.
 
 -- +goose Up
 SET LOCAL ROLE listing_owner;

@@ -1,4 +1,4 @@
--- The first-adopter flows (seed §5): stores and their verifications, media and their
+-- The first-adopter flows: stores and their verifications, media and their
 -- processing, material transfers, publications, product syncs with the synced platform
 -- products, AI tasks with their billing ledger. Every task table carries status, attempts,
 -- version and the external ids that make workers re-entrant. RLS forced everywhere.

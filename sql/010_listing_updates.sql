@@ -1,4 +1,4 @@
--- Listing updates (API.md, "Second wave"): after a published product's draft is saved, an
+-- Listing updates (docs/http-api.md): after a published product's draft is saved, an
 -- update pushes the product's then current revision to its platform product (the gateway's
 -- PUT /v1/products/{id}). The update keeps that revision's content (product_snapshot, as
 -- domain.ProductSnapshot JSON), captured by the command.

@@ -65,7 +65,7 @@ func TestProductDraftRevisions(t *testing.T) {
 	require.Equal(t, `"3"`, got.Header.Get("ETag"))
 	require.Equal(t, "Mug XL", got.JSON(t)["product"].(map[string]any)["title"])
 
-	// Draft saves neither use the idempotency store nor the outbox (seed §5).
+	// Draft saves neither use the idempotency store nor the outbox.
 	require.Zero(t, env.Count(`SELECT count(*) FROM idempotency_requests`))
 	require.Zero(t, env.Count(`SELECT count(*) FROM outbox_events`))
 

@@ -77,9 +77,9 @@ func TestReadmeTryIt(t *testing.T) {
 	script := strings.Replace(snippet, "B="+api, "B="+env.URL, 1)
 	script = strings.Replace(script, source[1], files.URL+"/mug.png", 1)
 	require.Contains(t, script, "listing:commands", "the walkthrough no longer sends a command")
-	script = strings.ReplaceAll(script, "listing:command", env.Config.StreamPrefix+":command")
 	require.Contains(t, script, "listing:events", "the walkthrough no longer reads the integration events")
-	script = strings.ReplaceAll(script, "listing:events", env.Config.StreamPrefix+":events")
+	// Every integration stream (listing:commands, :command-replies, :events) takes the test's prefix.
+	script = strings.ReplaceAll(script, "listing:", env.Config.StreamPrefix+":")
 	script = strings.ReplaceAll(script, "redis-cli ", "redis-cli -u "+env.Config.RedisURL+" ")
 
 	cmd := exec.Command("bash", "-c", script)

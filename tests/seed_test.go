@@ -1,6 +1,6 @@
 package tests
 
-// Acceptance tests of seed §6 (../shared/seed/idempotency-and-outbox.en.md) and of the
+// Acceptance tests of docs/guarantees.md (1 to 5 and 9) and of the
 // one-active-sync rule, driven over HTTP against real PostgreSQL, Redis and BullMQ. Each
 // test states the guarantee it checks and fails when that guarantee breaks; counts are
 // taken from the database (as the owner) and from the sandboxes, never from memory of the
@@ -131,7 +131,7 @@ func seedReplay(t testing.TB, env *servicetest.Env, req servicetest.Request, fir
 	require.NotEmpty(t, again.Header.Get("Idempotency-Retention"))
 }
 
-// TestSeedReplayReturnsOriginalResponse — seed §6.1: replaying an Idempotency-Key gives the
+// TestSeedReplayReturnsOriginalResponse — guarantee 1: replaying an Idempotency-Key gives the
 // original response and creates no second resource, task, operation, event or external
 // effect. Each first-adopter request (create store, publish, AI task) is replayed twice:
 // while its work may still run and after it finished; both replays must be the original
@@ -191,7 +191,7 @@ func TestSeedReplayReturnsOriginalResponse(t *testing.T) {
 	require.Equal(t, 1, aip.Executions(aiprovider.EndpointChat))
 }
 
-// TestSeedKeyReuseWithOtherRequest — seed §6.2, first half: the same key with another
+// TestSeedKeyReuseWithOtherRequest — guarantee 2: the same key with another
 // request is 409 IDEMPOTENCY_KEY_REUSED and writes nothing; the same request with its JSON
 // keys reordered is the same request (a replay, not a conflict).
 func TestSeedKeyReuseWithOtherRequest(t *testing.T) {
@@ -243,7 +243,7 @@ func TestSeedKeyReuseWithOtherRequest(t *testing.T) {
 	require.Equal(t, 1, before["ai_tasks"])
 }
 
-// TestSeedConcurrentIdenticalRequests — seed §6.2, second half: 40 identical requests with
+// TestSeedConcurrentIdenticalRequests — guarantee 3: 40 identical requests with
 // one key, released together, enter business execution once: one store row, one operation,
 // one outbox event; every other answer is the replay of that one, or 409
 // IDEMPOTENCY_REQUEST_IN_PROGRESS with Retry-After. Nothing else is allowed (a second
@@ -334,7 +334,7 @@ func TestSeedOneActiveSyncUnderConcurrency(t *testing.T) {
 	require.Equal(t, 1, env.Count("SELECT count(*) FROM operations WHERE workspace_id = $1 AND resource_type = 'product_sync'", acct.WorkspaceID))
 }
 
-// TestSeedNoRLSContext — seed §6.5: connected as app_user without app.workspace_id, after
+// TestSeedNoRLSContext — guarantee 9: connected as app_user without app.workspace_id, after
 // flows ran, nothing of the workspace can be read, claimed, updated or deleted; with
 // another workspace's id none of this workspace's rows are visible; and the only way in
 // without a context, outbox_due_workspaces, hands out workspace ids and nothing else. No
@@ -562,7 +562,7 @@ func seedJobCompleted(t testing.TB, rdb *redis.Client, prefix, queue, id string)
 	return true
 }
 
-// TestSeedCrashAfterCommitBeforeDelivery — seed §6.3: the API process commits a store (and
+// TestSeedCrashAfterCommitBeforeDelivery — guarantee 5: the API process commits a store (and
 // its outbox row), answers 201 and is SIGKILLed before anything was delivered (no
 // dispatcher runs; Redis holds no job). A dispatcher and workers started afterwards, as
 // new processes, deliver the event: the verification succeeds, BullMQ holds exactly one job
@@ -652,7 +652,7 @@ func (f *seedFront) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	<-r.Context().Done()
 }
 
-// TestSeedAcceptedButNotMarked — seed §6.4: "BullMQ accepted the job but the Dispatcher did
+// TestSeedAcceptedButNotMarked — guarantees 5, 6: "BullMQ accepted the job but the Dispatcher did
 // not mark it". A real `app dispatch` child claims the publication's outbox row, publishes
 // the job and is SIGKILLed while its mark waits (seed_gate); its lease then expires and a
 // second dispatcher publishes the event again under the same jobId. The repeated delivery

@@ -1,6 +1,6 @@
 package tests
 
-// Process harness of the seed §6 acceptance tests: the `app` binary, built once per test
+// Process harness of the acceptance tests of seed_test.go: the `app` binary, built once per test
 // binary, run as child processes that a test can SIGKILL at the point where a crash is the
 // point of the test.
 

@@ -55,8 +55,8 @@ type Response struct {
 // and must not include secrets: its output may be stored and replayed.
 type RenderFunc func(result any) (Response, error)
 
-// Idempotency describes an idempotent request (seed §2). Key, Method and Path form the scope
-// together with the Actor; Fingerprint is what the stored record is compared with.
+// Idempotency describes an idempotent request (docs/http-api.md). Key, Method and Path form
+// the scope together with the Actor; Fingerprint is what the stored record is compared with.
 type Idempotency struct {
 	Key    uuid.UUID
 	Method string

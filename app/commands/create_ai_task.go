@@ -9,8 +9,8 @@ import (
 	"github.com/listingkit/listing/domain"
 )
 
-// CreateAITask starts an AI task about a product as it is when the command runs (seed §5,
-// row 6; see CreateAITaskHandler.Handle).
+// CreateAITask starts an AI task about a product as it is when the command runs (see
+// CreateAITaskHandler.Handle; docs/http-api.md).
 type CreateAITask struct {
 	TaskID      uuid.UUID
 	WorkspaceID uuid.UUID

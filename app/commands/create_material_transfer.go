@@ -10,7 +10,7 @@ import (
 )
 
 // CreateMaterialTransfer starts copying material from a source URL into our storage as a
-// new media (seed §5, row 3). The caller has checked the URL's address (query.CheckSourceURL,
+// new media (docs/http-api.md). The caller has checked the URL's address (query.CheckSourceURL,
 // outside any transaction); the handler checks only its form.
 type CreateMaterialTransfer struct {
 	TransferID  uuid.UUID

@@ -11,7 +11,7 @@ import (
 )
 
 // CreateMedia records a media the client is about to upload and returns where to send the
-// bytes (seed §5, row 2). Making the upload target is local computation (a signed URL), not
+// bytes (docs/http-api.md). Making the upload target is local computation (a signed URL), not
 // a call to an external system.
 type CreateMedia struct {
 	MediaID     uuid.UUID

@@ -10,7 +10,7 @@ import (
 )
 
 // CreateStore creates a store with its credentials (sealed before they are stored) and
-// starts their verification (seed §5, row 1).
+// starts their verification (docs/http-api.md).
 type CreateStore struct {
 	StoreID     uuid.UUID
 	WorkspaceID uuid.UUID

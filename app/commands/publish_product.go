@@ -9,7 +9,7 @@ import (
 	"github.com/listingkit/listing/domain"
 )
 
-// PublishProduct starts the first publish of a product to a store (seed §5, row 4): of the
+// PublishProduct starts the first publish of a product to a store (docs/http-api.md): of the
 // product's revision when the command runs (see PublishProductHandler.Handle).
 type PublishProduct struct {
 	PublicationID uuid.UUID

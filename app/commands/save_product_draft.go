@@ -10,7 +10,7 @@ import (
 )
 
 // SaveProductDraft replaces a product's content when ExpectedRevision (from If-Match) is its
-// current revision (seed §5: no idempotency, no outbox; the revision handles concurrency).
+// current revision (no idempotency, no outbox: the revision handles concurrency).
 type SaveProductDraft struct {
 	ProductID        uuid.UUID
 	ExpectedRevision int

@@ -10,7 +10,8 @@ import (
 	"github.com/listingkit/listing/domain"
 )
 
-// SyncStoreProducts starts a full sync of a store's online products (seed §5, row 5).
+// SyncStoreProducts starts a full sync of a store's online products (docs/http-api.md: one
+// active sync per store).
 type SyncStoreProducts struct {
 	SyncID      uuid.UUID
 	WorkspaceID uuid.UUID

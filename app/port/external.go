@@ -1,6 +1,6 @@
 package port
 
-// External systems (API.md "External systems"): the marketplace gateway, the AI provider,
+// External systems (docs/external-systems.md): the marketplace gateway, the AI provider,
 // object storage, the material fetcher and the credential cipher. Each has an HTTP (or disk)
 // adapter in infra and, for the marketplace and the AI provider, an in-memory sandbox that
 // speaks the same protocol.

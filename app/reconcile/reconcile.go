@@ -1,4 +1,4 @@
-// Package reconcile keeps the seed's promise that an accepted request is processed once
+// Package reconcile keeps the promise that an accepted request is processed once
 // BullMQ holds its job: the domain task, not the queue, knows whether the work is done. The
 // Reconciler periodically finds tasks that are neither finished nor moving — their job was
 // failed outside any handler, removed, or lost with Redis — and asks for them again through

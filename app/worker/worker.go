@@ -4,12 +4,12 @@
 // error policy), plus what the engine does with a task outside any handler (TaskKind:
 // abandon, reconcile).
 //
-// Re-entrancy contract (seed §4.5): a job may be delivered more than once, at any point of
-// its previous delivery — before the external call, after it but before the result was
-// recorded, or after. Flow makes every flow (1) load the domain task in a transaction and
-// stop when it is finished, (2) call outside any transaction, where a flow uses a
-// deduplication key derived from the task or looks the result up before creating it, (3)
-// record results with compare-and-set transitions, so that a second delivery changes
+// Re-entrancy contract (docs/guarantees.md, 6): a job may be delivered more than once, at
+// any point of its previous delivery — before the external call, after it but before the
+// result was recorded, or after. Flow makes every flow (1) load the domain task in a
+// transaction and stop when it is finished, (2) call outside any transaction, where a flow
+// uses a deduplication key derived from the task or looks the result up before creating it,
+// (3) record results with compare-and-set transitions, so that a second delivery changes
 // nothing twice. BullMQ's "runs once" is never relied on.
 //
 // Adding a flow: docs/adding-a-flow.md.
@@ -30,7 +30,7 @@ import (
 	"github.com/listingkit/listing/domain"
 )
 
-// Queue names: one BullMQ queue per job family (API.md). Stable.
+// Queue names: one BullMQ queue per job family (docs/bullmq-wire.md). Stable.
 const (
 	QueueStoreVerification = "store-verification"
 	QueueMediaProcessing   = "media-processing"
@@ -40,7 +40,7 @@ const (
 	QueueAITask            = "ai-task"
 	QueueListingUpdate     = "listing-update"
 	// StreamEvents is the destination of every integration event (domain.RegisterIntegrationEvent):
-	// the Redis stream <STREAM_PREFIX>:events (API.md "Second wave"), as CloudEvents.
+	// the Redis stream <STREAM_PREFIX>:events (docs/events.md), as CloudEvents.
 	StreamEvents = "events"
 )
 

@@ -3,7 +3,7 @@
 // watermill message.Subscriber over the Worker. Jobs it adds are consumed by
 // unmodified Node.js BullMQ 6.7.0 Workers, and jobs Node.js adds are consumed
 // by the Worker; both kinds of worker can share a queue. The Redis layout it
-// writes is the one described in shared/BULLMQ.md, and the Lua scripts are
+// writes is the one described in docs/bullmq-wire.md, and the Lua scripts are
 // our own, written from those facts and checked against Node.js BullMQ in the
 // tests. It imports no other package of this module.
 //

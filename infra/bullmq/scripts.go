@@ -2,7 +2,7 @@ package bullmq
 
 import "github.com/redis/go-redis/v9"
 
-// The Lua scripts below are ours, written from the facts in shared/BULLMQ.md
+// The Lua scripts below are ours, written from the facts in docs/bullmq-wire.md
 // (BullMQ 6.7.0's Redis layout) and checked against real Node.js BullMQ in the
 // tests. Every key of the queue that a script knows in advance arrives in
 // KEYS; job keys found while trimming, promoting, taking or recovering

@@ -78,7 +78,7 @@ type Config struct {
 	// false.
 	BullMQQueueHashTags bool `env:"BULLMQ_QUEUE_HASH_TAGS" envDefault:"false"`
 
-	// StreamPrefix is the key prefix of the integration streams (API.md "Second wave"):
+	// StreamPrefix is the key prefix of the integration streams (docs/integrations.md):
 	// integration events go to "<StreamPrefix>:events", commands come on
 	// "<StreamPrefix>:commands" and their replies go to "<StreamPrefix>:command-replies".
 	// Default "listing".

@@ -1,6 +1,6 @@
 // Package eventstream publishes the integration events (domain.RegisterIntegrationEvent) to
 // other services: CloudEvents 1.0 in JSON structured mode (infra/cloudevent) on the Redis
-// stream <STREAM_PREFIX>:events (API.md "Second wave"), one field per entry, "event", holding
+// stream <STREAM_PREFIX>:events (docs/events.md), one field per entry, "event", holding
 // the CloudEvent's JSON bytes, readable with any Redis client.
 //
 // # Publishing

@@ -142,7 +142,8 @@ func parseIfMatch(r *http.Request) (int, error) {
 	return n, nil
 }
 
-// saveProductDraft: PUT …/products/{id}/draft with If-Match (no idempotency, seed §5).
+// saveProductDraft: PUT …/products/{id}/draft with If-Match (no idempotency: the revision
+// handles concurrency).
 func (s *Server) saveProductDraft(w http.ResponseWriter, r *http.Request) {
 	id, err := productID(r)
 	if err != nil {

@@ -9,9 +9,9 @@ import (
 
 // Defaults and bounds of Config.
 const (
-	// DefaultRetention is how long records are kept (seed §2.1: 48 h in phase one).
+	// DefaultRetention is how long records are kept.
 	DefaultRetention = 48 * time.Hour
-	// MinRetention is the shortest retention allowed (seed §2.1: at least 24 h).
+	// MinRetention is the shortest retention allowed: a client may retry for a day.
 	MinRetention = 24 * time.Hour
 	// DefaultMaxResponseBytes bounds a stored response (body plus headers).
 	DefaultMaxResponseBytes = 64 << 10

@@ -1,4 +1,4 @@
-// Package idem implements idempotent requests (seed §2, API.md "Idempotency") as command-bus
+// Package idem implements idempotent requests (docs/http-api.md, "Idempotency") as command-bus
 // middleware inside the business transaction, on the table idempotency_requests.
 //
 // # Assembly

@@ -8,7 +8,7 @@ import (
 	"github.com/listingkit/listing/domain"
 )
 
-// HTTP header names of the idempotency contract (API.md, "Idempotency").
+// HTTP header names of the idempotency contract (docs/http-api.md, "Idempotency").
 const (
 	// HeaderKey is the request header carrying the client's key.
 	HeaderKey = "Idempotency-Key"

@@ -22,7 +22,7 @@ const (
 	StatusCompleted = "completed"
 )
 
-// Scope identifies one idempotent request (seed §2.1): workspace, user, HTTP method,
+// Scope identifies one idempotent request: workspace, user, HTTP method,
 // normalized actual path and key. Method and Path are normalized by the Store.
 type Scope struct {
 	WorkspaceID uuid.UUID

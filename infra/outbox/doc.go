@@ -1,4 +1,5 @@
-// Package outbox is the transactional outbox of seed §3 and §4: the write side that records
+// Package outbox is the transactional outbox (docs/architecture.md): the write side that
+// records
 // domain events in outbox_events inside the business transaction, the Dispatcher that
 // delivers them to BullMQ queues (or any watermill publisher) at least once, the retention
 // Cleaner, and the operators' Ops.
@@ -65,8 +66,9 @@
 // re-delivery (see Guarantees); the business transactions that insert the rows stay durable.
 //
 // The claimed rows are then published, grouped by destination, through the PublisherRouter:
-// message UUID = event id, payload = the job data of API.md ({event_id, workspace_id,
-// event_type, payload, occurred_at, correlation_id, trace}), metadata event_type = job name.
+// message UUID = event id, payload = the job envelope of docs/bullmq-wire.md ({event_id,
+// workspace_id, event_type, payload, occurred_at, correlation_id, trace}), metadata
+// event_type = job name.
 // When a batch Publish fails, each message is published alone, so one failing event never
 // fails the others; unless the destination looks unreachable (refused, reset, timed out):
 // then the batch, or the rest of it, fails at once. Publishing stops at the round's deadline

@@ -108,7 +108,7 @@ type Redrive struct {
 }
 
 // EventDetail is one outbox row with payload, metadata and redrive history. The payload
-// holds IDs and versions only (seed §3), so showing it to operators is safe.
+// holds IDs and versions only (see domain.Event), so showing it to operators is safe.
 type EventDetail struct {
 	EventSummary
 	Payload  json.RawMessage   `json:"payload"`

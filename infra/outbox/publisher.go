@@ -162,7 +162,8 @@ func (p *EventPublisher) EventBus(ctx context.Context) (*cqrs.EventBus, error) {
 	if scope.WorkspaceID == uuid.Nil {
 		return nil, errors.New("outbox: transaction has no workspace scope")
 	}
-	// TxFromPgx keeps a nil context: never call Rollback/Commit on the wrapper (DESIGN.md).
+	// watermill-sql's TxFromPgx keeps a nil context: never call Rollback/Commit on the wrapper
+	// (its Rollback panics).
 	sqlPub, err := wsql.NewPublisher(wsql.TxFromPgx(tx), wsql.PublisherConfig{
 		SchemaAdapter: SchemaAdapter{WorkspaceID: scope.WorkspaceID},
 	}, p.cfg.Logger)

@@ -108,7 +108,7 @@ func TestPublishRefusesWithoutTransactionScopeOrRoute(t *testing.T) {
 	require.Empty(t, statusCounts(t, db))
 }
 
-// --- payload contract (seed §3): no field of any event type may hold a secret ---
+// --- payload contract (domain.Event): no field of any event type may hold a secret ---
 
 // forbiddenField matches field names and JSON keys that could hold a credential, cookie,
 // password, token, secret, API key, presigned URL or storage/object key.
@@ -215,7 +215,7 @@ func TestEventPayloadsHoldNoSecrets(t *testing.T) {
 			found[ev.EventType()] = true
 			continue
 		}
-		require.Empty(t, v, "event %s (%T) has fields that could hold a secret (seed §3)", ev.EventType(), ev)
+		require.Empty(t, v, "event %s (%T) has fields that could hold a secret", ev.EventType(), ev)
 		// The sample must also marshal to a JSON object (it becomes event_payload).
 		b, err := json.Marshal(ev)
 		require.NoError(t, err)

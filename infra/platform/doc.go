@@ -1,5 +1,5 @@
-// Package platform is the HTTP adapter of the marketplace gateway protocol (API.md, "External
-// systems"); it implements port.Marketplace.
+// Package platform is the HTTP adapter of the marketplace gateway protocol
+// (docs/external-systems.md); it implements port.Marketplace.
 //
 // Every call sends the store's api_key as "Authorization: Bearer <api_key>" and nowhere else
 // (not in URLs, bodies, errors or logs). POST /v1/products also sends the caller's

@@ -1,6 +1,6 @@
 // Package aitask holds the job handler of the ai-task queue: text, category and image tasks
-// about a product, run through an OpenAI-compatible provider (seed §5, "AI text, category or
-// image task": no duplicate calls, no double billing).
+// about a product, run through an OpenAI-compatible provider (docs/external-systems.md:
+// no duplicate calls, no double billing).
 //
 // Contract: Handler.Handle receives a domain.AITaskRequested (the stored task's kind and
 // product are authoritative, not the payload's). It loads the task and starts it and its

@@ -1,5 +1,5 @@
 // Package mediaproc handles the media-processing queue: the validation and derivation of an
-// uploaded media (seed §5, row 2), started by domain.MediaUploadCompleted.
+// uploaded media, started by domain.MediaUploadCompleted.
 //
 // Contract. For each delivery the Handler
 //

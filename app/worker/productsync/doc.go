@@ -1,6 +1,5 @@
 // Package productsync holds the job handler of the product-sync queue: a full sync of a
-// store's online products into platform_products, page by page (seed §5, "Full sync of
-// online products").
+// store's online products into platform_products, page by page.
 //
 // Contract: Handler.Handle receives a domain.ProductSyncRequested. It loads the sync, starts
 // it and its operation, reads the store's sealed credentials (a store that is not verified

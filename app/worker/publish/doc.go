@@ -1,6 +1,7 @@
 // Package publish handles the listing-publish queue: the first publish of a product to a
 // store (domain.PublicationRequested) creates exactly one platform product per
-// publication, however often and however concurrently the job is delivered (seed §4.5).
+// publication, however often and however concurrently the job is delivered
+// (docs/guarantees.md, 6).
 //
 // Contract of Handler.Handle, one job = one domain.Publication:
 //

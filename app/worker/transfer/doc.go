@@ -1,5 +1,5 @@
 // Package transfer handles the material-transfer queue: copying collected material from a
-// source URL into our storage as a new media (seed §5, row 3), started by
+// source URL into our storage as a new media, started by
 // domain.MaterialTransferRequested.
 //
 // Contract. For each delivery the Handler

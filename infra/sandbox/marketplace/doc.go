@@ -1,5 +1,5 @@
-// Package marketplace is an in-memory sandbox of the marketplace gateway protocol (API.md,
-// "External systems"), an http.Handler for development (`app all` starts it when
+// Package marketplace is an in-memory sandbox of the marketplace gateway protocol
+// (docs/external-systems.md), an http.Handler for development (`app all` starts it when
 // PLATFORM_BASE_URL is unset) and tests.
 //
 // Protocol, all with "Authorization: Bearer <api_key>":
