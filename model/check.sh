@@ -81,6 +81,10 @@ search() {
     report)   [ "$result" = holds ] || [ "$result" = violated ] || echo 1 >"$work/$n.bad" ;;
   esac
   if [ "$result" = violated ] && [ -n "$show" ]; then
+    # the shortest counterexample (-i: the search goes on with a shorter depth bound after
+    # each error), one line per process step
+    if [ "$mode" = safety ]; then (cd "$dir" && timeout "$TIMEOUT" ./pan -m400000 -w22 -i >pan-i.out 2>&1); fi
+    echo "      shortest counterexample:" >>"$line"
     (cd "$dir" && spin -t -p $defs "$model" 2>/dev/null) | python3 trail.py | sed 's/^/      /' >>"$line"
   fi
 }
