@@ -23,7 +23,11 @@ trap 'rm -rf "$work"' EXIT
 # pan DIR FLAGS...: runs DIR/pan, its output in DIR/pan.out, its times in DIR/time.out
 pan() {
   local dir=$1; shift
-  (cd "$dir" && /usr/bin/time -f '%U %S %e' -o time.out timeout "$TIMEOUT" ./pan "$@" >pan.out 2>&1)
+  if [ -x /usr/bin/time ]; then
+    (cd "$dir" && /usr/bin/time -f '%U %S %e' -o time.out timeout "$TIMEOUT" ./pan "$@" >pan.out 2>&1)
+  else
+    (cd "$dir" && timeout "$TIMEOUT" ./pan "$@" >pan.out 2>&1)
+  fi
 }
 
 # compile DIR MODEL "DEFINES" CFLAGS... (pan.c from spin -a, then gcc)
