@@ -114,13 +114,17 @@ bench-scaleout: ## 1, 2 and 4 dispatch + work process pairs drain one 100,000-ev
 chaos: ## Chaos run of bin/app under load: kills, Redis restarts, dropped DB connections, then checks (not in CI; CHAOS_FLAGS=-h lists flags)
 	$(GO) run ./internal/chaos $(CHAOS_FLAGS)
 
+.PHONY: model-deps
+model-deps: ## Install Debian's spin (the model checker of make model), when missing
+	@command -v spin >/dev/null 2>&1 || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq spin)
+
 .PHONY: model
-model: ## Check the delivery protocol's Promela models exhaustively with spin (model/README.md)
+model: model-deps ## Check the delivery protocol's Promela models exhaustively with spin (model/README.md); fails on any violation
 	model/check.sh model
 
 .PHONY: model-mutants
-model-mutants: ## Remove one guard at a time from the models and report what spin finds
+model-mutants: model-deps ## Remove one guard at a time from the models and report what spin finds
 	model/check.sh mutants
 
 .PHONY: ci
-ci: lint wire-check test fuzz ## What CI runs
+ci: lint wire-check test fuzz model ## What CI runs

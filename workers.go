@@ -91,12 +91,12 @@ func ProvideExternals(cfg config.Config, log *slog.Logger) (*Externals, func(), 
 		x.AISandbox, x.AIURL, aiKey = sb, srv.URL, sandboxAIKey
 		log.Info("AI sandbox started (AI_BASE_URL is unset)", "url", srv.URL)
 	}
-	mp, err := platform.New(platform.Config{BaseURL: x.MarketplaceURL, Logger: log})
+	mp, err := platform.New(platform.Config{BaseURL: x.MarketplaceURL, Timeout: cfg.PlatformTimeout, Logger: log})
 	if err != nil {
 		cleanup()
 		return nil, nil, err
 	}
-	aic, err := ai.New(ai.Config{BaseURL: x.AIURL, APIKey: aiKey, TextModel: cfg.AITextModel, Logger: log})
+	aic, err := ai.New(ai.Config{BaseURL: x.AIURL, APIKey: aiKey, TextModel: cfg.AITextModel, Timeout: cfg.AITimeout, Logger: log})
 	if err != nil {
 		cleanup()
 		return nil, nil, err
@@ -157,7 +157,7 @@ func ProvideJobHandlers(cfg config.Config, deps worker.Deps, repos *Repositories
 		Storage: store, Fetcher: fetcher, MaxBytes: cfg.MediaMaxBytes})
 	// The push claim outlives any call of the adapter (listingupdate's lease rule).
 	lu, err7 := listingupdate.New(listingupdate.Config{Deps: deps, Updates: repos.Updates, Publications: repos.Publications,
-		Stores: repos.Stores, Cipher: cipher, Marketplace: x.Marketplace, Lease: 4 * platform.DefaultTimeout})
+		Stores: repos.Stores, Cipher: cipher, Marketplace: x.Marketplace, Lease: 4 * cfg.PlatformTimeout})
 	if err := errors.Join(err, err2, err3, err4, err5, err6, err7); err != nil {
 		return nil, err
 	}

@@ -51,47 +51,48 @@ inline ADD(e) {
 }
 
 #define DUE(e) (obSt[e] == EV_PENDING || (obSt[e] == EV_DISPATCHING && obExp[e]))
-#define DCRASH if :: skip :: inc == 0 -> goto crash fi
+#define CRASH inc == 0 -> goto crash
 
-/* [D] An outbox dispatcher. */
+/* [D] An outbox dispatcher. Its crash is an alternative of its next step ("crash before the
+   step"), so that the choice adds no state of its own. */
 proctype Dispatcher(byte d) {
   byte e, tok, inc;   /* inc: crashes so far */
   bool ok;
   tok = DTOK(d);
 end:
-  do
-  :: /* [D-claim] claimSQL: a due row (pending, or dispatching with its lease over, which
-        counts one attempt and may end in dead_letter) */
-     atomic {
-       (DUE(0) || DUE(1) || DUE(2));
-       if :: DUE(0) -> e = 0 :: DUE(1) -> e = 1 :: DUE(2) -> e = 2 fi;
+  /* [D-claim] claimSQL: a due row (pending, or dispatching with its lease over, which counts
+     one attempt and may end in dead_letter) */
+  atomic {
+    (DUE(0) || DUE(1) || DUE(2));
+    if :: DUE(0) -> e = 0 :: DUE(1) -> e = 1 :: DUE(2) -> e = 2 fi;
+    if
+    :: obSt[e] == EV_DISPATCHING && obAtt[e] + 1 >= MAX_ATTEMPTS ->
+       obAtt[e]++; obSt[e] = EV_DEAD; obBy[e] = 0; obExp[e] = 0; e = 0; goto end
+    :: obSt[e] == EV_DISPATCHING && obAtt[e] + 1 < MAX_ATTEMPTS ->
+       obAtt[e]++; obBy[e] = tok; obExp[e] = 0
+    :: obSt[e] == EV_PENDING ->
+       obSt[e] = EV_DISPATCHING; obBy[e] = tok; obExp[e] = 0
+    fi
+  };
+  /* [D-publish] deliver/publishGroup, before the round's deadline (Lease - Lease/5) */
+  if
+  :: CRASH
+  :: atomic { obBy[e] == tok && !obExp[e] -> ADD(e); ok = 1 }
+  :: atomic { obBy[e] == tok && !obExp[e] -> ADD(e); ok = 0 }   /* added, reply lost */
+  :: ok = 0                                                      /* Redis unreachable */
+  :: atomic { !(obBy[e] == tok && !obExp[e]) ->
+       /* [D-release] releaseSQL: deadline passed, nothing published, no attempt counted */
        if
-       :: obSt[e] == EV_DISPATCHING && obAtt[e] + 1 >= MAX_ATTEMPTS ->
-          obAtt[e]++; obSt[e] = EV_DEAD; obBy[e] = 0; obExp[e] = 0; e = NE
-       :: obSt[e] == EV_DISPATCHING && obAtt[e] + 1 < MAX_ATTEMPTS ->
-          obAtt[e]++; obBy[e] = tok; obExp[e] = 0
-       :: obSt[e] == EV_PENDING ->
-          obSt[e] = EV_DISPATCHING; obBy[e] = tok; obExp[e] = 0
-       fi
-     };
-     if :: e == NE -> goto next :: else -> skip fi;
-     DCRASH;
-     /* [D-publish] deliver/publishGroup, before the round's deadline (Lease - Lease/5) */
-     if
-     :: atomic { obBy[e] == tok && !obExp[e] -> ADD(e); ok = 1 }
-     :: atomic { obBy[e] == tok && !obExp[e] -> ADD(e); ok = 0 }   /* added, reply lost */
-     :: ok = 0                                                      /* Redis unreachable */
-     :: atomic { !(obBy[e] == tok && !obExp[e]) ->
-          /* [D-release] releaseSQL: deadline passed, nothing published, no attempt counted */
-          if
-          :: obBy[e] == tok && obSt[e] == EV_DISPATCHING -> obSt[e] = EV_PENDING; obBy[e] = 0; obExp[e] = 0
-          :: else -> skip
-          fi };
-        goto next
-     fi;
-     DCRASH;
-     /* [D-mark] markDispatchedSQL / markFailedSQL, where the claim still holds the event */
-     atomic {
+       :: obBy[e] == tok && obSt[e] == EV_DISPATCHING -> obSt[e] = EV_PENDING; obBy[e] = 0; obExp[e] = 0
+       :: else -> skip
+       fi;
+       e = 0; ok = 0 };
+     goto end
+  fi;
+  /* [D-mark] markDispatchedSQL / markFailedSQL, where the claim still holds the event */
+  if
+  :: CRASH
+  :: atomic {
        if
 #ifdef MUT_NO_LOCKEDBY
        :: obSt[e] == EV_DISPATCHING ->
@@ -106,11 +107,11 @@ end:
           fi;
           obBy[e] = 0; obExp[e] = 0
        :: else -> skip   /* lease lost: another dispatcher holds the event */
-       fi
+       fi;
+       e = 0; ok = 0
      };
-next:
-     e = 0; ok = 0
-  od;
+     goto end
+  fi;
 crash:
   /* [D-crash] the process dies; its claim waits for its lease; a new process starts */
   atomic { dInc[d]++; inc++; tok = DTOK(d); e = 0; ok = 0 };

@@ -40,7 +40,11 @@ const livenessBound = livenessAfter + livenessInterval + livenessJobBudget
 
 func livenessEnv(extra map[string]string) map[string]string {
 	env := map[string]string{
-		"JOB_LOCK_DURATION":    livenessLock.String(),
+		"JOB_LOCK_DURATION": livenessLock.String(),
+		// Every external call ends within half the lock (config.CallWithinLock).
+		"PLATFORM_TIMEOUT":     (livenessLock / 2).String(),
+		"AI_TIMEOUT":           (livenessLock / 2).String(),
+		"FETCH_TIMEOUT":        (livenessLock / 2).String(),
 		"JOB_STALLED_INTERVAL": "500ms",
 		"RECONCILE_AFTER":      livenessAfter.String(),
 		"RECONCILE_INTERVAL":   livenessInterval.String(),

@@ -35,7 +35,7 @@ type Config struct {
 	// ImageResponseFormat is sent as response_format when set. Default "" (omitted; GPT image
 	// models always return b64_json), or "b64_json" when ImageModel starts with "dall-e".
 	ImageResponseFormat string
-	// Timeout bounds each call, AI_TIMEOUT. Default 120s.
+	// Timeout bounds each call. Default 120s (cmd/app passes AI_TIMEOUT, default 60s).
 	Timeout time.Duration
 	// MaxRetryAfter caps a provider's Retry-After. Default 10m.
 	MaxRetryAfter time.Duration

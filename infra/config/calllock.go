@@ -1,29 +1,46 @@
 package config
 
 import (
+	"errors"
 	"fmt"
 	"time"
 )
 
-// PlatformCallTimeout is the marketplace gateway adapter's time-out per call (the default of
-// infra/platform.Config.Timeout, which cmd/app does not change).
-const PlatformCallTimeout = 15 * time.Second
+// LockedCall is an external call a worker makes while it holds a BullMQ job's lock: the
+// setting that bounds one such call and its value.
+type LockedCall struct {
+	Setting string
+	Timeout time.Duration
+}
 
-// CallWithinLock checks the rule that keeps a second platform product from appearing when the
-// gateway ignores Idempotency-Key (model/README.md, property 4): a worker that dies with a call
-// in flight leaves its job locked for at least lock/2 (the lock is renewed every lock/2), and the
-// call is over within its time-out; the job may be delivered again only after the lock ran out,
-// so every call must end first: timeout <= lock/2. calls names each time-out it checks.
-//
-// Validate does not call it yet: the AI provider's time-out (120s) exceeds the default lock's
-// half (15s), and tests/liveness runs with a 2s lock against the 15s platform time-out; wiring
-// it needs a PLATFORM_TIMEOUT / AI_TIMEOUT setting or a per-queue lock (model/README.md).
-func CallWithinLock(lock time.Duration, calls map[string]time.Duration) error {
-	for name, timeout := range calls {
-		if timeout > lock/2 {
-			return fmt.Errorf("JOB_LOCK_DURATION (%s) must be at least twice %s (%s): a job whose worker died could run again while that call is in flight",
-				lock, name, timeout)
+// LockedCalls lists the time-outs of every external call a worker makes while holding a job's
+// lock: the marketplace gateway (PLATFORM_TIMEOUT), the AI provider (AI_TIMEOUT) and a
+// material download (FETCH_TIMEOUT).
+func (c Config) LockedCalls() []LockedCall {
+	return []LockedCall{
+		{Setting: "PLATFORM_TIMEOUT", Timeout: c.PlatformTimeout},
+		{Setting: "AI_TIMEOUT", Timeout: c.AITimeout},
+		{Setting: "FETCH_TIMEOUT", Timeout: c.FetchTimeout},
+	}
+}
+
+// CallWithinLock checks the rule of model/README.md (property 4) for each call: its time-out
+// is at most half the job lock, 2 × timeout <= lock. A worker renews its job's lock every
+// lock/2, so one that dies leaves the lock running for at least lock/2; its call in flight
+// lands within its time-out or never. Only once the lock ran out may the stalled check hand
+// the job to another worker, which then finds the first call's effect (or none) and cannot
+// run beside it. A longer time-out lets the dead worker's call land after the second worker
+// looked for it: a gateway that ignores Idempotency-Key then creates a second product, an AI
+// provider bills a second run. The error names every setting that breaks the rule.
+func CallWithinLock(lock time.Duration, calls []LockedCall) error {
+	var errs []error
+	for _, call := range calls {
+		if call.Timeout > lock/2 {
+			errs = append(errs, fmt.Errorf("%s (%s) must be at most half of JOB_LOCK_DURATION (%s): a worker that dies "+
+				"with that call in flight leaves its job locked for only JOB_LOCK_DURATION/2, after which the job may run "+
+				"again while the call can still land; lower %s or raise JOB_LOCK_DURATION to at least %s",
+				call.Setting, call.Timeout, lock, call.Setting, 2*call.Timeout))
 		}
 	}
-	return nil
+	return errors.Join(errs...)
 }

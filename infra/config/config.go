@@ -119,7 +119,10 @@ type Config struct {
 	WorkerConcurrency int `env:"WORKER_CONCURRENCY" envDefault:"4"`
 	// JobLockDuration is how long a worker's lock on a running job lasts (renewed at half of
 	// it): a job whose worker died is taken back by the stalled check once its lock expired.
-	JobLockDuration time.Duration `env:"JOB_LOCK_DURATION" envDefault:"30s"`
+	// With the bullmq transport it must be at least twice every time-out of LockedCalls
+	// (CallWithinLock). Default 2m30s: a dead worker's job stays locked for at least 75s,
+	// 15s more than the longest default time-out (60s), a margin for the renewal's latency.
+	JobLockDuration time.Duration `env:"JOB_LOCK_DURATION" envDefault:"2m30s"`
 	// JobStalledInterval is the period of the stalled check.
 	JobStalledInterval time.Duration `env:"JOB_STALLED_INTERVAL" envDefault:"30s"`
 	// JobMaxStalls is how often a job may stall (its worker stopped while holding it) before
@@ -148,6 +151,10 @@ type Config struct {
 	// AI sandbox is started on SandboxAIAddr instead.
 	AIBaseURL string `env:"AI_BASE_URL"`
 	AIAPIKey  string `env:"AI_API_KEY"`
+	// PlatformTimeout bounds one call to the marketplace gateway; AITimeout one call to the
+	// AI provider (CallWithinLock bounds both by JobLockDuration).
+	PlatformTimeout time.Duration `env:"PLATFORM_TIMEOUT" envDefault:"15s"`
+	AITimeout       time.Duration `env:"AI_TIMEOUT" envDefault:"60s"`
 	// AITextModel names the model of text and category tasks.
 	AITextModel string `env:"AI_TEXT_MODEL" envDefault:"gpt-4o-mini"`
 	// SandboxMarketplaceAddr and SandboxAIAddr are where development sandboxes listen.
@@ -181,7 +188,7 @@ type Config struct {
 	// FetchAllowPrivate lets material transfers reach private, loopback and link-local
 	// addresses (development and tests only).
 	FetchAllowPrivate bool `env:"FETCH_ALLOW_PRIVATE" envDefault:"false"`
-	// FetchTimeout bounds one material download.
+	// FetchTimeout bounds one material download (CallWithinLock bounds it by JobLockDuration).
 	FetchTimeout time.Duration `env:"FETCH_TIMEOUT" envDefault:"60s"`
 
 	// CredentialsKeys seal store credentials: "id:base64-32-bytes,..."; the first seals.
@@ -255,6 +262,15 @@ func (c Config) Validate() error {
 	}
 	if c.QueueTransport != TransportBullMQ && c.QueueTransport != TransportMemory {
 		errs = append(errs, errors.New("QUEUE_TRANSPORT must be bullmq or memory"))
+	}
+	if c.PlatformTimeout <= 0 || c.AITimeout <= 0 || c.FetchTimeout <= 0 {
+		errs = append(errs, errors.New("PLATFORM_TIMEOUT, AI_TIMEOUT and FETCH_TIMEOUT must be positive"))
+	} else if !c.Memory() {
+		// A BullMQ job's lock must outlast a dead worker's call (model/README.md, property 4).
+		// The memory transport holds no lock: its handlers run within OUTBOX_LEASE/2.
+		if err := CallWithinLock(c.JobLockDuration, c.LockedCalls()); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	if c.ReconcileInterval <= 0 || c.ReconcileMax < 0 {
 		errs = append(errs, errors.New("RECONCILE_INTERVAL must be positive and RECONCILE_MAX at least 0"))

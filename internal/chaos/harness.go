@@ -267,6 +267,10 @@ func (h *harness) setup(ctx context.Context) (func(), error) {
 		"FETCH_ALLOW_PRIVATE":  "true",
 		"CLEANUP_INTERVAL":     "10m",
 		"JOB_LOCK_DURATION":    o.lock.String(),
+		// Every external call ends within half the lock (config.CallWithinLock).
+		"PLATFORM_TIMEOUT":     (o.lock / 2).String(),
+		"AI_TIMEOUT":           (o.lock / 2).String(),
+		"FETCH_TIMEOUT":        (o.lock / 2).String(),
 		"JOB_STALLED_INTERVAL": o.stalledInterval.String(),
 		"JOB_MAX_STALLS":       strconv.Itoa(o.maxStalls),
 		"JOB_ATTEMPTS":         strconv.Itoa(o.jobAttempts),

@@ -40,7 +40,7 @@
 // the claim until the update's retry or the end of the lease: its outcome is unknown.
 //
 // The lease rule: Config.Lease must be longer than the marketplace adapter's time-out of one
-// call (platform.Config.Timeout; cmd/app uses 4 × platform.DefaultTimeout), with a margin for
+// call (platform.Config.Timeout; cmd/app uses 4 × PLATFORM_TIMEOUT), with a margin for
 // clock skew between workers. A claim is taken over only after its lease ended, when the
 // holder's PUT has either completed or been abandoned by its own time-out: a dead or stalled
 // worker's PUT cannot land after the PUT of the update that took over. (A worker paused for
