@@ -152,7 +152,16 @@ var pageNames = []string{"signin", "index", "outbox", "event", "queues", "operat
 
 func parsePages() (map[string]*template.Template, error) {
 	funcs := template.FuncMap{
-		"ts": func(t time.Time) string {
+		"ts": func(v any) string { // a time.Time, or a *time.Time that may be nil
+			var t time.Time
+			switch x := v.(type) {
+			case time.Time:
+				t = x
+			case *time.Time:
+				if x != nil {
+					t = *x
+				}
+			}
 			if t.IsZero() {
 				return "—"
 			}
