@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/prometheus/client_golang/prometheus"
 
 	listing "github.com/listingkit/listing"
 	"github.com/listingkit/listing/infra/config"
@@ -27,9 +28,8 @@ var errMemoryNeedsAll = errors.New("QUEUE_TRANSPORT=memory runs the dispatcher a
 const adminAddrUsage = "serve /healthz, /readyz and /metrics on this address (ADMIN_ADDR; empty: none)"
 
 func runDispatch(ctx context.Context, cfg config.Config, log *slog.Logger, args []string) error {
-	fs := newFlags("dispatch", subcommands()["dispatch"].summary)
-	adminAddr := fs.String("admin-addr", cfg.AdminAddr, adminAddrUsage)
-	if err := parseFlags(fs, args); err != nil {
+	adminAddr, err := parseAdminFlags("dispatch", cfg, args)
+	if err != nil {
 		return err
 	}
 	if cfg.Memory() {
@@ -41,21 +41,13 @@ func runDispatch(ctx context.Context, cfg config.Config, log *slog.Logger, args 
 		return err
 	}
 	defer cleanup()
-	ln, err := adminListener(*adminAddr)
-	if err != nil {
-		return err
-	}
-	var s startup
-	s.role("dispatch", "reconcile")
-	s.admin(ln)
-	s.log(log)
-	return runWithAdmin(ctx, ln, reg, readiness(cfg, d.Pool, d.Redis), log, d.Run)
+	return serveRole(ctx, cfg, log, adminAddr, reg, readiness(cfg, d.Pool, d.Redis),
+		func(s *startup) { s.role("dispatch", "reconcile") }, d.Run)
 }
 
 func runWork(ctx context.Context, cfg config.Config, log *slog.Logger, args []string) error {
-	fs := newFlags("work", subcommands()["work"].summary)
-	adminAddr := fs.String("admin-addr", cfg.AdminAddr, adminAddrUsage)
-	if err := parseFlags(fs, args); err != nil {
+	adminAddr, err := parseAdminFlags("work", cfg, args)
+	if err != nil {
 		return err
 	}
 	if cfg.Memory() {
@@ -67,16 +59,8 @@ func runWork(ctx context.Context, cfg config.Config, log *slog.Logger, args []st
 		return err
 	}
 	defer cleanup()
-	ln, err := adminListener(*adminAddr)
-	if err != nil {
-		return err
-	}
-	var s startup
-	s.role("work")
-	s.admin(ln)
-	s.sandboxes(w)
-	s.log(log)
-	return runWithAdmin(ctx, ln, reg, readiness(cfg, w.Pool, w.Redis), log, w.Run)
+	return serveRole(ctx, cfg, log, adminAddr, reg, readiness(cfg, w.Pool, w.Redis),
+		func(s *startup) { s.role("work"); s.sandboxes(w) }, w.Run)
 }
 
 // runCommands runs the consumer of the command stream: commands that other services send as
@@ -85,9 +69,8 @@ func runWork(ctx context.Context, cfg config.Config, log *slog.Logger, args []st
 // and none of the external systems `work` calls, and it scales with the commands other
 // services send, not with the jobs.
 func runCommands(ctx context.Context, cfg config.Config, log *slog.Logger, args []string) error {
-	fs := newFlags("commands", subcommands()["commands"].summary)
-	adminAddr := fs.String("admin-addr", cfg.AdminAddr, adminAddrUsage)
-	if err := parseFlags(fs, args); err != nil {
+	adminAddr, err := parseAdminFlags("commands", cfg, args)
+	if err != nil {
 		return err
 	}
 	if cfg.Memory() {
@@ -99,15 +82,33 @@ func runCommands(ctx context.Context, cfg config.Config, log *slog.Logger, args 
 		return err
 	}
 	defer cleanup()
-	ln, err := adminListener(*adminAddr)
+	return serveRole(ctx, cfg, log, adminAddr, reg, readiness(cfg, api.Pool, api.Redis),
+		func(s *startup) { s.role("commands") }, api.Commands.Run)
+}
+
+// parseAdminFlags parses the flags of a subcommand whose only flag is -admin-addr, and
+// returns that address.
+func parseAdminFlags(name string, cfg config.Config, args []string) (string, error) {
+	fs := newFlags(name, subcommands()[name].summary)
+	adminAddr := fs.String("admin-addr", cfg.AdminAddr, adminAddrUsage)
+	err := parseFlags(fs, args)
+	return *adminAddr, err
+}
+
+// serveRole runs a long-running role in a process of its own: it listens on adminAddr (empty:
+// nowhere), logs the start-up line that describe fills in (with the admin address), and runs
+// run beside /healthz, /readyz (checks) and /metrics (reg) until ctx ends.
+func serveRole(ctx context.Context, cfg config.Config, log *slog.Logger, adminAddr string, reg *prometheus.Registry,
+	checks []check, describe func(*startup), run func(context.Context) error) error {
+	ln, err := adminListener(adminAddr)
 	if err != nil {
 		return err
 	}
 	var s startup
-	s.role("commands")
+	describe(&s)
 	s.admin(ln)
 	s.log(log)
-	return runWithAdmin(ctx, ln, reg, readiness(cfg, api.Pool, api.Redis), log, api.Commands.Run)
+	return runWithAdmin(ctx, ln, reg, checks, log, run)
 }
 
 func runCleanup(ctx context.Context, cfg config.Config, log *slog.Logger, args []string) error {
@@ -126,18 +127,9 @@ func runCleanup(ctx context.Context, cfg config.Config, log *slog.Logger, args [
 	if *every <= 0 {
 		return c.RunOnce(ctx, log)
 	}
-	ln, err := adminListener(*adminAddr)
-	if err != nil {
-		return err
-	}
-	var s startup
-	s.role("cleanup")
-	s.add("every", *every)
-	s.admin(ln)
-	s.log(log)
-	return runWithAdmin(ctx, ln, reg, readiness(cfg, c.Pool, nil), log, func(ctx context.Context) error {
-		return cleanupLoop(ctx, c, *every, log)
-	})
+	return serveRole(ctx, cfg, log, *adminAddr, reg, readiness(cfg, c.Pool, nil),
+		func(s *startup) { s.role("cleanup"); s.add("every", *every) },
+		func(ctx context.Context) error { return cleanupLoop(ctx, c, *every, log) })
 }
 
 // cleanupLoop runs the retention jobs now and then every interval until ctx ends. A failed

@@ -45,26 +45,8 @@ func (s *Server) updateListing(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) listListingUpdates(w http.ResponseWriter, r *http.Request) {
-	pid, err := pathID(r, "publication_id", domain.ErrPublicationNotFound)
-	if err != nil {
-		writeError(w, r, err)
-		return
-	}
-	page, err := pageOf(r)
-	if err != nil {
-		writeError(w, r, err)
-		return
-	}
-	items, next, err := s.app.Queries.ListingUpdates(r.Context(), s.scope(r), pid, page)
-	if err != nil {
-		writeError(w, r, notFoundAs(err, domain.ErrPublicationNotFound))
-		return
-	}
-	out := make([]any, 0, len(items))
-	for _, v := range items {
-		out = append(out, listingUpdateBody(v))
-	}
-	writeJSON(w, http.StatusOK, listBody(out, next))
+	listUnder(s, w, r, "publication_id", domain.ErrPublicationNotFound, s.app.Queries.ListingUpdates,
+		func(v domain.ListingUpdate) any { return listingUpdateBody(v) })
 }
 
 func (s *Server) getListingUpdate(w http.ResponseWriter, r *http.Request) {

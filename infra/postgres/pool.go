@@ -2,7 +2,9 @@ package postgres
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"net/url"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -48,4 +50,19 @@ func Connect(ctx context.Context, cfg PoolConfig) (*pgxpool.Pool, error) {
 // redactURLError drops the detail of a URL parse error, which may quote the password.
 func redactURLError(err error) error {
 	return fmt.Errorf("invalid connection string (details withheld: they may contain a password)")
+}
+
+// WithDatabase returns the connection URL base naming another database and, when user is set,
+// another user without a password (for servers that trust local connections, as development
+// and tests do). Its error never quotes base, which may hold a password.
+func WithDatabase(base, database, user string) (string, error) {
+	u, err := url.Parse(base)
+	if err != nil {
+		return "", errors.New("postgres: the connection URL does not parse (details withheld: it may hold a password)")
+	}
+	u.Path = "/" + database
+	if user != "" {
+		u.User = url.User(user)
+	}
+	return u.String(), nil
 }

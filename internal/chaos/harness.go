@@ -408,14 +408,11 @@ func randomHex(n int) string {
 // withDatabase returns base naming another database and, when user is set, another user
 // (without password: the local server trusts local connections).
 func withDatabase(base, database, user string) (string, error) {
-	u, err := url.Parse(base)
+	s, err := postgres.WithDatabase(base, database, user)
 	if err != nil {
 		return "", fmt.Errorf("bad -admin-url: %w", err)
 	}
-	u.Path = "/" + database
-	if user != "" {
-		u.User = url.User(user)
-	}
+	u, _ := url.Parse(s)
 	q := u.Query()
 	if q.Get("sslmode") == "" {
 		q.Set("sslmode", "disable")

@@ -34,6 +34,8 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/listingkit/listing/infra/postgres"
 )
 
 // Config says where the demo finds the binary, the image and the shared servers.
@@ -167,12 +169,12 @@ func start(ctx context.Context, cfg Config) (*instance, error) {
 		}
 	}
 	inst.base = "http://" + addrs["HTTP_ADDR"]
-	owner, err := withDatabase(cfg.PostgresURL, inst.dbName, "")
+	owner, err := postgres.WithDatabase(cfg.PostgresURL, inst.dbName, "")
 	if err != nil {
 		return inst, err
 	}
-	app, _ := withDatabase(cfg.PostgresURL, inst.dbName, "app_user")
-	operator, _ := withDatabase(cfg.PostgresURL, inst.dbName, "listing_operator")
+	app, _ := postgres.WithDatabase(cfg.PostgresURL, inst.dbName, "app_user")
+	operator, _ := postgres.WithDatabase(cfg.PostgresURL, inst.dbName, "listing_operator")
 	env := map[string]string{
 		"APP_ENV": "development", "MIGRATE_DATABASE_URL": owner, "DATABASE_URL": app, "OPERATOR_DATABASE_URL": operator,
 		"REDIS_URL": cfg.RedisURL, "REDIS_CLUSTER_ADDRS": "", "BULLMQ_PREFIX": inst.prefix, "QUEUE_TRANSPORT": "bullmq",
@@ -729,19 +731,6 @@ func tail(s string, lines int) string {
 		all = all[len(all)-lines:]
 	}
 	return strings.Join(all, "")
-}
-
-// withDatabase returns the PostgreSQL URL base with another database and, when set, user.
-func withDatabase(base, database, user string) (string, error) {
-	u, err := url.Parse(base)
-	if err != nil {
-		return "", fmt.Errorf("demo: the PostgreSQL URL is invalid")
-	}
-	u.Path = "/" + database
-	if user != "" {
-		u.User = url.User(user)
-	}
-	return u.String(), nil
 }
 
 // environ is this process's environment with env on top (env's keys replace inherited ones).

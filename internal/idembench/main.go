@@ -56,7 +56,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"net/url"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -530,8 +529,8 @@ func createDatabase(ctx context.Context, admin string) (*scratch, error) {
 		return nil, fmt.Errorf("create database: %w", err)
 	}
 	db := &scratch{admin: admin, name: name}
-	if db.ownerURL, err = withDatabase(admin, name, ""); err == nil {
-		db.appURL, err = withDatabase(admin, name, "app_user")
+	if db.ownerURL, err = postgres.WithDatabase(admin, name, ""); err == nil {
+		db.appURL, err = postgres.WithDatabase(admin, name, "app_user")
 	}
 	if err == nil {
 		_, err = postgres.Migrate(ctx, db.ownerURL, false)
@@ -554,20 +553,6 @@ func (db *scratch) drop() error {
 		return fmt.Errorf("drop database: %w", err)
 	}
 	return nil
-}
-
-// withDatabase returns base with another database and, when user is set, another user (no
-// password: the local server trusts local connections, as for pgtest).
-func withDatabase(base, database, user string) (string, error) {
-	u, err := url.Parse(base)
-	if err != nil {
-		return "", errors.New("bad TEST_DATABASE_URL (details withheld: it may contain a password)")
-	}
-	u.Path = "/" + database
-	if user != "" {
-		u.User = url.User(user)
-	}
-	return u.String(), nil
 }
 
 func randomHex(n int) string {

@@ -54,7 +54,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"net/url"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -665,15 +664,11 @@ func (p *proc) stop() {
 // ---- PostgreSQL ----
 
 func dbURL(admin, db, user string) string {
-	u, err := url.Parse(admin)
+	u, err := postgres.WithDatabase(admin, db, user)
 	if err != nil {
 		panic(err)
 	}
-	u.Path = "/" + db
-	if user != "" {
-		u.User = url.User(user)
-	}
-	return u.String()
+	return u
 }
 
 func (b *bench) exec(ctx context.Context, db, sql string) error {

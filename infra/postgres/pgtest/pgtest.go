@@ -15,7 +15,6 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"net/url"
 	"os"
 	"sort"
 	"testing"
@@ -123,18 +122,14 @@ func AdminURL() string {
 	return DefaultAdminURL
 }
 
-// withDatabase returns base with another database and, when user is set, another user (and
-// no password: the test server trusts local connections).
+// withDatabase is postgres.WithDatabase for the test server's URL: a URL that does not parse
+// is a broken test set-up.
 func withDatabase(base, database, user string) string {
-	u, err := url.Parse(base)
+	u, err := postgres.WithDatabase(base, database, user)
 	if err != nil {
-		panic(fmt.Sprintf("pgtest: bad TEST_DATABASE_URL: %v", err))
+		panic("pgtest: bad TEST_DATABASE_URL: " + err.Error())
 	}
-	u.Path = "/" + database
-	if user != "" {
-		u.User = url.User(user)
-	}
-	return u.String()
+	return u
 }
 
 func withAdmin(ctx context.Context, admin string, fn func(*pgx.Conn) error) error {
