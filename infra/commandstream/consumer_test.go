@@ -5,7 +5,6 @@ import (
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/hex"
-	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -23,6 +22,7 @@ import (
 	"github.com/listingkit/listing/infra/commandstream"
 	"github.com/listingkit/listing/infra/httpapi"
 	"github.com/listingkit/listing/infra/secret"
+	"github.com/listingkit/listing/internal/redistest"
 )
 
 // The loop's contract over a real Redis, with the endpoints (the executor) and the principal
@@ -71,17 +71,7 @@ type fixture struct {
 
 func setup(t *testing.T, cfg commandstream.Config) *fixture {
 	t.Helper()
-	if testing.Short() {
-		t.Skip("needs Redis")
-	}
-	url := os.Getenv("REDIS_URL")
-	if url == "" {
-		url = "redis://127.0.0.1:6379/0"
-	}
-	opts, err := redis.ParseURL(url)
-	require.NoError(t, err)
-	rdb := redis.NewClient(opts)
-	require.NoError(t, rdb.Ping(context.Background()).Err(), "the tests need Redis at REDIS_URL")
+	rdb := redistest.NewClient(t)
 	prefix := "tcs" + strings.ReplaceAll(uuid.NewString(), "-", "")[:12]
 	cipher, err := secret.New(secret.Config{})
 	require.NoError(t, err)
@@ -107,7 +97,6 @@ func setup(t *testing.T, cfg commandstream.Config) *fixture {
 		cancel()
 		wg.Wait()
 		_ = rdb.Del(context.Background(), f.stream, f.replies).Err()
-		_ = rdb.Close()
 	})
 	return f
 }

@@ -10,10 +10,10 @@ import (
 	"testing"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
 	"github.com/listingkit/listing/infra/postgres/pgtest"
+	"github.com/listingkit/listing/internal/redistest"
 )
 
 func randomHex(t *testing.T) string {
@@ -86,18 +86,8 @@ func TestCleanDatabases(t *testing.T) {
 // TestCleanKeys deletes the keys under each prefix (glob characters taken literally) and no
 // other key.
 func TestCleanKeys(t *testing.T) {
-	if testing.Short() {
-		t.Skip("needs Redis")
-	}
 	ctx := context.Background()
-	url := os.Getenv("REDIS_URL")
-	if url == "" {
-		url = "redis://127.0.0.1:6379/0"
-	}
-	opts, err := redis.ParseURL(url)
-	require.NoError(t, err)
-	rdb := redis.NewClient(opts)
-	t.Cleanup(func() { _ = rdb.Close() })
+	rdb := redistest.NewClient(t)
 
 	h := randomHex(t)
 	p1, p2 := "dc"+h, "dc["+h+"]*"

@@ -6,6 +6,8 @@
 //
 // When REDIS_TEST_CLUSTER_ADDRS ("host:port,…") is set, Shared uses that cluster instead and
 // never stops it (CI may start one cluster for every package).
+//
+// URL and NewClient give the tests the single server they share (REDIS_URL).
 package redistest
 
 import (
