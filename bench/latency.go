@@ -22,6 +22,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/listingkit/listing/infra/bullmq"
 	"github.com/listingkit/listing/infra/outbox"
@@ -90,6 +91,7 @@ func latencyOurs(ctx context.Context, o options) ([]time.Duration, error) {
 	if err != nil {
 		return nil, err
 	}
+	before := child.usage(ctx, db, rdb)
 	commits, all, err := steadyLoad(ctx, o.rate, o.secs, func(ctx context.Context, id uuid.UUID) error {
 		ws := wss[rand.IntN(len(wss))]
 		return postgres.InTx(ctx, db.App, postgres.Scope{WorkspaceID: ws}, func(ctx context.Context, _ pgx.Tx) error {
@@ -99,6 +101,7 @@ func latencyOurs(ctx context.Context, o options) ([]time.Duration, error) {
 	if err != nil {
 		return nil, err
 	}
+	report("ours (committer + dispatcher)", before, child.usage(ctx, db, rdb), len(all), "event")
 	return child.latencies(commits, len(all))
 }
 
@@ -120,6 +123,7 @@ func latencyWatermill(ctx context.Context, o options) ([]time.Duration, error) {
 		return nil, err
 	}
 	defer child.kill()
+	before := child.usage(ctx, db, rdb)
 	commits, all, err := steadyLoad(ctx, o.rate, o.secs, func(ctx context.Context, id uuid.UUID) error {
 		tx, err := db.Owner.Begin(ctx)
 		if err != nil {
@@ -143,6 +147,7 @@ func latencyWatermill(ctx context.Context, o options) ([]time.Duration, error) {
 	if err != nil {
 		return nil, err
 	}
+	report("watermill-sql (committer + forwarder)", before, child.usage(ctx, db, rdb), len(all), "msg")
 	return child.latencies(commits, len(all))
 }
 
@@ -246,6 +251,13 @@ func startChild(ctx context.Context, role, db, prefix, channel, redisURL string)
 		c.kill()
 		return nil, fmt.Errorf("%s child not ready", role)
 	}
+}
+
+// usage is snapshot with the child's CPU added to this process's (the Go side of both).
+func (c *child) usage(ctx context.Context, db *scratch, rdb *redis.Client) usage {
+	u := snapshot(ctx, db, rdb)
+	u.goCPU += procCPU(c.cmd.Process.Pid)
+	return u
 }
 
 func (c *child) kill() { _ = c.cmd.Process.Kill(); _ = c.cmd.Wait() }

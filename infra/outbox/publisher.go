@@ -109,9 +109,10 @@ func NewEventPublisher(cfg PublisherConfig) (*EventPublisher, error) {
 	return &EventPublisher{cfg: cfg}, nil
 }
 
-// Publish inserts one outbox row per event in the transaction of ctx. It fails, writing
-// nothing more, when ctx carries no transaction or no workspace scope, or when an event type
-// has no route. Rows become visible to dispatchers when the transaction commits; once the
+// Publish inserts one outbox row per event in the transaction of ctx, with its COMMIT (see
+// atCommit: an insert the server refuses fails the commit). It fails, queuing nothing more,
+// when ctx carries no transaction or no workspace scope, or when an event type has no
+// route. Rows become visible to dispatchers when the transaction commits; once the
 // commit has returned, a Dispatcher of this process on the same database is woken for the
 // workspace, or else the configured Signal is told (postgres.AfterCommit; nothing is sent
 // for a transaction that rolls back).
@@ -153,18 +154,17 @@ func (p *EventPublisher) wakeAfterCommit(ctx context.Context) error {
 }
 
 // EventBus returns a watermill cqrs.EventBus bound to the transaction in ctx: what Publish
-// uses, for callers that want watermill's API. It must not outlive the transaction.
+// uses, for callers that want watermill's API. Its rows are written with the transaction's
+// COMMIT (see atCommit). It must not outlive the transaction.
 func (p *EventPublisher) EventBus(ctx context.Context) (*cqrs.EventBus, error) {
-	tx, scope, err := postgres.TxFromContext(ctx)
+	_, scope, err := postgres.TxFromContext(ctx)
 	if err != nil {
 		return nil, err
 	}
 	if scope.WorkspaceID == uuid.Nil {
 		return nil, errors.New("outbox: transaction has no workspace scope")
 	}
-	// watermill-sql's TxFromPgx keeps a nil context: never call Rollback/Commit on the wrapper
-	// (its Rollback panics).
-	sqlPub, err := wsql.NewPublisher(wsql.TxFromPgx(tx), wsql.PublisherConfig{
+	sqlPub, err := wsql.NewPublisher(atCommit{ctx: ctx}, wsql.PublisherConfig{
 		SchemaAdapter: SchemaAdapter{WorkspaceID: scope.WorkspaceID},
 	}, p.cfg.Logger)
 	if err != nil {
@@ -185,6 +185,34 @@ func (p *EventPublisher) EventBus(ctx context.Context) (*cqrs.EventBus, error) {
 		Marshaler: EventMarshaler{},
 		Logger:    p.cfg.Logger,
 	})
+}
+
+// atCommit is the watermill-sql executor of EventBus: each insert the publisher builds is
+// queued on the transaction of ctx with postgres.BeforeCommit, so it travels to the server
+// in the COMMIT's round trip (every event of a transaction, however many Publish calls,
+// costs no round trip of its own). A failing insert (a duplicate event id, a row outside the
+// transaction's workspace) fails the COMMIT: the transaction rolls back, and its owner gets
+// the error from the commit instead of from Publish. The rows are therefore not visible
+// inside their own transaction; nothing reads them there (the dispatcher reads committed
+// rows only).
+type atCommit struct{ ctx context.Context }
+
+func (e atCommit) ExecContext(_ context.Context, query string, args ...any) (wsql.Result, error) {
+	err := postgres.BeforeCommit(e.ctx, func(err error) error {
+		return fmt.Errorf("outbox.EventPublisher.Publish: %w", err)
+	}, query, args...)
+	return queuedResult{}, err
+}
+
+func (atCommit) QueryContext(context.Context, string, ...any) (wsql.Rows, error) {
+	return nil, errPublishOnly
+}
+
+// queuedResult is the result of a queued insert: its rows are not known until the commit.
+type queuedResult struct{}
+
+func (queuedResult) RowsAffected() (int64, error) {
+	return 0, errors.New("outbox: the insert runs with the commit")
 }
 
 // EventMarshaler is the cqrs marshaler of domain events: payload = JSON of the event,

@@ -108,6 +108,52 @@ func TestPublishRefusesWithoutTransactionScopeOrRoute(t *testing.T) {
 	require.Empty(t, statusCounts(t, db))
 }
 
+// TestPublishedRowsTravelWithTheCommit: the inserts are queued on the transaction and sent
+// with its COMMIT, all of a transaction's events in that one round trip; an insert the
+// server refuses fails the commit, and the transaction's other writes roll back with it.
+func TestPublishedRowsTravelWithTheCommit(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	ws := createWorkspace(t, db)
+	ctx := context.Background()
+	pub, err := NewEventPublisher(PublisherConfig{Routes: testRoutes})
+	require.NoError(t, err)
+
+	// Not written before the commit: the transaction does not see its own events.
+	var inside int
+	require.NoError(t, postgres.InTx(ctx, db.App, postgres.Scope{WorkspaceID: ws}, func(ctx context.Context, tx pgx.Tx) error {
+		if err := pub.Publish(ctx, noIDEvent{ThingID: "a"}); err != nil {
+			return err
+		}
+		if err := pub.Publish(ctx, noIDEvent{ThingID: "b"}, noIDEvent{ThingID: "c"}); err != nil {
+			return err
+		}
+		return tx.QueryRow(ctx, `SELECT count(*) FROM outbox_events`).Scan(&inside)
+	}))
+	require.Zero(t, inside)
+	require.Equal(t, 3, statusCounts(t, db)[StatusPending])
+
+	// A duplicate event id fails the commit: the operation written before it rolls back too.
+	dup := testHappened{ID: uuid.New(), ThingID: "dup"}
+	opID := uuid.New()
+	err = postgres.InTx(ctx, db.App, postgres.Scope{WorkspaceID: ws}, func(ctx context.Context, tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `INSERT INTO operations (id, workspace_id, type, resource_type, resource_id, status)
+			VALUES ($1, $2, 'test', 'thing', $1, 'pending')`, opID, ws); err != nil {
+			return err
+		}
+		if err := pub.Publish(ctx, dup); err != nil {
+			return err
+		}
+		return pub.Publish(ctx, dup)
+	})
+	require.ErrorContains(t, err, "outbox.EventPublisher.Publish")
+	require.ErrorIs(t, err, domain.ErrConflict)
+	require.Equal(t, 3, statusCounts(t, db)[StatusPending])
+	var ops int
+	require.NoError(t, db.Owner.QueryRow(ctx, `SELECT count(*) FROM operations WHERE id = $1`, opID).Scan(&ops))
+	require.Zero(t, ops)
+}
+
 // --- payload contract (domain.Event): no field of any event type may hold a secret ---
 
 // forbiddenField matches field names and JSON keys that could hold a credential, cookie,
