@@ -19,8 +19,8 @@ type DispatcherConfig struct {
 	// BatchSize is the most events claimed from one workspace at once. Default 500.
 	BatchSize int
 	// RoundEvents bounds the events one round claims: each of its n workspaces gets at most
-	// min(BatchSize, ceil(RoundEvents/n)), and a workspace that fills its share goes back in
-	// the queue. It keeps one Publish call (bounded by PublishTimeout) and one round's
+	// min(BatchSize, max(1, RoundEvents/n)) (so a round claims at most RoundEvents, or n when
+	// RoundEvents < n), and a workspace that fills its share goes back in the queue. It keeps one Publish call (bounded by PublishTimeout) and one round's
 	// leases to a size a busy destination absorbs in time: 32 full batches of 500 in one
 	// call outlasted PublishTimeout on a loaded machine. Default 2000, in [1, 100000].
 	RoundEvents int

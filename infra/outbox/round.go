@@ -27,14 +27,14 @@ func (d *Dispatcher) work(ctx context.Context) {
 	}
 }
 
-// dispatchRound claims one batch of each of wss (BatchSize, or a share of RoundEvents when
+// dispatchRound claims one batch of each of wss (BatchSize, or its share of RoundEvents when
 // smaller), requeues the workspaces whose batch was full (fairness: every other queued
 // workspace gets its batch first; other workers may take their next batch meanwhile),
 // publishes, and marks.
 func (d *Dispatcher) dispatchRound(ctx context.Context, wss []uuid.UUID) {
 	token := fmt.Sprintf("%s/%d", d.cfg.ID, d.claimSeq.Add(1))
 	claimedAt := time.Now() // the leases end at the server's now() + Lease, a little later
-	limit := min(d.cfg.BatchSize, (d.cfg.RoundEvents+len(wss)-1)/len(wss))
+	limit := min(d.cfg.BatchSize, max(1, d.cfg.RoundEvents/len(wss)))
 	rows, err := d.claim(ctx, wss, token, limit)
 	if err != nil && ctx.Err() == nil {
 		// Workspaces whose claim failed are found again by the next discovery.
