@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/google/uuid"
@@ -128,6 +129,14 @@ func collectClaimed(rows pgx.Rows) ([]claimed, error) {
 	return out, rows.Err()
 }
 
+// markDispatchedSQL sets the events $1 dispatched where claim $2 still holds them, and
+// returns their dispatch latency.
+const markDispatchedSQL = `
+	UPDATE outbox_events
+	SET status = 'dispatched', dispatched_at = clock_timestamp(), locked_by = NULL, locked_until = NULL, last_error = NULL
+	WHERE id = ANY($1) AND locked_by = $2 AND status = 'dispatching'
+	RETURNING extract(epoch FROM dispatched_at - created_at)::float8`
+
 // markFailedSQL records failed deliveries where claim $5 still holds them: attempt_count+1,
 // back to pending after the event's backoff, or dead_letter from attempt $4 on, with the
 // sanitized last_error.
@@ -148,39 +157,43 @@ const releaseSQL = `
 
 // mark records the outcome of one round under token, only where the claim still holds the
 // events (a stale dispatcher cannot overwrite a newer claim): published ones dispatched
-// (observing their latency; group-committed with other rounds', see markGroup), failed ones
-// back to pending with backoff or dead_letter past MaxAttempts, in a transaction of their
-// own scoped to the round's workspaces.
+// (observing their latency), failed ones back to pending with backoff or dead_letter past
+// MaxAttempts. One transaction per outcome, scoped to the round's workspaces, both in one
+// round trip.
 func (d *Dispatcher) mark(ctx context.Context, token string, published, failed []claimed, errs []error) error {
-	var markErrs []error
+	var stmts []scopedStmt
+	var latencies []float64
 	if len(published) > 0 {
-		latencies, err := d.markDispatched(ctx, token, published)
-		for _, s := range latencies {
-			d.metrics.Latency.Observe(s)
-		}
-		if err != nil {
-			markErrs = append(markErrs, err)
-		} else if lost := len(published) - len(latencies); lost > 0 {
-			d.log.Warn("outbox lease lost before marking; another dispatcher holds the events", "events", lost)
-		}
+		stmts = append(stmts, scopedStmt{wss: workspacesOf(published), sql: markDispatchedSQL, args: []any{idsOf(published), token},
+			read: func(rows pgx.Rows) error {
+				lat, err := pgx.CollectRows(rows, pgx.RowTo[float64])
+				latencies = append(latencies, lat...)
+				return err
+			}})
 	}
+	dead := 0
+	msgs := make([]string, len(failed))
 	if len(failed) > 0 {
-		dead := 0
 		delays := make([]float64, len(failed))
-		msgs := make([]string, len(failed))
 		for i, f := range failed {
 			delays[i] = backoff(d.cfg.BackoffBase, d.cfg.BackoffMax, f.Attempts+1).Seconds()
 			msgs[i] = SanitizeError(errs[i], d.cfg.ErrorMaxLen)
 		}
-		st := scopedStmt{wss: workspacesOf(failed), sql: markFailedSQL, args: []any{idsOf(failed), delays, msgs, d.cfg.MaxAttempts, token},
+		stmts = append(stmts, scopedStmt{wss: workspacesOf(failed), sql: markFailedSQL, args: []any{idsOf(failed), delays, msgs, d.cfg.MaxAttempts, token},
 			read: func(rows pgx.Rows) error {
 				st, err := pgx.CollectRows(rows, pgx.RowTo[string])
 				dead += countOf(st, StatusDeadLetter)
 				return err
-			}}
-		if err := inWorkspaces(ctx, d.pool, []scopedStmt{st})[0]; err != nil {
-			markErrs = append(markErrs, err)
-		}
+			}})
+	}
+	markErrs := slices.DeleteFunc(inWorkspaces(ctx, d.pool, stmts), func(err error) bool { return err == nil })
+	for _, s := range latencies {
+		d.metrics.Latency.Observe(s)
+	}
+	if lost := len(published) - len(latencies); lost > 0 && len(markErrs) == 0 {
+		d.log.Warn("outbox lease lost before marking; another dispatcher holds the events", "events", lost)
+	}
+	if len(failed) > 0 {
 		d.metrics.DeadLettered.Add(float64(dead))
 		d.log.Warn("outbox delivery failed", "events", len(failed), "dead_lettered", dead, "first_event_id", failed[0].ID,
 			"workspace_id", failed[0].WorkspaceID, "event_type", failed[0].EventType, "destination", failed[0].Destination, "error", msgs[0])

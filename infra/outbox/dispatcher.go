@@ -67,12 +67,10 @@ type Dispatcher struct {
 	log     *slog.Logger
 	metrics *Metrics
 
-	queue     *wsQueue
-	claimTurn sync.Mutex // held by the worker popping and claiming (see work)
-	marks     markGroup
-	wake      chan struct{}
-	claimSeq  atomic.Uint64
-	running   atomic.Bool
+	queue    *wsQueue
+	wake     chan struct{}
+	claimSeq atomic.Uint64
+	running  atomic.Bool
 }
 
 // NewDispatcher returns a Dispatcher using pool (the app_user pool: RLS applies) and

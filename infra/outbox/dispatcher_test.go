@@ -164,54 +164,6 @@ func TestStaleClaimCannotOverwriteNewerClaim(t *testing.T) {
 	require.Equal(t, map[string]int{StatusDispatched: 3}, statusCounts(t, db))
 }
 
-// Rounds marked together in one statement (markGroup) are each checked against their own
-// claim's token: a stale round's rows stay with the newer claim, the others are marked, and
-// each round gets the latencies of its own rows only.
-func TestGroupedMarksKeepEachRoundsToken(t *testing.T) {
-	t.Parallel()
-	db := pgtest.New(t)
-	wss := []uuid.UUID{createWorkspace(t, db), createWorkspace(t, db)}
-	bulkInsert(t, db, wss, 2)
-	ctx := context.Background()
-	d, err := NewDispatcher(fastConfig(), db.App, PublisherMap{}, nil, nil)
-	require.NoError(t, err)
-
-	a, err := d.claim(ctx, wss[:1], "a/1", 10)
-	require.NoError(t, err)
-	require.Len(t, a, 2)
-	stale, err := d.claim(ctx, wss[1:], "old/1", 10)
-	require.NoError(t, err)
-	_, err = db.Owner.Exec(ctx, `UPDATE outbox_events SET locked_until = now() - interval '1 second' WHERE workspace_id = $1`, wss[1])
-	require.NoError(t, err)
-	b, err := d.claim(ctx, wss[1:], "b/1", 10)
-	require.NoError(t, err)
-	require.Len(t, b, 2)
-
-	batch := []*markRequest{
-		{token: "a/1", rows: a, done: make(chan struct{})},
-		{token: "old/1", rows: stale, done: make(chan struct{})},
-		{token: "b/1", rows: b[:1], done: make(chan struct{})},
-	}
-	d.runMarks(ctx, batch)
-	for _, r := range batch {
-		<-r.done
-		require.NoError(t, r.err)
-	}
-	require.Len(t, batch[0].latencies, 2)
-	require.Empty(t, batch[1].latencies, "a stale claim marks nothing")
-	require.Len(t, batch[2].latencies, 1)
-	require.Equal(t, map[string]int{StatusDispatched: 3, StatusDispatching: 1}, statusCounts(t, db))
-	var lockedBy string
-	require.NoError(t, db.Owner.QueryRow(ctx, `SELECT locked_by FROM outbox_events WHERE status = 'dispatching'`).Scan(&lockedBy))
-	require.Equal(t, "b/1", lockedBy)
-
-	// A round alone through markDispatched leads its own statement.
-	lat, err := d.markDispatched(ctx, "b/1", b[1:])
-	require.NoError(t, err)
-	require.Len(t, lat, 1)
-	require.Equal(t, map[string]int{StatusDispatched: 4}, statusCounts(t, db))
-}
-
 func TestPoisonEventDeadLettersAndRedrive(t *testing.T) {
 	t.Parallel()
 	db := pgtest.New(t)

@@ -16,46 +16,39 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// work runs rounds of up to RoundWorkspaces queued workspaces until ctx is cancelled. The
-// workers take turns to pop and claim (one claim in flight per Dispatcher; publishing and
-// marking overlap freely): what is queued while a claim runs goes into the next round, so
-// under a steady stream of wake-ups rounds grow instead of multiplying, and the database
-// does one claim for many events.
+// work runs rounds of up to RoundWorkspaces queued workspaces until ctx is cancelled.
 func (d *Dispatcher) work(ctx context.Context) {
 	for {
-		d.claimTurn.Lock()
 		wss, ok := d.queue.pop(ctx, d.cfg.RoundWorkspaces)
 		if !ok {
-			d.claimTurn.Unlock()
 			return
 		}
-		token, rows, claimedAt := d.claimRound(ctx, wss)
-		d.claimTurn.Unlock()
-		if len(rows) > 0 {
-			d.deliver(ctx, token, rows, claimedAt)
-		}
+		d.dispatchRound(ctx, wss)
 	}
 }
 
-// claimRound claims one batch of each of wss (BatchSize, or its share of RoundEvents when
-// smaller) under a new token and requeues the workspaces whose batch was full (fairness:
-// every other queued workspace gets its batch first; other workers may take their next
-// batch meanwhile). The caller publishes and marks the rows (deliver).
-func (d *Dispatcher) claimRound(ctx context.Context, wss []uuid.UUID) (token string, rows []claimed, claimedAt time.Time) {
-	token = fmt.Sprintf("%s/%d", d.cfg.ID, d.claimSeq.Add(1))
-	claimedAt = time.Now() // the leases end at the server's now() + Lease, a little later
+// dispatchRound claims one batch of each of wss (BatchSize, or its share of RoundEvents when
+// smaller), requeues the workspaces whose batch was full (fairness: every other queued
+// workspace gets its batch first; other workers may take their next batch meanwhile),
+// publishes, and marks.
+func (d *Dispatcher) dispatchRound(ctx context.Context, wss []uuid.UUID) {
+	token := fmt.Sprintf("%s/%d", d.cfg.ID, d.claimSeq.Add(1))
+	claimedAt := time.Now() // the leases end at the server's now() + Lease, a little later
 	limit := min(d.cfg.BatchSize, max(1, d.cfg.RoundEvents/len(wss)))
 	rows, err := d.claim(ctx, wss, token, limit)
 	if err != nil && ctx.Err() == nil {
 		// Workspaces whose claim failed are found again by the next discovery.
 		d.log.Warn("outbox claim failed", "workspaces", len(wss), "error", SanitizeError(err, d.cfg.ErrorMaxLen))
 	}
+	if len(rows) == 0 {
+		return
+	}
 	for ws, idx := range byWorkspace(rows) {
 		if len(idx) >= limit {
 			d.queue.requeue(ws)
 		}
 	}
-	return token, rows, claimedAt
+	d.deliver(ctx, token, rows, claimedAt)
 }
 
 // toMessage builds the delivered message: UUID = event id (the BullMQ jobId), payload = job
