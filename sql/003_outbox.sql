@@ -19,7 +19,7 @@ SET LOCAL ROLE listing_owner;
 -- promise; the commit cost is paid by writers that emit events.
 -- Reversed by sql/012 (issue 13): nothing in the database may serialize writers; the
 -- wake-up moved after the commit (in process, or Redis PUBLISH, coalesced: one send in
--- flight per process, at most one every 2 ms) with an adaptive poll as the safety net. The
+-- flight per process, at most one every 5 ms) with an adaptive poll as the safety net. The
 -- figures above were of the old per-workspace claim: one transaction per workspace per
 -- round, which sql/014 replaced by one statement per round (app.workspace_ids). Figures of
 -- the wake-up after the commit, measured beside no wake-up and beside this trigger in the

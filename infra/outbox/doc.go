@@ -28,7 +28,7 @@
 //     a Dispatcher running in the same process on the same database;
 //   - across processes: otherwise the hook tells PublisherConfig.Signal, a Wakeup that
 //     coalesces the workspaces signalled while its previous send was in flight (and at
-//     least WakeupConfig.MinInterval, 2ms, apart) into one Redis PUBLISH on the dispatchers'
+//     least WakeupConfig.MinInterval, 5ms, apart) into one Redis PUBLISH on the dispatchers'
 //     channel (DispatcherConfig.WakeRedis, WakeChannel) or one pg_notify in a transaction of
 //     its own (LISTEN, unless DisableListen);
 //   - the poll: outbox_due_workspaces at start, on Wake, every BusyPollInterval (50ms) while
