@@ -145,12 +145,15 @@ func (d *Dispatcher) Wake() {
 
 // feed discovers workspaces with due events at start, on Wake, and on an adaptive poll:
 // every BusyPollInterval while discoveries find work, the period doubling after each empty
-// one up to PollInterval.
+// one up to PollInterval. The period is also at least discoveryPause times the last
+// discovery's duration (at most PollInterval), so that discovery, whose cost grows with
+// the workspaces that have work, takes a bounded share of the database.
 func (d *Dispatcher) feed(ctx context.Context) {
 	interval := d.cfg.BusyPollInterval
 	t := time.NewTimer(0)
 	defer t.Stop()
 	for {
+		started := time.Now()
 		found, err := d.discover(ctx)
 		if err != nil && ctx.Err() == nil {
 			d.log.Warn("outbox discovery failed", "error", SanitizeError(err, d.cfg.ErrorMaxLen))
@@ -160,7 +163,7 @@ func (d *Dispatcher) feed(ctx context.Context) {
 		} else {
 			interval = min(interval*2, d.cfg.PollInterval)
 		}
-		t.Reset(interval)
+		t.Reset(min(max(interval, discoveryPause*time.Since(started)), d.cfg.PollInterval))
 		select {
 		case <-ctx.Done():
 			return
@@ -169,6 +172,9 @@ func (d *Dispatcher) feed(ctx context.Context) {
 		}
 	}
 }
+
+// discoveryPause is the least period of discovery, in multiples of the last one's duration.
+const discoveryPause = 4
 
 // discover queues the workspaces with due events and returns how many it found.
 func (d *Dispatcher) discover(ctx context.Context) (int, error) {
