@@ -93,7 +93,7 @@ func report(name string, before, after usage, n int, unit string) {
 		float64(after.redisCmds-before.redisCmds)/float64(n), unit)
 }
 
-// waits samples, every 10 ms until stopped, what the active PostgreSQL backends of the
+// waits samples, every 50 ms until stopped (a sample costs the server about 1 ms), what the active PostgreSQL backends of the
 // scratch database are doing (pg_stat_activity: on CPU, or the wait event), as the
 // database's side of a profile: CPU time says how busy the backends were, this says what
 // the rest of their time went to (WAL flushes, locks, the client).
@@ -110,7 +110,7 @@ func sampleWaits(ctx context.Context, db *scratch) *waits {
 	w := &waits{counts: map[string]int{}, stop: cancel, done: make(chan struct{})}
 	go func() {
 		defer close(w.done)
-		t := time.NewTicker(10 * time.Millisecond)
+		t := time.NewTicker(50 * time.Millisecond)
 		defer t.Stop()
 		for {
 			select {
