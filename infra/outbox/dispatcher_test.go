@@ -754,3 +754,45 @@ func TestWorkspaceQueueRounds(t *testing.T) {
 	_, ok = q.pop(cctx, 5)
 	require.False(t, ok, "an empty queue waits until cancelled")
 }
+
+// Discovery (outbox_due_workspaces, a loose index scan since sql/015) returns each
+// workspace with a due pending row or an expired lease once, the longest-waiting first, up
+// to the limit; rows not yet due, leases still valid, and dispatched or dead-lettered rows
+// make no workspace due.
+func TestDiscoveryFindsDueWorkspacesOldestFirst(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	ctx := context.Background()
+	wss := make([]uuid.UUID, 7)
+	for i := range wss {
+		wss[i] = createWorkspace(t, db)
+	}
+	bulkInsert(t, db, wss, 3)
+	set := func(ws uuid.UUID, sql string) {
+		t.Helper()
+		_, err := db.Owner.Exec(ctx, `UPDATE outbox_events SET `+sql+` WHERE workspace_id = $1`, ws)
+		require.NoError(t, err)
+	}
+	set(wss[0], `next_attempt_at = now() - interval '1 minute'`)                                             // due, second oldest
+	set(wss[1], `next_attempt_at = now() + interval '1 minute'`)                                             // not yet due
+	set(wss[2], `status = 'dispatching', locked_by = 'x', locked_until = now() - interval '2 minutes'`)      // expired lease, oldest
+	set(wss[3], `status = 'dispatching', locked_by = 'x', locked_until = now() + interval '1 minute'`)       // valid lease
+	set(wss[4], `status = 'dispatched', dispatched_at = now(), next_attempt_at = now() - interval '1 hour'`) // done
+	set(wss[5], `status = 'dead_letter', next_attempt_at = now() - interval '1 hour'`)                       // dead
+	set(wss[6], `next_attempt_at = now() - interval '30 seconds'`)                                           // due, third
+	// One row of wss[1] is due after all: the workspace is due from that row.
+	_, err := db.Owner.Exec(ctx, `UPDATE outbox_events SET next_attempt_at = now() - interval '10 seconds'
+		WHERE id = (SELECT id FROM outbox_events WHERE workspace_id = $1 LIMIT 1)`, wss[1])
+	require.NoError(t, err)
+
+	discover := func(limit int) []uuid.UUID {
+		t.Helper()
+		rows, err := db.App.Query(ctx, `SELECT workspace_id FROM outbox_due_workspaces(now(), $1)`, limit)
+		require.NoError(t, err)
+		ids, err := pgx.CollectRows(rows, pgx.RowTo[uuid.UUID])
+		require.NoError(t, err)
+		return ids
+	}
+	require.Equal(t, []uuid.UUID{wss[2], wss[0], wss[6], wss[1]}, discover(100))
+	require.Equal(t, []uuid.UUID{wss[2], wss[0]}, discover(2))
+}
