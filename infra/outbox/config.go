@@ -20,9 +20,10 @@ type DispatcherConfig struct {
 	BatchSize int
 	// RoundEvents bounds the events one round claims: each of its n workspaces gets at most
 	// min(BatchSize, max(1, RoundEvents/n)) (so a round claims at most RoundEvents, or n when
-	// RoundEvents < n), and a workspace that fills its share goes back in the queue. It keeps one Publish call (bounded by PublishTimeout) and one round's
-	// leases to a size a busy destination absorbs in time: 32 full batches of 500 in one
-	// call outlasted PublishTimeout on a loaded machine. Default 2000, in [1, 100000].
+	// RoundEvents < n), and a workspace that fills its share goes back in the queue. It
+	// keeps one Publish call (bounded by PublishTimeout) and one round's leases to a size a
+	// busy destination absorbs in time: 32 full batches of 500 in one call outlasted
+	// PublishTimeout on a loaded machine. Default 2000, in [1, 100000].
 	RoundEvents int
 	// RoundWorkspaces is the most workspaces one round claims: a round claims all of them
 	// in one statement (a transaction scoped to them, app.workspace_ids), publishes what it
