@@ -153,7 +153,7 @@ func ProvideBus(pool *pgxpool.Pool, guard *idem.Guard, reg *prometheus.Registry,
 	}
 	// commandstream.Guard checks, in the transaction, that a command sent as a message still
 	// comes from a live integration (HTTP commands pass through).
-	return bus.New(bus.Observe(log, m), postgres.TxMiddleware(pool), commandstream.Guard(), guard.Middleware()), nil
+	return bus.New(bus.Observe(log, m), postgres.TxMiddleware(pool, guard.Opening), commandstream.Guard(), guard.Middleware()), nil
 }
 
 // Storage is the object storage and, for local storage, the upload endpoint it needs.

@@ -84,7 +84,7 @@ func testKey(id string, b byte) idem.Key {
 }
 
 // setup creates a database, a workspace with a member, and a bus
-// TxMiddleware(db.App) → idem middleware → handler.
+// TxMiddleware(db.App, guard.Opening) → idem middleware → handler, as the service chains them.
 func setup(t *testing.T) *bundle {
 	t.Helper()
 	db := pgtest.New(t)
@@ -100,7 +100,7 @@ func (b *bundle) newBus(t testing.TB, keys []idem.Key) (*idem.Guard, *bus.Bus) {
 	require.NoError(t, err)
 	g, err := idem.New(idem.NewStore(), idem.Config{Keys: keys, Metrics: m, RetryAfter: 2 * time.Second})
 	require.NoError(t, err)
-	return g, bus.New(postgres.TxMiddleware(b.db.App), g.Middleware())
+	return g, bus.New(postgres.TxMiddleware(b.db.App, g.Opening), g.Middleware())
 }
 
 func seedWorkspace(t testing.TB, db *pgtest.DB) (ws, user uuid.UUID) {

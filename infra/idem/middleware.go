@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 
 	"github.com/listingkit/listing/app/bus"
 	"github.com/listingkit/listing/domain"
@@ -88,11 +89,65 @@ func (g *Guard) Middleware() bus.Middleware {
 	}
 }
 
-func (g *Guard) run(ctx context.Context, inv bus.Invocation, next bus.Next) (bus.Outcome, error) {
+// request is what the guard derives from an idempotent invocation before it runs: the
+// scope, the request's fingerprint and the id of the record it would insert.
+type request struct {
+	scope Scope
+	fp    Fingerprint
+	id    uuid.UUID
+}
+
+func (g *Guard) request(inv bus.Invocation) (request, error) {
 	req := inv.Idempotency
 	if req.Render == nil {
-		return bus.Outcome{}, fmt.Errorf("idem.Middleware %s: Idempotency.Render is nil", inv.Name)
+		return request{}, fmt.Errorf("idem.Middleware %s: Idempotency.Render is nil", inv.Name)
 	}
+	scope := Scope{
+		WorkspaceID: inv.Actor.WorkspaceID, UserID: inv.Actor.UserID,
+		Method: req.Method, Path: req.Path, Key: req.Key,
+	}.normalized()
+	if err := scope.validate(); err != nil {
+		return request{}, fmt.Errorf("idem.Middleware %s: %w", inv.Name, err)
+	}
+	return request{scope: scope, fp: g.fp.Fingerprint(scope.Method, scope.Path, req.Fingerprint), id: newRecordID()}, nil
+}
+
+// openingKey names the guard's Opening (postgres.Opened).
+type openingKey struct{}
+
+// openedClaim is what the guard's Opening found: the request and whether its record was
+// inserted.
+type openedClaim struct {
+	request
+	inserted bool
+}
+
+// Opening is the guard's postgres.Opener: the claim of a fresh key (Store.TryInsert) of an
+// idempotent invocation travels with its transaction's BEGIN, one round trip fewer. Pass it
+// to the postgres.TxMiddleware of the chain the guard's Middleware runs in; without it the
+// Middleware sends the claim itself.
+func (g *Guard) Opening(_ context.Context, inv bus.Invocation) *postgres.Opening {
+	if inv.Idempotency == nil {
+		return nil
+	}
+	r, err := g.request(inv)
+	if err != nil {
+		return nil // the Middleware reports it, before anything runs
+	}
+	op := g.store.TryInsertOpening(openingKey{}, r.scope, r.id, r.fp, g.cfg.Retention)
+	read := op.Read
+	op.Read = func(rows pgx.Rows) (any, error) {
+		inserted, err := read(rows)
+		if err != nil {
+			return nil, err
+		}
+		return openedClaim{request: r, inserted: inserted.(bool)}, nil
+	}
+	return op
+}
+
+func (g *Guard) run(ctx context.Context, inv bus.Invocation, next bus.Next) (bus.Outcome, error) {
+	req := inv.Idempotency
 	_, txScope, err := postgres.TxFromContext(ctx)
 	if err != nil {
 		return bus.Outcome{}, fmt.Errorf("idem.Middleware %s: must run inside the RLS transaction: %w", inv.Name, err)
@@ -100,60 +155,23 @@ func (g *Guard) run(ctx context.Context, inv bus.Invocation, next bus.Next) (bus
 	if txScope.WorkspaceID != inv.Actor.WorkspaceID || txScope.UserID != inv.Actor.UserID {
 		return bus.Outcome{}, fmt.Errorf("idem.Middleware %s: the transaction's scope is not the actor's", inv.Name)
 	}
-	scope := Scope{
-		WorkspaceID: inv.Actor.WorkspaceID, UserID: inv.Actor.UserID,
-		Method: req.Method, Path: req.Path, Key: req.Key,
-	}.normalized()
-	if err := scope.validate(); err != nil {
-		return bus.Outcome{}, fmt.Errorf("idem.Middleware %s: %w", inv.Name, err)
-	}
-	fp := g.fp.Fingerprint(scope.Method, scope.Path, req.Fingerprint)
-	id := newRecordID()
-
-	claim, err := g.store.Claim(ctx, scope, id, fp, g.cfg.Retention)
-	if err != nil {
-		return bus.Outcome{}, err
-	}
-	if !claim.Locked {
-		// Another transaction holds the scope. Only a completed, live record is final.
-		if r := claim.Existing; r != nil && r.Status == StatusCompleted && !r.Expired {
-			return g.answer(inv, scope, r)
+	// The claim of a fresh key: sent with the BEGIN (Opening), or now.
+	var r request
+	var inserted bool
+	if v, ok := postgres.Opened(ctx, openingKey{}); ok {
+		oc := v.(openedClaim)
+		r, inserted = oc.request, oc.inserted
+	} else {
+		if r, err = g.request(inv); err != nil {
+			return bus.Outcome{}, err
 		}
-		g.cfg.Metrics.inProgress(inv.Name)
-		return bus.Outcome{}, ErrRequestInProgress.WithRetryAfter(g.cfg.RetryAfter)
+		if inserted, err = g.store.TryInsert(ctx, r.scope, r.id, r.fp, g.cfg.Retention); err != nil {
+			return bus.Outcome{}, err
+		}
 	}
-	// We hold the lock: nobody else can insert or complete this scope until we end. A record
-	// committed between the claim's snapshot and the lock is re-read with a fresh statement; an
-	// expired one is deleted and replaced. Only the cleanup can still remove a record under
-	// us, so the loop ends within a few turns.
-	if !claim.Inserted {
-		existing := claim.Existing
-		for attempt := 0; ; attempt++ {
-			if attempt == 3 {
-				g.cfg.Metrics.inProgress(inv.Name)
-				return bus.Outcome{}, ErrRequestInProgress.WithRetryAfter(g.cfg.RetryAfter)
-			}
-			if existing == nil {
-				if existing, err = g.store.Get(ctx, scope); err != nil {
-					return bus.Outcome{}, err
-				}
-			}
-			if existing != nil && !existing.Expired {
-				return g.answer(inv, scope, existing)
-			}
-			if existing != nil {
-				if err := g.store.DeleteExpiredRecord(ctx, existing.ID); err != nil {
-					return bus.Outcome{}, err
-				}
-			}
-			inserted, err := g.store.Insert(ctx, scope, id, fp, g.cfg.Retention)
-			if err != nil {
-				return bus.Outcome{}, err
-			}
-			if inserted {
-				break
-			}
-			existing = nil
+	if !inserted {
+		if out, done, err := g.claim(ctx, inv, r); done || err != nil {
+			return out, err
 		}
 	}
 
@@ -171,12 +189,66 @@ func (g *Guard) run(ctx context.Context, inv bus.Invocation, next bus.Next) (bus
 		return bus.Outcome{}, err
 	}
 	// The record completes in the commit's round trip: one round trip fewer per request.
-	if err := g.store.CompleteAtCommit(ctx, id, resp); err != nil {
+	if err := g.store.CompleteAtCommit(ctx, r.id, resp); err != nil {
 		return bus.Outcome{}, err
 	}
 	out.Response = &resp
 	out.Replayed = false
 	return out, nil
+}
+
+// claim is the claim of a key that TryInsert did not insert: the scope's lock is held
+// elsewhere, or a record of the scope exists. done reports that it answered (a replay, or an
+// error such as ErrRequestInProgress or ErrKeyReused); otherwise it has inserted r's
+// executing record and the request executes.
+func (g *Guard) claim(ctx context.Context, inv bus.Invocation, r request) (out bus.Outcome, done bool, err error) {
+	claim, err := g.store.Claim(ctx, r.scope, r.id, r.fp, g.cfg.Retention)
+	if err != nil {
+		return bus.Outcome{}, true, err
+	}
+	if !claim.Locked {
+		// Another transaction holds the scope. Only a completed, live record is final.
+		if rec := claim.Existing; rec != nil && rec.Status == StatusCompleted && !rec.Expired {
+			out, err = g.answer(inv, r.scope, rec)
+			return out, true, err
+		}
+		g.cfg.Metrics.inProgress(inv.Name)
+		return bus.Outcome{}, true, ErrRequestInProgress.WithRetryAfter(g.cfg.RetryAfter)
+	}
+	if claim.Inserted {
+		return bus.Outcome{}, false, nil
+	}
+	// We hold the lock: nobody else can insert or complete this scope until we end. A record
+	// committed between the claim's snapshot and the lock is re-read with a fresh statement; an
+	// expired one is deleted and replaced. Only the cleanup can still remove a record under
+	// us, so the loop ends within a few turns.
+	existing := claim.Existing
+	for range 3 {
+		if existing == nil {
+			if existing, err = g.store.Get(ctx, r.scope); err != nil {
+				return bus.Outcome{}, true, err
+			}
+		}
+		if existing != nil && !existing.Expired {
+			out, err = g.answer(inv, r.scope, existing)
+			return out, true, err
+		}
+		if existing != nil {
+			if err := g.store.DeleteExpiredRecord(ctx, existing.ID); err != nil {
+				return bus.Outcome{}, true, err
+			}
+		}
+		inserted, err := g.store.Insert(ctx, r.scope, r.id, r.fp, g.cfg.Retention)
+		if err != nil {
+			return bus.Outcome{}, true, err
+		}
+		if inserted {
+			return bus.Outcome{}, false, nil
+		}
+		existing = nil
+	}
+	g.cfg.Metrics.inProgress(inv.Name)
+	return bus.Outcome{}, true, ErrRequestInProgress.WithRetryAfter(g.cfg.RetryAfter)
 }
 
 // answer turns a visible record into a replay, ErrKeyReused or ErrRequestInProgress.

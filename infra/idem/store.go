@@ -113,6 +113,58 @@ func txFrom(ctx context.Context, op string) (pgx.Tx, postgres.Scope, error) {
 const recordColumns = `r.id, r.status, r.request_fingerprint, r.fingerprint_key_id,
 	r.response_status, r.response_headers, r.response_body, r.expires_at <= now()`
 
+// insertSQL is the claim of a fresh key, the common case: it inserts an executing record
+// when it gets the scope's advisory lock (without waiting) and no record of the scope exists,
+// and returns its id; otherwise nothing (Claim then tells why). An uncommitted record of the
+// scope inserted by another transaction is waited for at the unique constraint.
+const insertSQL = `
+INSERT INTO idempotency_requests (id, workspace_id, user_id, method, path, idempotency_key,
+  request_fingerprint, fingerprint_key_id, status, expires_at)
+SELECT $1, $2, $3, $4, $5, $6, $7, $8, 'executing', now() + $9::bigint * interval '1 microsecond'
+WHERE pg_try_advisory_xact_lock($10)
+ON CONFLICT ON CONSTRAINT idempotency_requests_scope DO NOTHING
+RETURNING id`
+
+func insertArgs(scope Scope, id uuid.UUID, fp Fingerprint, retention time.Duration) []any {
+	scope = scope.normalized()
+	return []any{id, scope.WorkspaceID, scope.UserID, scope.Method, scope.Path, scope.Key, fp.MAC, fp.KeyID,
+		retention.Microseconds(), scope.LockID()}
+}
+
+// readInserted reads insertSQL's result: whether it inserted the record.
+func readInserted(rows pgx.Rows) (bool, error) {
+	inserted := rows.Next()
+	rows.Close()
+	return inserted, rows.Err()
+}
+
+// TryInsert is the claim of a fresh key in one statement: it takes the scope's advisory lock
+// if it is free (never waiting) and, holding it, inserts an executing record with id and fp
+// when the scope has none; true when it did. false says nothing more: Claim tells what
+// stopped it. Run it inside the RLS transaction of the scope's workspace.
+func (s *Store) TryInsert(ctx context.Context, scope Scope, id uuid.UUID, fp Fingerprint, retention time.Duration) (bool, error) {
+	tx, _, err := txFrom(ctx, "TryInsert")
+	if err != nil {
+		return false, err
+	}
+	rows, err := tx.Query(ctx, insertSQL, insertArgs(scope, id, fp, retention)...)
+	if err == nil {
+		var inserted bool
+		if inserted, err = readInserted(rows); err == nil {
+			return inserted, nil
+		}
+	}
+	return false, fmt.Errorf("idem.Store.TryInsert: %w", postgres.TranslateError(err))
+}
+
+// TryInsertOpening is TryInsert as the Opening of the transaction it runs in (sent with the
+// BEGIN, see postgres.Opening): its Read returns the bool.
+func (s *Store) TryInsertOpening(key any, scope Scope, id uuid.UUID, fp Fingerprint, retention time.Duration) *postgres.Opening {
+	return &postgres.Opening{Key: key, SQL: insertSQL, Args: insertArgs(scope, id, fp, retention),
+		Read:  func(rows pgx.Rows) (any, error) { return readInserted(rows) },
+		OnErr: func(err error) error { return fmt.Errorf("idem.Store.TryInsert: %w", err) }}
+}
+
 // claimSQL takes the scope's advisory lock without waiting, reads the record of the scope and,
 // when the lock was obtained and no record is visible, inserts an executing record. All in one
 // round trip. The read uses the statement's snapshot, taken before the lock: a record committed

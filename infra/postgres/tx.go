@@ -32,6 +32,8 @@ type scopedTx struct {
 	keys        map[any]struct{}
 	// beforeCommit holds the statements queued with BeforeCommit.
 	beforeCommit []queued
+	// opened holds what each Opening's Read returned, by Opening.Key.
+	opened map[any]any
 }
 
 // queued is a statement queued to run with the COMMIT.
@@ -102,6 +104,10 @@ func BeforeCommit(ctx context.Context, onErr func(error) error, sql string, args
 // systems: a transaction is held open while it runs. After a successful commit, the hooks fn
 // registered with AfterCommit run before InTx returns.
 func InTx(ctx context.Context, pool *pgxpool.Pool, scope Scope, fn func(ctx context.Context, tx pgx.Tx) error) error {
+	return inTx(ctx, pool, scope, nil, fn)
+}
+
+func inTx(ctx context.Context, pool *pgxpool.Pool, scope Scope, openings []*Opening, fn func(ctx context.Context, tx pgx.Tx) error) error {
 	if _, _, err := TxFromContext(ctx); err == nil {
 		return errors.New("postgres.InTx: already inside a transaction")
 	}
@@ -111,11 +117,18 @@ func InTx(ctx context.Context, pool *pgxpool.Pool, scope Scope, fn func(ctx cont
 	}
 	// Released last: a connection left inside a transaction is closed by the pool, not reused.
 	defer conn.Release()
-	// BEGIN and the scope travel in one round trip (a simple-protocol query of two statements).
-	tx, err := conn.BeginTx(ctx, pgx.TxOptions{BeginQuery: beginScoped(scope)})
+	st := &scopedTx{scope: scope}
+	var tx pgx.Tx
+	if len(openings) == 0 {
+		// BEGIN and the scope travel in one round trip (a simple-protocol query of two statements).
+		tx, err = conn.BeginTx(ctx, pgx.TxOptions{BeginQuery: beginScoped(scope)})
+	} else {
+		tx, st.opened, err = beginOpened(ctx, conn, scope, openings)
+	}
 	if err != nil {
 		return fmt.Errorf("postgres.InTx: begin: %w", TranslateError(err))
 	}
+	st.tx = tx
 	committed := false
 	defer func() {
 		// Also on a panic or runtime.Goexit (a failed test assertion) inside fn.
@@ -123,7 +136,6 @@ func InTx(ctx context.Context, pool *pgxpool.Pool, scope Scope, fn func(ctx cont
 			_ = tx.Rollback(context.WithoutCancel(ctx))
 		}
 	}()
-	st := &scopedTx{tx: tx, scope: scope}
 	if err := fn(context.WithValue(ctx, txKey{}, st), tx); err != nil {
 		return err
 	}
@@ -216,10 +228,19 @@ func actAs(ctx context.Context, op string, user uuid.UUID) error {
 // TxMiddleware is the command-bus middleware that runs the rest of the chain in one RLS
 // transaction scoped to the invocation's actor. The chain's outcome is returned only when the
 // commit succeeded.
-func TxMiddleware(pool *pgxpool.Pool) bus.Middleware {
+//
+// Each of openers may give the transaction an Opening, sent with its BEGIN (see Opening): the
+// middleware that reads it with Opened must come after this one in the chain.
+func TxMiddleware(pool *pgxpool.Pool, openers ...Opener) bus.Middleware {
 	return func(ctx context.Context, inv bus.Invocation, next bus.Next) (bus.Outcome, error) {
+		var openings []*Opening
+		for _, open := range openers {
+			if o := open(ctx, inv); o != nil {
+				openings = append(openings, o)
+			}
+		}
 		var out bus.Outcome
-		err := InTx(ctx, pool, Scope{WorkspaceID: inv.Actor.WorkspaceID, UserID: inv.Actor.UserID},
+		err := inTx(ctx, pool, Scope{WorkspaceID: inv.Actor.WorkspaceID, UserID: inv.Actor.UserID}, openings,
 			func(ctx context.Context, _ pgx.Tx) error {
 				var err error
 				out, err = next(ctx)

@@ -1,0 +1,235 @@
+package postgres
+
+import (
+	"context"
+	"strconv"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/listingkit/listing/app/bus"
+)
+
+// Opening is a statement sent in the round trip of a transaction's BEGIN, right after the
+// scope is set: for a middleware whose first statement needs nothing that the transaction does
+// before it (the idempotency guard's claim), it saves one round trip. It runs under the
+// transaction's RLS scope like any other statement of the transaction.
+type Opening struct {
+	// Key names the result for Opened; compare it with == (an unexported type of the owner).
+	Key  any
+	SQL  string
+	Args []any
+	// Read consumes the statement's rows (it need not close them); what it returns is what
+	// Opened(ctx, Key) returns inside the transaction. When it fails, the transaction rolls
+	// back and InTx returns its error.
+	Read func(pgx.Rows) (any, error)
+	// OnErr, when not nil, names a server error of the statement (as BeforeCommit's onErr).
+	OnErr func(error) error
+}
+
+// Opener returns the Opening of an invocation's transaction, or nil for none.
+type Opener func(ctx context.Context, inv bus.Invocation) *Opening
+
+// Opened returns what the Read of the transaction's Opening with key returned, and whether the
+// transaction of ctx was opened with one.
+func Opened(ctx context.Context, key any) (any, bool) {
+	st, ok := ctx.Value(txKey{}).(*scopedTx)
+	if !ok {
+		return nil, false
+	}
+	v, ok := st.opened[key]
+	return v, ok
+}
+
+// scopeSQL sets a transaction's RLS scope (local settings; "" for no workspace or no user).
+const scopeSQL = `SELECT set_config('app.workspace_id', $1, true), set_config('app.user_id', $2, true)`
+
+// beginOpened begins a READ COMMITTED transaction on conn, sets its scope and runs openings,
+// all in one round trip, and returns the transaction and what each Opening's Read returned.
+// On error the transaction is rolled back before it returns.
+func beginOpened(ctx context.Context, conn *pgxpool.Conn, scope Scope, openings []*Opening) (pgx.Tx, map[any]any, error) {
+	ws, user := "", ""
+	if scope.WorkspaceID != uuid.Nil {
+		ws = scope.WorkspaceID.String()
+	}
+	if scope.UserID != uuid.Nil {
+		user = scope.UserID.String()
+	}
+	b := &pgx.Batch{}
+	b.Queue("BEGIN ISOLATION LEVEL READ COMMITTED")
+	b.Queue(scopeSQL, ws, user)
+	for _, o := range openings {
+		b.Queue(o.SQL, o.Args...)
+	}
+	br := conn.SendBatch(ctx, b)
+	opened, err := readOpenings(br, openings)
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		if conn.Conn().PgConn().TxStatus() != 'I' {
+			_, _ = conn.Exec(context.WithoutCancel(ctx), "ROLLBACK")
+		}
+		return nil, nil, err
+	}
+	return &connTx{conn: conn.Conn()}, opened, nil
+}
+
+// readOpenings reads the results of beginOpened's batch: BEGIN, the scope, then each opening.
+func readOpenings(br pgx.BatchResults, openings []*Opening) (map[any]any, error) {
+	for range 2 { // BEGIN, scope
+		if _, err := br.Exec(); err != nil {
+			return nil, err
+		}
+	}
+	opened := make(map[any]any, len(openings))
+	for _, o := range openings {
+		rows, err := br.Query()
+		if err == nil {
+			var v any
+			v, err = o.Read(rows)
+			rows.Close()
+			if err == nil {
+				err = rows.Err()
+			}
+			opened[o.Key] = v
+		}
+		if err != nil {
+			if o.OnErr != nil {
+				err = o.OnErr(err)
+			}
+			return nil, err
+		}
+	}
+	return opened, nil
+}
+
+// connTx is a transaction that beginOpened began on conn itself (pgx's own Tx can only be had
+// by letting pgx send the BEGIN, in a round trip of its own). It behaves as pgx's: Commit and
+// Rollback end it once (ErrTxClosed after), a commit that the server turned into a rollback
+// is ErrTxCommitRollback, and Begin opens a savepoint.
+type connTx struct {
+	conn   *pgx.Conn
+	closed bool
+	// savepoints counts the savepoints begun, for their names.
+	savepoints int64
+}
+
+func (tx *connTx) end(ctx context.Context, sql string) (pgconn.CommandTag, error) {
+	if tx.closed {
+		return pgconn.CommandTag{}, pgx.ErrTxClosed
+	}
+	tx.closed = true
+	return tx.conn.Exec(ctx, sql)
+}
+
+func (tx *connTx) Commit(ctx context.Context) error {
+	tag, err := tx.end(ctx, "COMMIT")
+	if err != nil {
+		return err
+	}
+	if tag.String() == "ROLLBACK" {
+		return pgx.ErrTxCommitRollback
+	}
+	return nil
+}
+
+// Rollback rolls back; when that fails the connection stays inside the transaction, and the
+// pool closes it on release rather than reuse it.
+func (tx *connTx) Rollback(ctx context.Context) error {
+	_, err := tx.end(ctx, "ROLLBACK")
+	return err
+}
+
+func (tx *connTx) Begin(ctx context.Context) (pgx.Tx, error) {
+	if tx.closed {
+		return nil, pgx.ErrTxClosed
+	}
+	tx.savepoints++
+	sp := &savepoint{connTx: tx, name: "sp_" + strconv.FormatInt(tx.savepoints, 10)}
+	if _, err := tx.conn.Exec(ctx, "SAVEPOINT "+sp.name); err != nil {
+		return nil, err
+	}
+	return sp, nil
+}
+
+func (tx *connTx) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
+	if tx.closed {
+		return pgconn.CommandTag{}, pgx.ErrTxClosed
+	}
+	return tx.conn.Exec(ctx, sql, args...)
+}
+
+func (tx *connTx) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
+	if tx.closed {
+		return nil, pgx.ErrTxClosed
+	}
+	return tx.conn.Query(ctx, sql, args...)
+}
+
+func (tx *connTx) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
+	if tx.closed {
+		return closedRow{}
+	}
+	return tx.conn.QueryRow(ctx, sql, args...)
+}
+
+func (tx *connTx) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
+	if tx.closed {
+		return pgx.FailedBatchResults(b, pgx.ErrTxClosed)
+	}
+	return tx.conn.SendBatch(ctx, b)
+}
+
+func (tx *connTx) CopyFrom(ctx context.Context, table pgx.Identifier, columns []string, src pgx.CopyFromSource) (int64, error) {
+	if tx.closed {
+		return 0, pgx.ErrTxClosed
+	}
+	return tx.conn.CopyFrom(ctx, table, columns, src)
+}
+
+func (tx *connTx) Prepare(ctx context.Context, name, sql string) (*pgconn.StatementDescription, error) {
+	if tx.closed {
+		return nil, pgx.ErrTxClosed
+	}
+	return tx.conn.Prepare(ctx, name, sql)
+}
+
+func (tx *connTx) LargeObjects() pgx.LargeObjects {
+	panic("postgres: large objects are not supported in a transaction begun with an Opening")
+}
+
+func (tx *connTx) Conn() *pgx.Conn { return tx.conn }
+
+// savepoint is a pseudo nested transaction of a connTx: Commit releases it, Rollback rolls
+// back to it.
+type savepoint struct {
+	*connTx
+	name string
+	done bool
+}
+
+func (sp *savepoint) Commit(ctx context.Context) error {
+	if sp.done || sp.closed {
+		return pgx.ErrTxClosed
+	}
+	sp.done = true
+	_, err := sp.conn.Exec(ctx, "RELEASE SAVEPOINT "+sp.name)
+	return err
+}
+
+func (sp *savepoint) Rollback(ctx context.Context) error {
+	if sp.done || sp.closed {
+		return pgx.ErrTxClosed
+	}
+	sp.done = true
+	_, err := sp.conn.Exec(ctx, "ROLLBACK TO SAVEPOINT "+sp.name)
+	return err
+}
+
+// closedRow is the Row of a query on an ended transaction.
+type closedRow struct{}
+
+func (closedRow) Scan(...any) error { return pgx.ErrTxClosed }
