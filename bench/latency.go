@@ -42,12 +42,18 @@ func benchLatency(ctx context.Context, o options, t *table) error {
 	if err != nil {
 		return err
 	}
+	for _, side := range []struct {
+		name string
+		lat  []latency
+	}{{"ours", ours}, {"watermill-sql", wm}} {
+		fmt.Printf("   %s: %s\n", side.name, spread(side.lat))
+	}
 	for _, q := range []struct {
 		name   string
 		q      float64
 		target time.Duration
 	}{{"p50", 0.50, 0}, {"p99", 0.99, 20 * time.Millisecond}} {
-		a, b := percentile(ours, q.q), percentile(wm, q.q)
+		a, b := percentile(durations(ours), q.q), percentile(durations(wm), q.q)
 		l := line{measure: fmt.Sprintf("commit → job %s at %d/s, separate processes", q.name, o.rate), ours: ms(a),
 			peer: "watermill-sql 10 ms poll", peerFig: ms(b), ratio: float64(a) / float64(b)}
 		if q.target > 0 {
@@ -60,7 +66,45 @@ func benchLatency(ctx context.Context, o options, t *table) error {
 	return nil
 }
 
-func latencyOurs(ctx context.Context, o options) ([]time.Duration, error) {
+// latency is one event's commit → job visible, and when its commit returned.
+type latency struct {
+	committed time.Time
+	d         time.Duration
+}
+
+func durations(l []latency) []time.Duration {
+	out := make([]time.Duration, len(l))
+	for i, x := range l {
+		out[i] = x.d
+	}
+	return out
+}
+
+// spread describes a latency distribution's tail: upper percentiles, the maximum, and in how
+// many 100 ms windows of commits an event took over 20 ms (a few windows: a stall; many
+// spread over the run: saturation).
+func spread(l []latency) string {
+	d := durations(l)
+	var first time.Time
+	for _, x := range l {
+		if first.IsZero() || x.committed.Before(first) {
+			first = x.committed
+		}
+	}
+	slow := map[int64]bool{}
+	windows := map[int64]bool{}
+	for _, x := range l {
+		w := int64(x.committed.Sub(first) / (100 * time.Millisecond))
+		windows[w] = true
+		if x.d > 20*time.Millisecond {
+			slow[w] = true
+		}
+	}
+	return fmt.Sprintf("p90 %s, p99 %s, p99.9 %s, max %s; events over 20 ms in %d of %d 100-ms windows",
+		ms(percentile(d, 0.90)), ms(percentile(d, 0.99)), ms(percentile(d, 0.999)), ms(percentile(d, 1)), len(slow), len(windows))
+}
+
+func latencyOurs(ctx context.Context, o options) ([]latency, error) {
 	db, err := newScratch(ctx, o.adminURL, 20)
 	if err != nil {
 		return nil, err
@@ -105,7 +149,7 @@ func latencyOurs(ctx context.Context, o options) ([]time.Duration, error) {
 	return child.latencies(commits, len(all))
 }
 
-func latencyWatermill(ctx context.Context, o options) ([]time.Duration, error) {
+func latencyWatermill(ctx context.Context, o options) ([]latency, error) {
 	db, err := newEmptyScratch(ctx, o.adminURL)
 	if err != nil {
 		return nil, err
@@ -265,7 +309,7 @@ func (c *child) kill() { _ = c.cmd.Process.Kill(); _ = c.cmd.Wait() }
 // latencies waits up to 2 minutes for the child to have published all events, ends it,
 // and returns commit → publish of each of commits. An event the child never published is an
 // error.
-func (c *child) latencies(commits map[string]time.Time, all int) ([]time.Duration, error) {
+func (c *child) latencies(commits map[string]time.Time, all int) ([]latency, error) {
 	deadline := time.Now().Add(2 * time.Minute)
 	for c.seen.Load() < int64(all) && time.Now().Before(deadline) {
 		time.Sleep(50 * time.Millisecond)
@@ -280,7 +324,7 @@ func (c *child) latencies(commits map[string]time.Time, all int) ([]time.Duratio
 		}
 	}
 	_ = c.cmd.Wait()
-	out := make([]time.Duration, 0, len(commits))
+	out := make([]latency, 0, len(commits))
 	missing := 0
 	for id, at := range commits {
 		ns, ok := res[id]
@@ -288,7 +332,7 @@ func (c *child) latencies(commits map[string]time.Time, all int) ([]time.Duratio
 			missing++
 			continue
 		}
-		out = append(out, max(0, time.Unix(0, ns).Sub(at)))
+		out = append(out, latency{committed: at, d: max(0, time.Unix(0, ns).Sub(at))})
 	}
 	if missing > 0 {
 		return nil, fmt.Errorf("%d of %d events not published within 2 minutes", missing, len(commits))

@@ -6,7 +6,7 @@
 //	keys, err := idem.ParseKeys(os.Getenv("FINGERPRINT_KEYS"))
 //	metrics, err := idem.NewMetrics(prometheus.DefaultRegisterer)
 //	guard, err := idem.New(idem.NewStore(), idem.Config{Keys: keys, Metrics: metrics})
-//	b := bus.New(logging, postgres.TxMiddleware(pool), guard.Middleware())
+//	b := bus.New(logging, postgres.TxMiddleware(pool, guard.Opening), guard.Middleware())
 //
 // The HTTP layer parses the key with ParseKey(r.Header.Values(idem.HeaderKey)), fills
 // bus.Idempotency{Key, Method, Path: r.URL.Path, Fingerprint: {Body, Headers: Content-Type and
@@ -16,7 +16,8 @@
 //
 // # Contracts
 //
-// The middleware must run inside the RLS transaction (after postgres.TxMiddleware in the chain):
+// The middleware must run inside the RLS transaction (after postgres.TxMiddleware in the chain;
+// give that middleware guard.Opening, and the claim of a fresh key travels with the BEGIN):
 // the Store uses only the transaction from the context and refuses to run without one, so every
 // statement is confined to the actor's workspace by RLS. The record, the business rows, the
 // operation and the outbox rows commit together or not at all: when the handler, the rendering

@@ -189,7 +189,7 @@ func (g *Guard) run(ctx context.Context, inv bus.Invocation, next bus.Next) (bus
 		return bus.Outcome{}, err
 	}
 	// The record completes in the commit's round trip: one round trip fewer per request.
-	if err := g.store.CompleteAtCommit(ctx, r.id, resp); err != nil {
+	if err := g.store.CompleteAtCommit(ctx, r.scope, r.id, resp); err != nil {
 		return bus.Outcome{}, err
 	}
 	out.Response = &resp
@@ -234,7 +234,7 @@ func (g *Guard) claim(ctx context.Context, inv bus.Invocation, r request) (out b
 			return out, true, err
 		}
 		if existing != nil {
-			if err := g.store.DeleteExpiredRecord(ctx, existing.ID); err != nil {
+			if err := g.store.DeleteExpiredRecord(ctx, r.scope, existing.ID); err != nil {
 				return bus.Outcome{}, true, err
 			}
 		}

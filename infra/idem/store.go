@@ -281,61 +281,40 @@ func (s *Store) Insert(ctx context.Context, scope Scope, id uuid.UUID, fp Finger
 	return tag.RowsAffected() == 1, nil
 }
 
-// DeleteExpiredRecord deletes one record if it has expired.
-func (s *Store) DeleteExpiredRecord(ctx context.Context, id uuid.UUID) error {
+// DeleteExpiredRecord deletes the record of scope with id if it has expired.
+func (s *Store) DeleteExpiredRecord(ctx context.Context, scope Scope, id uuid.UUID) error {
 	tx, _, err := txFrom(ctx, "DeleteExpiredRecord")
 	if err != nil {
 		return err
 	}
-	if _, err := tx.Exec(ctx, `DELETE FROM idempotency_requests WHERE id = $1 AND expires_at <= now()`, id); err != nil {
+	scope = scope.normalized()
+	if _, err := tx.Exec(ctx, `DELETE FROM idempotency_requests
+		WHERE workspace_id = $1 AND user_id = $2 AND method = $3 AND path = $4 AND idempotency_key = $5
+		  AND id = $6 AND expires_at <= now()`,
+		scope.WorkspaceID, scope.UserID, scope.Method, scope.Path, scope.Key, id); err != nil {
 		return fmt.Errorf("idem.Store.DeleteExpiredRecord: %w", postgres.TranslateError(err))
 	}
 	return nil
 }
 
-// Complete marks an executing record completed with the response to replay.
-func (s *Store) Complete(ctx context.Context, id uuid.UUID, resp bus.Response) error {
-	tx, _, err := txFrom(ctx, "Complete")
-	if err != nil {
-		return err
-	}
-	headers := resp.Header
-	if headers == nil {
-		headers = map[string]string{}
-	}
-	body := resp.Body
-	if body == nil {
-		body = []byte{}
-	}
-	tag, err := tx.Exec(ctx, `UPDATE idempotency_requests
-		SET status = 'completed', response_status = $2, response_headers = $3, response_body = $4, completed_at = now()
-		WHERE id = $1 AND status = 'executing'`, id, resp.Status, headers, body)
-	if err != nil {
-		return fmt.Errorf("idem.Store.Complete: %w", postgres.TranslateError(err))
-	}
-	if tag.RowsAffected() != 1 {
-		return fmt.Errorf("idem.Store.Complete: record %s is not executing in this transaction", id)
-	}
-	return nil
-}
-
-// completeAtCommitSQL completes executing record $1 with the response; it fails (division by
-// zero, 22012) unless exactly that one executing record was updated, so that the commit it
-// travels with does not happen.
+// completeAtCommitSQL completes the executing record of scope ($1..$5) with id $6 with the
+// response; it fails (division by zero, 22012) unless exactly that one executing record was
+// updated, so that the commit it travels with does not happen.
 const completeAtCommitSQL = `
 WITH u AS (
   UPDATE idempotency_requests
-  SET status = 'completed', response_status = $2, response_headers = $3, response_body = $4, completed_at = now()
-  WHERE id = $1 AND status = 'executing'
+  SET status = 'completed', response_status = $7, response_headers = $8, response_body = $9, completed_at = now()
+  WHERE workspace_id = $1 AND user_id = $2 AND method = $3 AND path = $4 AND idempotency_key = $5
+    AND id = $6 AND status = 'executing'
   RETURNING 1
 )
 SELECT 1 / count(*)::int FROM u`
 
-// CompleteAtCommit is Complete deferred to the commit of the transaction of ctx: the update
-// travels in the commit's round trip (postgres.BeforeCommit). When the record is not executing
-// in this transaction, the transaction rolls back and the commit fails with an error naming
-// idem.Store.Complete.
-func (s *Store) CompleteAtCommit(ctx context.Context, id uuid.UUID, resp bus.Response) error {
+// CompleteAtCommit completes the executing record of scope with id, with the response to
+// replay, at the commit of the transaction of ctx: the update travels in the commit's round
+// trip (postgres.BeforeCommit). When that record is not executing in this transaction, the
+// transaction rolls back and the commit fails with an error naming idem.Store.Complete.
+func (s *Store) CompleteAtCommit(ctx context.Context, scope Scope, id uuid.UUID, resp bus.Response) error {
 	headers := resp.Header
 	if headers == nil {
 		headers = map[string]string{}
@@ -351,7 +330,9 @@ func (s *Store) CompleteAtCommit(ctx context.Context, id uuid.UUID, resp bus.Res
 		}
 		return fmt.Errorf("idem.Store.Complete: %w", err)
 	}
-	if err := postgres.BeforeCommit(ctx, onErr, completeAtCommitSQL, id, resp.Status, headers, body); err != nil {
+	scope = scope.normalized()
+	if err := postgres.BeforeCommit(ctx, onErr, completeAtCommitSQL, scope.WorkspaceID, scope.UserID, scope.Method, scope.Path,
+		scope.Key, id, resp.Status, headers, body); err != nil {
 		return fmt.Errorf("idem.Store.CompleteAtCommit: %w", err)
 	}
 	return nil
@@ -371,10 +352,12 @@ func (s *Store) DeleteExpired(ctx context.Context, limit int) (int64, error) {
 	// The batch is a materialized CTE: as an IN (subquery) the planner may rescan the LIMIT
 	// per outer row (a nested-loop semi join) and delete more than limit rows.
 	tag, err := tx.Exec(ctx, `WITH batch AS MATERIALIZED (
-		SELECT id FROM idempotency_requests
+		SELECT user_id, method, path, idempotency_key FROM idempotency_requests
 		WHERE workspace_id = $1 AND expires_at <= now()
 		ORDER BY expires_at LIMIT $2 FOR UPDATE SKIP LOCKED)
-		DELETE FROM idempotency_requests r USING batch WHERE r.id = batch.id`, sc.WorkspaceID, limit)
+		DELETE FROM idempotency_requests r USING batch
+		WHERE r.workspace_id = $1 AND r.user_id = batch.user_id AND r.method = batch.method
+		  AND r.path = batch.path AND r.idempotency_key = batch.idempotency_key`, sc.WorkspaceID, limit)
 	if err != nil {
 		return 0, fmt.Errorf("idem.Store.DeleteExpired: %w", postgres.TranslateError(err))
 	}
