@@ -65,11 +65,7 @@ func newScratch(ctx context.Context, admin string, appConns int32) (*scratch, er
 		db.Owner, err = pgxpool.New(ctx, db.ownerURL)
 	}
 	if err == nil {
-		var cfg *pgxpool.Config
-		if cfg, err = pgxpool.ParseConfig(db.appURL); err == nil {
-			cfg.MaxConns = appConns
-			db.App, err = pgxpool.NewWithConfig(ctx, cfg)
-		}
+		db.App, err = postgres.Connect(ctx, postgres.PoolConfig{URL: db.appURL, MaxConns: appConns})
 	}
 	if err != nil {
 		return nil, errors.Join(err, db.drop())
@@ -267,12 +263,7 @@ func ms(d time.Duration) string { return fmt.Sprintf("%.1f ms", float64(d)/float
 
 func perSec(v float64, unit string) string { return fmt.Sprintf("%.0f %s/s", v, unit) }
 
-// newPool opens a pool of at most conns connections on url.
+// newPool opens a pool of at most conns connections on url, as the service opens its own.
 func newPool(ctx context.Context, url string, conns int32) (*pgxpool.Pool, error) {
-	cfg, err := pgxpool.ParseConfig(url)
-	if err != nil {
-		return nil, err
-	}
-	cfg.MaxConns = conns
-	return pgxpool.NewWithConfig(ctx, cfg)
+	return postgres.Connect(ctx, postgres.PoolConfig{URL: url, MaxConns: conns})
 }

@@ -7,6 +7,7 @@ import (
 	"net/url"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -20,7 +21,8 @@ type PoolConfig struct {
 	ConnectTimeout time.Duration
 }
 
-// Connect opens a pool and checks that the server answers. The caller closes the pool.
+// Connect opens a pool (its connections know RegisterTypes) and checks that the server
+// answers. The caller closes the pool.
 func Connect(ctx context.Context, cfg PoolConfig) (*pgxpool.Pool, error) {
 	pc, err := pgxpool.ParseConfig(cfg.URL)
 	if err != nil {
@@ -35,6 +37,10 @@ func Connect(ctx context.Context, cfg PoolConfig) (*pgxpool.Pool, error) {
 		pc.ConnConfig.ConnectTimeout = cfg.ConnectTimeout
 	} else {
 		pc.ConnConfig.ConnectTimeout = 5 * time.Second
+	}
+	pc.AfterConnect = func(_ context.Context, c *pgx.Conn) error {
+		RegisterTypes(c.TypeMap())
+		return nil
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, pc)
 	if err != nil {
