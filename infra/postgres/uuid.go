@@ -47,15 +47,16 @@ func (encodeUUID) Encode(value any, buf []byte) ([]byte, error) {
 
 type scanUUID struct{}
 
+// Scan scans 16 bytes, or a NULL as uuid.Nil (as uuid.UUID's own Scan does).
 func (scanUUID) Scan(src []byte, target any) error {
-	switch len(src) {
-	case 16:
-		copy(target.(*uuid.UUID)[:], src)
-		return nil
-	case 0:
-		if src == nil {
-			return fmt.Errorf("cannot scan NULL into *uuid.UUID")
-		}
+	u := target.(*uuid.UUID)
+	switch {
+	case src == nil:
+		*u = uuid.Nil
+	case len(src) == 16:
+		copy(u[:], src)
+	default:
+		return fmt.Errorf("invalid length for uuid: %d", len(src))
 	}
-	return fmt.Errorf("invalid length for uuid: %d", len(src))
+	return nil
 }
