@@ -4,7 +4,6 @@ import (
 	"context"
 	"strconv"
 
-	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -50,13 +49,7 @@ const scopeSQL = `SELECT set_config('app.workspace_id', $1, true), set_config('a
 // all in one round trip, and returns the transaction and what each Opening's Read returned.
 // On error the transaction is rolled back before it returns.
 func beginOpened(ctx context.Context, conn *pgxpool.Conn, scope Scope, openings []*Opening) (pgx.Tx, map[any]any, error) {
-	ws, user := "", ""
-	if scope.WorkspaceID != uuid.Nil {
-		ws = scope.WorkspaceID.String()
-	}
-	if scope.UserID != uuid.Nil {
-		user = scope.UserID.String()
-	}
+	ws, user := scope.settings()
 	b := &pgx.Batch{}
 	b.Queue("BEGIN ISOLATION LEVEL READ COMMITTED")
 	b.Queue(scopeSQL, ws, user)

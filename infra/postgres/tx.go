@@ -188,18 +188,23 @@ func commit(ctx context.Context, conn *pgxpool.Conn, tx pgx.Tx, stmts []queued) 
 	return err
 }
 
+// settings returns the values of app.workspace_id and app.user_id for scope ("" for none).
+func (s Scope) settings() (workspace, user string) {
+	if s.WorkspaceID != uuid.Nil {
+		workspace = s.WorkspaceID.String()
+	}
+	if s.UserID != uuid.Nil {
+		user = s.UserID.String()
+	}
+	return workspace, user
+}
+
 // beginScoped is the query that begins a READ COMMITTED transaction and sets its RLS scope
 // for the rest of the transaction (local settings; "" for no workspace or no user). The ids
 // are written into the text in their canonical UUID form (hex digits and dashes only), so
 // nothing in it comes from user input.
 func beginScoped(scope Scope) string {
-	ws, user := "", ""
-	if scope.WorkspaceID != uuid.Nil {
-		ws = scope.WorkspaceID.String()
-	}
-	if scope.UserID != uuid.Nil {
-		user = scope.UserID.String()
-	}
+	ws, user := scope.settings()
 	return "BEGIN ISOLATION LEVEL READ COMMITTED; SELECT set_config('app.workspace_id', '" + ws +
 		"', true), set_config('app.user_id', '" + user + "', true)"
 }
