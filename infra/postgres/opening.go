@@ -100,48 +100,57 @@ func readOpenings(br pgx.BatchResults, openings []*Opening) (map[any]any, error)
 }
 
 // connTx is a transaction that beginOpened began on conn itself (pgx's own Tx can only be had
-// by letting pgx send the BEGIN, in a round trip of its own). It behaves as pgx's: Commit and
-// Rollback end it once (ErrTxClosed after), a commit that the server turned into a rollback
-// is ErrTxCommitRollback, and Begin opens a savepoint.
+// by letting pgx send the BEGIN, in a round trip of its own), or one of its savepoints
+// (Begin). It behaves as pgx's: Commit and Rollback end it once (ErrTxClosed after, and for
+// every statement; a savepoint ends with its transaction too), a commit that the server turned
+// into a rollback is ErrTxCommitRollback, and a savepoint's Commit releases it, its Rollback
+// rolls back to it.
 type connTx struct {
 	conn   *pgx.Conn
-	closed bool
-	// savepoints counts the savepoints begun, for their names.
-	savepoints int64
+	parent *connTx // nil: the transaction; otherwise a savepoint of parent
+	name   string  // a savepoint's name
+	ended  bool
+	// savepoints counts the savepoints begun in the transaction, for their names.
+	savepoints *int64
 }
 
-func (tx *connTx) end(ctx context.Context, sql string) (pgconn.CommandTag, error) {
-	if tx.closed {
+func (tx *connTx) closed() bool { return tx.ended || (tx.parent != nil && tx.parent.closed()) }
+
+func (tx *connTx) end(ctx context.Context, top, savepoint string) (pgconn.CommandTag, error) {
+	if tx.closed() {
 		return pgconn.CommandTag{}, pgx.ErrTxClosed
 	}
-	tx.closed = true
-	return tx.conn.Exec(ctx, sql)
+	tx.ended = true
+	if tx.parent != nil {
+		return tx.conn.Exec(ctx, savepoint+tx.name)
+	}
+	return tx.conn.Exec(ctx, top)
 }
 
 func (tx *connTx) Commit(ctx context.Context) error {
-	tag, err := tx.end(ctx, "COMMIT")
-	if err != nil {
-		return err
-	}
-	if tag.String() == "ROLLBACK" {
+	tag, err := tx.end(ctx, "COMMIT", "RELEASE SAVEPOINT ")
+	if err == nil && tx.parent == nil && tag.String() == "ROLLBACK" {
 		return pgx.ErrTxCommitRollback
 	}
-	return nil
+	return err
 }
 
 // Rollback rolls back; when that fails the connection stays inside the transaction, and the
 // pool closes it on release rather than reuse it.
 func (tx *connTx) Rollback(ctx context.Context) error {
-	_, err := tx.end(ctx, "ROLLBACK")
+	_, err := tx.end(ctx, "ROLLBACK", "ROLLBACK TO SAVEPOINT ")
 	return err
 }
 
 func (tx *connTx) Begin(ctx context.Context) (pgx.Tx, error) {
-	if tx.closed {
+	if tx.closed() {
 		return nil, pgx.ErrTxClosed
 	}
-	tx.savepoints++
-	sp := &savepoint{connTx: tx, name: "sp_" + strconv.FormatInt(tx.savepoints, 10)}
+	if tx.savepoints == nil {
+		tx.savepoints = new(int64)
+	}
+	*tx.savepoints++
+	sp := &connTx{conn: tx.conn, parent: tx, name: "sp_" + strconv.FormatInt(*tx.savepoints, 10), savepoints: tx.savepoints}
 	if _, err := tx.conn.Exec(ctx, "SAVEPOINT "+sp.name); err != nil {
 		return nil, err
 	}
@@ -149,42 +158,42 @@ func (tx *connTx) Begin(ctx context.Context) (pgx.Tx, error) {
 }
 
 func (tx *connTx) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
-	if tx.closed {
+	if tx.closed() {
 		return pgconn.CommandTag{}, pgx.ErrTxClosed
 	}
 	return tx.conn.Exec(ctx, sql, args...)
 }
 
 func (tx *connTx) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
-	if tx.closed {
+	if tx.closed() {
 		return nil, pgx.ErrTxClosed
 	}
 	return tx.conn.Query(ctx, sql, args...)
 }
 
 func (tx *connTx) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
-	if tx.closed {
+	if tx.closed() {
 		return closedRow{}
 	}
 	return tx.conn.QueryRow(ctx, sql, args...)
 }
 
 func (tx *connTx) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
-	if tx.closed {
+	if tx.closed() {
 		return pgx.FailedBatchResults(b, pgx.ErrTxClosed)
 	}
 	return tx.conn.SendBatch(ctx, b)
 }
 
 func (tx *connTx) CopyFrom(ctx context.Context, table pgx.Identifier, columns []string, src pgx.CopyFromSource) (int64, error) {
-	if tx.closed {
+	if tx.closed() {
 		return 0, pgx.ErrTxClosed
 	}
 	return tx.conn.CopyFrom(ctx, table, columns, src)
 }
 
 func (tx *connTx) Prepare(ctx context.Context, name, sql string) (*pgconn.StatementDescription, error) {
-	if tx.closed {
+	if tx.closed() {
 		return nil, pgx.ErrTxClosed
 	}
 	return tx.conn.Prepare(ctx, name, sql)
@@ -195,32 +204,6 @@ func (tx *connTx) LargeObjects() pgx.LargeObjects {
 }
 
 func (tx *connTx) Conn() *pgx.Conn { return tx.conn }
-
-// savepoint is a pseudo nested transaction of a connTx: Commit releases it, Rollback rolls
-// back to it.
-type savepoint struct {
-	*connTx
-	name string
-	done bool
-}
-
-func (sp *savepoint) Commit(ctx context.Context) error {
-	if sp.done || sp.closed {
-		return pgx.ErrTxClosed
-	}
-	sp.done = true
-	_, err := sp.conn.Exec(ctx, "RELEASE SAVEPOINT "+sp.name)
-	return err
-}
-
-func (sp *savepoint) Rollback(ctx context.Context) error {
-	if sp.done || sp.closed {
-		return pgx.ErrTxClosed
-	}
-	sp.done = true
-	_, err := sp.conn.Exec(ctx, "ROLLBACK TO SAVEPOINT "+sp.name)
-	return err
-}
 
 // closedRow is the Row of a query on an ended transaction.
 type closedRow struct{}

@@ -82,6 +82,15 @@ func TestTxMiddlewareOpening(t *testing.T) {
 		require.NoError(t, err)
 		require.NoError(t, sp.Rollback(ctx))
 		require.ErrorIs(t, sp.Rollback(ctx), pgx.ErrTxClosed)
+		_, err = sp.Exec(ctx, `SELECT 1`)
+		require.ErrorIs(t, err, pgx.ErrTxClosed, "a savepoint that ended still took a statement")
+		// A savepoint inside one ends with it.
+		outer, err := tx.Begin(ctx)
+		require.NoError(t, err)
+		inner, err := outer.Begin(ctx)
+		require.NoError(t, err)
+		require.NoError(t, outer.Commit(ctx))
+		require.ErrorIs(t, inner.Commit(ctx), pgx.ErrTxClosed)
 		require.NoError(t, postgres.BeforeCommit(ctx, nil, `SELECT set_config('test.before_commit', 'yes', false)`))
 		return bus.Outcome{}, nil
 	})
