@@ -262,8 +262,3 @@ func percentile(d []time.Duration, q float64) time.Duration {
 func ms(d time.Duration) string { return fmt.Sprintf("%.1f ms", float64(d)/float64(time.Millisecond)) }
 
 func perSec(v float64, unit string) string { return fmt.Sprintf("%.0f %s/s", v, unit) }
-
-// newPool opens a pool of at most conns connections on url, as the service opens its own.
-func newPool(ctx context.Context, url string, conns int32) (*pgxpool.Pool, error) {
-	return postgres.Connect(ctx, postgres.PoolConfig{URL: url, MaxConns: conns})
-}

@@ -361,7 +361,7 @@ func runRole(ctx context.Context, r roleFlags, redisURL string) error {
 	var wait func()
 	switch r.name {
 	case "dispatch":
-		pool, err := newPool(ctx, r.db, 20) // the service's DATABASE_MAX_CONNS default
+		pool, err := postgres.Connect(ctx, postgres.PoolConfig{URL: r.db, MaxConns: 20}) // as the service opens its own
 		if err != nil {
 			return err
 		}

@@ -7,7 +7,6 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/listingkit/listing/app/bus"
@@ -25,11 +24,7 @@ func TestTxMiddlewareOpening(t *testing.T) {
 	t.Parallel()
 	db := pgtest.New(t)
 	ctx := context.Background()
-	cfg := db.App.Config()
-	cfg.MaxConns = 1 // every call below uses the same connection
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	require.NoError(t, err)
-	t.Cleanup(pool.Close)
+	pool := db.SingleConnApp(t) // every call below uses the same connection
 
 	// The opening sets a session setting: it survives its transaction only if that commits.
 	const openSQL = `SELECT set_config('test.opened', $1, false), current_setting('app.workspace_id'),
@@ -63,7 +58,7 @@ func TestTxMiddlewareOpening(t *testing.T) {
 	inv := bus.Invocation{Name: "test", Actor: bus.Actor{WorkspaceID: ws, UserID: uuid.New()}}
 
 	// Committed: the chain sees the opening's result, in the same transaction.
-	_, err = postgres.TxMiddleware(pool, opening("committed", nil))(ctx, inv, func(ctx context.Context) (bus.Outcome, error) {
+	_, err := postgres.TxMiddleware(pool, opening("committed", nil))(ctx, inv, func(ctx context.Context) (bus.Outcome, error) {
 		v, ok := postgres.Opened(ctx, openingKey{})
 		require.True(t, ok)
 		s := v.(seen)

@@ -7,7 +7,6 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/listingkit/listing/infra/postgres"
@@ -20,11 +19,7 @@ func TestInTxScopesTheTransactionOnly(t *testing.T) {
 	t.Parallel()
 	db := pgtest.New(t)
 	ctx := context.Background()
-	cfg := db.App.Config()
-	cfg.MaxConns = 1 // every call below uses the same connection
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	require.NoError(t, err)
-	t.Cleanup(pool.Close)
+	pool := db.SingleConnApp(t) // every call below uses the same connection
 
 	settings := func(ctx context.Context, tx pgx.Tx) (ws, user, iso string) {
 		require.NoError(t, tx.QueryRow(ctx, `SELECT coalesce(current_setting('app.workspace_id', true), ''),
@@ -53,7 +48,7 @@ func TestInTxScopesTheTransactionOnly(t *testing.T) {
 	}
 
 	boom := errors.New("boom")
-	err = postgres.InTx(ctx, pool, postgres.Scope{}, func(ctx context.Context, tx pgx.Tx) error {
+	err := postgres.InTx(ctx, pool, postgres.Scope{}, func(ctx context.Context, tx pgx.Tx) error {
 		_, err := tx.Exec(ctx, `CREATE TEMP TABLE intx_probe (x int)`)
 		require.NoError(t, err)
 		return boom
@@ -108,13 +103,9 @@ func TestBeforeCommit(t *testing.T) {
 	t.Parallel()
 	db := pgtest.New(t)
 	ctx := context.Background()
-	cfg := db.App.Config()
-	cfg.MaxConns = 1 // every call below uses the same connection
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	require.NoError(t, err)
-	t.Cleanup(pool.Close)
+	pool := db.SingleConnApp(t) // every call below uses the same connection
 	require.ErrorIs(t, postgres.BeforeCommit(ctx, nil, `SELECT 1`), postgres.ErrNoTx)
-	_, err = db.Owner.Exec(ctx, `CREATE TABLE before_commit_probe (x int PRIMARY KEY); GRANT ALL ON before_commit_probe TO app_user`)
+	_, err := db.Owner.Exec(ctx, `CREATE TABLE before_commit_probe (x int PRIMARY KEY); GRANT ALL ON before_commit_probe TO app_user`)
 	require.NoError(t, err)
 	count := func() (n int) {
 		require.NoError(t, db.Owner.QueryRow(ctx, `SELECT count(*) FROM before_commit_probe`).Scan(&n))

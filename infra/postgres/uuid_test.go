@@ -2,10 +2,12 @@ package postgres_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/stretchr/testify/require"
 
 	"github.com/listingkit/listing/infra/postgres/pgtest"
@@ -46,4 +48,19 @@ func TestUUIDRoundTrips(t *testing.T) {
 	var same bool
 	require.NoError(t, db.App.QueryRow(ctx, `SELECT $1::uuid = $2::text::uuid`, a, a.String()).Scan(&same))
 	require.True(t, same)
+}
+
+// Every connection of postgres.Connect plans uuid.UUID as 16 bytes of its own codec, not
+// through driver.Valuer and sql.Scanner (a string per value), which is what RegisterTypes is
+// for; values alone cannot tell, both ways give the same uuid.
+func TestConnectEncodesUUIDsAsBinary(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	conn, err := db.App.Acquire(context.Background())
+	require.NoError(t, err)
+	defer conn.Release()
+	m := conn.Conn().TypeMap()
+	require.Equal(t, "postgres.encodeUUID", fmt.Sprintf("%T", m.PlanEncode(pgtype.UUIDOID, pgtype.BinaryFormatCode, uuid.UUID{})))
+	var u uuid.UUID
+	require.Equal(t, "postgres.scanUUID", fmt.Sprintf("%T", m.PlanScan(pgtype.UUIDOID, pgtype.BinaryFormatCode, &u)))
 }

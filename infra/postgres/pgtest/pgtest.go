@@ -102,13 +102,26 @@ func New(t testing.TB) *DB {
 	return db
 }
 
+// SingleConnApp opens a pool of one connection on AppURL, closed when t ends (before the
+// database is dropped): every call through it uses the same session, so a test can see what
+// a transaction left on its connection.
+func (db *DB) SingleConnApp(t testing.TB) *pgxpool.Pool {
+	t.Helper()
+	return openPool(t, db.AppURL, 1, "single-connection app pool")
+}
+
 // OperatorPool opens a pool on OperatorURL, closed when t ends (before the database is
 // dropped).
 func (db *DB) OperatorPool(t testing.TB) *pgxpool.Pool {
 	t.Helper()
-	pool, err := postgres.Connect(context.Background(), postgres.PoolConfig{URL: db.OperatorURL, MaxConns: 4})
+	return openPool(t, db.OperatorURL, 4, "operator pool")
+}
+
+func openPool(t testing.TB, url string, conns int32, what string) *pgxpool.Pool {
+	t.Helper()
+	pool, err := postgres.Connect(context.Background(), postgres.PoolConfig{URL: url, MaxConns: conns})
 	if err != nil {
-		t.Fatalf("pgtest: operator pool: %v", err)
+		t.Fatalf("pgtest: %s: %v", what, err)
 	}
 	t.Cleanup(pool.Close)
 	return pool
