@@ -22,8 +22,9 @@ type StuckTasks struct {
 var _ port.StuckTasks = StuckTasks{}
 
 // stuckQuery is, per queue, how to find its stuck tasks: the task table, and how the task's
-// request event is stored in outbox_events (its aggregate and the payload field holding the
-// task id), so that a task the outbox still owes a delivery is not taken for stuck.
+// request event is known to the outbox (its aggregate and the payload field holding the task
+// id), so that a task the outbox still owes a delivery is not taken for stuck. The outbox
+// answers through outbox_owes_task and outbox_last_dispatched_job (sql/017), under RLS.
 type stuckQuery struct {
 	table, aggregateType, aggregateColumn, payloadKey string
 }
@@ -39,17 +40,14 @@ var stuckQueries = map[string]stuckQuery{
 }
 
 func (q stuckQuery) sql() string {
-	request := fmt.Sprintf(`FROM outbox_events o
-    WHERE o.workspace_id = t.workspace_id AND o.aggregate_type = $2 AND o.aggregate_id = t.%s::text
-      AND o.event_payload->>$3 = t.id::text`, q.aggregateColumn)
-	return fmt.Sprintf(`SELECT t.id,
-  coalesce((SELECT o.id::text %s AND o.status = 'dispatched' ORDER BY o.created_at DESC LIMIT 1), '')
+	args := fmt.Sprintf(`$2, t.%s::text, $3, t.id::text`, q.aggregateColumn)
+	return fmt.Sprintf(`SELECT t.id, coalesce(outbox_last_dispatched_job(%s)::text, '')
 FROM %s t
 WHERE t.status IN ('pending', 'running') AND t.updated_at < $1
-  AND NOT EXISTS (SELECT 1 %s AND o.status IN ('pending', 'dispatching'))
+  AND NOT outbox_owes_task(%s)
 ORDER BY t.updated_at, t.id
 LIMIT $4
-FOR UPDATE OF t SKIP LOCKED`, request, q.table, request)
+FOR UPDATE OF t SKIP LOCKED`, args, q.table, args)
 }
 
 // Workspaces implements port.StuckTasks.
