@@ -10,8 +10,8 @@ import (
 )
 
 type fakeClock struct {
-	now    time.Time
-	slept  []time.Duration
+	now   time.Time
+	slept []time.Duration
 }
 
 func (c *fakeClock) Now() time.Time { return c.now }
