@@ -2,8 +2,14 @@
 SHELL := /bin/bash
 GO ?= go
 NODE_HARNESS := tests/bullmqnode
-# Tests run each package's suite in parallel with the others; 2 cores are plenty for -p 2.
-TEST_FLAGS ?= -race -count=1 -p 2 -timeout 30m
+# PostgreSQL connections of make test: at most 2 packages (-p 2) run at once, each at most 2
+# tests at a time (-parallel 2). A test holds at most 11 connections of its own database
+# (pgtest.AppConns 8 + pgtest.OwnerConns 3) plus one administrator connection while it creates
+# or drops it; a test that starts the service adds its pools of at most 10 each
+# (servicetest.ServiceConns); a test that runs bin/app as a child sets DATABASE_MAX_CONNS.
+# Measured peak: see README ("What the tests need"); make test-loaded checks it beside 40
+# connections held by another client.
+TEST_FLAGS ?= -race -count=1 -p 2 -parallel 2 -timeout 30m
 
 .DEFAULT_GOAL := help
 
@@ -39,6 +45,10 @@ browser-deps: ## Install Debian's chromium for the console's browser test (tests
 .PHONY: test
 test: node-deps jq ## Run the whole test suite with the race detector (needs PostgreSQL and Redis; tests/readme_test.go runs the README's Try it with jq)
 	$(GO) test $(TEST_FLAGS) ./...
+
+.PHONY: test-loaded
+test-loaded: node-deps jq ## make test while 40 PostgreSQL connections are held by another client; prints the suite's peak connections (HOLD=40)
+	$(GO) run ./internal/connhold -hold $(or $(HOLD),40) -- $(GO) test $(TEST_FLAGS) ./...
 
 .PHONY: test-short
 test-short: ## Unit tests only (no database)
