@@ -73,10 +73,28 @@ fuzz: ## Run the fuzz targets briefly
 	$(GO) test -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime 10s ./infra/cloudevent
 
 .PHONY: lint
-lint: docs-check ## gofmt, go vet (the service and the bench module), and docs-check
+lint: docs-check openapi-lint ## gofmt, go vet (the service and the bench module), docs-check and openapi-lint
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || (gofmt -l $$(git ls-files '*.go'); echo "gofmt needed"; exit 1)
 	$(GO) vet ./...
 	cd bench && $(GO) vet ./...
+
+OPENAPI_LINT := tools/openapi-lint
+
+.PHONY: openapi-deps
+openapi-deps: $(OPENAPI_LINT)/node_modules/.package-lock.json ## Install Redocly CLI (the OpenAPI linter) from tools/openapi-lint's lock file (npm's cache first: works offline once fetched)
+
+$(OPENAPI_LINT)/node_modules/.package-lock.json: $(OPENAPI_LINT)/package-lock.json
+	@npm ci --prefix $(OPENAPI_LINT) --prefer-offline --no-audit --no-fund --loglevel=error
+
+.PHONY: openapi-lint
+openapi-lint: openapi-deps ## Lint infra/httpapi/openapi.yaml with Redocly's recommended OpenAPI 3 rules (fails on an error)
+	@REDOCLY_TELEMETRY=off REDOCLY_SUPPRESS_UPDATE_NOTICE=true NO_UPDATE_NOTIFIER=1 \
+	  $(OPENAPI_LINT)/node_modules/.bin/redocly lint --config $(OPENAPI_LINT)/redocly.yaml --format=summary infra/httpapi/openapi.yaml 2>&1 | \
+	  grep -v '[║╔╚]'; exit $${PIPESTATUS[0]}
+
+.PHONY: api-doc
+api-doc: ## Regenerate the operationIds and error responses of openapi.yaml and docs/http-api.md from infra/httpapi/endpoints.go
+	$(GO) test -count=1 -run '^TestEndpointDocsAreCurrent$$' ./infra/httpapi -update
 
 # References to files outside the repository: the design notes the project started from
 # and their sections. The pattern is spelled so that it does not match itself.
