@@ -45,8 +45,12 @@ func OpenAPIDocument() []byte { return openAPIDocument }
 type Config struct {
 	// MaxBodyBytes bounds JSON request bodies (413 beyond). Default 1 MiB.
 	MaxBodyBytes int64
-	// AuthRatePerMinute bounds auth requests per client address and per account. Default 20.
+	// AuthRatePerMinute bounds the auth requests (register, login, refresh) of one client
+	// address. Default 20.
 	AuthRatePerMinute int
+	// LoginLimits hold back failed logins per (account, client address) and slow an account
+	// down (see LoginLimits for the defaults).
+	LoginLimits LoginLimits
 	// PublicBaseURL is how clients reach the service (PUBLIC_BASE_URL): the server that
 	// /openapi.yaml and /docs name. Empty: the document's own development default.
 	PublicBaseURL string
@@ -104,6 +108,7 @@ type Server struct {
 	log     *slog.Logger
 	metrics *Metrics
 	limits  *authLimits
+	logins  *loginGuard
 	handler http.Handler
 	traced  http.Handler
 	// document is the served OpenAPI document and docs its HTML rendering.
@@ -127,6 +132,7 @@ func New(cfg Config, deps Deps) (*Server, error) {
 		s.metrics = m
 	}
 	s.limits = newAuthLimits(cfg.AuthRatePerMinute)
+	s.logins = newLoginGuard(cfg.LoginLimits)
 	var err error
 	if s.document, err = servedDocument(openAPIDocument, cfg.PublicBaseURL); err != nil {
 		return nil, err
