@@ -14,42 +14,44 @@ import (
 	"github.com/listingkit/listing/app/worker"
 )
 
-// StuckTasks implements port.StuckTasks over the task tables (sql/008_reconcile.sql).
+// StuckTasks implements port.StuckTasks over the task tables of the registered flows
+// (sql/026_task_tables.sql).
 type StuckTasks struct {
 	Pool *pgxpool.Pool
+	// Flows are the registered flows (app/worker/flows.All): a queue's stuck tasks are found
+	// in its flow's task table.
+	Flows []worker.Spec
 }
 
 var _ port.StuckTasks = StuckTasks{}
 
 // stuckQuery is, per queue, how to find its stuck tasks: the task table, and how the task's
-// request event is stored in outbox_events (its aggregate and the payload field holding the
-// task id), so that a task the outbox still owes a delivery is not taken for stuck.
+// request event is known to the outbox (its aggregate and the payload field holding the task
+// id), so that a task the outbox still owes a delivery is not taken for stuck. The outbox
+// answers through outbox_owes_task and outbox_last_dispatched_job (sql/017), under RLS.
 type stuckQuery struct {
 	table, aggregateType, aggregateColumn, payloadKey string
 }
 
-var stuckQueries = map[string]stuckQuery{
-	worker.QueueStoreVerification: {"store_verifications", "store", "store_id", "verification_id"},
-	worker.QueueMediaProcessing:   {"media_processings", "media", "media_id", "processing_id"},
-	worker.QueueMaterialTransfer:  {"material_transfers", "material_transfer", "id", "transfer_id"},
-	worker.QueueListingPublish:    {"publications", "publication", "id", "publication_id"},
-	worker.QueueProductSync:       {"product_syncs", "product_sync", "id", "sync_id"},
-	worker.QueueAITask:            {"ai_tasks", "ai_task", "id", "ai_task_id"},
-	worker.QueueListingUpdate:     {"listing_updates", "listing_update", "id", "update_id"},
+// stuckQueryOf derives queue's stuckQuery from its flow's declaration.
+func (s StuckTasks) stuckQueryOf(queue string) (stuckQuery, bool) {
+	for _, f := range s.Flows {
+		if f.Queue == queue && f.Request != nil {
+			return stuckQuery{f.Table, f.Request.AggregateType(), f.AggregateColumn, f.TaskIDField}, true
+		}
+	}
+	return stuckQuery{}, false
 }
 
 func (q stuckQuery) sql() string {
-	request := fmt.Sprintf(`FROM outbox_events o
-    WHERE o.workspace_id = t.workspace_id AND o.aggregate_type = $2 AND o.aggregate_id = t.%s::text
-      AND o.event_payload->>$3 = t.id::text`, q.aggregateColumn)
-	return fmt.Sprintf(`SELECT t.id,
-  coalesce((SELECT o.id::text %s AND o.status = 'dispatched' ORDER BY o.created_at DESC LIMIT 1), '')
+	args := fmt.Sprintf(`$2, t.%s::text, $3, t.id::text`, q.aggregateColumn)
+	return fmt.Sprintf(`SELECT t.id, coalesce(outbox_last_dispatched_job(%s)::text, '')
 FROM %s t
 WHERE t.status IN ('pending', 'running') AND t.updated_at < $1
-  AND NOT EXISTS (SELECT 1 %s AND o.status IN ('pending', 'dispatching'))
+  AND NOT outbox_owes_task(%s)
 ORDER BY t.updated_at, t.id
 LIMIT $4
-FOR UPDATE OF t SKIP LOCKED`, request, q.table, request)
+FOR UPDATE OF t SKIP LOCKED`, args, q.table, args)
 }
 
 // Workspaces implements port.StuckTasks.
@@ -68,7 +70,7 @@ func (s StuckTasks) Workspaces(ctx context.Context, before time.Time, limit int)
 // Find implements port.StuckTasks.
 func (s StuckTasks) Find(ctx context.Context, queue string, before time.Time, limit int) ([]port.StuckTask, error) {
 	const op = "postgres.StuckTasks.Find"
-	q, ok := stuckQueries[queue]
+	q, ok := s.stuckQueryOf(queue)
 	if !ok {
 		return nil, fmt.Errorf("%s: no task table for queue %q", op, queue)
 	}
