@@ -88,4 +88,3 @@ func TestEdgesSIGTERMDuringASlowCall(t *testing.T) {
 	require.Len(t, front.creating, 0, "one create only")
 	require.Contains(t, w1.out.String(), "outcome=succeeded", "the stopping worker recorded its call")
 }
-
