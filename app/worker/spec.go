@@ -42,10 +42,21 @@ type Spec struct {
 	StartedBy string
 	// Messages are the command types, sent as messages (docs/integrations.md), that start the
 	// flow; none when the flow is started over HTTP only.
-	Messages []string
+	Messages []Message
 	// LastLook says what the flow asks its upstream before it records a final failure, or
 	// why the upstream cannot be asked (Asks, CannotAsk).
 	LastLook LastLook
+}
+
+// Message is a command type other services may send as a message (docs/integrations.md). It
+// runs through the HTTP endpoint of Method and Path (under /v1/workspaces/{workspace_id});
+// its data is the endpoint's body plus the path's {ids} by name. infra/httpapi finds the
+// endpoint among its routes, and refuses to start when it serves none.
+type Message struct {
+	// Type is the command type (listing.publish).
+	Type string
+	// Method and Path are the endpoint's (POST, /products/{product_id}/publications).
+	Method, Path string
 }
 
 // LastLook is a flow's answer to "before a final failure, can the upstream tell whether
@@ -124,8 +135,11 @@ func (s Spec) Check() error {
 		missing("both a last look and a statement that the upstream cannot be asked")
 	}
 	for _, m := range s.Messages {
-		if !strings.HasPrefix(m, "listing.") {
-			missing(fmt.Sprintf("a command type %q outside listing.*", m))
+		if !strings.HasPrefix(m.Type, "listing.") {
+			missing(fmt.Sprintf("a command type %q outside listing.*", m.Type))
+		}
+		if m.Method == "" || !strings.HasPrefix(m.Path, "/") {
+			missing(fmt.Sprintf("command type %s: no endpoint (Method and Path)", m.Type))
 		}
 	}
 	return errors.Join(errs...)

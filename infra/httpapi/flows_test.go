@@ -4,6 +4,7 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/go-chi/chi/v5"
 	"github.com/stretchr/testify/require"
 	"go.yaml.in/yaml/v3"
 
@@ -11,8 +12,8 @@ import (
 )
 
 // The operation types and resource types of the OpenAPI document's Operation schema are the
-// registered flows', and the command types sent as messages are those the flows declare.
-func TestOperationTypesAndMessagesAreTheFlows(t *testing.T) {
+// registered flows'.
+func TestOperationTypesAreTheFlows(t *testing.T) {
 	var doc struct {
 		Components struct {
 			Schemas struct {
@@ -32,20 +33,24 @@ func TestOperationTypesAndMessagesAreTheFlows(t *testing.T) {
 	require.NoError(t, yaml.Unmarshal(OpenAPIDocument(), &doc))
 	op := doc.Components.Schemas.Operation.Properties
 
-	var types, resources, messages []string
+	var types, resources []string
 	for _, f := range flows.All() {
 		types = append(types, f.Operation)
 		if !slices.Contains(resources, f.Request.AggregateType()) {
 			resources = append(resources, f.Request.AggregateType())
 		}
-		messages = append(messages, f.Messages...)
 	}
 	slices.Sort(types)
 	slices.Sort(resources)
-	slices.Sort(messages)
 	require.Equal(t, types, sorted(op.Type.Enum), "openapi.yaml's Operation.type enum is not the flows' operation types")
 	require.Equal(t, resources, sorted(op.Resource.Properties.Type.Enum), "openapi.yaml's Operation.resource.type enum is not the flows' aggregate types")
-	require.Equal(t, messages, MessageCommandTypes(), "messageRoutes and the flows' declared command types (worker.Spec.Messages) disagree")
+}
+
+// A command type whose endpoint the router does not serve stops the server from starting.
+func TestMessageWithoutAnEndpointIsRefused(t *testing.T) {
+	_, err := messageHandlers(chi.NewRouter())
+	require.ErrorContains(t, err, "httpapi: command type listing.")
+	require.ErrorContains(t, err, ": no route ")
 }
 
 func sorted(s []string) []string {

@@ -106,6 +106,8 @@ type Server struct {
 	traced  http.Handler
 	// document is the served OpenAPI document and docs its HTML rendering.
 	document, docs []byte
+	// messages are the handlers of the command types sent as messages, by type.
+	messages map[string]http.Handler
 }
 
 // New builds the server and its routes.
@@ -131,6 +133,9 @@ func New(cfg Config, deps Deps) (*Server, error) {
 		return nil, err
 	}
 	s.handler = s.routes()
+	if s.messages, err = messageHandlers(s.Router()); err != nil {
+		return nil, err
+	}
 	s.traced = tracing.Handler(s.handler, "http")
 	return s, nil
 }

@@ -2,6 +2,7 @@ package aitask
 
 import (
 	"context"
+	"net/http"
 
 	"github.com/google/uuid"
 
@@ -22,8 +23,10 @@ var Spec = worker.Spec{
 	NotFound:        domain.ErrAITaskNotFound,
 	Operation:       commands.OpAITask,
 	StartedBy:       "an AI task",
-	Messages:        []string{"listing.create_ai_task"},
-	LastLook:        worker.CannotAsk("the AI provider keeps no record of a completion to ask for"),
+	Messages: []worker.Message{
+		{Type: "listing.create_ai_task", Method: http.MethodPost, Path: "/ai-tasks"},
+	},
+	LastLook: worker.CannotAsk("the AI provider keeps no record of a completion to ask for"),
 }
 
 // Tasks describes the AI tasks to the engine (worker.TaskKind): a job failed outside the

@@ -110,7 +110,8 @@ func validate(specs []worker.Spec) error {
 			unique(s, "request event", s.Request.EventType())
 		}
 		for _, m := range s.Messages {
-			unique(s, "command type", m)
+			unique(s, "command type", m.Type)
+			unique(s, "command endpoint", m.Method+" "+m.Path)
 		}
 	}
 	return errors.Join(errs...)

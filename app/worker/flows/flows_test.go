@@ -42,7 +42,8 @@ func TestCheckNamesTheMissingPart(t *testing.T) {
 		{"no operation type", func(s *worker.Spec) { s.Operation = "" }},
 		{"no last look, nor a statement that the upstream cannot be asked", func(s *worker.Spec) { s.LastLook = worker.LastLook{} }},
 		{"both a last look and a statement", func(s *worker.Spec) { s.LastLook.Asks = "find it" }},
-		{`a command type "update" outside listing.*`, func(s *worker.Spec) { s.Messages = []string{"update"} }},
+		{`a command type "update" outside listing.*`, func(s *worker.Spec) { s.Messages = []worker.Message{{Type: "update", Method: "POST", Path: "/x"}} }},
+		{"command type listing.x: no endpoint", func(s *worker.Spec) { s.Messages = []worker.Message{{Type: "listing.x"}} }},
 	}
 	for _, c := range cases {
 		t.Run(c.part, func(t *testing.T) {
@@ -61,7 +62,7 @@ func TestValidateRefusesSharedParts(t *testing.T) {
 	b.Queue, b.Table, b.Operation = a.Queue, a.Table, a.Operation
 	b.Messages = slices.Clone(a.Messages)
 	err := validate([]worker.Spec{a, b})
-	for _, part := range []string{"queue", "table", "operation type", "command type"} {
+	for _, part := range []string{"queue", "table", "operation type", "command type", "command endpoint"} {
 		require.ErrorContains(t, err, "flows "+a.Name+" and "+b.Name+": the same "+part)
 	}
 }

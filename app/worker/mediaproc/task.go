@@ -2,6 +2,7 @@ package mediaproc
 
 import (
 	"context"
+	"net/http"
 
 	"github.com/google/uuid"
 
@@ -22,8 +23,10 @@ var Spec = worker.Spec{
 	NotFound:        domain.ErrMediaProcessingNotFound,
 	Operation:       commands.OpMediaProcessing,
 	StartedBy:       "completing a media upload, and a finished material transfer",
-	Messages:        []string{"listing.complete_media"},
-	LastLook:        worker.CannotAsk("no upstream: the variants are derived again from the stored original"),
+	Messages: []worker.Message{
+		{Type: "listing.complete_media", Method: http.MethodPost, Path: "/media/{media_id}/complete"},
+	},
+	LastLook: worker.CannotAsk("no upstream: the variants are derived again from the stored original"),
 }
 
 // Tasks describes the media processings to the engine (worker.TaskKind): a job failed

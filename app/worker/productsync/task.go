@@ -1,6 +1,8 @@
 package productsync
 
 import (
+	"net/http"
+
 	"github.com/google/uuid"
 
 	"github.com/listingkit/listing/app/commands"
@@ -20,8 +22,10 @@ var Spec = worker.Spec{
 	NotFound:        domain.ErrProductSyncNotFound,
 	Operation:       commands.OpProductSync,
 	StartedBy:       "a product sync",
-	Messages:        []string{"listing.start_product_sync"},
-	LastLook:        worker.CannotAsk("a sync only reads the platform: it reads it again whole"),
+	Messages: []worker.Message{
+		{Type: "listing.start_product_sync", Method: http.MethodPost, Path: "/stores/{store_id}/product-syncs"},
+	},
+	LastLook: worker.CannotAsk("a sync only reads the platform: it reads it again whole"),
 }
 
 // Tasks describes the product syncs to the engine (worker.TaskKind): a job failed outside the

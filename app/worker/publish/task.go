@@ -1,6 +1,8 @@
 package publish
 
 import (
+	"net/http"
+
 	"github.com/google/uuid"
 
 	"github.com/listingkit/listing/app/commands"
@@ -20,8 +22,10 @@ var Spec = worker.Spec{
 	NotFound:        domain.ErrPublicationNotFound,
 	Operation:       commands.OpPublication,
 	StartedBy:       "a first publication",
-	Messages:        []string{"listing.publish"},
-	LastLook:        worker.CannotAsk("not asked before a final failure: a redelivery finds the product by external_ref before creating one"),
+	Messages: []worker.Message{
+		{Type: "listing.publish", Method: http.MethodPost, Path: "/products/{product_id}/publications"},
+	},
+	LastLook: worker.CannotAsk("not asked before a final failure: a redelivery finds the product by external_ref before creating one"),
 }
 
 // Tasks describes the publications to the engine (worker.TaskKind): a job failed outside the

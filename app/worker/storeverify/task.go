@@ -1,6 +1,8 @@
 package storeverify
 
 import (
+	"net/http"
+
 	"github.com/google/uuid"
 
 	"github.com/listingkit/listing/app/commands"
@@ -20,8 +22,12 @@ var Spec = worker.Spec{
 	NotFound:        domain.ErrStoreVerificationNotFound,
 	Operation:       commands.OpStoreVerification,
 	StartedBy:       "creating a store, replacing its credentials, verifying again",
-	Messages:        []string{"listing.create_store", "listing.replace_store_authorization", "listing.verify_store"},
-	LastLook:        worker.CannotAsk("a verification changes nothing upstream: the credentials are checked again"),
+	Messages: []worker.Message{
+		{Type: "listing.create_store", Method: http.MethodPost, Path: "/stores"},
+		{Type: "listing.replace_store_authorization", Method: http.MethodPut, Path: "/stores/{store_id}/authorization"},
+		{Type: "listing.verify_store", Method: http.MethodPost, Path: "/stores/{store_id}/verifications"},
+	},
+	LastLook: worker.CannotAsk("a verification changes nothing upstream: the credentials are checked again"),
 }
 
 // Tasks describes the store verifications to the engine (worker.TaskKind): a job failed outside the

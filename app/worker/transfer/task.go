@@ -1,6 +1,8 @@
 package transfer
 
 import (
+	"net/http"
+
 	"github.com/google/uuid"
 
 	"github.com/listingkit/listing/app/commands"
@@ -20,8 +22,10 @@ var Spec = worker.Spec{
 	NotFound:        domain.ErrTransferNotFound,
 	Operation:       commands.OpMaterialTransfer,
 	StartedBy:       "a material transfer",
-	Messages:        []string{"listing.create_material_transfer"},
-	LastLook:        worker.CannotAsk("a source URL keeps no record of a fetch: the material is fetched again"),
+	Messages: []worker.Message{
+		{Type: "listing.create_material_transfer", Method: http.MethodPost, Path: "/material-transfers"},
+	},
+	LastLook: worker.CannotAsk("a source URL keeps no record of a fetch: the material is fetched again"),
 }
 
 // Tasks describes the material transfers to the engine (worker.TaskKind): a job failed outside the
