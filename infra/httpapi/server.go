@@ -3,7 +3,9 @@
 // the OpenAPI document (openapi.yaml, served at /openapi.yaml and rendered at /docs by
 // docs.go, kept true by a test).
 //
-// server.go is the router: every route is listed in routes. Each resource has one file
+// server.go is the router: every route is listed in routes, and declared once more in
+// endpoints.go with its operationId and the errors it may answer (openapi.yaml's operationIds
+// and error responses and docs/http-api.md's errors by endpoint are generated from it). Each resource has one file
 // (products.go, stores.go, media.go, transfers.go, publications.go, listing_updates.go,
 // syncs.go, ai_tasks.go, operations.go, auth.go, integrations.go) with its JSON shapes and handlers; handle.go holds what they share.
 // Every POST/PUT that starts asynchronous work requires Idempotency-Key and answers
@@ -43,8 +45,12 @@ func OpenAPIDocument() []byte { return openAPIDocument }
 type Config struct {
 	// MaxBodyBytes bounds JSON request bodies (413 beyond). Default 1 MiB.
 	MaxBodyBytes int64
-	// AuthRatePerMinute bounds auth requests per client address and per account. Default 20.
+	// AuthRatePerMinute bounds the auth requests (register, login, refresh) of one client
+	// address. Default 20.
 	AuthRatePerMinute int
+	// LoginLimits hold back failed logins per (account, client address) and slow an account
+	// down (see LoginLimits for the defaults).
+	LoginLimits LoginLimits
 	// PublicBaseURL is how clients reach the service (PUBLIC_BASE_URL): the server that
 	// /openapi.yaml and /docs name. Empty: the document's own development default.
 	PublicBaseURL string
@@ -102,6 +108,7 @@ type Server struct {
 	log     *slog.Logger
 	metrics *Metrics
 	limits  *authLimits
+	logins  *loginGuard
 	handler http.Handler
 	traced  http.Handler
 	// document is the served OpenAPI document and docs its HTML rendering.
@@ -125,6 +132,7 @@ func New(cfg Config, deps Deps) (*Server, error) {
 		s.metrics = m
 	}
 	s.limits = newAuthLimits(cfg.AuthRatePerMinute)
+	s.logins = newLoginGuard(cfg.LoginLimits)
 	var err error
 	if s.document, err = servedDocument(openAPIDocument, cfg.PublicBaseURL); err != nil {
 		return nil, err
