@@ -20,7 +20,10 @@ help: ## Show this help
 .PHONY: run
 run: ## Run the whole service in one process with development defaults (migrates first; installs jq for the README's "Try it" when missing)
 	@command -v jq >/dev/null 2>&1 || $(MAKE) --no-print-directory jq || echo "make run: jq could not be installed; the README's Try it needs it (make jq)" >&2
-	$(GO) run ./cmd/app all
+	@echo "make run: building bin/app (the first build compiles every dependency: a few minutes)"
+	@$(GO) build -o bin/app ./cmd/app
+	@echo "make run: starting bin/app all; Ctrl-C stops it cleanly"
+	@exec bin/app all
 
 .PHONY: build
 build: ## Build bin/app
