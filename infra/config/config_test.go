@@ -219,3 +219,17 @@ func TestEventStreamSettings(t *testing.T) {
 	c.EventsMaxLen, c.EventsRetention = 0, 0 // no bound: allowed
 	require.NoError(t, c.Validate())
 }
+
+// Completed jobs and their deduplication keys are kept at least as long as the outbox may
+// publish an event again: a shorter JOB_RETENTION is refused at start, naming the window.
+func TestJobRetentionCoversTheOutboxRedeliveryWindow(t *testing.T) {
+	c := defaults(t)
+	require.Equal(t, 2*time.Hour, c.JobRetention)
+	c.JobRetention = 70 * time.Minute
+	require.ErrorContains(t, c.Validate(), "JOB_RETENTION (1h10m0s) must be at least the outbox's redelivery window (1h13m31s")
+	c.OutboxMaxAttempts = 10
+	require.NoError(t, c.Validate(), "fewer attempts, a shorter window")
+	c = defaults(t)
+	c.JobFailedRetention = time.Hour
+	require.ErrorContains(t, c.Validate(), "JOB_FAILED_RETENTION")
+}
