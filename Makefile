@@ -81,6 +81,10 @@ docs-check: ## Fail when a document or comment refers to a file outside the repo
 events-doc: ## Regenerate docs/events.md, the integration event catalogue, from the code's event registry
 	$(GO) test -count=1 -run '^TestCatalogIsCurrent$$' ./infra/eventstream/catalog -update
 
+.PHONY: flows-doc
+flows-doc: ## Regenerate the flows' table of docs/bullmq-wire.md from the registry (app/worker/flows)
+	$(GO) test -count=1 -run '^TestCatalogueIsCurrent$$' ./app/worker/flows -update
+
 .PHONY: wire
 wire: ## Regenerate wire_gen.go
 	$(GO) tool wire gen .

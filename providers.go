@@ -30,6 +30,7 @@ import (
 	"github.com/listingkit/listing/app/query"
 	"github.com/listingkit/listing/app/reconcile"
 	"github.com/listingkit/listing/app/worker"
+	"github.com/listingkit/listing/app/worker/flows"
 	"github.com/listingkit/listing/domain"
 	"github.com/listingkit/listing/infra/auth"
 	"github.com/listingkit/listing/infra/bullmq"
@@ -212,7 +213,7 @@ func ProvideCipher(cfg config.Config, log *slog.Logger) (*secret.Cipher, error) 
 // the bullmq transport it wakes dispatchers of other processes after each commit through
 // Redis (outbox.Wakeup on wakeChannel); a dispatcher of the same process is woken directly.
 func ProvideEventPublisher(cfg config.Config, rdb redis.UniversalClient, log *slog.Logger) (*outbox.EventPublisher, func(), error) {
-	pcfg := outbox.PublisherConfig{Routes: outbox.Routes(worker.Routes())}
+	pcfg := outbox.PublisherConfig{Routes: outbox.Routes(flows.Routes())}
 	cleanup := func() {}
 	if !cfg.Memory() {
 		w, err := outbox.NewWakeup(outbox.WakeupConfig{Redis: rdb, Channel: wakeChannel(cfg), Logger: log})
@@ -372,7 +373,7 @@ func ProvideBullMQConfig(cfg config.Config, rdb redis.UniversalClient) bullmq.Co
 func ProvidePublishers(cfg config.Config, bcfg bullmq.Config, q *Queues, log *slog.Logger) (outbox.PublisherMap, func(), error) {
 	if q.Memory != nil {
 		m := outbox.PublisherMap{worker.StreamEvents: q.Memory}
-		for _, d := range worker.Queues() {
+		for _, d := range flows.Queues() {
 			m[d] = q.Memory
 		}
 		return m, func() {}, nil
@@ -392,7 +393,7 @@ func ProvidePublishers(cfg config.Config, bcfg bullmq.Config, q *Queues, log *sl
 		return nil, nil, err
 	}
 	m := outbox.PublisherMap{worker.StreamEvents: prefixedTopics{prefix: cfg.StreamPrefix + ":", Publisher: sp}}
-	for _, q := range worker.Queues() {
+	for _, q := range flows.Queues() {
 		m[q] = bp
 	}
 	return m, func() { _ = bp.Close(); _ = streamClient.Close() }, nil
@@ -493,7 +494,7 @@ type Queues struct {
 // NewQueues returns the process's Queues for cfg.
 func NewQueues(cfg config.Config) *Queues {
 	if cfg.Memory() {
-		return &Queues{Memory: jobs.NewMemoryQueues(worker.Queues())}
+		return &Queues{Memory: jobs.NewMemoryQueues(flows.Queues())}
 	}
 	return &Queues{}
 }

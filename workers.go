@@ -16,6 +16,7 @@ import (
 	"github.com/listingkit/listing/app/reconcile"
 	"github.com/listingkit/listing/app/worker"
 	"github.com/listingkit/listing/app/worker/aitask"
+	"github.com/listingkit/listing/app/worker/flows"
 	"github.com/listingkit/listing/app/worker/listingupdate"
 	"github.com/listingkit/listing/app/worker/mediaproc"
 	"github.com/listingkit/listing/app/worker/productsync"
@@ -126,14 +127,27 @@ func ProvideTaskKinds(deps worker.Deps, repos *Repositories) TaskKinds {
 	}
 }
 
-// ProvideReconciler builds the reconciler of stuck tasks (app/reconcile).
+// byQueue indexes kinds by queue.
+func byQueue(kinds TaskKinds) map[string]worker.TaskKind {
+	out := map[string]worker.TaskKind{}
+	for _, k := range kinds {
+		out[k.Queue()] = k
+	}
+	return out
+}
+
+// ProvideReconciler builds the reconciler of stuck tasks (app/reconcile), refusing to start
+// without a task kind of every registered flow (flows.Check).
 func ProvideReconciler(cfg config.Config, pool *pgxpool.Pool, bcfg bullmq.Config, kinds TaskKinds, reg *prometheus.Registry,
 	log *slog.Logger) (*reconcile.Reconciler, error) {
+	if err := flows.Check(byQueue(kinds), nil); err != nil {
+		return nil, err
+	}
 	var probe port.JobProbe
 	if !cfg.Memory() {
 		probe = jobs.BullMQProbe{Config: bcfg}
 	}
-	return reconcile.New(reconcile.Config{Kinds: kinds, Stuck: postgres.StuckTasks{Pool: pool}, Tx: postgres.Transactor{Pool: pool},
+	return reconcile.New(reconcile.Config{Kinds: kinds, Stuck: postgres.StuckTasks{Pool: pool, Flows: flows.All()}, Tx: postgres.Transactor{Pool: pool},
 		Probe: probe,
 		After: cfg.ReconcileAfterQueues, DefaultAfter: cfg.ReconcileAfter, Interval: cfg.ReconcileInterval,
 		MaxReconciliations: cfg.ReconcileMax, Log: log, Registerer: reg})
@@ -216,13 +230,13 @@ func ProvideTransport(cfg config.Config, bcfg bullmq.Config, q *Queues, pool *pg
 	return t, func() { _ = t.Close() }, nil
 }
 
-// ProvideRunner builds the consumers of every queue; their metrics (job outcomes, handler
+// ProvideRunner builds the consumers of every queue, refusing to start without a handler and
+// a task kind of every registered flow (flows.Check); their metrics (job outcomes, handler
 // time, queue depth) are registered on reg.
 func ProvideRunner(cfg config.Config, transport jobs.Transport, handlers map[string]worker.Handler, kinds TaskKinds,
 	reg *prometheus.Registry, log *slog.Logger) (*jobs.Runner, error) {
-	byQueue := map[string]worker.TaskKind{}
-	for _, k := range kinds {
-		byQueue[k.Queue()] = k
+	if err := flows.Check(byQueue(kinds), handlers); err != nil {
+		return nil, err
 	}
 	var timeout time.Duration
 	if cfg.Memory() {
@@ -230,7 +244,7 @@ func ProvideRunner(cfg config.Config, transport jobs.Transport, handlers map[str
 		timeout = cfg.OutboxLease / 2
 	}
 	return jobs.NewRunner(jobs.Config{Transport: transport, Concurrency: cfg.WorkerConcurrency, Handlers: handlers,
-		Kinds: byQueue, JobTimeout: timeout, Logger: log, Registerer: reg})
+		Kinds: byQueue(kinds), JobTimeout: timeout, Logger: log, Registerer: reg})
 }
 
 // Work is the assembled job consumers.

@@ -18,6 +18,7 @@ import (
 
 	listing "github.com/listingkit/listing"
 	"github.com/listingkit/listing/app/worker"
+	"github.com/listingkit/listing/app/worker/flows"
 	"github.com/listingkit/listing/app/worker/storeverify"
 	"github.com/listingkit/listing/domain"
 	"github.com/listingkit/listing/infra/bullmq"
@@ -65,7 +66,7 @@ func e2eOurs(ctx context.Context, o options) (float64, error) {
 		}
 		stores[ws] = s
 	}
-	events, err := outbox.NewEventPublisher(outbox.PublisherConfig{Routes: outbox.Routes(worker.Routes())})
+	events, err := outbox.NewEventPublisher(outbox.PublisherConfig{Routes: outbox.Routes(flows.Routes())})
 	if err != nil {
 		return 0, err
 	}

@@ -52,11 +52,13 @@ var AllowedMediaTypes = []string{"image/jpeg", "image/png", "image/gif", "image/
 
 // Media error codes.
 var (
-	ErrMediaNotFound        = NewError(KindNotFound, "MEDIA_NOT_FOUND", "the media does not exist")
-	ErrMediaTooLarge        = NewError(KindTooLarge, "MEDIA_TOO_LARGE", "the media is larger than allowed")
-	ErrMediaTypeUnsupported = NewError(KindInvalid, "MEDIA_TYPE_UNSUPPORTED", "content_type must be image/jpeg, image/png, image/gif or image/webp").WithField("content_type", "unsupported")
-	ErrMediaNotUploaded     = NewError(KindConflict, "MEDIA_NOT_UPLOADED", "the media's bytes have not been uploaded")
-	ErrMediaAlreadyComplete = NewError(KindConflict, "MEDIA_ALREADY_COMPLETED", "the media upload was already completed")
+	ErrMediaNotFound = NewError(KindNotFound, "MEDIA_NOT_FOUND", "the media does not exist")
+	// ErrMediaProcessingNotFound: the media processing does not exist.
+	ErrMediaProcessingNotFound = NewError(KindNotFound, "MEDIA_PROCESSING_NOT_FOUND", "the media processing does not exist")
+	ErrMediaTooLarge           = NewError(KindTooLarge, "MEDIA_TOO_LARGE", "the media is larger than allowed")
+	ErrMediaTypeUnsupported    = NewError(KindInvalid, "MEDIA_TYPE_UNSUPPORTED", "content_type must be image/jpeg, image/png, image/gif or image/webp").WithField("content_type", "unsupported")
+	ErrMediaNotUploaded        = NewError(KindConflict, "MEDIA_NOT_UPLOADED", "the media's bytes have not been uploaded")
+	ErrMediaAlreadyComplete    = NewError(KindConflict, "MEDIA_ALREADY_COMPLETED", "the media upload was already completed")
 )
 
 // NewMedia validates the client's description of an upload. The filename must be valid

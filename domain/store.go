@@ -37,10 +37,12 @@ type Store struct {
 
 // Store error codes.
 var (
-	ErrStoreNotFound       = NewError(KindNotFound, "STORE_NOT_FOUND", "the store does not exist")
-	ErrStoreExists         = NewError(KindConflict, "STORE_ALREADY_EXISTS", "this workspace already has a store for this platform shop")
-	ErrPlatformUnsupported = NewError(KindInvalid, "PLATFORM_UNSUPPORTED", "the platform is not supported").WithField("platform", "unsupported")
-	ErrStoreNotVerified    = NewError(KindConflict, "STORE_NOT_VERIFIED", "the store's credentials are not verified")
+	ErrStoreNotFound = NewError(KindNotFound, "STORE_NOT_FOUND", "the store does not exist")
+	// ErrStoreVerificationNotFound: the verification does not exist.
+	ErrStoreVerificationNotFound = NewError(KindNotFound, "STORE_VERIFICATION_NOT_FOUND", "the verification does not exist")
+	ErrStoreExists               = NewError(KindConflict, "STORE_ALREADY_EXISTS", "this workspace already has a store for this platform shop")
+	ErrPlatformUnsupported       = NewError(KindInvalid, "PLATFORM_UNSUPPORTED", "the platform is not supported").WithField("platform", "unsupported")
+	ErrStoreNotVerified          = NewError(KindConflict, "STORE_NOT_VERIFIED", "the store's credentials are not verified")
 )
 
 // NewStore validates and returns a store awaiting its first verification.

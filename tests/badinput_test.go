@@ -164,8 +164,8 @@ func TestBadInputStores(t *testing.T) {
 }
 
 // TestBadInputMaterialTransfers: source URLs that are not absolute http(s) URLs, and URLs
-// that lead to private, loopback or link-local addresses, are refused before anything is
-// written.
+// whose host is an address that is not globally reachable (IPv4-translated forms included) or
+// a localhost name, are refused before anything is written.
 func TestBadInputMaterialTransfers(t *testing.T) {
 	t.Parallel()
 	s := badStart(t, func(c *config.Config) { c.FetchAllowPrivate = false })
@@ -175,7 +175,8 @@ func TestBadInputMaterialTransfers(t *testing.T) {
 		cases = append(cases, badCase{"invalid " + u, s.req("POST", "/material-transfers", map[string]any{"source_url": u}), 400, "SOURCE_URL_INVALID"})
 	}
 	for _, u := range []string{"http://127.0.0.1/x", "http://169.254.169.254/", "http://[::1]/", "http://10.0.0.1/a.png",
-		"http://192.168.1.1/", "http://0.0.0.0/", "http://[::ffff:127.0.0.1]/", "http://localhost:8080/", "https://127.0.0.1:443/x"} {
+		"http://192.168.1.1/", "http://0.0.0.0/", "http://[::ffff:127.0.0.1]/", "http://localhost:8080/", "https://127.0.0.1:443/x",
+		"http://[::ffff:0:127.0.0.1]:41099/x", "http://[::ffff:0:a9fe:a9fe]/", "http://[::ffff:0:a00:1]/", "http://app.localhost/"} {
 		cases = append(cases, badCase{"forbidden " + u, s.req("POST", "/material-transfers", map[string]any{"source_url": u}), 400, "SOURCE_URL_FORBIDDEN"})
 	}
 	for _, c := range cases {

@@ -93,8 +93,9 @@ func TestMemoryMediaBomb(t *testing.T) {
 
 // TestMemoryConcurrentFailedLogins sends 20 logins with a wrong password from one address
 // at once. Each would hash with argon2id (64 MiB); the process's peak memory must grow by
-// at most memGrowthBound. Every answer is 401 INVALID_CREDENTIALS, or 503 SERVICE_BUSY
-// (problem+json with Retry-After) for those that found no free hashing slot in time.
+// at most memGrowthBound. Every answer is 401 INVALID_CREDENTIALS, 429 RATE_LIMITED (the
+// address's failed logins for the account are spent), or 503 SERVICE_BUSY (problem+json with
+// Retry-After) for those that found no free hashing slot in time.
 func TestMemoryConcurrentFailedLogins(t *testing.T) {
 	t.Parallel()
 	proc, env := memStartAll(t)
@@ -120,6 +121,8 @@ func TestMemoryConcurrentFailedLogins(t *testing.T) {
 		switch r.Status {
 		case http.StatusUnauthorized:
 			require.Equal(t, "INVALID_CREDENTIALS", r.Code(), "%s", r.Body)
+		case http.StatusTooManyRequests: // beyond the 5 failed logins one address may make for one account
+			require.Equal(t, "RATE_LIMITED", r.Code(), "%s", r.Body)
 		case http.StatusServiceUnavailable:
 			require.Equal(t, "SERVICE_BUSY", r.Code(), "%s", r.Body)
 			require.Equal(t, "application/problem+json", r.Header.Get("Content-Type"))

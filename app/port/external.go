@@ -449,10 +449,11 @@ type FetchInfo struct {
 // Fetcher downloads material from a public URL with the SSRF guard, a time limit and a size
 // limit. Safe for concurrent use.
 type Fetcher interface {
-	// CheckURL validates sourceURL without downloading: scheme, syntax, and that its host
-	// resolves only to allowed addresses. The HTTP layer calls it to refuse bad input with
-	// ErrSourceURLInvalid / ErrSourceURLForbidden before anything is written. Fetch checks
-	// again at dial time, so a passing CheckURL is not a promise.
+	// CheckURL validates sourceURL without downloading and without DNS: scheme, syntax, and
+	// that its host is neither a refused literal address nor a localhost name. The HTTP
+	// layer calls it to refuse bad input with ErrSourceURLInvalid / ErrSourceURLForbidden
+	// before anything is written. Host names are resolved and checked only by Fetch, where
+	// the connection is made, so a passing CheckURL is not a promise.
 	CheckURL(ctx context.Context, sourceURL string) error
 	// Fetch opens sourceURL; the caller reads and closes the body. A body longer than maxBytes
 	// fails (at once from Content-Length, or while reading) with ErrSourceTooLarge; the total

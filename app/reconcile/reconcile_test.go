@@ -2,7 +2,6 @@ package reconcile_test
 
 import (
 	"context"
-	"sync"
 	"testing"
 	"time"
 
@@ -14,10 +13,12 @@ import (
 	"github.com/listingkit/listing/app/port"
 	"github.com/listingkit/listing/app/reconcile"
 	"github.com/listingkit/listing/app/worker"
+	"github.com/listingkit/listing/app/worker/flows"
 	"github.com/listingkit/listing/app/worker/mediaproc"
 	"github.com/listingkit/listing/app/worker/transfer"
 	"github.com/listingkit/listing/domain"
 	"github.com/listingkit/listing/infra/postgres"
+	"github.com/listingkit/listing/internal/testwait"
 	"github.com/listingkit/listing/internal/workertest"
 )
 
@@ -41,7 +42,7 @@ func setupWith(t *testing.T, max int, probe port.JobProbe) *bundle {
 		media: postgres.NewMedia(), reg: prometheus.NewRegistry()}
 	r, err := reconcile.New(reconcile.Config{
 		Kinds: []worker.TaskKind{transfer.Tasks(e.Deps, b.transfers), mediaproc.Tasks(e.Deps, b.tasks, b.media)},
-		Stuck: postgres.StuckTasks{Pool: e.DB.App}, Tx: e.Deps.Tx, Probe: probe, DefaultAfter: time.Minute,
+		Stuck: postgres.StuckTasks{Pool: e.DB.App, Flows: flows.All()}, Tx: e.Deps.Tx, Probe: probe, DefaultAfter: time.Minute,
 		MaxReconciliations: max, Log: e.Log, Registerer: b.reg,
 	})
 	require.NoError(t, err)
@@ -210,22 +211,34 @@ func TestOneSweepAtATime(t *testing.T) {
 	b.age(t, "material_transfers", tr.ID)
 
 	hold, release := make(chan struct{}), make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Add(1)
+	type sweep struct {
+		ran bool
+		err error
+	}
+	held := make(chan sweep, 1)
 	go func() {
-		defer wg.Done()
-		ran, err := postgres.StuckTasks{Pool: b.env.DB.App}.Exclusive(context.Background(), "reconcile",
-			func(context.Context) error { close(hold); <-release; return nil })
-		require.NoError(t, err)
-		require.True(t, ran)
+		// The held sweep ends on release or at the end of the test (t.Context).
+		ran, err := postgres.StuckTasks{Pool: b.env.DB.App}.Exclusive(t.Context(), "reconcile",
+			func(ctx context.Context) error {
+				close(hold)
+				select {
+				case <-release:
+					return nil
+				case <-ctx.Done():
+					return ctx.Err()
+				}
+			})
+		held <- sweep{ran, err}
 	}()
-	<-hold
+	testwait.Recv(t, hold, "the other sweep")
 	res, err := b.r.RunOnce(context.Background())
 	require.NoError(t, err)
 	require.False(t, res.Ran, "another process holds the sweep")
 	require.Empty(t, b.requests(t, tr.ID))
 	close(release)
-	wg.Wait()
+	other := testwait.Recv(t, held, "the other sweep's end")
+	require.NoError(t, other.err)
+	require.True(t, other.ran)
 
 	require.Equal(t, 1, b.sweep(t).Redelivered, "the lock went with the sweep that held it")
 }
@@ -234,7 +247,7 @@ func TestFindIsScopedToTheWorkspace(t *testing.T) {
 	b := setup(t, 3)
 	tr := b.transferTask(t)
 	b.age(t, "material_transfers", tr.ID)
-	stuck := postgres.StuckTasks{Pool: b.env.DB.App}
+	stuck := postgres.StuckTasks{Pool: b.env.DB.App, Flows: flows.All()}
 	other := uuid.New()
 	err := b.env.Deps.Tx.InTx(context.Background(), other, uuid.Nil, func(ctx context.Context) error {
 		tasks, err := stuck.Find(ctx, worker.QueueMaterialTransfer, time.Now(), 10)

@@ -1,6 +1,6 @@
-// Package worker is the engine the job handlers run on: the queue names and routing of
-// domain events, the job envelope every transport carries (Envelope), the Job a handler
-// receives, and the task lifecycle every flow uses (Flow: begin, call, record, with one
+// Package worker is the engine the job handlers run on: the declaration of a flow (Spec,
+// registered in app/worker/flows, which derives the routing of domain events), the job
+// envelope every transport carries (Envelope), the Job a handler receives, and the task lifecycle every flow uses (Flow: begin, call, record, with one
 // error policy), plus what the engine does with a task outside any handler (TaskKind:
 // abandon, reconcile).
 //
@@ -30,7 +30,8 @@ import (
 	"github.com/listingkit/listing/domain"
 )
 
-// Queue names: one BullMQ queue per job family (docs/bullmq-wire.md). Stable.
+// Queue names of the flows declared in app/worker/<flow> (each flow's Spec names its queue;
+// app/worker/flows lists them): one BullMQ queue per job family (docs/bullmq-wire.md). Stable.
 const (
 	QueueStoreVerification = "store-verification"
 	QueueMediaProcessing   = "media-processing"
@@ -43,34 +44,6 @@ const (
 	// the Redis stream <STREAM_PREFIX>:events (docs/events.md), as CloudEvents.
 	StreamEvents = "events"
 )
-
-// Routes maps every domain event type to its destination: a request event to its job queue,
-// an integration event to StreamEvents. An event type is one or the other.
-func Routes() map[string]string {
-	routes := map[string]string{
-		domain.StoreVerificationRequested{}.EventType(): QueueStoreVerification,
-		domain.MediaUploadCompleted{}.EventType():       QueueMediaProcessing,
-		domain.MaterialTransferRequested{}.EventType():  QueueMaterialTransfer,
-		domain.PublicationRequested{}.EventType():       QueueListingPublish,
-		domain.ProductSyncRequested{}.EventType():       QueueProductSync,
-		domain.AITaskRequested{}.EventType():            QueueAITask,
-		domain.ListingUpdateRequested{}.EventType():     QueueListingUpdate,
-	}
-	for _, e := range domain.IntegrationEvents() {
-		t := e.Sample.EventType()
-		if _, job := routes[t]; job {
-			panic("worker.Routes: " + t + " is both a job's request event and an integration event")
-		}
-		routes[t] = StreamEvents
-	}
-	return routes
-}
-
-// Queues lists the job queues workers consume.
-func Queues() []string {
-	return []string{QueueStoreVerification, QueueMediaProcessing, QueueMaterialTransfer, QueueListingPublish, QueueProductSync, QueueAITask,
-		QueueListingUpdate}
-}
 
 // Job is one delivery of a domain event to a handler.
 type Job struct {

@@ -5,7 +5,7 @@ import (
 	"log/slog"
 
 	listing "github.com/listingkit/listing"
-	"github.com/listingkit/listing/app/worker"
+	"github.com/listingkit/listing/app/worker/flows"
 	"github.com/listingkit/listing/infra/bullmq"
 	"github.com/listingkit/listing/infra/config"
 	"github.com/listingkit/listing/infra/console"
@@ -52,7 +52,7 @@ func newConsole(ctx context.Context, cfg config.Config, log *slog.Logger) (*cons
 		return nil, nil, err
 	}
 	cleanup := pool.Close
-	ccfg := console.Config{Operators: operators, Production: cfg.Production(), Pool: pool, Queues: worker.Queues(), Logger: log}
+	ccfg := console.Config{Operators: operators, Production: cfg.Production(), Pool: pool, Queues: flows.Queues(), Logger: log}
 	if !cfg.Memory() {
 		rdb, closeRedis, err := listing.ProvideRedis(ctx, cfg)
 		if err != nil {

@@ -19,6 +19,7 @@ import (
 
 	"github.com/listingkit/listing/infra/bullmq"
 	"github.com/listingkit/listing/internal/redistest"
+	"github.com/listingkit/listing/internal/testwait"
 )
 
 // bundle is one queue under the default prefix "bull", on the single Redis (setup) or on
@@ -143,7 +144,7 @@ func TestHandBackOnShutdown(t *testing.T) {
 			return nil, ctx.Err()
 		})
 	stop := runWorker(t, w)
-	<-started
+	testwait.Recv(t, started, "the job")
 	stop()
 	ctx := context.Background()
 	assert.Equal(t, []string{j.ID}, b.rdb.LRange(ctx, b.key("wait"), 0, -1).Val())
@@ -163,7 +164,7 @@ func TestGracefulShutdownFinishesRunningJobs(t *testing.T) {
 		return "done", nil
 	})
 	stop := runWorker(t, w)
-	<-started
+	testwait.Recv(t, started, "the job")
 	stop()
 	assert.Equal(t, `"done"`, b.rdb.HGet(context.Background(), b.key(j.ID), "returnvalue").Val())
 }
@@ -313,16 +314,16 @@ func TestSnoozeKeepsAttempts(t *testing.T) {
 		}
 		return "ok", nil
 	}))
-	first := <-runs
+	first := testwait.Recv(t, runs, "the first run")
 	ctx := context.Background()
 	waitFor(t, 2*time.Second, "job in delayed", func() bool { return b.rdb.ZCard(ctx, b.key("delayed")).Val() == 1 })
 	h := b.rdb.HGetAll(ctx, b.key(j.ID)).Val()
 	assert.Equal(t, "", h["atm"], "a snooze spends no attempt")
 	assert.Equal(t, "", h["failedReason"])
-	second := <-runs
+	second := testwait.Recv(t, runs, "the second run")
 	assert.GreaterOrEqual(t, second.at.Sub(first.at), 400*time.Millisecond)
 	assert.Equal(t, seen{attemptsMade: 0, snoozes: 1, snoozed: 400 * time.Millisecond}, seen{second.attemptsMade, second.snoozes, second.snoozed, time.Time{}})
-	third := <-runs
+	third := testwait.Recv(t, runs, "the third run")
 	assert.Equal(t, 1, third.attemptsMade, "the retry spent the first attempt")
 	waitFor(t, 5*time.Second, "job completed", func() bool { return b.finished(t) == 1 })
 	assert.Equal(t, "2", b.rdb.HGet(ctx, b.key(j.ID), "atm").Val(), "the retry and the completion; the snooze none")

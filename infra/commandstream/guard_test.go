@@ -13,6 +13,7 @@ import (
 	"github.com/listingkit/listing/app/bus"
 	"github.com/listingkit/listing/infra/postgres"
 	"github.com/listingkit/listing/infra/postgres/pgtest"
+	"github.com/listingkit/listing/internal/testwait"
 )
 
 type guardCmd struct{}
@@ -65,7 +66,7 @@ func TestGuardChecksTheIntegrationInTheTransaction(t *testing.T) {
 	block = true
 	errc := make(chan error, 1)
 	go func() { errc <- run(withPrincipal(ctx, integ), user) }()
-	<-started
+	testwait.Recv(t, started, "the command in progress")
 	revoked := make(chan error, 1)
 	go func() {
 		revoked <- postgres.InTx(ctx, db.App, postgres.Scope{WorkspaceID: ws}, func(ctx context.Context, _ pgx.Tx) error {
@@ -79,8 +80,8 @@ func TestGuardChecksTheIntegrationInTheTransaction(t *testing.T) {
 	case <-time.After(300 * time.Millisecond):
 	}
 	unblock()
-	require.NoError(t, <-errc)
-	require.NoError(t, <-revoked)
+	require.NoError(t, testwait.Recv(t, errc, "the command"))
+	require.NoError(t, testwait.Recv(t, revoked, "the revocation"))
 	block = false
 	require.ErrorIs(t, run(withPrincipal(ctx, integ), user), ErrUnauthenticated)
 	require.Equal(t, 3, ran)

@@ -62,7 +62,8 @@ type Config struct {
 	AuthTokenKeys string `env:"AUTH_TOKEN_KEYS"`
 	// AccessTokenTTL is the lifetime of an access token.
 	AccessTokenTTL time.Duration `env:"ACCESS_TOKEN_TTL" envDefault:"15m"`
-	// AuthRatePerMinute bounds auth requests per client address and per account.
+	// AuthRatePerMinute bounds the auth requests of one client address (failed logins are
+	// held back per account and address by the HTTP layer's LoginLimits).
 	AuthRatePerMinute int `env:"AUTH_RATE_PER_MINUTE" envDefault:"20"`
 	// FingerprintKeys are the HMAC secrets of idempotency fingerprints: "id:base64secret,...".
 	FingerprintKeys string `env:"FINGERPRINT_KEYS"`

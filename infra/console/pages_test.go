@@ -18,6 +18,7 @@ import (
 	"github.com/listingkit/listing/infra/bullmq"
 	"github.com/listingkit/listing/infra/console"
 	"github.com/listingkit/listing/infra/postgres/pgtest"
+	"github.com/listingkit/listing/internal/testwait"
 )
 
 // pagesBundle is a console as listing_operator on an isolated database, with one BullMQ
@@ -183,7 +184,7 @@ func TestQueuesPage(t *testing.T) {
 		return err == nil && c[bullmq.StateFailed] == 2
 	}, 10*time.Second, 50*time.Millisecond)
 	stop()
-	require.NoError(t, <-done)
+	require.NoError(t, testwait.Recv(t, done, "the worker's stop"))
 	waiting := uuid.NewString()
 	_, err = pub.Add(ctx, b.queue, []bullmq.Job{{ID: waiting, Name: "t", Data: []byte(`{}`)}})
 	require.NoError(t, err)

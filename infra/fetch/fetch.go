@@ -28,9 +28,15 @@ type Config struct {
 	// AllowPrivate lifts the address deny list (FETCH_ALLOW_PRIVATE=true). Development and
 	// tests only. Default false.
 	AllowPrivate bool
-	// AllowPrefixes are exceptions to the deny list (e.g. an internal mirror). No env var.
-	// Default none.
-	AllowPrefixes []netip.Prefix
+	// AllowNetworks are address ranges exempt from the guard (e.g. an internal mirror's).
+	// No env var. Default none.
+	AllowNetworks []netip.Prefix
+	// AllowURLPrefixes are URL prefixes ("http://127.0.0.1:8091/_sandbox/files/") whose URLs
+	// may reach any address (FETCH_ALLOW_PREFIXES): a URL matches when its scheme, host and
+	// port are the prefix's and its path starts with the prefix's path (no "." or ".."
+	// segment). Such a fetch uses connections of its own and follows a redirect only to
+	// another matching URL; every other URL stays under the guard. Default none.
+	AllowURLPrefixes []string
 	// Timeout is the total time limit of one fetch, body included (FETCH_TIMEOUT).
 	// Default 60s.
 	Timeout time.Duration
@@ -80,9 +86,14 @@ func (c Config) Validate() error {
 	if c.Timeout < 0 || c.DialTimeout < 0 || c.DefaultMaxBytes < 0 {
 		return errors.New("fetch: Timeout, DialTimeout and DefaultMaxBytes must not be negative")
 	}
-	for _, p := range c.AllowPrefixes {
+	for _, p := range c.AllowNetworks {
 		if !p.IsValid() {
-			return errors.New("fetch: AllowPrefixes holds an invalid prefix")
+			return errors.New("fetch: AllowNetworks holds an invalid prefix")
+		}
+	}
+	for _, raw := range c.AllowURLPrefixes {
+		if _, err := parsePrefix(raw); err != nil {
+			return err
 		}
 	}
 	return nil
@@ -90,9 +101,12 @@ func (c Config) Validate() error {
 
 // Fetcher implements port.Fetcher. Safe for concurrent use.
 type Fetcher struct {
-	cfg    Config
-	client *http.Client
-	dialer *net.Dialer
+	cfg      Config
+	prefixes []*url.URL
+	client   *http.Client
+	dialer   *net.Dialer
+	// exempt fetches the URLs of AllowURLPrefixes, on connections of its own.
+	exempt *http.Client
 	// afterCheck, when set (tests), sees every address that passed the dial-time check,
 	// just before connect.
 	afterCheck func(network, address string)
@@ -107,10 +121,27 @@ func New(cfg Config) (*Fetcher, error) {
 		return nil, fmt.Errorf("fetch.New: %w", err)
 	}
 	f := &Fetcher{cfg: cfg}
+	for _, raw := range cfg.AllowURLPrefixes {
+		u, _ := parsePrefix(raw)
+		f.prefixes = append(f.prefixes, u)
+	}
 	f.dialer = &net.Dialer{Timeout: cfg.DialTimeout, KeepAlive: 30 * time.Second, Control: f.control}
-	tr := &http.Transport{
+	f.client = &http.Client{Transport: newTransport(f.dialContext), CheckRedirect: f.redirectCheck(false)}
+	exemptDialer := &net.Dialer{Timeout: cfg.DialTimeout, KeepAlive: 30 * time.Second,
+		Control: func(network, address string, _ syscall.RawConn) error {
+			if f.afterCheck != nil {
+				f.afterCheck(network, address)
+			}
+			return nil
+		}}
+	f.exempt = &http.Client{Transport: newTransport(exemptDialer.DialContext), CheckRedirect: f.redirectCheck(true)}
+	return f, nil
+}
+
+func newTransport(dial func(ctx context.Context, network, address string) (net.Conn, error)) *http.Transport {
+	return &http.Transport{
 		Proxy:                  nil, // a proxy would make the dial-time check see the proxy's address
-		DialContext:            f.dialContext,
+		DialContext:            dial,
 		ForceAttemptHTTP2:      true,
 		MaxIdleConns:           20,
 		IdleConnTimeout:        60 * time.Second,
@@ -118,8 +149,62 @@ func New(cfg Config) (*Fetcher, error) {
 		ExpectContinueTimeout:  time.Second,
 		MaxResponseHeaderBytes: 64 << 10,
 	}
-	f.client = &http.Client{Transport: tr, CheckRedirect: f.checkRedirect}
-	return f, nil
+}
+
+// parsePrefix accepts an AllowURLPrefixes entry: an http(s) URL with a host, without user
+// info, query or fragment.
+func parsePrefix(raw string) (*url.URL, error) {
+	u, err := parseURL(raw)
+	if err != nil || u.RawQuery != "" || u.Fragment != "" || u.ForceQuery {
+		return nil, fmt.Errorf("fetch: AllowURLPrefixes: %q is not an http(s) URL prefix without query", raw)
+	}
+	if u.Path == "" {
+		u.Path = "/"
+	}
+	return u, nil
+}
+
+// hostPort is u's lower-case host and its port, the scheme's default when none is given.
+func hostPort(u *url.URL) (string, string) {
+	port := u.Port()
+	if port == "" {
+		port = map[string]string{"http": "80", "https": "443"}[u.Scheme]
+	}
+	return strings.ToLower(strings.TrimSuffix(u.Hostname(), ".")), port
+}
+
+// exempted reports whether u falls under one of AllowURLPrefixes.
+func (f *Fetcher) exempted(u *url.URL) bool {
+	if len(f.prefixes) == 0 {
+		return false
+	}
+	for _, seg := range strings.Split(u.Path, "/") {
+		if seg == "." || seg == ".." {
+			return false
+		}
+	}
+	h, pt := hostPort(u)
+	for _, p := range f.prefixes {
+		ph, pp := hostPort(p)
+		if u.Scheme == p.Scheme && h == ph && pt == pp && strings.HasPrefix(u.EscapedPath(), p.EscapedPath()) {
+			return true
+		}
+	}
+	return false
+}
+
+// refusedEarly refuses, without DNS, a URL whose host is a literal address the guard
+// refuses or a localhost name (RFC 6761). Other names are checked where the connection is
+// made.
+func (f *Fetcher) refusedEarly(u *url.URL) bool {
+	if f.cfg.AllowPrivate || f.exempted(u) {
+		return false
+	}
+	host := strings.ToLower(strings.TrimSuffix(u.Hostname(), "."))
+	if a, err := netip.ParseAddr(host); err == nil {
+		return forbidden(a, f.cfg.AllowNetworks)
+	}
+	return host == "localhost" || strings.HasSuffix(host, ".localhost")
 }
 
 var (
@@ -143,21 +228,6 @@ func parseURL(raw string) (*url.URL, error) {
 	return u, nil
 }
 
-// checkHost refuses a literal forbidden IP, or a name any of whose addresses is forbidden.
-func (f *Fetcher) checkHost(ctx context.Context, host string) error {
-	if f.cfg.AllowPrivate {
-		return nil
-	}
-	if a, err := netip.ParseAddr(strings.Trim(host, "[]")); err == nil {
-		if forbidden(a, f.cfg.AllowPrefixes) {
-			return errForbidden
-		}
-		return nil
-	}
-	_, err := f.resolve(ctx, host)
-	return err
-}
-
 // resolve returns host's addresses, refusing all when any one is forbidden.
 func (f *Fetcher) resolve(ctx context.Context, host string) ([]netip.Addr, error) {
 	addrs, err := f.cfg.Resolver.LookupNetIP(ctx, "ip", host)
@@ -173,7 +243,7 @@ func (f *Fetcher) resolve(ctx context.Context, host string) ([]netip.Addr, error
 	}
 	if !f.cfg.AllowPrivate {
 		for _, a := range addrs {
-			if forbidden(a, f.cfg.AllowPrefixes) {
+			if forbidden(a, f.cfg.AllowNetworks) {
 				return nil, errForbidden
 			}
 		}
@@ -187,8 +257,8 @@ func (f *Fetcher) CheckURL(ctx context.Context, sourceURL string) error {
 	if err != nil {
 		return fmt.Errorf("fetch.CheckURL: %w", err)
 	}
-	if err := f.checkHost(ctx, u.Hostname()); err != nil {
-		return fmt.Errorf("fetch.CheckURL: %w", err)
+	if f.refusedEarly(u) {
+		return fmt.Errorf("fetch.CheckURL: %w", errForbidden)
 	}
 	return nil
 }
@@ -208,7 +278,7 @@ func (f *Fetcher) dialContext(ctx context.Context, network, address string) (net
 	}
 	var firstErr error
 	for _, a := range addrs {
-		if !f.cfg.AllowPrivate && forbidden(a, f.cfg.AllowPrefixes) {
+		if !f.cfg.AllowPrivate && forbidden(a, f.cfg.AllowNetworks) {
 			return nil, errForbidden
 		}
 		conn, err := f.dialer.DialContext(ctx, network, net.JoinHostPort(a.String(), portStr))
@@ -229,7 +299,7 @@ func (f *Fetcher) dialContext(ctx context.Context, network, address string) (net
 func (f *Fetcher) control(network, address string, _ syscall.RawConn) error {
 	if !f.cfg.AllowPrivate {
 		ap, err := netip.ParseAddrPort(address)
-		if err != nil || forbidden(ap.Addr(), f.cfg.AllowPrefixes) {
+		if err != nil || forbidden(ap.Addr(), f.cfg.AllowNetworks) {
 			return errForbidden
 		}
 	}
@@ -239,19 +309,23 @@ func (f *Fetcher) control(network, address string, _ syscall.RawConn) error {
 	return nil
 }
 
-func (f *Fetcher) checkRedirect(req *http.Request, via []*http.Request) error {
-	if f.cfg.MaxRedirects < 0 || len(via) > f.cfg.MaxRedirects {
-		return port.ErrSourceRejected.WithMessage("the source redirected too many times")
+// redirectCheck checks each redirect like the first URL. An exempt fetch follows one only to
+// another exempt URL; a guarded fetch refuses literal refused addresses at once (names are
+// checked at dial time).
+func (f *Fetcher) redirectCheck(exempt bool) func(req *http.Request, via []*http.Request) error {
+	return func(req *http.Request, via []*http.Request) error {
+		if f.cfg.MaxRedirects < 0 || len(via) > f.cfg.MaxRedirects {
+			return port.ErrSourceRejected.WithMessage("the source redirected too many times")
+		}
+		u, err := parseURL(req.URL.String())
+		if err != nil {
+			return err
+		}
+		if (exempt && !f.exempted(u)) || (!exempt && f.refusedEarly(u)) {
+			return errForbidden
+		}
+		return nil
 	}
-	u, err := parseURL(req.URL.String())
-	if err != nil {
-		return err
-	}
-	// Dial-time checks cover names; refuse literal addresses before anything else happens.
-	if a, err := netip.ParseAddr(strings.Trim(u.Hostname(), "[]")); err == nil && !f.cfg.AllowPrivate && forbidden(a, f.cfg.AllowPrefixes) {
-		return errForbidden
-	}
-	return nil
 }
 
 // Fetch implements port.Fetcher.
@@ -273,8 +347,12 @@ func (f *Fetcher) Fetch(ctx context.Context, sourceURL string, maxBytes int64) (
 		}
 		f.cfg.Logger.DebugContext(ctx, "fetch", attrs...)
 	}()
-	if a, perr := netip.ParseAddr(strings.Trim(u.Hostname(), "[]")); perr == nil && !f.cfg.AllowPrivate && forbidden(a, f.cfg.AllowPrefixes) {
+	if f.refusedEarly(u) {
 		return nil, info, fmt.Errorf("%s: %w", op, errForbidden)
+	}
+	client := f.client
+	if f.exempted(u) {
+		client = f.exempt
 	}
 
 	fctx, cancel := context.WithTimeout(ctx, f.cfg.Timeout)
@@ -285,7 +363,7 @@ func (f *Fetcher) Fetch(ctx context.Context, sourceURL string, maxBytes int64) (
 	}
 	req.Header.Set("User-Agent", f.cfg.UserAgent)
 	req.Header.Set("Accept", "*/*")
-	resp, err := f.client.Do(req)
+	resp, err := client.Do(req)
 	if err != nil {
 		cancel()
 		return nil, info, fmt.Errorf("%s: %w", op, mapError(err, fctx))

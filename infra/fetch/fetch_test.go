@@ -72,35 +72,123 @@ func okServer(t *testing.T, body string) *httptest.Server {
 	return srv
 }
 
-func TestForbiddenTable(t *testing.T) {
-	deny := []string{
-		"127.0.0.1", "127.1.2.3", "10.0.0.1", "10.255.255.255", "172.16.0.1", "172.31.255.255",
-		"192.168.1.1", "169.254.169.254", "169.254.0.1", "0.0.0.0", "0.1.2.3", "100.64.0.1",
-		"100.127.255.254", "224.0.0.1", "239.255.255.250", "255.255.255.255", "240.0.0.1",
-		"192.0.2.1", "198.18.0.1", "198.51.100.7", "203.0.113.9", "192.0.0.8",
-		"::", "::1", "::ffff:127.0.0.1", "::ffff:10.0.0.1", "::ffff:169.254.169.254", "::127.0.0.1",
-		"fe80::1", "fc00::1", "fd12:3456::1", "fec0::1", "ff02::1", "2001:db8::1", "100::1",
-		"64:ff9b::7f00:1", "64:ff9b::a9fe:a9fe", "64:ff9b:1::1", "2002:7f00:1::1", "2002:a00:1::",
-		"2001:0:4136:e378:8000:63bf:3fff:fdd2",
+// registryRows lists every row of the IANA IPv4 and IPv6 special-purpose address registries
+// (as of 2025-05) and the extra prefixes, with the guard's expected verdict for an address in
+// the row: "refuse", "allow", or for the rows that carry an IPv4 address the verdict for a
+// public and a loopback one inside (sample addresses given).
+var registryRows = []struct {
+	prefix  string
+	samples map[string]bool // address → allowed
+}{
+	// IPv4 special-purpose registry
+	{"0.0.0.0/8", m("0.1.2.3", false, "0.255.255.255", false)},
+	{"0.0.0.0/32", m("0.0.0.0", false)},
+	{"10.0.0.0/8", m("10.0.0.1", false, "10.255.255.255", false)},
+	{"100.64.0.0/10", m("100.64.0.1", false, "100.127.255.254", false)},
+	{"127.0.0.0/8", m("127.0.0.1", false, "127.1.2.3", false)},
+	{"169.254.0.0/16", m("169.254.169.254", false, "169.254.0.1", false)},
+	{"172.16.0.0/12", m("172.16.0.1", false, "172.31.255.255", false)},
+	{"192.0.0.0/24", m("192.0.0.1", false, "192.0.0.255", false)},
+	{"192.0.0.0/29", m("192.0.0.0", false, "192.0.0.7", false)},
+	{"192.0.0.8/32", m("192.0.0.8", false)},
+	{"192.0.0.9/32", m("192.0.0.9", false)},   // registry: globally reachable; refused with its /24
+	{"192.0.0.10/32", m("192.0.0.10", false)}, // idem
+	{"192.0.0.170/32", m("192.0.0.170", false)},
+	{"192.0.0.171/32", m("192.0.0.171", false)},
+	{"192.0.2.0/24", m("192.0.2.1", false)},
+	{"192.31.196.0/24", m("192.31.196.1", true)},
+	{"192.52.193.0/24", m("192.52.193.1", true)},
+	{"192.88.99.0/24", m("192.88.99.1", false)},
+	{"192.168.0.0/16", m("192.168.1.1", false)},
+	{"192.175.48.0/24", m("192.175.48.1", true)},
+	{"198.18.0.0/15", m("198.18.0.1", false, "198.19.255.255", false)},
+	{"198.51.100.0/24", m("198.51.100.7", false)},
+	{"203.0.113.0/24", m("203.0.113.9", false)},
+	{"240.0.0.0/4", m("240.0.0.1", false, "255.255.255.254", false)},
+	{"255.255.255.255/32", m("255.255.255.255", false)},
+	// IPv6 special-purpose registry
+	{"::1/128", m("::1", false)},
+	{"::/128", m("::", false)},
+	{"::ffff:0:0/96", m("::ffff:8.8.8.8", true, "::ffff:127.0.0.1", false, "::ffff:169.254.169.254", false, "::ffff:10.0.0.1", false)},
+	{"64:ff9b::/96", m("64:ff9b::808:808", true, "64:ff9b::7f00:1", false, "64:ff9b::a9fe:a9fe", false, "64:ff9b::a00:1", false)},
+	{"64:ff9b:1::/48", m("64:ff9b:1::808:808", false)},
+	{"100::/64", m("100::1", false)},
+	{"100:0:0:1::/64", m("100:0:0:1::1", false)},
+	{"2001::/23", m("2001:5::1", false, "2001:1ff:ffff::1", false)},
+	{"2001::/32", m("2001:0:4136:e378:8000:63bf:3fff:fdd2", false, "2001::808:808", false)},
+	{"2001:1::1/128", m("2001:1::1", true)},
+	{"2001:1::2/128", m("2001:1::2", true)},
+	{"2001:1::3/128", m("2001:1::3", true)},
+	{"2001:2::/48", m("2001:2::1", false)},
+	{"2001:3::/32", m("2001:3::1", true)},
+	{"2001:4:112::/48", m("2001:4:112::1", true)},
+	{"2001:10::/28", m("2001:10::1", false)},
+	{"2001:20::/28", m("2001:20::1", true)},
+	{"2001:30::/28", m("2001:30::1", true)},
+	{"2001:db8::/32", m("2001:db8::1", false)},
+	{"2002::/16", m("2002:808:808::1", true, "2002:7f00:1::1", false, "2002:a00:1::", false)},
+	{"2620:4f:8000::/48", m("2620:4f:8000::1", true)},
+	{"3fff::/20", m("3fff::1", false, "3fff:fff::1", false)},
+	{"5f00::/16", m("5f00::1", false)},
+	{"fc00::/7", m("fc00::1", false, "fd12:3456::1", false)},
+	{"fe80::/10", m("fe80::1", false)},
+	// extra: not in the special-purpose registries
+	{"224.0.0.0/4", m("224.0.0.1", false, "239.255.255.250", false)},
+	{"::ffff:0:0:0/96", m("::ffff:0:7f00:1", false, "::ffff:0:a9fe:a9fe", false, "::ffff:0:a00:1", false, "::ffff:0:808:808", false)},
+	{"::/96", m("::127.0.0.1", false, "::8.8.8.8", false)},
+	{"fec0::/10", m("fec0::1", false)},
+	{"ff00::/8", m("ff02::1", false)},
+}
+
+func m(kv ...any) map[string]bool {
+	out := map[string]bool{}
+	for i := 0; i < len(kv); i += 2 {
+		out[kv[i].(string)] = kv[i+1].(bool)
 	}
-	allow := []string{"8.8.8.8", "1.1.1.1", "93.184.216.34", "172.32.0.1", "100.128.0.1",
-		"2606:4700:4700::1111", "2a00:1450:4001::200e", "64:ff9b::808:808", "2002:808:808::1", "::ffff:8.8.8.8"}
-	for _, s := range deny {
-		if !forbidden(netip.MustParseAddr(s), nil) {
-			t.Errorf("%s must be forbidden", s)
+	return out
+}
+
+func TestAddressClassesCoverEveryRegistryRow(t *testing.T) {
+	listed := map[netip.Prefix]bool{}
+	for _, r := range registryRows {
+		pfx := netip.MustParsePrefix(r.prefix)
+		listed[pfx] = true
+		for s, want := range r.samples {
+			a := netip.MustParseAddr(s)
+			if !pfx.Contains(a) {
+				t.Fatalf("test row %s: sample %s outside", r.prefix, s)
+			}
+			if got := Allowed(a); got != want {
+				t.Errorf("%s (row %s): allowed = %v, want %v", s, r.prefix, got, want)
+			}
 		}
 	}
-	for _, s := range allow {
-		if forbidden(netip.MustParseAddr(s), nil) {
-			t.Errorf("%s must be allowed", s)
+	for _, c := range classes {
+		if !listed[c.prefix] {
+			t.Errorf("class %s (%s) has no test row", c.prefix, c.name)
 		}
 	}
-	if forbidden(netip.MustParseAddr("127.0.0.1"), []netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")}) {
-		t.Error("AllowPrefixes exception ignored")
+	if len(listed) != len(classes) {
+		t.Errorf("%d test rows, %d classes", len(listed), len(classes))
+	}
+}
+
+func TestAddressClassesOutsideTheRegistries(t *testing.T) {
+	for s, want := range map[string]bool{
+		"8.8.8.8": true, "1.1.1.1": true, "93.184.216.34": true, "172.32.0.1": true, "100.128.0.1": true,
+		"192.0.1.1": true, "2606:4700:4700::1111": true, "2a00:1450:4001::200e": true, "2001:200::1": true,
+		"4000::1": false, "1::1": false, "::2:1": false, "::ffff:1:0:0": false, // IPv6 outside 2000::/3
+	} {
+		if got := Allowed(netip.MustParseAddr(s)); got != want {
+			t.Errorf("%s: allowed = %v, want %v", s, got, want)
+		}
 	}
 	zoned, _ := netip.ParseAddr("fe80::1%eth0")
-	if !forbidden(zoned, nil) {
-		t.Error("zoned address allowed")
+	if Allowed(zoned) || Allowed(netip.Addr{}) {
+		t.Error("zoned or invalid address allowed")
+	}
+	if forbidden(netip.MustParseAddr("127.0.0.1"), []netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")}) {
+		t.Error("AllowNetworks exception ignored")
 	}
 }
 
@@ -124,6 +212,11 @@ func TestRefusesPrivateTargets(t *testing.T) {
 		"http://[fe80::1]/",
 		"http://[64:ff9b::a00:1]/",
 		"https://172.16.0.1/",
+		fmt.Sprintf("http://[::ffff:0:127.0.0.1]:%d/x", port6), // IPv4-translated
+		"http://[::ffff:0:a9fe:a9fe]/",
+		"http://[::ffff:0:a00:1]/",
+		"http://LocalHost./",
+		"http://app.localhost/",
 	}
 	for _, u := range urls {
 		if err := f.CheckURL(ctx, u); !errors.Is(err, port.ErrSourceURLForbidden) {
@@ -151,11 +244,18 @@ func TestHostnameResolvingToLoopbackAndRebinding(t *testing.T) {
 		return []netip.Addr{netip.MustParseAddr("93.184.216.34"), netip.MustParseAddr("127.0.0.1")}, nil
 	}}
 	f, dl := newFetcher(t, Config{Resolver: loop})
-	if err := f.CheckURL(ctx, "http://mixed.test:"+portStr+"/"); !errors.Is(err, port.ErrSourceURLForbidden) {
+	// The check of a request resolves nothing: names are checked where the connection is made.
+	if err := f.CheckURL(ctx, "http://mixed.test:"+portStr+"/"); err != nil {
+		t.Fatalf("CheckURL of a name: %v", err)
+	}
+	if n := loop.calls.Load(); n != 0 {
+		t.Fatalf("CheckURL resolved %d times", n)
+	}
+	if _, _, err := f.Fetch(ctx, "http://mixed.test:"+portStr+"/", 100); !errors.Is(err, port.ErrSourceURLForbidden) {
 		t.Fatalf("mixed records: %v", err)
 	}
 
-	// DNS rebinding: public at check time, loopback at dial time.
+	// DNS rebinding: public at the first lookup, loopback at the next.
 	rebind := &mapResolver{f: func(call int32, _ string) ([]netip.Addr, error) {
 		if call == 1 {
 			return []netip.Addr{netip.MustParseAddr("93.184.216.34")}, nil
@@ -164,7 +264,7 @@ func TestHostnameResolvingToLoopbackAndRebinding(t *testing.T) {
 	}}
 	f2, dl2 := newFetcher(t, Config{Resolver: rebind})
 	u := "http://rebind.test:" + portStr + "/"
-	if err := f2.CheckURL(ctx, u); err != nil {
+	if _, err := f2.resolve(ctx, "rebind.test"); err != nil {
 		t.Fatalf("first lookup is public: %v", err)
 	}
 	if _, _, err := f2.Fetch(ctx, u, 100); !errors.Is(err, port.ErrSourceURLForbidden) {
@@ -178,14 +278,18 @@ func TestHostnameResolvingToLoopbackAndRebinding(t *testing.T) {
 		return nil, &net.DNSError{Err: "no such host", Name: "nx.test", IsNotFound: true}
 	}}
 	f3, _ := newFetcher(t, Config{Resolver: nx})
-	if err := f3.CheckURL(ctx, "http://nx.test/"); !errors.Is(err, port.ErrSourceURLInvalid) {
+	if err := f3.CheckURL(ctx, "http://nx.test/"); err != nil {
+		t.Fatalf("CheckURL of an unknown name: %v", err)
+	}
+	if _, _, err := f3.Fetch(ctx, "http://nx.test/", 100); !errors.Is(err, port.ErrSourceURLInvalid) {
 		t.Fatalf("nxdomain: %v", err)
 	}
 }
 
 func TestDialTimeControl(t *testing.T) {
 	f, _ := newFetcher(t, Config{})
-	for _, a := range []string{"127.0.0.1:80", "[::1]:443", "[::ffff:127.0.0.1]:80", "10.0.0.1:80", "169.254.169.254:80", "garbage"} {
+	for _, a := range []string{"127.0.0.1:80", "[::1]:443", "[::ffff:127.0.0.1]:80", "10.0.0.1:80", "169.254.169.254:80", "garbage",
+		"[::ffff:0:7f00:1]:80", "[::ffff:0:a9fe:a9fe]:80", "[::ffff:0:a00:1]:80"} {
 		if err := f.control("tcp", a, nil); !errors.Is(err, port.ErrSourceURLForbidden) {
 			t.Errorf("control(%s) = %v", a, err)
 		}
@@ -195,8 +299,17 @@ func TestDialTimeControl(t *testing.T) {
 		t.Errorf("public address refused: %v", err)
 	}
 	// even when the pre-dial resolution is bypassed, the dialer refuses before connect
-	if _, err := f.dialer.DialContext(context.Background(), "tcp", "127.0.0.1:9"); !errors.Is(err, port.ErrSourceURLForbidden) {
-		t.Errorf("dialer without guard: %v", err)
+	for _, a := range []string{"127.0.0.1:9", "[::ffff:0:127.0.0.1]:9"} {
+		if _, err := f.dialer.DialContext(context.Background(), "tcp", a); !errors.Is(err, port.ErrSourceURLForbidden) {
+			t.Errorf("dialer without guard, %s: %v", a, err)
+		}
+	}
+	// a name resolving to an IPv4-translated address is refused where the connection is made
+	tr, _ := newFetcher(t, Config{Resolver: &mapResolver{f: func(int32, string) ([]netip.Addr, error) {
+		return []netip.Addr{netip.MustParseAddr("::ffff:0:7f00:1")}, nil
+	}}})
+	if _, _, err := tr.Fetch(context.Background(), "http://translated.test/", 100); !errors.Is(err, port.ErrSourceURLForbidden) {
+		t.Errorf("name resolving to ::ffff:0:7f00:1: %v", err)
 	}
 }
 
@@ -267,7 +380,7 @@ func TestRedirects(t *testing.T) {
 
 	// The test server itself is loopback: allow exactly 127.0.0.1 so the first hop is fetched,
 	// while every other private address stays refused.
-	f, _ := newFetcher(t, Config{AllowPrefixes: []netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")}, MaxRedirects: 3,
+	f, _ := newFetcher(t, Config{AllowNetworks: []netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")}, MaxRedirects: 3,
 		Resolver: &mapResolver{f: func(int32, string) ([]netip.Addr, error) {
 			return []netip.Addr{netip.MustParseAddr("127.0.0.2")}, nil
 		}}})
@@ -387,5 +500,58 @@ func TestTimeoutAndStatuses(t *testing.T) {
 	closed.Close()
 	if _, _, err := f.Fetch(ctx, u, 100); !errors.Is(err, port.ErrSourceUnreachable) {
 		t.Fatalf("refused: %v", err)
+	}
+}
+
+func TestAllowURLPrefixes(t *testing.T) {
+	mux := http.NewServeMux()
+	mux.HandleFunc("/files/", func(w http.ResponseWriter, r *http.Request) { _, _ = io.WriteString(w, "sample") })
+	mux.HandleFunc("/files/away", func(w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, "/secret", http.StatusFound)
+	})
+	mux.HandleFunc("/files/next", func(w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, "/files/final", http.StatusFound)
+	})
+	mux.HandleFunc("/secret", func(w http.ResponseWriter, r *http.Request) { _, _ = io.WriteString(w, "secret") })
+	srv := httptest.NewServer(mux)
+	defer srv.Close()
+	if _, err := New(Config{AllowURLPrefixes: []string{"ftp://x/"}}); err == nil {
+		t.Fatal("ftp prefix accepted")
+	}
+	if _, err := New(Config{AllowURLPrefixes: []string{srv.URL + "/files/?q=1"}}); err == nil {
+		t.Fatal("prefix with a query accepted")
+	}
+	f, dl := newFetcher(t, Config{AllowURLPrefixes: []string{srv.URL + "/files/"}})
+	ctx := context.Background()
+	for _, u := range []string{srv.URL + "/files/mug.png", srv.URL + "/files/next"} {
+		if err := f.CheckURL(ctx, u); err != nil {
+			t.Fatalf("CheckURL(%s): %v", u, err)
+		}
+		rc, _, err := f.Fetch(ctx, u, 100)
+		if err != nil {
+			t.Fatalf("Fetch(%s): %v", u, err)
+		}
+		b, _ := io.ReadAll(rc)
+		rc.Close()
+		if string(b) != "sample" {
+			t.Fatalf("Fetch(%s) = %q", u, b)
+		}
+	}
+	for u, want := range map[string]error{
+		srv.URL + "/secret":          port.ErrSourceURLForbidden, // same host, outside the prefix
+		srv.URL + "/files/../secret": port.ErrSourceURLForbidden,
+		srv.URL + "/files/away":      port.ErrSourceURLForbidden, // redirect out of the prefix
+		strings.Replace(srv.URL, "127.0.0.1", "localhost", 1) + "/files/x": port.ErrSourceURLForbidden,
+	} {
+		rc, _, err := f.Fetch(ctx, u, 100)
+		if rc != nil {
+			rc.Close()
+		}
+		if !errors.Is(err, want) {
+			t.Errorf("Fetch(%s) = %v, want %v", u, err, want)
+		}
+	}
+	if dl.count() == 0 {
+		t.Fatal("the exempt fetches connected through no checked dialer")
 	}
 }

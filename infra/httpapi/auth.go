@@ -2,8 +2,8 @@ package httpapi
 
 import (
 	"context"
+	"errors"
 	"net/http"
-	"strings"
 	"time"
 
 	"github.com/go-chi/httprate"
@@ -13,32 +13,21 @@ import (
 	"github.com/listingkit/listing/domain"
 )
 
-// authLimits rate-limits the auth endpoints per client address and per account (email).
+// authLimits rate-limits the auth endpoints per client address (the peer's address:
+// forwarded headers are not trusted). Failed logins are held back by loginGuard.
 type authLimits struct {
 	address *httprate.RateLimiter
-	account *httprate.RateLimiter
 }
 
 func newAuthLimits(perMinute int) *authLimits {
 	onLimit := httprate.WithLimitHandler(func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, domain.ErrRateLimited)
 	})
-	return &authLimits{
-		address: httprate.NewRateLimiter(perMinute, time.Minute, httprate.WithKeyFuncs(httprate.KeyByIP), onLimit),
-		account: httprate.NewRateLimiter(perMinute, time.Minute, onLimit),
-	}
+	byPeer := httprate.WithKeyFuncs(func(r *http.Request) (string, error) { return clientAddress(r), nil })
+	return &authLimits{address: httprate.NewRateLimiter(perMinute, time.Minute, byPeer, onLimit)}
 }
 
 func (l *authLimits) perAddress(next http.Handler) http.Handler { return l.address.Handler(next) }
-
-// limitAccount applies the per-account limit; it reports false when it answered 429.
-func (l *authLimits) limitAccount(w http.ResponseWriter, r *http.Request, email string) bool {
-	key := strings.ToLower(strings.TrimSpace(email))
-	if key == "" {
-		return true
-	}
-	return !l.account.RespondOnLimit(w, r, "account:"+key)
-}
 
 // hashSlot takes a password-hashing slot for a request that hashes a password (see
 // Deps.HashSlots).
@@ -96,9 +85,6 @@ func (s *Server) register(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, err)
 		return
 	}
-	if !s.limits.limitAccount(w, r, in.Email) {
-		return
-	}
 	release, err := s.hashSlot(r.Context())
 	if err != nil {
 		writeError(w, r, err)
@@ -131,11 +117,18 @@ func (s *Server) login(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, err)
 		return
 	}
-	if !s.limits.limitAccount(w, r, in.Email) {
+	addr := clientAddress(r)
+	done, retryAfter, err := s.logins.admit(r.Context(), in.Email, addr)
+	if err == nil && retryAfter > 0 {
+		err = domain.ErrRateLimited.WithRetryAfter(retryAfter)
+	}
+	if err != nil {
+		writeError(w, r, err)
 		return
 	}
 	release, err := s.hashSlot(r.Context())
 	if err != nil {
+		done(false)
 		writeError(w, r, err)
 		return
 	}
@@ -143,6 +136,7 @@ func (s *Server) login(w http.ResponseWriter, r *http.Request) {
 	reply, err := bus.Execute(r.Context(), s.app.Bus, s.app.Commands.Login, bus.Request[commands.Login]{
 		Command: commands.Login{Email: in.Email, Password: in.Password},
 	})
+	done(errors.Is(err, domain.ErrInvalidCredentials))
 	if err != nil {
 		writeError(w, r, err)
 		return

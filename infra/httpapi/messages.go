@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/url"
 	"slices"
@@ -13,6 +14,8 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/listingkit/listing/app/bus"
+	"github.com/listingkit/listing/app/worker"
+	"github.com/listingkit/listing/app/worker/flows"
 	"github.com/listingkit/listing/domain"
 	"github.com/listingkit/listing/infra/outbox"
 )
@@ -35,33 +38,53 @@ var (
 )
 
 // messageRoute is the HTTP endpoint a command type runs through: its method, its path under
-// the workspace (with {param}s that the message's data names), and its handler.
+// the workspace (with {param}s that the message's data names).
 type messageRoute struct {
-	method  string
-	path    string
-	params  []string
-	handler func(*Server) http.HandlerFunc
+	method string
+	path   string
+	params []string
 }
 
-// messageRoutes maps every command type to its endpoint. A command's data is the endpoint's
-// body plus the path's ids by name.
-var messageRoutes = map[string]messageRoute{
-	"listing.create_store": {http.MethodPost, "/stores", nil,
-		func(s *Server) http.HandlerFunc { return s.createStore }},
-	"listing.replace_store_authorization": {http.MethodPut, "/stores/{store_id}/authorization", []string{"store_id"},
-		func(s *Server) http.HandlerFunc { return s.replaceStoreAuthorization }},
-	"listing.verify_store": {http.MethodPost, "/stores/{store_id}/verifications", []string{"store_id"},
-		func(s *Server) http.HandlerFunc { return s.verifyStore }},
-	"listing.publish": {http.MethodPost, "/products/{product_id}/publications", []string{"product_id"},
-		func(s *Server) http.HandlerFunc { return s.publishProduct }},
-	"listing.start_product_sync": {http.MethodPost, "/stores/{store_id}/product-syncs", []string{"store_id"},
-		func(s *Server) http.HandlerFunc { return s.syncStore }},
-	"listing.create_ai_task": {http.MethodPost, "/ai-tasks", nil,
-		func(s *Server) http.HandlerFunc { return s.createAITask }},
-	"listing.create_material_transfer": {http.MethodPost, "/material-transfers", nil,
-		func(s *Server) http.HandlerFunc { return s.createTransfer }},
-	"listing.complete_media": {http.MethodPost, "/media/{media_id}/complete", []string{"media_id"},
-		func(s *Server) http.HandlerFunc { return s.completeMedia }},
+// messageRoutes maps every command type the flows declare (worker.Spec.Messages) to its
+// endpoint. A command's data is the endpoint's body plus the path's ids by name.
+var messageRoutes = flowMessageRoutes(flows.All())
+
+func flowMessageRoutes(specs []worker.Spec) map[string]messageRoute {
+	out := map[string]messageRoute{}
+	for _, f := range specs {
+		for _, m := range f.Messages {
+			var params []string
+			for _, part := range strings.Split(m.Path, "/") {
+				if strings.HasPrefix(part, "{") && strings.HasSuffix(part, "}") {
+					params = append(params, strings.Trim(part, "{}"))
+				}
+			}
+			out[m.Type] = messageRoute{method: m.Method, path: m.Path, params: params}
+		}
+	}
+	return out
+}
+
+// messageHandlers finds, among router's routes, the handler of every command type's
+// endpoint, and fails naming a command type whose endpoint router does not serve.
+func messageHandlers(router chi.Routes) (map[string]http.Handler, error) {
+	served := map[string]http.Handler{}
+	err := chi.Walk(router, func(method, route string, h http.Handler, _ ...func(http.Handler) http.Handler) error {
+		served[method+" "+strings.ReplaceAll(strings.TrimSuffix(route, "/"), "/*/", "/")] = h
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]http.Handler{}
+	for typ, route := range messageRoutes {
+		h, ok := served[route.method+" /v1/workspaces/{workspace_id}"+route.path]
+		if !ok {
+			return nil, fmt.Errorf("httpapi: command type %s: no route %s %s", typ, route.method, route.path)
+		}
+		out[typ] = h
+	}
+	return out, nil
 }
 
 // MessageCommandTypes lists the command types ExecuteMessage accepts, sorted.
@@ -154,7 +177,7 @@ func (s *Server) ExecuteMessage(ctx context.Context, m MessageCommand) MessageRe
 	r.Header.Set("Content-Type", "application/json")
 	r = r.WithContext(context.WithValue(context.WithValue(r.Context(), chi.RouteCtxKey, rctx), messageCtxKey{}, &m))
 	w := newBufferWriter()
-	route.handler(s)(w, r)
+	s.messages[m.Type].ServeHTTP(w, r)
 	return w.result()
 }
 

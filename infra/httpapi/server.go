@@ -43,8 +43,12 @@ func OpenAPIDocument() []byte { return openAPIDocument }
 type Config struct {
 	// MaxBodyBytes bounds JSON request bodies (413 beyond). Default 1 MiB.
 	MaxBodyBytes int64
-	// AuthRatePerMinute bounds auth requests per client address and per account. Default 20.
+	// AuthRatePerMinute bounds the auth requests (register, login, refresh) of one client
+	// address. Default 20.
 	AuthRatePerMinute int
+	// LoginLimits hold back failed logins per (account, client address) and slow an account
+	// down (see LoginLimits for the defaults).
+	LoginLimits LoginLimits
 	// PublicBaseURL is how clients reach the service (PUBLIC_BASE_URL): the server that
 	// /openapi.yaml and /docs name. Empty: the document's own development default.
 	PublicBaseURL string
@@ -102,10 +106,13 @@ type Server struct {
 	log     *slog.Logger
 	metrics *Metrics
 	limits  *authLimits
+	logins  *loginGuard
 	handler http.Handler
 	traced  http.Handler
 	// document is the served OpenAPI document and docs its HTML rendering.
 	document, docs []byte
+	// messages are the handlers of the command types sent as messages, by type.
+	messages map[string]http.Handler
 }
 
 // New builds the server and its routes.
@@ -123,6 +130,7 @@ func New(cfg Config, deps Deps) (*Server, error) {
 		s.metrics = m
 	}
 	s.limits = newAuthLimits(cfg.AuthRatePerMinute)
+	s.logins = newLoginGuard(cfg.LoginLimits)
 	var err error
 	if s.document, err = servedDocument(openAPIDocument, cfg.PublicBaseURL); err != nil {
 		return nil, err
@@ -131,6 +139,9 @@ func New(cfg Config, deps Deps) (*Server, error) {
 		return nil, err
 	}
 	s.handler = s.routes()
+	if s.messages, err = messageHandlers(s.Router()); err != nil {
+		return nil, err
+	}
 	s.traced = tracing.Handler(s.handler, "http")
 	return s, nil
 }

@@ -22,6 +22,7 @@ import (
 	"github.com/listingkit/listing/infra/idem"
 	"github.com/listingkit/listing/infra/postgres"
 	"github.com/listingkit/listing/infra/postgres/pgtest"
+	"github.com/listingkit/listing/internal/testwait"
 )
 
 // createOp is the test command: it records one row in operations whose resource_id is
@@ -289,7 +290,9 @@ func TestDifferentFingerprintIsKeyReused(t *testing.T) {
 func TestInProgressIsAnsweredAtOnce(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	ctx := context.Background()
+	// The first request's handler waits for release or for the end of the test (t.Context),
+	// so that a failed assertion ends the test instead of leaving its connection in use.
+	ctx := t.Context()
 	key := uuid.New()
 
 	entered, release := make(chan struct{}), make(chan struct{})
@@ -298,7 +301,11 @@ func TestInProgressIsAnsweredAtOnce(t *testing.T) {
 		b.calls.Add(1)
 		r, err := insertOp(ctx, cmd)
 		close(entered)
-		<-release
+		select {
+		case <-release:
+		case <-ctx.Done():
+			return r, ctx.Err()
+		}
 		return r, err
 	})
 	done := make(chan error, 1)
@@ -306,7 +313,7 @@ func TestInProgressIsAnsweredAtOnce(t *testing.T) {
 		_, err := b.exec(ctx, first)
 		done <- err
 	}()
-	<-entered
+	testwait.Recv(t, entered, "the first request's handler")
 
 	start := time.Now()
 	_, err := b.exec(ctx, b.req(key, `{"title":"slow"}`))
@@ -322,7 +329,7 @@ func TestInProgressIsAnsweredAtOnce(t *testing.T) {
 	requireCode(t, err, idem.CodeRequestInProgress)
 
 	close(release)
-	require.NoError(t, <-done)
+	require.NoError(t, testwait.Recv(t, done, "the first request"))
 	again, err := b.exec(ctx, b.req(key, `{"title":"slow"}`))
 	require.NoError(t, err)
 	require.True(t, again.Replayed)
@@ -508,7 +515,7 @@ func TestRecordCommittedAfterSnapshotIsRechecked(t *testing.T) {
 		t.Run(fmt.Sprintf("other commits=%v", commit), func(t *testing.T) {
 			t.Parallel()
 			b := setup(t)
-			ctx := context.Background()
+			ctx := t.Context() // ends the other transaction's wait when the test fails
 			key := uuid.New()
 			r := b.req(key, `{"title":"x"}`)
 			fp := b.guard.Fingerprinter().Fingerprint("POST", r.path,
@@ -525,14 +532,18 @@ func TestRecordCommittedAfterSnapshotIsRechecked(t *testing.T) {
 							VALUES (gen_random_uuid(), $1, $2, 'POST', $3, $4, $5, $6, 'completed', 201, '\x7b7d')`,
 							b.ws, b.user, r.path, key, fp.MAC, fp.KeyID)
 						close(inserted)
-						<-finish
+						select {
+						case <-finish:
+						case <-ctx.Done():
+							return ctx.Err()
+						}
 						if err == nil && !commit {
 							return errors.New("roll back")
 						}
 						return err
 					})
 			}()
-			<-inserted
+			testwait.Recv(t, inserted, "the other transaction's insert")
 
 			result := make(chan error, 1)
 			var reply bus.Reply[opResult]
@@ -549,8 +560,8 @@ func TestRecordCommittedAfterSnapshotIsRechecked(t *testing.T) {
 				return waiting > 0
 			}, 10*time.Second, 10*time.Millisecond)
 			close(finish)
-			otherErr := <-otherDone
-			require.NoError(t, <-result)
+			otherErr := testwait.Recv(t, otherDone, "the other transaction")
+			require.NoError(t, testwait.Recv(t, result, "the request"))
 			if commit {
 				require.NoError(t, otherErr)
 				require.True(t, reply.Replayed)

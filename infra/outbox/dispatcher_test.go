@@ -23,6 +23,7 @@ import (
 
 	"github.com/listingkit/listing/infra/postgres"
 	"github.com/listingkit/listing/infra/postgres/pgtest"
+	"github.com/listingkit/listing/internal/testwait"
 )
 
 func TestDispatchOverGoChannel(t *testing.T) {
@@ -70,7 +71,7 @@ func TestDispatchOverGoChannel(t *testing.T) {
 
 	waitFor(t, 5*time.Second, "dispatched", func() bool { return statusCounts(t, db)[StatusDispatched] == 1 })
 	cancel()
-	require.NoError(t, <-done)
+	require.NoError(t, testwait.Recv(t, done, "the dispatcher's stop"))
 	require.Equal(t, 1.0, testutil.ToFloat64(d.metrics.Published.WithLabelValues(testQueue)))
 	require.Equal(t, 1, testutil.CollectAndCount(reg, "listing_outbox_dispatch_latency_seconds"))
 	st, err := NewOps(db.OperatorPool(t)).Stats(context.Background())
@@ -408,7 +409,7 @@ func TestGracefulShutdownFinishesInFlightBatch(t *testing.T) {
 		}
 		return rec, nil
 	}))
-	<-started
+	testwait.Recv(t, started, "the first publish")
 	stop()
 	c := statusCounts(t, db)
 	require.Zero(t, c[StatusDispatching], "nothing left claimed after shutdown: %v", c)

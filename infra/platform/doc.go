@@ -11,7 +11,8 @@
 //	429 (+ Retry-After)        → *port.RateLimitedError{RetryAfter} matching port.ErrPlatformRateLimited
 //	408, 5xx, timeouts, network,
 //	an unreadable 2xx body     → port.ErrPlatformTransient (for a create: outcome unknown)
-//	other 4xx                  → port.ErrPlatformRejected
+//	other 4xx                  → port.ErrPlatformRejected (the calling method sees its status:
+//	                             a repeat DELETE's 404 is reported as done)
 //
 // Error strings carry the operation, the HTTP status and at most a bounded, sanitized snippet
 // of the gateway's error code and message (with the api key masked should a gateway echo it);

@@ -313,8 +313,23 @@ func (c *Client) do(ctx context.Context, op string, creds port.Credentials, meth
 	case status == http.StatusRequestTimeout || status >= 500:
 		return fmt.Errorf("%s: HTTP %d%s: %w", op, status, snippet(raw, creds.APIKey()), port.ErrPlatformTransient)
 	default:
-		return fmt.Errorf("%s: HTTP %d%s: %w", op, status, snippet(raw, creds.APIKey()), port.ErrPlatformRejected)
+		return fmt.Errorf("%s: %w%s: %w", op, httpStatus(status), snippet(raw, creds.APIKey()), port.ErrPlatformRejected)
 	}
+}
+
+// httpStatus is the status of a request the gateway refused with a 4xx (port.ErrPlatformRejected).
+type httpStatus int
+
+func (s httpStatus) Error() string { return fmt.Sprintf("HTTP %d", int(s)) }
+
+// statusOf returns the status of a refusal do returned, or 0. A method whose repeat meets a
+// known refusal reports that outcome as its success: a repeat DELETE's 404 means "deleted".
+func statusOf(err error) int {
+	var s httpStatus
+	if errors.As(err, &s) {
+		return int(s)
+	}
+	return 0
 }
 
 // transportCause strips the URL that *url.Error adds (it is ours, but keep errors short and

@@ -131,7 +131,7 @@ func NewStoreVerifications() StoreVerifications {
 			return append(taskValues(&v.Task), v.StoreID, v.CredentialsVersion, v.Valid)
 		},
 		key:      func(v *domain.StoreVerification) (uuid.UUID, time.Time) { return taskKey(&v.Task) },
-		notFound: domain.NewError(domain.KindNotFound, "STORE_VERIFICATION_NOT_FOUND", "the verification does not exist"),
+		notFound: domain.ErrStoreVerificationNotFound,
 	})}
 }
 
@@ -171,7 +171,7 @@ func NewMediaTasks() *Repository[domain.MediaTask] {
 		scan:     func(t *domain.MediaTask) []any { return append(taskScan(&t.Task), &t.MediaID) },
 		values:   func(t *domain.MediaTask) []any { return append(taskValues(&t.Task), t.MediaID) },
 		key:      func(t *domain.MediaTask) (uuid.UUID, time.Time) { return taskKey(&t.Task) },
-		notFound: domain.NewError(domain.KindNotFound, "MEDIA_PROCESSING_NOT_FOUND", "the media processing does not exist"),
+		notFound: domain.ErrMediaProcessingNotFound,
 		conflict: domain.ErrMediaAlreadyComplete,
 	})
 }

@@ -14,9 +14,13 @@ import (
 	"github.com/listingkit/listing/app/worker"
 )
 
-// StuckTasks implements port.StuckTasks over the task tables (sql/008_reconcile.sql).
+// StuckTasks implements port.StuckTasks over the task tables of the registered flows
+// (sql/026_task_tables.sql).
 type StuckTasks struct {
 	Pool *pgxpool.Pool
+	// Flows are the registered flows (app/worker/flows.All): a queue's stuck tasks are found
+	// in its flow's task table.
+	Flows []worker.Spec
 }
 
 var _ port.StuckTasks = StuckTasks{}
@@ -29,14 +33,14 @@ type stuckQuery struct {
 	table, aggregateType, aggregateColumn, payloadKey string
 }
 
-var stuckQueries = map[string]stuckQuery{
-	worker.QueueStoreVerification: {"store_verifications", "store", "store_id", "verification_id"},
-	worker.QueueMediaProcessing:   {"media_processings", "media", "media_id", "processing_id"},
-	worker.QueueMaterialTransfer:  {"material_transfers", "material_transfer", "id", "transfer_id"},
-	worker.QueueListingPublish:    {"publications", "publication", "id", "publication_id"},
-	worker.QueueProductSync:       {"product_syncs", "product_sync", "id", "sync_id"},
-	worker.QueueAITask:            {"ai_tasks", "ai_task", "id", "ai_task_id"},
-	worker.QueueListingUpdate:     {"listing_updates", "listing_update", "id", "update_id"},
+// stuckQueryOf derives queue's stuckQuery from its flow's declaration.
+func (s StuckTasks) stuckQueryOf(queue string) (stuckQuery, bool) {
+	for _, f := range s.Flows {
+		if f.Queue == queue && f.Request != nil {
+			return stuckQuery{f.Table, f.Request.AggregateType(), f.AggregateColumn, f.TaskIDField}, true
+		}
+	}
+	return stuckQuery{}, false
 }
 
 func (q stuckQuery) sql() string {
@@ -66,7 +70,7 @@ func (s StuckTasks) Workspaces(ctx context.Context, before time.Time, limit int)
 // Find implements port.StuckTasks.
 func (s StuckTasks) Find(ctx context.Context, queue string, before time.Time, limit int) ([]port.StuckTask, error) {
 	const op = "postgres.StuckTasks.Find"
-	q, ok := stuckQueries[queue]
+	q, ok := s.stuckQueryOf(queue)
 	if !ok {
 		return nil, fmt.Errorf("%s: no task table for queue %q", op, queue)
 	}

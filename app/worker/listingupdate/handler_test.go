@@ -20,6 +20,7 @@ import (
 	"github.com/listingkit/listing/infra/sandbox"
 	"github.com/listingkit/listing/infra/sandbox/marketplace"
 	"github.com/listingkit/listing/infra/secret"
+	"github.com/listingkit/listing/internal/testwait"
 	"github.com/listingkit/listing/internal/workertest"
 )
 
@@ -316,8 +317,16 @@ type gate struct {
 }
 
 func (g gate) UpdateProduct(ctx context.Context, creds port.Credentials, key, id string, in port.ProductInput) (port.PlatformProduct, error) {
-	g.arrived <- struct{}{}
-	<-g.release
+	select {
+	case g.arrived <- struct{}{}:
+	case <-ctx.Done():
+		return port.PlatformProduct{}, ctx.Err()
+	}
+	select {
+	case <-g.release:
+	case <-ctx.Done():
+		return port.PlatformProduct{}, ctx.Err()
+	}
 	return g.Marketplace.UpdateProduct(ctx, creds, key, id, in)
 }
 
@@ -331,12 +340,12 @@ func TestUpdatesOfOnePublicationNeverPushConcurrently(t *testing.T) {
 	f2 := b.request(t)
 	b.saveDraft(t, "v3")
 	f3 := b.request(t)
-	ctx := context.Background()
+	ctx := t.Context() // ends the gated PUT's wait when the test fails
 
 	g := gate{Marketplace: b.gateway, arrived: make(chan struct{}, 1), release: make(chan struct{})}
 	done := make(chan error, 1)
 	go func() { done <- b.newHandler(t, g, b.Deps).Handle(ctx, f2.job) }()
-	<-g.arrived
+	testwait.Recv(t, g.arrived, "revision 2's PUT")
 
 	err := b.handler.Handle(ctx, f3.job)
 	delay, snoozed := worker.SnoozeOf(err)
@@ -347,7 +356,7 @@ func TestUpdatesOfOnePublicationNeverPushConcurrently(t *testing.T) {
 	require.Equal(t, domain.TaskPending, workertest.Load(t, b.Env, b.updates, f3.update.ID).Status)
 
 	close(g.release)
-	require.NoError(t, <-done)
+	require.NoError(t, testwait.Recv(t, done, "revision 2's delivery"))
 	require.NoError(t, b.handler.Handle(ctx, redeliver(f3.job)))
 	b.requireOutcome(t, f2, domain.UpdatePushed, 2)
 	b.requireOutcome(t, f3, domain.UpdatePushed, 3)

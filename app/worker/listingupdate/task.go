@@ -6,15 +6,30 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/listingkit/listing/app/commands"
 	"github.com/listingkit/listing/app/port"
 	"github.com/listingkit/listing/app/worker"
 	"github.com/listingkit/listing/domain"
 )
 
+// Spec declares the listing updates to the engine (app/worker/flows registers it).
+var Spec = worker.Spec{
+	Name:            "listing_update",
+	Queue:           worker.QueueListingUpdate,
+	Table:           "listing_updates",
+	Request:         domain.ListingUpdateRequested{},
+	TaskIDField:     "update_id",
+	AggregateColumn: "id",
+	NotFound:        domain.ErrListingUpdateNotFound,
+	Operation:       commands.OpListingUpdate,
+	StartedBy:       "a listing update",
+	LastLook:        worker.CannotAsk("the platform's product does not say which update it holds"),
+}
+
 // Tasks describes the listing updates to the engine (worker.TaskKind). A final failure,
 // however it is recorded, releases the update's push claim on its publication.
 func Tasks(d worker.Deps, updates port.Repository[domain.ListingUpdate], pubs port.Repository[domain.Publication]) worker.Kind[domain.ListingUpdate] {
-	return worker.Kind[domain.ListingUpdate]{QueueName: worker.QueueListingUpdate, Deps: d, Tasks: updates, TaskOf: taskOf,
+	return worker.Kind[domain.ListingUpdate]{QueueName: Spec.Queue, Deps: d, Tasks: updates, TaskOf: taskOf,
 		TaskID: worker.PayloadID(func(e domain.ListingUpdateRequested) uuid.UUID { return e.UpdateID }),
 		OnFail: func(ctx context.Context, u domain.ListingUpdate, _ worker.Failure) error {
 			return release(ctx, pubs, u)

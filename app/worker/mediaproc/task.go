@@ -2,19 +2,38 @@ package mediaproc
 
 import (
 	"context"
+	"net/http"
 
 	"github.com/google/uuid"
 
+	"github.com/listingkit/listing/app/commands"
 	"github.com/listingkit/listing/app/port"
 	"github.com/listingkit/listing/app/worker"
 	"github.com/listingkit/listing/domain"
 )
 
+// Spec declares the media processings to the engine (app/worker/flows registers it).
+var Spec = worker.Spec{
+	Name:            "media_processing",
+	Queue:           worker.QueueMediaProcessing,
+	Table:           "media_processings",
+	Request:         domain.MediaUploadCompleted{},
+	TaskIDField:     "processing_id",
+	AggregateColumn: "media_id",
+	NotFound:        domain.ErrMediaProcessingNotFound,
+	Operation:       commands.OpMediaProcessing,
+	StartedBy:       "completing a media upload, and a finished material transfer",
+	Messages: []worker.Message{
+		{Type: "listing.complete_media", Method: http.MethodPost, Path: "/media/{media_id}/complete"},
+	},
+	LastLook: worker.CannotAsk("no upstream: the variants are derived again from the stored original"),
+}
+
 // Tasks describes the media processings to the engine (worker.TaskKind): a job failed
 // outside the handler, or a task lost with its job, still reaches the task. A final failure
 // also rejects the media with the failure's code.
 func Tasks(d worker.Deps, tasks port.Repository[domain.MediaTask], media port.Repository[domain.Media]) worker.Kind[domain.MediaTask] {
-	return worker.Kind[domain.MediaTask]{QueueName: worker.QueueMediaProcessing, Deps: d, Tasks: tasks, TaskOf: taskOf,
+	return worker.Kind[domain.MediaTask]{QueueName: Spec.Queue, Deps: d, Tasks: tasks, TaskOf: taskOf,
 		TaskID: worker.PayloadID(func(e domain.MediaUploadCompleted) uuid.UUID { return e.ProcessingID }),
 		OnFail: func(ctx context.Context, t domain.MediaTask, f worker.Failure) error {
 			_, err := media.Update(ctx, t.MediaID, func(m *domain.Media) error {

@@ -8,6 +8,8 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
+
+	"github.com/listingkit/listing/internal/testwait"
 )
 
 func TestKeyLockSerializesOneKeyOnly(t *testing.T) {
@@ -45,7 +47,7 @@ func TestKeyLockSerializesOneKeyOnly(t *testing.T) {
 	order = append(order, "first")
 	mu.Unlock()
 	unlockA()
-	<-done
+	testwait.Recv(t, done, "the second lock")
 	require.Equal(t, []string{"first", "second"}, order)
 
 	k.mu.Lock()

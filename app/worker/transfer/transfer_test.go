@@ -9,9 +9,12 @@ import (
 	"image/png"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/netip"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -94,6 +97,7 @@ type options struct {
 	failAt       int64
 	forbidLocal  bool
 	fetchTimeout time.Duration
+	resolver     fetch.Resolver
 }
 
 type bundle struct {
@@ -110,7 +114,7 @@ func setup(t *testing.T, opts options) *bundle {
 	b.store, err = storage.NewLocal(storage.LocalConfig{Dir: t.TempDir()})
 	require.NoError(t, err)
 	t.Cleanup(func() { b.store.Close() })
-	fetcher, err := fetch.New(fetch.Config{AllowPrivate: !opts.forbidLocal, Timeout: 10 * time.Second,
+	fetcher, err := fetch.New(fetch.Config{AllowPrivate: !opts.forbidLocal, Resolver: opts.resolver, Timeout: 10 * time.Second,
 		Logger: slog.New(slog.DiscardHandler)})
 	require.NoError(t, err)
 	if opts.maxBytes == 0 {
@@ -382,6 +386,10 @@ func TestPermanentSourceFailures(t *testing.T) {
 	small := setup(t, options{maxBytes: 100})
 	require.Greater(t, len(small.src.png), 100)
 	forbid := setup(t, options{forbidLocal: true})
+	// A name is checked where the connection is made: one resolving to the IPv4-translated
+	// form of loopback (::ffff:0:127.0.0.1) fails the operation.
+	translated := setup(t, options{forbidLocal: true, resolver: fixedResolver{netip.MustParseAddr("::ffff:0:7f00:1")}})
+	_, srcPort, _ := net.SplitHostPort(translated.src.srv.Listener.Addr().String())
 	cases := []struct {
 		name string
 		b    *bundle
@@ -392,13 +400,18 @@ func TestPermanentSourceFailures(t *testing.T) {
 		{"too large by Content-Length", small, "/photo.png", "SOURCE_TOO_LARGE", 1},
 		{"too large while streaming", small, "/streamed.png", "SOURCE_TOO_LARGE", 1},
 		{"private address refused", forbid, "/photo.png", "SOURCE_URL_FORBIDDEN", 0},
+		{"name resolving to an IPv4-translated address", translated, "http://translated.example:" + srcPort + "/photo.png", "SOURCE_URL_FORBIDDEN", 0},
 		{"source answers 404", small, "/missing.png", "SOURCE_REJECTED", 1},
 		{"empty source", small, "/empty", "SOURCE_REJECTED", 1},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
+			u := tc.path
+			if strings.HasPrefix(u, "/") {
+				u = tc.b.src.url(tc.path)
+			}
 			before := tc.b.src.count(tc.path)
-			ev := tc.b.seed(t, tc.b.src.url(tc.path))
+			ev := tc.b.seed(t, u)
 			err := tc.b.h.Handle(context.Background(), tc.b.Job(t, ev, 1, false))
 			requireFailed(t, tc.b, ev, err, tc.code)
 			require.Equal(t, tc.hits, tc.b.src.count(tc.path)-before, "downloads")
@@ -473,4 +486,11 @@ func TestConfigValidate(t *testing.T) {
 	t.Parallel()
 	_, err := transfer.New(transfer.Config{})
 	require.Error(t, err)
+}
+
+// fixedResolver answers every name with its addresses.
+type fixedResolver []netip.Addr
+
+func (r fixedResolver) LookupNetIP(context.Context, string, string) ([]netip.Addr, error) {
+	return r, nil
 }

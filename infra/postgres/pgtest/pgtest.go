@@ -5,6 +5,13 @@
 // The server is the one named by TEST_DATABASE_URL (a superuser; default
 // postgres://root@127.0.0.1:5432/postgres). Tests connect as app_user for everything RLS
 // applies to; the owner pool exists only for setup and for assertions that must see every row.
+//
+// Connections are bounded: a test's App pool holds at most AppConns, its Owner pool at most
+// OwnerConns, and New itself uses one administrator connection at a time. A test that needs
+// more concurrency than AppConns queues on the pool. When the test ends its pools are closed,
+// waiting at most CloseWait for connections still in use (a goroutine the test left blocked):
+// then the test fails saying so, and the database is dropped anyway, which ends those
+// sessions. A test can therefore not hang in its clean-up.
 package pgtest
 
 import (
@@ -36,6 +43,16 @@ const AppRole = "app_user"
 
 // OperatorRole is the operators' role, created by the migrations.
 const OperatorRole = "listing_operator"
+
+// Bounds of the pools New opens for each test (see the package documentation).
+const (
+	AppConns   = 8
+	OwnerConns = 3
+)
+
+// CloseWait bounds how long a test's clean-up waits for its pools' connections to be
+// released before it drops the database under them.
+const CloseWait = 10 * time.Second
 
 // DB is one isolated, migrated database.
 type DB struct {
@@ -80,12 +97,8 @@ func New(t testing.TB) *DB {
 	db := &DB{Name: name, OwnerURL: withDatabase(admin, name, ""), AppURL: withDatabase(admin, name, AppRole),
 		OperatorURL: withDatabase(admin, name, OperatorRole)}
 	t.Cleanup(func() {
-		if db.App != nil {
-			db.App.Close()
-		}
-		if db.Owner != nil {
-			db.Owner.Close()
-		}
+		closePool(t, db.App, "app pool")
+		closePool(t, db.Owner, "owner pool")
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
 		_ = withAdmin(ctx, admin, func(conn *pgx.Conn) error {
@@ -93,10 +106,10 @@ func New(t testing.TB) *DB {
 			return err
 		})
 	})
-	if db.App, err = postgres.Connect(ctx, postgres.PoolConfig{URL: db.AppURL, MaxConns: 60}); err != nil {
+	if db.App, err = postgres.Connect(ctx, postgres.PoolConfig{URL: db.AppURL, MaxConns: AppConns}); err != nil {
 		t.Fatalf("pgtest: app pool: %v", err)
 	}
-	if db.Owner, err = postgres.Connect(ctx, postgres.PoolConfig{URL: db.OwnerURL, MaxConns: 10}); err != nil {
+	if db.Owner, err = postgres.Connect(ctx, postgres.PoolConfig{URL: db.OwnerURL, MaxConns: OwnerConns}); err != nil {
 		t.Fatalf("pgtest: owner pool: %v", err)
 	}
 	return db
@@ -123,8 +136,29 @@ func openPool(t testing.TB, url string, conns int32, what string) *pgxpool.Pool 
 	if err != nil {
 		t.Fatalf("pgtest: %s: %v", what, err)
 	}
-	t.Cleanup(pool.Close)
+	t.Cleanup(func() { closePool(t, pool, what) })
 	return pool
+}
+
+// closePool closes pool, waiting at most CloseWait for the connections in use. A connection
+// still in use after that belongs to a goroutine the test left blocked: the test fails with
+// how many, and the clean-up goes on (dropping the database ends those sessions).
+func closePool(t testing.TB, pool *pgxpool.Pool, what string) {
+	if pool == nil {
+		return
+	}
+	closed := make(chan struct{})
+	go func() {
+		pool.Close()
+		close(closed)
+	}()
+	select {
+	case <-closed:
+	case <-time.After(CloseWait):
+		t.Errorf("pgtest: %s: %d connection(s) still in use %s after the test ended: something the test "+
+			"started is blocked (release it in t.Cleanup or bound it with a context); dropping the database under it",
+			what, pool.Stat().AcquiredConns(), CloseWait)
+	}
 }
 
 // AdminURL is the administrator URL of the test server.

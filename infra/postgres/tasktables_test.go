@@ -1,0 +1,117 @@
+package postgres_test
+
+import (
+	"context"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/listingkit/listing/app/worker"
+	"github.com/listingkit/listing/app/worker/flows"
+	"github.com/listingkit/listing/infra/postgres/pgtest"
+)
+
+// lifecycleColumns returns the lifecycle columns (worker.LifecycleColumns) table lacks.
+func lifecycleColumns(t *testing.T, db *pgtest.DB, table string) (missing []string) {
+	t.Helper()
+	rows, err := db.Owner.Query(context.Background(),
+		`SELECT column_name::text FROM information_schema.columns WHERE table_schema = 'public' AND table_name = $1`, table)
+	require.NoError(t, err)
+	cols, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	require.NoError(t, err)
+	for _, c := range worker.LifecycleColumns {
+		if !slices.Contains(cols, c) {
+			missing = append(missing, c)
+		}
+	}
+	return missing
+}
+
+// Every registered flow's task table is in the engine's registry of task tables
+// (task_tables, which stuck-task discovery reads) and has the lifecycle columns; and every
+// table of that registry belongs to a flow.
+func TestTaskTablesAreTheFlows(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	rows, err := db.Owner.Query(context.Background(), `SELECT table_name FROM task_tables ORDER BY 1`)
+	require.NoError(t, err)
+	registered, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	require.NoError(t, err)
+	var tables []string
+	for _, f := range flows.All() {
+		tables = append(tables, f.Table)
+		require.Contains(t, registered, f.Table, "flow %s: its table is not a task table (prepare_task_table)", f.Name)
+		require.Empty(t, lifecycleColumns(t, db, f.Table), "flow %s: table %s lacks lifecycle columns", f.Name, f.Table)
+	}
+	slices.Sort(tables)
+	require.Equal(t, tables, registered, "task_tables holds a table no flow declares")
+}
+
+// prepare_task_table turns a table of domain columns into a task table: lifecycle columns,
+// forced RLS and its policy, the unfinished index, discovery's grant and policy, and a row in
+// task_tables that stuck_task_workspaces reads. It refuses a lifecycle column of another
+// type, and only the tables' owner may run it.
+func TestPrepareTaskTable(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	ctx := context.Background()
+	ws, _ := seedWorkspace(t, db)
+
+	tx, err := db.Owner.Begin(ctx)
+	require.NoError(t, err)
+	for _, stmt := range []string{`SET LOCAL ROLE listing_owner`,
+		`CREATE TABLE demo_tasks (note text NOT NULL DEFAULT '')`,
+		`SELECT prepare_task_table('demo_tasks')`,
+		`SELECT prepare_task_table('demo_tasks')`, // idempotent
+	} {
+		_, err = tx.Exec(ctx, stmt)
+		require.NoError(t, err, stmt)
+	}
+	require.NoError(t, tx.Commit(ctx))
+	require.Empty(t, lifecycleColumns(t, db, "demo_tasks"))
+
+	var forced bool
+	var policies, indexes int
+	require.NoError(t, db.Owner.QueryRow(ctx, `SELECT relforcerowsecurity,
+		  (SELECT count(*) FROM pg_policy WHERE polrelid = c.oid AND polname IN ('demo_tasks_tenant', 'demo_tasks_discovery')),
+		  (SELECT count(*) FROM pg_indexes WHERE indexname = 'demo_tasks_unfinished')
+		FROM pg_class c WHERE oid = 'demo_tasks'::regclass`).Scan(&forced, &policies, &indexes))
+	require.True(t, forced)
+	require.Equal(t, 2, policies)
+	require.Equal(t, 1, indexes)
+
+	// A task left unfinished is found by discovery; app_user sees only its workspace's rows.
+	_, err = db.Owner.Exec(ctx, `WITH o AS (INSERT INTO operations (id, workspace_id, type, resource_type, resource_id)
+		  VALUES (gen_random_uuid(), $1, 'demo', 'demo', gen_random_uuid()) RETURNING id)
+		INSERT INTO demo_tasks (id, workspace_id, operation_id, status, updated_at)
+		SELECT gen_random_uuid(), $1, o.id, 'running', now() - interval '1 hour' FROM o`, ws)
+	require.NoError(t, err)
+	var found []uuid.UUID
+	rows, err := db.App.Query(ctx, `SELECT workspace_id FROM stuck_task_workspaces($1, 10)`, time.Now().Add(-time.Minute))
+	require.NoError(t, err)
+	found, err = pgx.CollectRows(rows, pgx.RowTo[uuid.UUID])
+	require.NoError(t, err)
+	require.Equal(t, []uuid.UUID{ws}, found)
+	var n int
+	require.NoError(t, db.App.QueryRow(ctx, `SELECT count(*) FROM demo_tasks`).Scan(&n))
+	require.Zero(t, n, "no workspace context: RLS hides the row")
+
+	// A lifecycle column of another type is refused, naming it.
+	tx, err = db.Owner.Begin(ctx)
+	require.NoError(t, err)
+	_, err = tx.Exec(ctx, `SET LOCAL ROLE listing_owner; CREATE TABLE bad_tasks (status int)`)
+	require.NoError(t, err)
+	_, err = tx.Exec(ctx, `SELECT prepare_task_table('bad_tasks')`)
+	require.ErrorContains(t, err, "task table bad_tasks: column status is integer")
+	require.NoError(t, tx.Rollback(ctx))
+
+	// app_user can neither prepare a table nor read the registry.
+	_, err = db.App.Exec(ctx, `SELECT prepare_task_table('demo_tasks')`)
+	require.ErrorContains(t, err, "permission denied")
+	_, err = db.App.Exec(ctx, `SELECT count(*) FROM task_tables`)
+	require.ErrorContains(t, err, "permission denied")
+}
