@@ -2,8 +2,14 @@
 SHELL := /bin/bash
 GO ?= go
 NODE_HARNESS := tests/bullmqnode
-# Tests run each package's suite in parallel with the others; 2 cores are plenty for -p 2.
-TEST_FLAGS ?= -race -count=1 -p 2 -timeout 30m
+# PostgreSQL connections of make test: at most 2 packages (-p 2) run at once, each at most 2
+# tests at a time (-parallel 2). A test holds at most 11 connections of its own database
+# (pgtest.AppConns 8 + pgtest.OwnerConns 3) plus one administrator connection while it creates
+# or drops it; a test that starts the service adds its pools of at most 10 each
+# (servicetest.ServiceConns); a test that runs bin/app as a child sets DATABASE_MAX_CONNS.
+# Measured peak: see README ("What the tests need"); make test-loaded checks it beside 40
+# connections held by another client.
+TEST_FLAGS ?= -race -count=1 -p 2 -parallel 2 -timeout 30m
 
 .DEFAULT_GOAL := help
 
@@ -40,6 +46,10 @@ browser-deps: ## Install Debian's chromium for the console's browser test (tests
 test: node-deps jq ## Run the whole test suite with the race detector (needs PostgreSQL and Redis; tests/readme_test.go runs the README's Try it with jq)
 	$(GO) test $(TEST_FLAGS) ./...
 
+.PHONY: test-loaded
+test-loaded: node-deps jq ## make test while 40 PostgreSQL connections are held by another client; prints the suite's peak connections (HOLD=40)
+	$(GO) run ./internal/connhold -hold $(or $(HOLD),40) -- $(GO) test $(TEST_FLAGS) ./...
+
 .PHONY: test-short
 test-short: ## Unit tests only (no database)
 	$(GO) test -short -count=1 ./...
@@ -63,10 +73,28 @@ fuzz: ## Run the fuzz targets briefly
 	$(GO) test -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime 10s ./infra/cloudevent
 
 .PHONY: lint
-lint: docs-check ## gofmt, go vet (the service and the bench module), and docs-check
+lint: docs-check openapi-lint ## gofmt, go vet (the service and the bench module), docs-check and openapi-lint
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || (gofmt -l $$(git ls-files '*.go'); echo "gofmt needed"; exit 1)
 	$(GO) vet ./...
 	cd bench && $(GO) vet ./...
+
+OPENAPI_LINT := tools/openapi-lint
+
+.PHONY: openapi-deps
+openapi-deps: $(OPENAPI_LINT)/node_modules/.package-lock.json ## Install Redocly CLI (the OpenAPI linter) from tools/openapi-lint's lock file (npm's cache first: works offline once fetched)
+
+$(OPENAPI_LINT)/node_modules/.package-lock.json: $(OPENAPI_LINT)/package-lock.json
+	@npm ci --prefix $(OPENAPI_LINT) --prefer-offline --no-audit --no-fund --loglevel=error
+
+.PHONY: openapi-lint
+openapi-lint: openapi-deps ## Lint infra/httpapi/openapi.yaml with Redocly's recommended OpenAPI 3 rules (fails on an error)
+	@REDOCLY_TELEMETRY=off REDOCLY_SUPPRESS_UPDATE_NOTICE=true NO_UPDATE_NOTIFIER=1 \
+	  $(OPENAPI_LINT)/node_modules/.bin/redocly lint --config $(OPENAPI_LINT)/redocly.yaml --format=summary infra/httpapi/openapi.yaml 2>&1 | \
+	  grep -v '[║╔╚]'; exit $${PIPESTATUS[0]}
+
+.PHONY: api-doc
+api-doc: ## Regenerate the operationIds and error responses of openapi.yaml and docs/http-api.md from infra/httpapi/endpoints.go
+	$(GO) test -count=1 -run '^TestEndpointDocsAreCurrent$$' ./infra/httpapi -update
 
 # References to files outside the repository: the design notes the project started from
 # and their sections. The pattern is spelled so that it does not match itself.

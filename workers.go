@@ -222,8 +222,11 @@ func ProvideTransport(cfg config.Config, bcfg bullmq.Config, q *Queues, pool *pg
 	if maxStalls == 0 {
 		maxStalls = -1 // bullmq's "fail on the first stall"
 	}
+	// The Runner decides when a handler is cut short (WORKER_STOP_TIMEOUT); the worker waits
+	// a little longer for it to settle.
 	t, err := jobs.NewBullMQ(bullmq.SubscriberConfig{Config: bcfg, Concurrency: cfg.WorkerConcurrency, Name: "listing",
-		LockDuration: cfg.JobLockDuration, StalledInterval: cfg.JobStalledInterval, MaxStalledCount: maxStalls})
+		LockDuration: cfg.JobLockDuration, StalledInterval: cfg.JobStalledInterval, MaxStalledCount: maxStalls,
+		ShutdownTimeout: cfg.WorkerStopTimeout + 5*time.Second})
 	if err != nil {
 		return nil, nil, err
 	}
@@ -244,7 +247,7 @@ func ProvideRunner(cfg config.Config, transport jobs.Transport, handlers map[str
 		timeout = cfg.OutboxLease / 2
 	}
 	return jobs.NewRunner(jobs.Config{Transport: transport, Concurrency: cfg.WorkerConcurrency, Handlers: handlers,
-		Kinds: byQueue(kinds), JobTimeout: timeout, Logger: log, Registerer: reg})
+		Kinds: byQueue(kinds), JobTimeout: timeout, ShutdownTimeout: cfg.WorkerStopTimeout, Logger: log, Registerer: reg})
 }
 
 // Work is the assembled job consumers.

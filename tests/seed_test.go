@@ -250,7 +250,7 @@ func TestSeedKeyReuseWithOtherRequest(t *testing.T) {
 // execution would show as a second row, or as another status such as a store conflict).
 func TestSeedConcurrentIdenticalRequests(t *testing.T) {
 	t.Parallel()
-	env := servicetest.Start(t, func(c *config.Config) { c.DatabaseMaxConns = 60 })
+	env := servicetest.Start(t)
 	acct := env.Register("seed-concurrent@example.com")
 	body, err := json.Marshal(seedStoreBody("concurrent"))
 	require.NoError(t, err)

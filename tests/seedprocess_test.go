@@ -135,7 +135,7 @@ func seedEnv(appURL, prefix string, extra map[string]string) map[string]string {
 
 // seedStartProc starts `app <args...>` with env on top of this process's environment (keys
 // of env replace inherited ones). When t ends the child gets SIGTERM, then SIGKILL after
-// 10 s; its output is logged when t failed.
+// seedStopWait; its output is logged when t failed.
 func seedStartProc(t testing.TB, name string, env map[string]string, args ...string) *seedProc {
 	t.Helper()
 	cmd := exec.Command(seedBinary(t), args...)
@@ -182,7 +182,11 @@ func (p *seedProc) kill(t testing.TB) {
 	}
 }
 
-// stop ends the child gracefully if it still runs (SIGTERM, then SIGKILL after 10 s).
+// seedStopWait is how long a child may take to stop after SIGTERM: the workers' stop bound
+// (WORKER_STOP_TIMEOUT, default 75s: calls in flight finish and are recorded) and a margin.
+const seedStopWait = 90 * time.Second
+
+// stop ends the child gracefully if it still runs (SIGTERM, then SIGKILL after seedStopWait).
 func (p *seedProc) stop() {
 	select {
 	case <-p.done:
@@ -192,7 +196,7 @@ func (p *seedProc) stop() {
 	_ = p.cmd.Process.Signal(syscall.SIGTERM)
 	select {
 	case <-p.done:
-	case <-time.After(10 * time.Second):
+	case <-time.After(seedStopWait):
 		_ = p.cmd.Process.Signal(syscall.SIGKILL)
 		<-p.done
 	}

@@ -221,8 +221,55 @@ func (f Flow[T, W, R]) run(ctx context.Context, job Job, id uuid.UUID) (R, error
 		return r, err
 	}
 
+	return r, f.record(ctx, job, id, r)
+}
+
+// Record-step retries: a record transaction that fails after a successful call is tried
+// again RecordRetries times, waiting RecordBackoff, then twice as long each time, with the
+// result held; the call is not made again for it. RecordRetryBudget bounds the whole step
+// (the waits and the transactions), for the stop bound (WORKER_STOP_TIMEOUT).
+const (
+	RecordRetries     = 4
+	RecordBackoff     = 250 * time.Millisecond
+	RecordRetryBudget = 10 * time.Second
+)
+
+// record is step 4 with its retries: the record transaction, tried again (bounded, with
+// backoff) while it fails with a retryable error and ctx lives. A finished task (ErrSkip),
+// a permanent or domain error ends it at once.
+func (f Flow[T, W, R]) record(ctx context.Context, job Job, id uuid.UUID, r R) error {
+	wait := RecordBackoff
+	for try := 0; ; try++ {
+		err := f.recordOnce(ctx, job, id, r)
+		if err == nil || try == RecordRetries || !recordRetryable(err) || ctx.Err() != nil {
+			return err
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return err
+		}
+		wait *= 2
+	}
+}
+
+// recordRetryable reports whether a failed record transaction may succeed when tried
+// again: not when the task is finished, the result was refused (a permanent or domain
+// error), or the task is gone.
+func recordRetryable(err error) bool {
+	var de *domain.Error
+	return !errors.Is(err, ErrSkip) && !permanent(err) && !(errors.As(err, &de) && de.Kind != domain.KindInternal &&
+		de.Kind != domain.KindUnavailable)
+}
+
+// recordOnce is one record transaction: the task under its row lock, unless finished, gets
+// r (Record) and succeeds with its operation (compare-and-set).
+func (f Flow[T, W, R]) recordOnce(ctx context.Context, job Job, id uuid.UUID, r R) error {
+	d := f.Deps
 	var finished *T
-	err = tx(ctx, func(ctx context.Context) error {
+	err := d.Step(ctx, job, func(ctx context.Context) error {
 		var result any
 		v, err := f.Tasks.Update(ctx, id, func(v *T) error {
 			t := f.TaskOf(v)
@@ -244,7 +291,7 @@ func (f Flow[T, W, R]) run(ctx context.Context, job Job, id uuid.UUID) (R, error
 	if errors.Is(err, ErrSkip) && finished != nil && f.Finished != nil {
 		f.Finished(ctx, *finished, r)
 	}
-	return r, err
+	return err
 }
 
 // failed records what else a final failure of task changes: OnFail, else Kind.OnFail.
@@ -270,8 +317,9 @@ func (f Flow[T, W, R]) decide(ctx context.Context, job Job, id uuid.UUID, r R, e
 	case errors.As(err, &ref):
 		// Recorded by the begin step with the refusal.
 		return OutcomeFailed, Permanent(err)
-	case ctx.Err() != nil && errors.Is(err, context.Canceled):
-		// Shutdown: the transport hands the job back.
+	case ctx.Err() != nil:
+		// The job is no longer this worker's to finish (cut short by shutdown, its lock
+		// lost, or past its lease): record nothing; the transport decides what comes next.
 		return OutcomeRetry, err
 	}
 	if delay, ok := retryAfter(err); ok && !permanent(err) && job.Snoozes < MaxSnoozes && job.Snoozed+delay <= MaxSnooze {

@@ -198,3 +198,56 @@ type txFunc func(ctx context.Context, ws, user uuid.UUID, fn func(ctx context.Co
 func (f txFunc) InTx(ctx context.Context, ws, user uuid.UUID, fn func(ctx context.Context) error) error {
 	return f(ctx, ws, user, fn)
 }
+
+// A record transaction that fails after a successful call is tried again with the result
+// held: one call, and the task succeeds in the same delivery.
+func TestLifecycleRecordFailureRetriesTheRecordNotTheCall(t *testing.T) {
+	l := newLifecycle(t)
+	f := l.flow(t, func() (string, error) { return "done", nil }, nil)
+	tr, job := l.task(t)
+	d := f.Deps
+	d.Tx = &workertest.FlakyTx{Transactor: l.env.Deps.Tx, FailAt: 2, Times: 2} // the record step, twice
+	f.Deps, f.Kind.Deps = d, d
+	require.NoError(t, f.Handle(context.Background(), job))
+	require.Equal(t, 1, l.calls, "the call is not made again")
+	got, op := l.state(t, tr)
+	require.Equal(t, domain.TaskSucceeded, got.Status)
+	require.Equal(t, domain.OperationSucceeded, op.Status)
+}
+
+// The record step's retries are bounded: a record that keeps failing gives the job up to
+// the transport (retried), without recording a failure over a call that succeeded.
+func TestLifecycleRecordRetriesAreBounded(t *testing.T) {
+	l := newLifecycle(t)
+	f := l.flow(t, func() (string, error) { return "done", nil }, nil)
+	tr, job := l.task(t)
+	d := f.Deps
+	d.Tx = &workertest.FlakyTx{Transactor: l.env.Deps.Tx, FailAt: 2, Times: workertest.CrashTimes}
+	f.Deps, f.Kind.Deps = d, d
+	start := time.Now()
+	err := f.Handle(context.Background(), job)
+	require.ErrorIs(t, err, workertest.ErrCrash)
+	require.False(t, worker.IsPermanent(err))
+	require.Less(t, time.Since(start), worker.RecordRetryBudget)
+	got, _ := l.state(t, tr)
+	require.Equal(t, domain.TaskRunning, got.Status)
+}
+
+// A delivery whose context is gone (its lock lost, or cut short by shutdown) records
+// nothing, not even on its last attempt: the job is no longer this worker's.
+func TestLifecycleCancelledDeliveryRecordsNothing(t *testing.T) {
+	l := newLifecycle(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	f := l.flow(t, func() (string, error) {
+		cancel() // the lock is lost while the call runs
+		return "done", nil
+	}, nil)
+	tr, job := l.task(t)
+	job.LastAttempt = true
+	err := f.Handle(ctx, job)
+	require.Error(t, err)
+	require.False(t, worker.IsPermanent(err))
+	got, op := l.state(t, tr)
+	require.Equal(t, domain.TaskRunning, got.Status, "neither succeeded nor failed by this worker")
+	require.Equal(t, domain.OperationRunning, op.Status)
+}

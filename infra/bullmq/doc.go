@@ -42,10 +42,13 @@
 // carry no stack). A handler error retries with the job's fixed or
 // exponential backoff (BullMQ's jitter is ignored) through
 // the delayed set while attempts remain; Unrecoverable(err) fails at once;
-// ErrHandBack returns the job to wait without counting an attempt. On
-// shutdown Run stops taking jobs, waits ShutdownTimeout for running handlers,
-// then cancels their context and hands back those that return; the rest stay
-// locked until the stalled check recovers them. Jobs with parents, priorities
+// ErrHandBack returns the job to wait without counting an attempt; ErrAbandon
+// leaves it to its lock. On shutdown Run stops taking jobs and waits
+// ShutdownTimeout for running handlers, renewing their locks; then it cancels
+// their context and leaves their jobs to their locks (never handed back while
+// a call may be in flight). A failed renewal is tried again within the lock's
+// remaining time; a job whose lock is lost has its handler cancelled and is not
+// finished by this worker. Jobs with parents, priorities
 // or delays added by Node.js are consumed, but flows (parent/child
 // dependencies) and per-worker rate limiters are not supported.
 //

@@ -2,6 +2,7 @@ package bullmq
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -52,6 +53,11 @@ type Job struct {
 	token    string // lock token of this attempt
 	deferred string // "defa": fail without running the handler
 	dedupID  string // "deid"
+
+	// Guarded by the Worker's mu while the worker holds the job.
+	lockedUntil time.Time          // the lock runs out no earlier than this (local clock)
+	lost        bool               // the lock was lost, or may have run out: the handler was cancelled
+	cancel      context.CancelFunc // cancels the handler's context
 }
 
 // JobOptions are the BullMQ job options this package writes and reads.
@@ -389,6 +395,15 @@ func Snooze(delay time.Duration, err error) error {
 }
 
 // ErrHandBack, returned (or wrapped) by a handler, puts the job back at the
-// front of wait without counting an attempt. Handlers whose context was
-// cancelled by shutdown are handed back the same way.
+// front of wait without counting an attempt. Return it only for a job whose
+// handler made no external call (another worker takes it at once).
 var ErrHandBack = errors.New("bullmq: job handed back")
+
+// ErrAbandon, returned (or wrapped) by a handler, leaves the job as it is:
+// still locked by this worker, no longer renewed, not finished. Once the lock
+// runs out the stalled check moves it back to wait (and counts a stall). It is
+// what a handler whose work may still land upstream (a call cut short by
+// shutdown) returns: nobody else runs the job before its lock, at least twice
+// any call's time-out, has run out. A handler whose context was cancelled by
+// shutdown or by the loss of its lock is abandoned the same way.
+var ErrAbandon = errors.New("bullmq: job abandoned to its lock")

@@ -47,18 +47,27 @@ const (
 	NackRetry        = "retry"
 	NackFail         = "fail"
 	NackSnooze       = "snooze"
+	// NackHandBack gives the job back to wait without spending an attempt (ErrHandBack): for
+	// a message whose consumer started nothing (it was shutting down).
+	NackHandBack = "handback"
+	// NackAbandon leaves the job to its lock (ErrAbandon): for a message whose consumer may
+	// have left an external call in flight (its work cut short by shutdown).
+	NackAbandon = "abandon"
 )
 
 // Subscriber is a watermill message.Subscriber over Worker: every Subscribe
 // call runs one Worker on the queue named topic. Subscribers of one queue
 // compete for its jobs (no consumer groups). Ack completes the job; Nack
 // fails the attempt (retried with the job's backoff while attempts remain,
-// then failed for good); a message neither acked nor nacked when its
-// subscription ends (after the Worker's ShutdownTimeout) is handed back to wait. MetadataNack lets a nack fail the job for good
-// or snooze it; every message carries its delivery (MetadataAttemptsMade, …), and a job the
-// queue fails whatever happens is handed out marked MetadataDeferred. Delivery is at least once. The
-// message context is cancelled after Ack, Nack or the end of the
-// subscription. It is safe for concurrent use.
+// then failed for good). When a subscription ends, jobs taken but not yet handed out go
+// back to wait; a handed-out message is waited for up to the Worker's ShutdownTimeout, its
+// lock renewed, and one still unsettled then is left to its lock (ErrAbandon), never handed
+// back. MetadataNack lets a nack fail the job for good, snooze it, hand it back or abandon it;
+// every message carries its delivery (MetadataAttemptsMade, …), and a job the queue fails
+// whatever happens is handed out marked MetadataDeferred. Delivery is at least once. The
+// message context is cancelled when the job's lock is lost (the consumer must then stop
+// before any further external call), after Ack or Nack, and when the Worker gives up on the
+// job at shutdown. It is safe for concurrent use.
 type Subscriber struct {
 	cfg    SubscriberConfig
 	logger watermill.LoggerAdapter
@@ -109,9 +118,16 @@ func (s *Subscriber) Subscribe(ctx context.Context, topic string) (<-chan *messa
 			msg.Metadata.Set(MetadataJobName, j.Name)
 		}
 		setDelivery(msg, j)
-		msgCtx, cancelMsg := context.WithCancel(subCtx)
+		// The message's context is the job's: cancelled when the worker loses the job's lock
+		// or gives up waiting at shutdown, not when the subscription ends.
+		msgCtx, cancelMsg := context.WithCancel(jobCtx)
 		defer cancelMsg()
 		msg.SetContext(msgCtx)
+		select {
+		case <-subCtx.Done():
+			return nil, ErrHandBack // not handed out: nothing started
+		default:
+		}
 		select {
 		case out <- msg:
 		case <-subCtx.Done():
@@ -120,14 +136,15 @@ func (s *Subscriber) Subscribe(ctx context.Context, topic string) (<-chan *messa
 			return nil, ErrHandBack
 		}
 		// Handed out: the consumer settles it, within the Worker's ShutdownTimeout when the
-		// subscription ends (then jobCtx is cancelled and the job handed back).
+		// subscription ends. Past it (jobCtx cancelled) the consumer may still be working on
+		// it: the job is left to its lock (ErrAbandon), never handed back.
 		select {
 		case <-msg.Acked():
 			return nil, nil
 		case <-msg.Nacked():
 			return nil, nackError(msg)
 		case <-jobCtx.Done():
-			return nil, ErrHandBack
+			return nil, ErrAbandon
 		}
 	}
 	wc := s.cfg.workerConfig(topic, s.logger)
@@ -203,6 +220,10 @@ func nackError(msg *message.Message) error {
 	case NackSnooze:
 		ms, _ := strconv.ParseInt(msg.Metadata.Get(MetadataSnoozeMs), 10, 64)
 		return Snooze(time.Duration(ms)*time.Millisecond, errNacked)
+	case NackHandBack:
+		return ErrHandBack
+	case NackAbandon:
+		return ErrAbandon
 	}
 	return errNacked
 }

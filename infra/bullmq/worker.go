@@ -42,6 +42,7 @@ type Worker struct {
 
 	inflight  atomic.Int64
 	slotFreed chan struct{}
+	renewing  chan struct{} // holds a token while a renewal is in flight
 }
 
 // NewWorker returns a Worker for cfg.Queue.
@@ -61,6 +62,7 @@ func NewWorker(cfg WorkerConfig, handler HandlerFunc) (*Worker, error) {
 		token:     uuid.NewString(),
 		held:      map[string]*Job{},
 		slotFreed: make(chan struct{}, 1),
+		renewing:  make(chan struct{}, 1),
 	}, nil
 }
 
@@ -84,11 +86,18 @@ type finishReq struct {
 }
 
 // Run takes and processes jobs until ctx is done, then shuts down: it stops
-// taking jobs (within DrainDelay), waits up to ShutdownTimeout for running
-// handlers, then cancels their context and hands back those that return;
-// jobs whose handlers still run a second later stay locked until their lock
-// expires and the stalled check moves them back to wait. Run returns nil
-// after shutdown, or an error if the worker is already running.
+// taking jobs (within DrainDelay) and waits up to ShutdownTimeout for running
+// handlers, renewing their locks meanwhile, so that a handler finishes (and
+// records) what it started. Only a handler that returns ErrHandBack gives its
+// job back to wait. Past ShutdownTimeout their context is cancelled; a
+// cancelled handler's job is abandoned (ErrAbandon): left locked, no longer
+// renewed, for the stalled check once the lock ran out, so that nobody runs it
+// while a call it cut short may still land. Run returns nil after shutdown, or
+// an error if the worker is already running.
+//
+// A job whose lock is lost while its handler runs (a renewal refused, or
+// renewals failing until the lock may have run out) has its handler's context
+// cancelled at once and is not finished by this worker.
 func (w *Worker) Run(ctx context.Context) error {
 	if !w.running.CompareAndSwap(false, true) {
 		return errors.New("bullmq.Worker.Run: already running")
@@ -124,6 +133,8 @@ func (w *Worker) Run(ctx context.Context) error {
 	select {
 	case <-done:
 	case <-time.After(w.cfg.ShutdownTimeout):
+		w.logger.Error("bullmq: jobs still running past the shutdown timeout: cancelled, left to their locks", nil,
+			watermill.LogFields{"running": w.inflight.Load()})
 		cancelJobs()
 		select {
 		case <-done:
@@ -252,19 +263,20 @@ func (w *Worker) waitMarker(ctx context.Context, timeout time.Duration) {
 func (w *Worker) take(ctx context.Context, n int) (jobs []*Job, nextDelayedMs int64, limited time.Duration, err error) {
 	k := w.keys
 	first := w.seq.Add(int64(n)) - int64(n)
-	now := time.Now().UnixMilli()
+	sent := time.Now()
 	res, err := takeScript.Run(ctx, w.cfg.Client,
 		[]string{k.wait, k.active, k.prioritized, k.events, k.limiter, k.delayed, k.meta, k.pc, k.marker},
-		k.base, now, w.token, first, w.cfg.LockDuration.Milliseconds(), n, w.cfg.Name).Slice()
+		k.base, sent.UnixMilli(), w.token, first, w.cfg.LockDuration.Milliseconds(), n, w.cfg.Name).Slice()
 	if err != nil {
 		return nil, 0, 0, fmt.Errorf("bullmq.take: %w", err)
 	}
-	jobs, nextDelayedMs, limited = w.parseTaken(res)
+	jobs, nextDelayedMs, limited = w.parseTaken(res, sent)
 	return jobs, nextDelayedMs, limited, nil
 }
 
-// parseTaken reads the {jobs, nextDelayedMs, rateLimitTTLms} of takeJobs.
-func (w *Worker) parseTaken(res []any) (jobs []*Job, nextDelayedMs int64, limited time.Duration) {
+// parseTaken reads the {jobs, nextDelayedMs, rateLimitTTLms} of takeJobs,
+// whose locks were set no earlier than sent.
+func (w *Worker) parseTaken(res []any, sent time.Time) (jobs []*Job, nextDelayedMs int64, limited time.Duration) {
 	flat, _ := res[0].([]any)
 	nextDelayedMs, _ = res[1].(int64)
 	ttl, _ := res[2].(int64)
@@ -276,6 +288,7 @@ func (w *Worker) parseTaken(res []any) (jobs []*Job, nextDelayedMs int64, limite
 		if perr != nil {
 			w.logger.Error("bullmq: job has unreadable fields", perr, watermill.LogFields{"job_id": id})
 		}
+		j.lockedUntil = sent.Add(w.cfg.LockDuration)
 		jobs = append(jobs, j)
 	}
 	return jobs, nextDelayedMs, time.Duration(ttl) * time.Millisecond
@@ -283,21 +296,36 @@ func (w *Worker) parseTaken(res []any) (jobs []*Job, nextDelayedMs int64, limite
 
 func (w *Worker) process(rs *runState, j *Job) {
 	req := &finishReq{job: j, done: make(chan struct{})}
+	ctx, cancel := context.WithCancel(rs.jobCtx)
+	defer cancel()
+	w.mu.Lock()
+	j.cancel = cancel
+	lost := j.lost
+	w.mu.Unlock()
+	if lost {
+		cancel()
+	}
 	if j.deferred != "" {
 		if f := w.cfg.DeferredFailureFunc; f != nil {
-			if err := f(rs.jobCtx, j, j.deferred); err != nil {
+			if err := f(ctx, j, j.deferred); err != nil {
 				w.logger.Error("bullmq: recording a deferred failure failed", err, watermill.LogFields{"job_id": j.ID})
 			}
 		}
 		w.failRequest(req, Unrecoverable(errors.New(j.deferred)))
 	} else {
-		res, err := w.call(rs.jobCtx, j)
+		res, err := w.call(ctx, j)
 		var snooze snoozeError
 		switch {
+		case w.lost(j):
+			w.abandon(j, "its lock was lost while its handler ran")
+			return
+		case errors.Is(err, ErrAbandon) || (rs.jobCtx.Err() != nil && errors.Is(err, context.Canceled)):
+			w.abandon(j, "its handler was cancelled (shutdown) or gave it up")
+			return
 		case err == nil:
 			req.kind = finishComplete
 			req.value = returnValueJSON(res)
-		case errors.Is(err, ErrHandBack) || (rs.jobCtx.Err() != nil && errors.Is(err, context.Canceled)):
+		case errors.Is(err, ErrHandBack):
 			req.kind = finishHandBack
 		case errors.As(err, &snooze):
 			req.kind, req.delay = finishSnooze, snooze.delay.Milliseconds()
@@ -314,6 +342,26 @@ func (w *Worker) process(rs *runState, j *Job) {
 	case <-req.done:
 	case <-rs.bgCtx.Done():
 	}
+}
+
+// lost reports whether j's lock was lost while this worker held it.
+func (w *Worker) lost(j *Job) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return j.lost
+}
+
+// abandon leaves j to its lock (see ErrAbandon): no longer held, so no longer
+// renewed, and not finished; its slot is freed.
+func (w *Worker) abandon(j *Job, why string) {
+	w.mu.Lock()
+	if w.held[j.ID] == j {
+		delete(w.held, j.ID)
+	}
+	w.mu.Unlock()
+	w.logger.Info("bullmq: job left to its lock; the stalled check takes it back once the lock ran out",
+		watermill.LogFields{"job_id": j.ID, "reason": why})
+	w.release(1)
 }
 
 func (w *Worker) call(ctx context.Context, j *Job) (res any, err error) {
@@ -435,7 +483,8 @@ const finishChunk = 64
 const finishLinger = 500 * time.Microsecond
 
 func (w *Worker) finishBatch(ctx context.Context, batch []*finishReq, fetch int) []*Job {
-	now := time.Now().UnixMilli()
+	sent := time.Now()
+	now := sent.UnixMilli()
 	var calls []scriptCall
 	for start := 0; start < len(batch); start += finishChunk {
 		end := min(start+finishChunk, len(batch))
@@ -480,7 +529,7 @@ func (w *Worker) finishBatch(ctx context.Context, batch []*finishReq, fetch int)
 				watermill.LogFields{"job_id": r.job.ID, "outcome": r.kind})
 		}
 		if c == len(cmds)-1 && fetch > 0 {
-			taken, _, _ = w.parseTaken(res[1:])
+			taken, _, _ = w.parseTaken(res[1:], sent)
 		}
 	}
 	return taken
@@ -535,9 +584,15 @@ func (w *Worker) finishCall(reqs []*finishReq, now int64, fetch int) scriptCall 
 	return scriptCall{script: finishScript, keys: keys, args: args}
 }
 
-// renewer extends the locks of held jobs every LockDuration/2.
+// renewer extends the locks of held jobs every LockDuration/2. A failed
+// renewal is tried again every renewRetry (LockDuration/10), so several times
+// within the half of the lock left; a job whose lock was refused, or whose
+// lock may run out before the next try, is lost: its handler's context is
+// cancelled at once (before any further call) and the worker does not finish
+// it (process abandons it).
 func (w *Worker) renewer(ctx context.Context) {
-	t := time.NewTicker(w.cfg.LockDuration / 2)
+	retry := w.renewRetry()
+	t := time.NewTimer(w.cfg.LockDuration / 2)
 	defer t.Stop()
 	for {
 		select {
@@ -548,16 +603,79 @@ func (w *Worker) renewer(ctx context.Context) {
 		w.mu.Lock()
 		held := make([]*Job, 0, len(w.held))
 		for _, j := range w.held {
-			held = append(held, j)
+			if !j.lost {
+				held = append(held, j)
+			}
 		}
 		w.mu.Unlock()
+		failed := !w.extendAll(ctx, held, retry)
+		next := w.cfg.LockDuration / 2
+		if failed {
+			next = retry
+			w.expire(time.Now().Add(retry))
+		}
+		t.Reset(next)
+	}
+}
+
+// extendAll renews the locks of held within wait: it reports false when Redis
+// did not answer every renewal in time. A renewal still pending then goes on
+// in the background (its answer still counts, extend records it); the next
+// try waits for it instead of piling up.
+func (w *Worker) extendAll(ctx context.Context, held []*Job, wait time.Duration) bool {
+	select {
+	case w.renewing <- struct{}{}:
+	default:
+		return false // the previous renewal has not answered yet
+	}
+	done := make(chan bool, 1)
+	go func() {
+		defer func() { <-w.renewing }()
+		ok := true
 		for start := 0; start < len(held); start += 500 {
-			w.extend(ctx, held[start:min(start+500, len(held))])
+			if !w.extend(ctx, held[start:min(start+500, len(held))]) {
+				ok = false
+			}
+		}
+		done <- ok
+	}()
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case ok := <-done:
+		return ok
+	case <-t.C:
+		return false
+	}
+}
+
+// renewRetry is the wait before a failed renewal is tried again.
+func (w *Worker) renewRetry() time.Duration { return max(w.cfg.LockDuration/10, time.Millisecond) }
+
+// expire marks lost every held job whose lock may have run out by then.
+func (w *Worker) expire(by time.Time) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, j := range w.held {
+		if !j.lost && !j.lockedUntil.After(by) {
+			w.loseLocked(j, "renewals failed until the lock may have run out")
 		}
 	}
 }
 
-func (w *Worker) extend(ctx context.Context, jobs []*Job) {
+// loseLocked marks j lost and cancels its handler. w.mu is held.
+func (w *Worker) loseLocked(j *Job, why string) {
+	j.lost = true
+	if j.cancel != nil {
+		j.cancel()
+	}
+	w.logger.Error("bullmq: lost the lock of a running job; its handler is cancelled", nil,
+		watermill.LogFields{"job_id": j.ID, "reason": why})
+}
+
+// extend renews the locks of jobs; it reports false when the renewal failed
+// (Redis did not answer), true when Redis answered, whatever it answered.
+func (w *Worker) extend(ctx context.Context, jobs []*Job) bool {
 	keys := make([]string, 1, len(jobs)+1)
 	keys[0] = w.keys.stalled
 	args := make([]any, 1, 2*len(jobs)+1)
@@ -569,23 +687,27 @@ func (w *Worker) extend(ctx context.Context, jobs []*Job) {
 	for _, j := range jobs {
 		args = append(args, j.ID)
 	}
+	sent := time.Now()
 	res, err := extendScript.Run(base(ctx), w.cfg.Client, keys, args...).Int64Slice()
 	if err != nil {
-		w.logger.Error("bullmq: renewing locks failed", err, nil)
-		return
+		w.logger.Error("bullmq: renewing locks failed; trying again", err, nil)
+		return false
 	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
 	for i, ok := range res {
-		if ok != 0 {
+		j := jobs[i]
+		// A job settled since the snapshot has no lock any more: not a loss.
+		if w.held[j.ID] != j || j.lost {
 			continue
 		}
-		// A job settled since the snapshot has no lock any more: not a loss.
-		w.mu.Lock()
-		still := w.held[jobs[i].ID] == jobs[i]
-		w.mu.Unlock()
-		if still {
-			w.logger.Error("bullmq: lost the lock of a running job", nil, watermill.LogFields{"job_id": jobs[i].ID})
+		if ok != 0 {
+			j.lockedUntil = sent.Add(w.cfg.LockDuration)
+			continue
 		}
+		w.loseLocked(j, "the renewal found the lock gone or held by another worker")
 	}
+	return true
 }
 
 // stalledChecker runs the stalled check now and every StalledInterval.

@@ -132,27 +132,141 @@ func TestGoPublishGoWorker(t *testing.T) {
 	assert.Equal(t, int64(6), starts.Load())
 }
 
-func TestHandBackOnShutdown(t *testing.T) {
+// A handler cancelled by shutdown (past ShutdownTimeout) may have left a call in flight: its
+// job is not handed back but left to its lock, which is no longer renewed and runs out.
+func TestShutdownLeavesCancelledJobToItsLock(t *testing.T) {
 	b := setup(t)
 	j := job(behaviour{}, nil)
 	b.add(t, j)
 	started := make(chan struct{})
-	w := b.worker(t, func(c *bullmq.WorkerConfig) { c.ShutdownTimeout = 100 * time.Millisecond },
-		func(ctx context.Context, _ *bullmq.Job) (any, error) {
-			close(started)
-			<-ctx.Done()
-			return nil, ctx.Err()
-		})
+	w := b.worker(t, func(c *bullmq.WorkerConfig) {
+		c.ShutdownTimeout = 100 * time.Millisecond
+		c.LockDuration = 400 * time.Millisecond
+		c.DisableStalledCheck = true
+	}, func(ctx context.Context, _ *bullmq.Job) (any, error) {
+		close(started)
+		<-ctx.Done()
+		return nil, ctx.Err()
+	})
 	stop := runWorker(t, w)
 	testwait.Recv(t, started, "the job")
 	stop()
 	ctx := context.Background()
-	assert.Equal(t, []string{j.ID}, b.rdb.LRange(ctx, b.key("wait"), 0, -1).Val())
-	assert.Zero(t, b.rdb.LLen(ctx, b.key("active")).Val())
+	assert.Empty(t, b.rdb.LRange(ctx, b.key("wait"), 0, -1).Val(), "not handed back")
+	assert.Equal(t, []string{j.ID}, b.rdb.LRange(ctx, b.key("active"), 0, -1).Val())
 	assert.Equal(t, "", b.rdb.HGet(ctx, b.key(j.ID), "atm").Val())
-	assert.Zero(t, b.rdb.Exists(ctx, b.key(j.ID)+":lock").Val())
+	waitFor(t, 5*time.Second, "the lock to run out", func() bool { return b.rdb.Exists(ctx, b.key(j.ID)+":lock").Val() == 0 })
 }
 
+// On shutdown a running handler finishes its work however long past the lock duration it
+// runs (within ShutdownTimeout): its lock is renewed meanwhile, so that another worker's
+// stalled check never hands its job to anybody else.
+func TestShutdownRenewsTheLockOfARunningCall(t *testing.T) {
+	b := setup(t)
+	j := job(behaviour{}, nil)
+	b.add(t, j)
+	started := make(chan struct{})
+	var calls atomic.Int64
+	slow := func(ctx context.Context, _ *bullmq.Job) (any, error) {
+		if calls.Add(1) == 1 {
+			close(started)
+		}
+		select {
+		case <-time.After(1500 * time.Millisecond):
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+		return "done", nil
+	}
+	lock := func(c *bullmq.WorkerConfig) {
+		c.LockDuration = 300 * time.Millisecond
+		c.StalledInterval = 50 * time.Millisecond
+		c.ShutdownTimeout = 10 * time.Second
+	}
+	stop := runWorker(t, b.worker(t, lock, slow))
+	<-started
+	runWorker(t, b.worker(t, lock, slow)) // a second worker, checking for stalled jobs
+	t0 := time.Now()
+	stop()
+	assert.Greater(t, time.Since(t0), time.Second, "shutdown waited for the call")
+	ctx := context.Background()
+	assert.Equal(t, `"done"`, b.rdb.HGet(ctx, b.key(j.ID), "returnvalue").Val())
+	assert.Equal(t, "1", b.rdb.HGet(ctx, b.key(j.ID), "ats").Val())
+	assert.Equal(t, int64(1), calls.Load(), "nobody else ran the job")
+}
+
+// A renewal that finds the lock gone (here: deleted, as after Redis lost it or another
+// worker took the job) cancels the handler at once; the worker does not finish the job.
+func TestLostLockCancelsTheHandler(t *testing.T) {
+	b := setup(t)
+	j := job(behaviour{}, nil)
+	b.add(t, j)
+	started := make(chan struct{})
+	cancelled := make(chan time.Time, 1)
+	w := b.worker(t, func(c *bullmq.WorkerConfig) {
+		c.LockDuration = 2 * time.Second
+		c.DisableStalledCheck = true
+	}, func(ctx context.Context, _ *bullmq.Job) (any, error) {
+		close(started)
+		<-ctx.Done()
+		cancelled <- time.Now()
+		return "recorded after the loss", nil
+	})
+	runWorker(t, w)
+	<-started
+	ctx := context.Background()
+	t0 := time.Now()
+	require.NoError(t, b.rdb.Del(ctx, b.key(j.ID)+":lock").Err())
+	select {
+	case at := <-cancelled:
+		assert.Less(t, at.Sub(t0), 2*time.Second, "cancelled at the first renewal")
+	case <-time.After(5 * time.Second):
+		require.FailNow(t, "handler not cancelled")
+	}
+	time.Sleep(200 * time.Millisecond)
+	assert.Equal(t, "", b.rdb.HGet(ctx, b.key(j.ID), "returnvalue").Val(), "not finished by the worker that lost it")
+	assert.Equal(t, []string{j.ID}, b.rdb.LRange(ctx, b.key("active"), 0, -1).Val())
+}
+
+// Renewals that fail (Redis paused: a private redis-server stopped with SIGSTOP) are tried
+// again within the lock's time; when the lock may run out before the next try the handler
+// is cancelled, before the lock's end, and the worker does not finish the job.
+func TestFailingRenewalsCancelTheHandlerBeforeTheLockEnds(t *testing.T) {
+	t.Parallel()
+	srv := startPrivateRedis(t)
+	rdb := redis.NewClient(&redis.Options{Addr: srv.addr, MaxRetries: -1})
+	t.Cleanup(func() { _ = rdb.Close() })
+	b := newBundle(t, baseConfig(rdb), "paused", redisTarget{})
+	j := job(behaviour{}, nil)
+	b.add(t, j)
+	started := make(chan time.Time, 1)
+	cancelled := make(chan time.Time, 1)
+	const lock = 1 * time.Second
+	w := b.worker(t, func(c *bullmq.WorkerConfig) {
+		c.LockDuration = lock
+		c.DisableStalledCheck = true
+		c.ShutdownTimeout = 100 * time.Millisecond
+	}, func(ctx context.Context, _ *bullmq.Job) (any, error) {
+		started <- time.Now()
+		<-ctx.Done()
+		cancelled <- time.Now()
+		return "recorded after the loss", nil
+	})
+	runWorker(t, w)
+	t0 := <-started
+	srv.pause(t)
+	select {
+	case at := <-cancelled:
+		assert.Less(t, at.Sub(t0), lock, "cancelled before the lock taken at the start could run out")
+		assert.Greater(t, at.Sub(t0), lock/2, "not before a renewal failed")
+	case <-time.After(5 * time.Second):
+		require.FailNow(t, "handler not cancelled")
+	}
+	srv.resume(t)
+	time.Sleep(300 * time.Millisecond)
+	ctx := context.Background()
+	assert.Equal(t, "", rdb.HGet(ctx, b.key(j.ID), "returnvalue").Val(), "not finished by the worker that lost it")
+}
 func TestGracefulShutdownFinishesRunningJobs(t *testing.T) {
 	b := setup(t)
 	j := job(behaviour{}, nil)

@@ -49,8 +49,11 @@ func TestValidateKeepsCallsWithinTheJobLock(t *testing.T) {
 		"FETCH_TIMEOUT=76s":     "FETCH_TIMEOUT (1m16s)",
 		"JOB_LOCK_DURATION=30s": "AI_TIMEOUT (1m0s) must be at most half of JOB_LOCK_DURATION (30s)",
 		"JOB_LOCK_DURATION=2s,PLATFORM_TIMEOUT=1s,AI_TIMEOUT=1s,FETCH_TIMEOUT=2s": "FETCH_TIMEOUT (2s)",
-		"AI_TIMEOUT=0s":        "AI_TIMEOUT and FETCH_TIMEOUT must be positive",
-		"PLATFORM_TIMEOUT=-1s": "must be positive",
+		"AI_TIMEOUT=0s": "AI_TIMEOUT and FETCH_TIMEOUT must be positive",
+		"AI_TIMEOUT=120s,JOB_LOCK_DURATION=4m,WORKER_STOP_TIMEOUT=129s": "WORKER_STOP_TIMEOUT (2m9s) must be at least 2m10s: " +
+			"the longest call's time-out (AI_TIMEOUT, 2m0s) plus the record step's retries (10s)",
+		"WORKER_STOP_TIMEOUT=10s": "WORKER_STOP_TIMEOUT (10s) must be at least 1m10s",
+		"PLATFORM_TIMEOUT=-1s":    "must be positive",
 	} {
 		err := load(envOf(vars))
 		require.ErrorContains(t, err, want, vars)
@@ -58,7 +61,7 @@ func TestValidateKeepsCallsWithinTheJobLock(t *testing.T) {
 	for _, vars := range []string{
 		"JOB_LOCK_DURATION=2m",
 		"JOB_LOCK_DURATION=2s,PLATFORM_TIMEOUT=1s,AI_TIMEOUT=1s,FETCH_TIMEOUT=1s",
-		"AI_TIMEOUT=120s,JOB_LOCK_DURATION=4m",
+		"AI_TIMEOUT=120s,JOB_LOCK_DURATION=4m,WORKER_STOP_TIMEOUT=130s",
 		// The memory transport holds no job lock: its handlers run within OUTBOX_LEASE/2.
 		"QUEUE_TRANSPORT=memory,JOB_LOCK_DURATION=30s",
 	} {

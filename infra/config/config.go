@@ -134,6 +134,13 @@ type Config struct {
 	// (CallWithinLock). Default 2m30s: a dead worker's job stays locked for at least 75s,
 	// 15s more than the longest default time-out (60s), a margin for the renewal's latency.
 	JobLockDuration time.Duration `env:"JOB_LOCK_DURATION" envDefault:"2m30s"`
+	// WorkerStopTimeout is the stop bound of a `work` process (and of `all`'s workers): on
+	// SIGTERM it stops taking jobs and lets the calls in flight finish and be recorded for up
+	// to this long, renewing their jobs' locks meanwhile; only jobs it did not start go back
+	// to the queue. It must be at least the longest time-out of LockedCalls plus the record
+	// step's retries (StopWithinBound). Default 75s: the 60s AI and fetch time-outs, 10s of
+	// record retries and a margin. Give the process at least this long before a SIGKILL.
+	WorkerStopTimeout time.Duration `env:"WORKER_STOP_TIMEOUT" envDefault:"75s"`
 	// JobStalledInterval is the period of the stalled check.
 	JobStalledInterval time.Duration `env:"JOB_STALLED_INTERVAL" envDefault:"30s"`
 	// JobMaxStalls is how often a job may stall (its worker stopped while holding it) before
@@ -286,6 +293,11 @@ func (c Config) Validate() error {
 		// A BullMQ job's lock must outlast a dead worker's call (model/README.md, property 4).
 		// The memory transport holds no lock: its handlers run within OUTBOX_LEASE/2.
 		if err := CallWithinLock(c.JobLockDuration, c.LockedCalls()); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if c.PlatformTimeout > 0 && c.AITimeout > 0 && c.FetchTimeout > 0 {
+		if err := StopWithinBound(c.WorkerStopTimeout, c.LockedCalls()); err != nil {
 			errs = append(errs, err)
 		}
 	}

@@ -3,7 +3,9 @@
 // the OpenAPI document (openapi.yaml, served at /openapi.yaml and rendered at /docs by
 // docs.go, kept true by a test).
 //
-// server.go is the router: every route is listed in routes. Each resource has one file
+// server.go is the router: every route is listed in routes, and declared once more in
+// endpoints.go with its operationId and the errors it may answer (openapi.yaml's operationIds
+// and error responses and docs/http-api.md's errors by endpoint are generated from it). Each resource has one file
 // (products.go, stores.go, media.go, transfers.go, publications.go, listing_updates.go,
 // syncs.go, ai_tasks.go, operations.go, auth.go, integrations.go) with its JSON shapes and handlers; handle.go holds what they share.
 // Every POST/PUT that starts asynchronous work requires Idempotency-Key and answers

@@ -56,7 +56,8 @@ func (BullMQ) Delivery(msg *message.Message) (worker.Delivery, string) {
 }
 
 // Settle implements Transport: Ack completes the job; a nack retries it, fails it for good
-// (worker.Permanent) or snoozes it (worker.SnoozeError).
+// (worker.Permanent), snoozes it (worker.SnoozeError), gives it back (ErrNotStarted) or
+// leaves it to its lock (cut short by shutdown).
 func (BullMQ) Settle(ctx context.Context, msg *message.Message, _ worker.Job, err error) {
 	if delay, ok := worker.SnoozeOf(err); ok {
 		msg.Metadata.Set(bullmq.MetadataNack, bullmq.NackSnooze)
@@ -67,8 +68,13 @@ func (BullMQ) Settle(ctx context.Context, msg *message.Message, _ worker.Job, er
 	switch {
 	case err == nil:
 		msg.Ack()
+	case errors.Is(err, ErrNotStarted):
+		msg.Metadata.Set(bullmq.MetadataNack, bullmq.NackHandBack)
+		msg.Nack()
 	case ctx.Err() != nil && errors.Is(err, context.Canceled):
-		// Shutdown: left unsettled, the job is handed back when the subscription ends.
+		// Cut short by shutdown: left to its lock, never handed back while its call may land.
+		msg.Metadata.Set(bullmq.MetadataNack, bullmq.NackAbandon)
+		msg.Nack()
 	case worker.IsPermanent(err):
 		msg.Metadata.Set(bullmq.MetadataNack, bullmq.NackFail)
 		msg.Nack()

@@ -45,8 +45,11 @@ type Transport interface {
 	// run, the job's task fails (JOB_STALLED).
 	Delivery(msg *message.Message) (d worker.Delivery, deferred string)
 	// Settle acks or nacks msg, whose handler returned err for job (see the package
-	// comment). After a shutdown (ctx done, err context.Canceled) it may leave msg
-	// unsettled, to be handed back.
+	// comment). Two errors are the shutdown's: ErrNotStarted (the Runner was stopping when
+	// msg arrived and did not run it: give the job back at once, no attempt spent) and
+	// context.Canceled with ctx done (the handler was cut short past the stop bound and may
+	// have left a call in flight: the job must not run again before that call's time-out
+	// passed).
 	Settle(ctx context.Context, msg *message.Message, job worker.Job, err error)
 }
 
@@ -61,8 +64,11 @@ type Config struct {
 	// Kinds describes the task of each queue (optional per queue), to fail the task of a job
 	// the transport fails without its handler.
 	Kinds map[string]worker.TaskKind
-	// ShutdownTimeout is how long running handlers may go on after Run's context ended
-	// before their context is cancelled. Default 10s.
+	// ShutdownTimeout is the stop bound: how long running handlers may go on after Run's
+	// context ended, to finish and record what they started, before their context is
+	// cancelled. It must exceed the longest external call's time-out plus the record step's
+	// retries (worker.RecordRetryBudget; config checks WORKER_STOP_TIMEOUT at startup).
+	// Default 10s.
 	ShutdownTimeout time.Duration
 	// JobTimeout, when positive, bounds each handler call (its context's deadline).
 	JobTimeout time.Duration
@@ -119,8 +125,13 @@ func NewRunner(cfg Config) (*Runner, error) {
 	return &Runner{cfg: cfg, metrics: m}, nil
 }
 
-// Run consumes until ctx ends, then lets running handlers finish (ShutdownTimeout) and
-// returns.
+// ErrNotStarted is what the Runner settles a message with when it arrives after Run's
+// context ended: nothing was started, the transport gives the job back.
+var ErrNotStarted = errors.New("jobs: shutting down, not started")
+
+// Run consumes until ctx ends, then stops taking jobs (those handed over meanwhile are
+// settled with ErrNotStarted), lets running handlers finish and record (ShutdownTimeout),
+// cancels those still running, and returns once every message is settled.
 func (r *Runner) Run(ctx context.Context) error {
 	jobCtx, cancelJobs := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelJobs()
@@ -142,6 +153,10 @@ func (r *Runner) Run(ctx context.Context) error {
 		for range r.cfg.Concurrency {
 			g.Go(func() error {
 				for msg := range msgs {
+					if ctx.Err() != nil {
+						r.cfg.Transport.Settle(ctx, msg, worker.Job{ID: msg.UUID}, ErrNotStarted)
+						continue
+					}
 					consume(jobCtx, ctx, msg)
 				}
 				return nil
@@ -195,16 +210,20 @@ func (r *Runner) consumer(queue string, h worker.Handler) func(jobCtx, runCtx co
 			return
 		}
 		start := time.Now()
-		hctx, cancel := jobCtx, context.CancelFunc(func() {})
+		hctx, cancel := context.WithCancel(jobCtx)
 		if r.cfg.JobTimeout > 0 {
 			hctx, cancel = context.WithTimeout(jobCtx, r.cfg.JobTimeout)
 		}
+		// The transport cancels the message's context when the job is no longer this
+		// process's (BullMQ: its lock was lost): the handler stops before any further call.
+		stopLost := context.AfterFunc(msg.Context(), cancel)
 		hctx, span := jobSpan(hctx, queue, job)
 		err = handle(hctx, h, job, queue, log)
 		if err != nil {
 			span.SetStatus(codes.Error, worker.FailureOf(err).Code)
 		}
 		span.End()
+		stopLost()
 		cancel()
 		duration.Observe(time.Since(start).Seconds())
 		_, snoozed := worker.SnoozeOf(err)

@@ -125,6 +125,8 @@ func (m *Memory) Settle(ctx context.Context, msg *message.Message, job worker.Jo
 		return
 	case snoozed:
 		after, next.Snoozes, next.Snoozed = delay, next.Snoozes+1, next.Snoozed+delay
+	case errors.Is(err, ErrNotStarted):
+		// Not started (shutting down): deliver again soon, no attempt spent.
 	case errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded):
 		// Shutdown or a handler past its time: deliver again soon, no attempt spent.
 	case job.LastAttempt:

@@ -139,7 +139,12 @@ func (p *proc) running() bool {
 	}
 }
 
-// stop ends the child for good: SIGTERM, then SIGKILL after 10 s.
+// stopWait is how long a child may take to stop after SIGTERM: the workers' stop bound
+// (WORKER_STOP_TIMEOUT, whose default the harness keeps) and a margin.
+const stopWait = 90 * time.Second
+
+// stop ends the child for good: SIGTERM, then SIGKILL after the stop bound and a margin
+// (stopWait).
 func (p *proc) stop() {
 	p.mu.Lock()
 	p.stopped = true
@@ -153,7 +158,7 @@ func (p *proc) stop() {
 	_ = cmd.Process.Signal(syscall.SIGTERM)
 	select {
 	case <-done:
-	case <-time.After(10 * time.Second):
+	case <-time.After(stopWait):
 		_ = cmd.Process.Signal(syscall.SIGKILL)
 		<-done
 	}

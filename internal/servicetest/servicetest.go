@@ -84,6 +84,9 @@ func StartAll(t testing.TB, opts ...Option) *Env {
 	return e
 }
 
+// ServiceConns bounds each pool of a service Start runs (DATABASE_MAX_CONNS).
+const ServiceConns = 10
+
 func e2id() string { return uuid.NewString() }
 
 func start(t testing.TB, opts []Option) (*Env, *slog.Logger) {
@@ -92,7 +95,9 @@ func start(t testing.TB, opts []Option) (*Env, *slog.Logger) {
 	cfg, err := config.Load()
 	require.NoError(t, err)
 	cfg.DatabaseURL = db.AppURL
-	cfg.DatabaseMaxConns = 40
+	// Each of the service's pools (API, dispatch, work) holds at most ServiceConns: the
+	// suite's connection budget (Makefile, TEST_FLAGS) counts on it.
+	cfg.DatabaseMaxConns = ServiceConns
 	if u := os.Getenv("REDIS_URL"); u != "" {
 		cfg.RedisURL = u
 	}

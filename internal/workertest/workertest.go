@@ -187,18 +187,24 @@ func (b *LogBuffer) String() string {
 // ErrCrash is what a FlakyTx returns for the step it fails.
 var ErrCrash = errors.New("simulated crash: the step did not run")
 
-// FlakyTx fails its FailAt-th InTx call (from 1) without running it: a crash or a lost
-// database connection at that step. FailAt 0 never fails. Give it to a handler through a
-// copy of Env.Deps.
+// FlakyTx fails its FailAt-th InTx call (from 1) without running it, and the Times-1 calls
+// after it (Times 0 counts as 1): a lost database connection at that step, or, with Times
+// beyond the engine's record retries (CrashTimes), a crash there. FailAt 0 never fails.
+// Give it to a handler through a copy of Env.Deps.
 type FlakyTx struct {
 	port.Transactor
 	FailAt int64
+	Times  int64
 	calls  atomic.Int64
 }
 
+// CrashTimes is a FlakyTx.Times that fails a step and every retry the engine makes of it in
+// the same delivery (worker.RecordRetries), as a crash of the worker at that step would.
+const CrashTimes = worker.RecordRetries + 1
+
 // InTx implements port.Transactor.
 func (f *FlakyTx) InTx(ctx context.Context, ws, user uuid.UUID, fn func(ctx context.Context) error) error {
-	if f.calls.Add(1) == f.FailAt {
+	if n := f.calls.Add(1); f.FailAt > 0 && n >= f.FailAt && n < f.FailAt+max(f.Times, 1) {
 		return ErrCrash
 	}
 	return f.Transactor.InTx(ctx, ws, user, fn)

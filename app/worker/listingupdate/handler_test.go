@@ -283,7 +283,7 @@ func TestRedeliveryAfterACrashBetweenPutAndRecord(t *testing.T) {
 			f := b.request(t)
 			ctx := context.Background()
 			deps := b.Deps
-			deps.Tx = &workertest.FlakyTx{Transactor: b.Deps.Tx, FailAt: 2}
+			deps.Tx = &workertest.FlakyTx{Transactor: b.Deps.Tx, FailAt: 2, Times: workertest.CrashTimes}
 
 			err := b.newHandler(t, b.gateway, deps).Handle(ctx, f.job)
 			require.ErrorIs(t, err, workertest.ErrCrash)
@@ -385,7 +385,7 @@ func TestOlderUpdateThanOneSentIsSuperseded(t *testing.T) {
 	f3 := b.request(t)
 	ctx := context.Background()
 	deps := b.Deps
-	deps.Tx = &workertest.FlakyTx{Transactor: b.Deps.Tx, FailAt: 2}
+	deps.Tx = &workertest.FlakyTx{Transactor: b.Deps.Tx, FailAt: 2, Times: workertest.CrashTimes}
 	// Revision 3 is sent; its worker dies before recording it.
 	require.ErrorIs(t, b.newHandler(t, b.gateway, deps).Handle(ctx, f3.job), workertest.ErrCrash)
 	_, err := b.DB.Owner.Exec(ctx, `UPDATE publications SET pushing_until = now() - interval '1 second' WHERE id = $1`, b.pub.ID)

@@ -90,7 +90,7 @@ func setup(t *testing.T, opts options) *bundle {
 		opts.maxBytes = 10 << 20
 	}
 	deps := b.Deps
-	deps.Tx = &workertest.FlakyTx{Transactor: deps.Tx, FailAt: opts.failAt}
+	deps.Tx = &workertest.FlakyTx{Transactor: deps.Tx, FailAt: opts.failAt, Times: workertest.CrashTimes}
 	b.h, err = mediaproc.New(mediaproc.Config{
 		Deps:     deps,
 		Tasks:    postgres.NewMediaTasks(),

@@ -121,7 +121,7 @@ func setup(t *testing.T, opts options) *bundle {
 		opts.maxBytes = 10 << 20
 	}
 	deps := b.Deps
-	deps.Tx = &workertest.FlakyTx{Transactor: deps.Tx, FailAt: opts.failAt}
+	deps.Tx = &workertest.FlakyTx{Transactor: deps.Tx, FailAt: opts.failAt, Times: workertest.CrashTimes}
 	b.h, err = transfer.New(transfer.Config{Deps: deps, Transfers: postgres.NewMaterialTransfers(),
 		Media: postgres.NewMedia(), MediaTasks: postgres.NewMediaTasks(), Storage: b.store, Fetcher: fetcher,
 		MaxBytes: opts.maxBytes})
