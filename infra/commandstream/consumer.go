@@ -81,7 +81,8 @@ type Config struct {
 	Consumer string
 	// Concurrency is how many entries run at once. Default 8.
 	Concurrency int
-	// Block is how long one read waits for new entries. Default 2s.
+	// Block bounds how long the consumer waits between reads while the stream has no new
+	// entry (it polls, from 10ms doubling up to 200ms). Default 2s.
 	Block time.Duration
 	// ClaimIdle is how long an entry stays pending before a consumer takes it back. Default 30s.
 	ClaimIdle time.Duration
@@ -242,6 +243,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 	}()
 
 	groupReady := false
+	var wait time.Duration
 	for ctx.Err() == nil {
 		if !groupReady {
 			if err := c.ensureGroup(ctx); err != nil {
@@ -251,25 +253,26 @@ func (c *Consumer) Run(ctx context.Context) error {
 			}
 			groupReady = true
 		}
-		res, err := c.cfg.Client.XReadGroup(ctx, &redis.XReadGroupArgs{
-			Group: c.cfg.Group, Consumer: c.cfg.Consumer, Streams: []string{c.cfg.Stream, ">"},
-			Count: int64(c.cfg.Concurrency), Block: c.cfg.Block,
-		}).Result()
-		if errors.Is(err, redis.Nil) || ctx.Err() != nil {
+		msgs, err := c.read(ctx)
+		if ctx.Err() != nil {
 			continue
 		}
 		if err != nil {
-			if strings.HasPrefix(err.Error(), "NOGROUP") {
+			if strings.Contains(err.Error(), "NOGROUP") {
 				groupReady = false
 			}
 			log.WarnContext(ctx, "command consumer: read failed", "err", err)
 			sleep(ctx, time.Second)
 			continue
 		}
-		for _, s := range res {
-			for _, msg := range s.Messages {
-				run(msg, false)
-			}
+		if len(msgs) == 0 {
+			wait = c.idleWait(wait)
+			sleep(ctx, wait)
+			continue
+		}
+		wait = 0
+		for _, msg := range msgs {
+			run(msg, false)
 		}
 	}
 	log.InfoContext(context.WithoutCancel(ctx), "command consumer stopped")
@@ -298,9 +301,7 @@ func (c *Consumer) claim(ctx context.Context, log *slog.Logger, run func(redis.X
 	}
 	for _, p := range pending {
 		// MinIdle makes the claim exclusive: of two consumers claiming at once, one gets it.
-		msgs, err := c.cfg.Client.XClaim(ctx, &redis.XClaimArgs{
-			Stream: c.cfg.Stream, Group: c.cfg.Group, Consumer: c.cfg.Consumer, MinIdle: c.cfg.ClaimIdle, Messages: []string{p.ID},
-		}).Result()
+		msgs, err := c.claimIDs(ctx, p.ID)
 		if err != nil && !errors.Is(err, redis.Nil) {
 			if ctx.Err() == nil {
 				log.WarnContext(ctx, "command consumer: claiming a pending entry failed", "entry", p.ID, "err", err)
@@ -363,7 +364,7 @@ func (c *Consumer) handle(ctx context.Context, msg redis.XMessage, last bool) {
 func (c *Consumer) process(ctx context.Context, msg redis.XMessage) outcome {
 	out := outcome{typ: "unknown", corr: msg.ID}
 	raw, _ := msg.Values[cloudevent.FieldEvent].(string)
-	if len(raw) > c.cfg.MaxEventBytes {
+	if _, over := msg.Values[oversizeField]; over || len(raw) > c.cfg.MaxEventBytes {
 		return c.reject(ctx, out, "malformed", httpapi.MessageCommand{CorrelationID: out.corr}, ErrTooLarge.WithMessage(
 			"the event field holds more than %d bytes", c.cfg.MaxEventBytes))
 	}
