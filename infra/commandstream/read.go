@@ -45,9 +45,10 @@ return out
 // bound plus room for the signature and field names.
 func (c *Consumer) maxEntryBytes() int { return c.cfg.MaxEventBytes + 4096 }
 
-// read returns up to Concurrency new entries of the group; none when the stream has none.
+// read returns the next new entry of the group, if any. One at a time: Redis copies an
+// entry into the script before its size is known, and a script run holds Redis.
 func (c *Consumer) read(ctx context.Context) ([]redis.XMessage, error) {
-	return c.runScript(ctx, "read", strconv.Itoa(c.cfg.Concurrency))
+	return c.runScript(ctx, "read", "1")
 }
 
 // claimIDs takes the given pending entries over when they are idle for ClaimIdle (exclusive:
