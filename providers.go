@@ -154,7 +154,7 @@ func ProvideBus(pool *pgxpool.Pool, guard *idem.Guard, reg *prometheus.Registry,
 	}
 	// commandstream.Guard checks, in the transaction, that a command sent as a message still
 	// comes from a live integration (HTTP commands pass through).
-	return bus.New(bus.Observe(log, m), postgres.TxMiddleware(pool, guard.Opening), commandstream.Guard(), guard.Middleware()), nil
+	return bus.New(bus.Observe(log, m), postgres.TxMiddleware(pool, guard.Opening), commandstream.Guard(), guard.Middleware(), commandstream.Expiry()), nil
 }
 
 // Storage is the object storage and, for local storage, the upload endpoint it needs.
@@ -337,6 +337,7 @@ func ProvideCommandConsumer(cfg config.Config, server *httpapi.Server, applicati
 		Concurrency:   cfg.CommandsConcurrency,
 		ClaimIdle:     cfg.CommandsClaimIdle,
 		MaxDeliveries: int64(cfg.CommandsMaxDeliveries),
+		MaxAge:        cfg.CommandsMaxAge,
 		RepliesMaxLen: cfg.CommandRepliesMaxLen,
 		Executor:      server,
 		Principals:    application.Queries,

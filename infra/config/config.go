@@ -24,6 +24,10 @@ import (
 	"github.com/listingkit/listing/infra/bullmq"
 )
 
+// commandsMaxAhead is how far ahead of the clock a command's time may be
+// (commandstream.MaxAhead).
+const commandsMaxAhead = 5 * time.Minute
+
 // Config is the whole service configuration.
 type Config struct {
 	// Env is "development" (default) or "production".
@@ -101,6 +105,11 @@ type Config struct {
 	// CommandsMaxDeliveries bounds the deliveries of one command entry: the last one answers
 	// whatever it gets, a transient failure included, and is acknowledged.
 	CommandsMaxDeliveries int `env:"COMMANDS_MAX_DELIVERIES" envDefault:"10"`
+	// CommandsMaxAge is how old a command's time may be: an older one (or one without time,
+	// or more than 5 minutes ahead) is rejected COMMAND_EXPIRED unless its idempotency record
+	// answers it. CommandsMaxAge + 5m must be less than IdempotencyRetention, so that a
+	// signed entry cannot outlive its record. Default 24h.
+	CommandsMaxAge time.Duration `env:"COMMANDS_MAX_AGE" envDefault:"24h"`
 	// CommandRepliesMaxLen trims <prefix>:command-replies to about this many entries (XADD
 	// MAXLEN ~); 0: never trimmed.
 	CommandRepliesMaxLen int64 `env:"COMMAND_REPLIES_MAX_LEN" envDefault:"100000"`
@@ -289,6 +298,10 @@ func (c Config) Validate() error {
 	}
 	if c.IdempotencyRetention < 24*time.Hour {
 		errs = append(errs, errors.New("IDEMPOTENCY_RETENTION must be at least 24h"))
+	}
+	if c.CommandsMaxAge <= 0 || c.CommandsMaxAge+commandsMaxAhead >= c.IdempotencyRetention {
+		errs = append(errs, fmt.Errorf("COMMANDS_MAX_AGE (%s) must be positive and, plus %s, less than IDEMPOTENCY_RETENTION (%s): a signed command must not outlive its idempotency record",
+			c.CommandsMaxAge, commandsMaxAhead, c.IdempotencyRetention))
 	}
 	if c.JobAttempts < 1 || c.WorkerConcurrency < 1 || c.OutboxMaxAttempts < 1 {
 		errs = append(errs, errors.New("JOB_ATTEMPTS, WORKER_CONCURRENCY and OUTBOX_MAX_ATTEMPTS must be at least 1"))

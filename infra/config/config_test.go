@@ -238,3 +238,18 @@ func TestEventStreamSettings(t *testing.T) {
 	c.EventsMaxLen, c.EventsRetention = 0, 0 // no bound: allowed
 	require.NoError(t, c.Validate())
 }
+
+// A signed command must not outlive its idempotency record: COMMANDS_MAX_AGE plus the 5
+// minutes a command may be ahead must stay below IDEMPOTENCY_RETENTION.
+func TestCommandsMaxAgeBelowIdempotencyRetention(t *testing.T) {
+	c := defaults(t)
+	require.Equal(t, 24*time.Hour, c.CommandsMaxAge)
+	c.CommandsMaxAge = 48*time.Hour - 5*time.Minute
+	require.ErrorContains(t, c.Validate(), "COMMANDS_MAX_AGE")
+	c.CommandsMaxAge = 48*time.Hour - 5*time.Minute - time.Second
+	require.NoError(t, c.Validate())
+	c.IdempotencyRetention = 24 * time.Hour
+	require.ErrorContains(t, c.Validate(), "COMMANDS_MAX_AGE", "the default max age with the shortest retention")
+	c.CommandsMaxAge = 0
+	require.ErrorContains(t, c.Validate(), "COMMANDS_MAX_AGE")
+}
