@@ -7,7 +7,7 @@ NODE_HARNESS := tests/bullmqnode
 # (pgtest.AppConns 8 + pgtest.OwnerConns 3) plus one administrator connection while it creates
 # or drops it; a test that starts the service adds its pools of at most 10 each
 # (servicetest.ServiceConns); a test that runs bin/app as a child sets DATABASE_MAX_CONNS.
-# Measured peak: see README ("What the tests need"); make test-loaded checks it beside 40
+# Measured peak: see the README's Set-up; make test-loaded checks it beside 40
 # connections held by another client.
 TEST_FLAGS ?= -race -count=1 -p 2 -parallel 2 -timeout 30m
 
