@@ -361,7 +361,8 @@ type API struct {
 // ProvideBullMQConfig is the queue configuration shared by publishers and workers.
 func ProvideBullMQConfig(cfg config.Config, rdb redis.UniversalClient) bullmq.Config {
 	return bullmq.Config{Client: rdb, Prefix: cfg.BullMQPrefix, QueueHashTags: cfg.BullMQQueueHashTags, Attempts: cfg.JobAttempts,
-		Backoff: bullmq.Backoff{Type: bullmq.BackoffExponential, Delay: config.JobBackoff.Milliseconds()}}
+		Backoff:             bullmq.Backoff{Type: bullmq.BackoffExponential, Delay: config.JobBackoff.Milliseconds()},
+		RemoveOnCompleteAge: cfg.JobRetention, RemoveOnFailAge: cfg.JobFailedRetention, DedupTTL: cfg.JobRetention}
 }
 
 // ProvidePublishers builds the dispatcher's publishers: BullMQ for every job queue and, for
@@ -480,7 +481,7 @@ func (c *Cleanup) RunOnce(ctx context.Context, log *slog.Logger) error {
 		return fmt.Errorf("outbox cleanup: %w", err)
 	}
 	log.Info("cleanup done", "idempotency_deleted", is.Deleted, "idempotency_workspaces", is.Workspaces,
-		"outbox_deleted", or.Deleted)
+		"outbox_partitions_dropped", or.Dropped, "outbox_default_deleted", or.Deleted)
 	return nil
 }
 
