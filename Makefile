@@ -20,7 +20,10 @@ help: ## Show this help
 .PHONY: run
 run: ## Run the whole service in one process with development defaults (migrates first; installs jq for the README's "Try it" when missing)
 	@command -v jq >/dev/null 2>&1 || $(MAKE) --no-print-directory jq || echo "make run: jq could not be installed; the README's Try it needs it (make jq)" >&2
-	$(GO) run ./cmd/app all
+	@echo "make run: building bin/app (the first build compiles every dependency: a few minutes)"
+	@$(GO) build -o bin/app ./cmd/app
+	@echo "make run: starting bin/app all; Ctrl-C stops it cleanly"
+	@exec bin/app all
 
 .PHONY: build
 build: ## Build bin/app
@@ -59,13 +62,12 @@ jq: ## Install jq (the README's "Try it" uses it) with apt-get, when missing
 	@command -v jq >/dev/null 2>&1 || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq jq)
 
 .PHONY: clean
-clean: ## Remove what make run and make test left: the dev database, idle test databases, the queues' Redis keys, STORAGE_DIR, bin/, node_modules (CLEAN_FLAGS=-h)
+clean: ## Remove what this checkout's make run and make test left (its test databases, bin/, STORAGE_DIR, node_modules) and say what; CLEAN_FLAGS=-shared also the shared defaults (the listing database, templates, default key prefixes)
 	$(GO) run ./internal/devclean $(CLEAN_FLAGS)
 
 .PHONY: clean-testdb
-clean-testdb: ## Drop the test databases and templates that interrupted test runs left behind
-	@psql -h 127.0.0.1 -U root -d postgres -Atc "SELECT datname FROM pg_database WHERE datname LIKE 'listing\_test\_%' OR datname LIKE 'listing\_tpl\_%'" | \
-	  while read -r db; do psql -h 127.0.0.1 -U root -d postgres -qc "ALTER DATABASE \"$$db\" IS_TEMPLATE false" -c "DROP DATABASE \"$$db\" WITH (FORCE)"; done
+clean-testdb: ## Drop the test databases this checkout's interrupted test runs left (CLEAN_FLAGS=-shared: every checkout's, and the templates)
+	$(GO) run ./internal/devclean -only testdbs $(CLEAN_FLAGS)
 
 .PHONY: fuzz
 fuzz: ## Run the fuzz targets briefly

@@ -154,7 +154,7 @@ func ProvideBus(pool *pgxpool.Pool, guard *idem.Guard, reg *prometheus.Registry,
 	}
 	// commandstream.Guard checks, in the transaction, that a command sent as a message still
 	// comes from a live integration (HTTP commands pass through).
-	return bus.New(bus.Observe(log, m), postgres.TxMiddleware(pool, guard.Opening), commandstream.Guard(), guard.Middleware()), nil
+	return bus.New(bus.Observe(log, m), postgres.TxMiddleware(pool, guard.Opening), commandstream.Guard(), guard.Middleware(), commandstream.Expiry()), nil
 }
 
 // Storage is the object storage and, for local storage, the upload endpoint it needs.
@@ -337,6 +337,7 @@ func ProvideCommandConsumer(cfg config.Config, server *httpapi.Server, applicati
 		Concurrency:   cfg.CommandsConcurrency,
 		ClaimIdle:     cfg.CommandsClaimIdle,
 		MaxDeliveries: int64(cfg.CommandsMaxDeliveries),
+		MaxAge:        cfg.CommandsMaxAge,
 		RepliesMaxLen: cfg.CommandRepliesMaxLen,
 		Executor:      server,
 		Principals:    application.Queries,
@@ -360,7 +361,8 @@ type API struct {
 // ProvideBullMQConfig is the queue configuration shared by publishers and workers.
 func ProvideBullMQConfig(cfg config.Config, rdb redis.UniversalClient) bullmq.Config {
 	return bullmq.Config{Client: rdb, Prefix: cfg.BullMQPrefix, QueueHashTags: cfg.BullMQQueueHashTags, Attempts: cfg.JobAttempts,
-		Backoff: bullmq.Backoff{Type: bullmq.BackoffExponential, Delay: config.JobBackoff.Milliseconds()}}
+		Backoff:             bullmq.Backoff{Type: bullmq.BackoffExponential, Delay: config.JobBackoff.Milliseconds()},
+		RemoveOnCompleteAge: cfg.JobRetention, RemoveOnFailAge: cfg.JobFailedRetention, DedupTTL: cfg.JobRetention}
 }
 
 // ProvidePublishers builds the dispatcher's publishers: BullMQ for every job queue and, for
@@ -479,7 +481,7 @@ func (c *Cleanup) RunOnce(ctx context.Context, log *slog.Logger) error {
 		return fmt.Errorf("outbox cleanup: %w", err)
 	}
 	log.Info("cleanup done", "idempotency_deleted", is.Deleted, "idempotency_workspaces", is.Workspaces,
-		"outbox_deleted", or.Deleted)
+		"outbox_partitions_dropped", or.Dropped, "outbox_default_deleted", or.Deleted)
 	return nil
 }
 

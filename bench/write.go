@@ -106,7 +106,7 @@ func benchWrite(ctx context.Context, o options, t *table) error {
 				fmt.Printf("   round %d, %d clients, %-7s %6.0f commits/s\n", round+1, clients, c.name, float64(n)/o.writeSecs.Seconds())
 			}
 		}
-		if _, err := db.Owner.Exec(ctx, `TRUNCATE outbox_events, operations CASCADE`); err != nil {
+		if _, err := db.Owner.Exec(ctx, `TRUNCATE outbox_events, outbox_dispatched, operations CASCADE`); err != nil {
 			return err
 		}
 	}

@@ -80,7 +80,7 @@ func TestClusterFlows(t *testing.T) {
 		counts, err := bullmq.QueueCounts(ctx, bcfg, q)
 		require.NoError(t, err)
 		assert.Positive(t, counts[bullmq.StateCompleted], "completed jobs of %s", q)
-		id := seedOne(t, env.DB, "SELECT id::text FROM outbox_events WHERE destination = $1 LIMIT 1", q)
+		id := seedOne(t, env.DB, "SELECT id::text FROM outbox_all_events WHERE destination = $1 LIMIT 1", q)
 		unfinished, err := jobs.BullMQProbe{Config: bcfg}.Unfinished(ctx, q, []string{id})
 		require.NoError(t, err)
 		assert.Equal(t, map[string]bool{id: false}, unfinished, "the job of %s is finished", q)

@@ -66,13 +66,18 @@ func startCommands(t *testing.T, opts ...servicetest.Option) *commandEnv {
 	return ce
 }
 
-// command is a command CloudEvent as another service writes it.
+// command is a command CloudEvent as another service writes it, sent now.
 func command(id, typ, workspaceID, integrationID string, data any) []byte {
+	return commandAt(time.Now(), id, typ, workspaceID, integrationID, data)
+}
+
+// commandAt is a command CloudEvent whose time is at (none when at is zero).
+func commandAt(at time.Time, id, typ, workspaceID, integrationID string, data any) []byte {
 	raw, err := json.Marshal(data)
 	if err != nil {
 		panic(err)
 	}
-	b, err := cloudevent.Encode(cloudevent.Event{SpecVersion: "1.0", ID: id, Type: typ, Source: "/tests/erp",
+	b, err := cloudevent.Encode(cloudevent.Event{SpecVersion: "1.0", ID: id, Type: typ, Source: "/tests/erp", Time: at,
 		DataContentType: "application/json", Data: raw, WorkspaceID: workspaceID, IntegrationID: integrationID})
 	if err != nil {
 		panic(err)
@@ -119,6 +124,18 @@ func (ce *commandEnv) repliesTo(t *testing.T, correlationID string, n int) []clo
 			require.FailNow(t, "replies missing", "%d of %d replies to %s", len(out), n, correlationID)
 		}
 		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// noReplyTo requires that no reply in the replies stream is correlated with correlationID.
+func (ce *commandEnv) noReplyTo(t *testing.T, correlationID string) {
+	t.Helper()
+	msgs, err := ce.rdb.XRange(context.Background(), ce.replies, "-", "+").Result()
+	require.NoError(t, err)
+	for _, m := range msgs {
+		ev, err := cloudevent.FromEntry(m.Values)
+		require.NoError(t, err)
+		require.NotEqual(t, correlationID, ev.CorrelationID, "a reply correlated by an id the entry claimed: %s", ev.Data)
 	}
 }
 
@@ -262,12 +279,16 @@ func TestCommandRefusals(t *testing.T) {
 
 	before := badCounts(t, ce.Env)
 	integrationsBefore := ce.Count(`SELECT count(*) FROM integrations`)
+	// An entry that is not authenticated is answered by its stream entry id, never by the id
+	// it claims (which a sender reading replies by correlationid would take for its own).
 	refused := func(id string, values map[string]any) {
 		t.Helper()
-		ce.send(t, values)
-		r := ce.repliesTo(t, id, 1)[0]
+		entry := ce.send(t, values)
+		r := ce.repliesTo(t, entry, 1)[0]
 		require.Equal(t, "COMMAND_UNAUTHENTICATED", problemCode(t, r), "%s", r.Data)
 		require.Empty(t, r.WorkspaceID, "an unauthenticated reply names no workspace")
+		require.Empty(t, r.IntegrationID, "an unauthenticated reply names no integration")
+		ce.noReplyTo(t, id)
 		require.Equal(t, before, badCounts(t, ce.Env), "%s wrote something", id)
 	}
 
@@ -313,8 +334,9 @@ func TestCommandRefusals(t *testing.T) {
 	require.Equal(t, "COMMAND_MALFORMED", problemCode(t, ce.repliesTo(t, notJSON, 1)[0]))
 	noEvent := ce.send(t, map[string]any{"payload": "{}"})
 	require.Equal(t, "COMMAND_MALFORMED", problemCode(t, ce.repliesTo(t, noEvent, 1)[0]))
-	ce.send(t, map[string]any{"event": `{"specversion":"1.0","id":"cmd-no-type","source":"/tests/erp"}`})
-	require.Equal(t, "COMMAND_MALFORMED", problemCode(t, ce.repliesTo(t, "cmd-no-type", 1)[0]))
+	noType := ce.send(t, map[string]any{"event": `{"specversion":"1.0","id":"cmd-no-type","source":"/tests/erp"}`})
+	require.Equal(t, "COMMAND_MALFORMED", problemCode(t, ce.repliesTo(t, noType, 1)[0]))
+	ce.noReplyTo(t, "cmd-no-type")
 	longID := ce.send(t, signed(strings.Repeat("x", 257), "listing.publish", data))
 	require.Equal(t, "COMMAND_MALFORMED", problemCode(t, ce.repliesTo(t, longID, 1)[0]))
 	huge := ce.send(t, signed("cmd-huge", "listing.publish", map[string]any{"product_id": products[1], "store_id": storeID,
@@ -514,4 +536,50 @@ func TestCommandExecutedButNotAcknowledgedIsReplayed(t *testing.T) {
 	require.NoError(t, err)
 	require.Contains(t, string(metrics), `listing_command_messages_total{outcome="replayed",type="listing.publish"} 1`)
 	require.NotContains(t, string(metrics), `listing_command_messages_total{outcome="accepted",type="listing.publish"}`)
+}
+
+// Commands expire: a command without time, older than COMMANDS_MAX_AGE or more than 5
+// minutes ahead is rejected COMMAND_EXPIRED and changes nothing; one that ran is answered
+// from its idempotency record when delivered again after COMMANDS_MAX_AGE; once the record is
+// gone (its retention passed), the same signed entry is rejected, never run again.
+func TestCommandExpiry(t *testing.T) {
+	t.Parallel()
+	const maxAge = 3 * time.Second
+	ce := startCommands(t, func(c *config.Config) { c.CommandsMaxAge = maxAge })
+	acct, storeID, products, integID, secret := setupPublishing(t, ce, "cmd-expiry@example.com")
+	ce.start()
+	data := map[string]any{"product_id": products[0], "store_id": storeID}
+	before := badCounts(t, ce.Env)
+	for id, at := range map[string]time.Time{
+		"cmd-old":    time.Date(2001, 1, 1, 0, 0, 0, 0, time.UTC),
+		"cmd-notime": {},
+		"cmd-ahead":  time.Now().Add(10 * time.Minute),
+	} {
+		ev := commandAt(at, id, "listing.publish", acct.WorkspaceID, integID, data)
+		ce.send(t, map[string]any{"event": ev, "signature": sign(secret, ev)})
+		r := ce.repliesTo(t, id, 1)[0]
+		require.Equal(t, "COMMAND_EXPIRED", problemCode(t, r), "%s: %s", id, r.Data)
+		require.Equal(t, integID, r.IntegrationID)
+	}
+	require.Equal(t, before, badCounts(t, ce.Env), "an expired command wrote something")
+	require.Zero(t, ce.Count(`SELECT count(*) FROM publications WHERE product_id = $1`, products[0]))
+
+	ev := command("cmd-once", "listing.publish", acct.WorkspaceID, integID, data)
+	entry := map[string]any{"event": ev, "signature": sign(secret, ev)}
+	ce.send(t, entry)
+	require.Equal(t, "listing.command.accepted", ce.repliesTo(t, "cmd-once", 1)[0].Type)
+	time.Sleep(maxAge + 500*time.Millisecond)
+	ce.send(t, entry) // the same signed entry, now older than COMMANDS_MAX_AGE: its record answers
+	replies := ce.repliesTo(t, "cmd-once", 2)
+	require.Equal(t, "listing.command.accepted", replies[1].Type, "%s", replies[1].Data)
+	require.JSONEq(t, string(replies[0].Data), string(replies[1].Data))
+
+	// The record's retention passes (IDEMPOTENCY_RETENTION > COMMANDS_MAX_AGE + 5 min): the
+	// entry replayed once more is rejected, and nothing runs again.
+	_, err := ce.DB.Owner.Exec(context.Background(), `DELETE FROM idempotency_requests WHERE workspace_id = $1 AND method = 'MSG'`, acct.WorkspaceID)
+	require.NoError(t, err)
+	ce.send(t, entry)
+	replies = ce.repliesTo(t, "cmd-once", 3)
+	require.Equal(t, "COMMAND_EXPIRED", problemCode(t, replies[2]))
+	require.Equal(t, 1, ce.Count(`SELECT count(*) FROM publications WHERE product_id = $1`, products[0]), "published once")
 }

@@ -98,7 +98,7 @@ func TestConsoleInBrowser(t *testing.T) {
 	t.Cleanup(func() { stopDispatch(); <-dispatched })
 	status := func() string {
 		var s string
-		require.NoError(t, db.Owner.QueryRow(ctx, `SELECT status FROM outbox_events WHERE id = $1`, eventID).Scan(&s))
+		require.NoError(t, db.Owner.QueryRow(ctx, `SELECT status FROM outbox_all_events WHERE id = $1`, eventID).Scan(&s))
 		return s
 	}
 	require.Eventually(t, func() bool { return status() == outbox.StatusDeadLetter }, 15*time.Second, 50*time.Millisecond)

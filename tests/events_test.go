@@ -106,7 +106,7 @@ func runNodeConsumer(t *testing.T, redisURL string, cfg map[string]any) ([]nodeE
 func waitOutboxDrained(t *testing.T, env *servicetest.Env) {
 	t.Helper()
 	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
-		if env.Count(`SELECT count(*) FROM outbox_events WHERE status <> 'dispatched'`) == 0 {
+		if env.Count(`SELECT count(*) FROM outbox_all_events WHERE status <> 'dispatched'`) == 0 {
 			return
 		}
 		require.True(t, time.Now().Before(deadline), "the outbox did not drain")

@@ -110,7 +110,7 @@ func TestIdempotencyHTTPKeyValidation(t *testing.T) {
 			require.Zero(t, idemRows(env, ""))
 			require.Zero(t, env.Count(`SELECT count(*) FROM stores`))
 			require.Zero(t, env.Count(`SELECT count(*) FROM operations`))
-			require.Zero(t, env.Count(`SELECT count(*) FROM outbox_events`))
+			require.Zero(t, env.Count(`SELECT count(*) FROM outbox_all_events`))
 		})
 	}
 	// The same checks on an endpoint with a path id and an empty body.
@@ -165,7 +165,7 @@ func TestIdempotencyHTTPReplay(t *testing.T) {
 		first := idemSend(t, env, "POST", ws+"/stores", acct.AccessToken, idemHeader(key), body)
 		require.Equal(t, http.StatusCreated, first.Status, "%s", first.Body)
 		require.Equal(t, "application/json", first.Header.Get("Content-Type"))
-		events := env.Count(`SELECT count(*) FROM outbox_events`)
+		events := env.Count(`SELECT count(*) FROM outbox_all_events`)
 		require.Positive(t, events)
 
 		replay := idemSend(t, env, "POST", ws+"/stores", acct.AccessToken, idemHeader(key), body)
@@ -190,7 +190,7 @@ func TestIdempotencyHTTPReplay(t *testing.T) {
 		require.Equal(t, 1, env.Count(`SELECT count(*) FROM stores`))
 		require.Equal(t, 1, env.Count(`SELECT count(*) FROM store_verifications`))
 		require.Equal(t, 1, env.Count(`SELECT count(*) FROM operations`))
-		require.Equal(t, events, env.Count(`SELECT count(*) FROM outbox_events`))
+		require.Equal(t, events, env.Count(`SELECT count(*) FROM outbox_all_events`))
 		require.Equal(t, 1, idemRows(env, key))
 		// The stored response is the one the client got.
 		require.Equal(t, 1, env.Count(`SELECT count(*) FROM idempotency_requests WHERE idempotency_key = $1

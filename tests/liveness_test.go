@@ -182,7 +182,7 @@ func (w *livenessWorld) publish(t *testing.T) (pubID, opID, jobID string) {
 	require.Equal(t, http.StatusAccepted, pub.Status, "%s", pub.Body)
 	pubID, opID = seedField(t, pub, "publication", "id"), seedField(t, pub, "operation", "id")
 	jobID = seedOutbox(t, w.db, w.acct.WorkspaceID, "listing-publish").ID
-	seedWaitStatus(t, w.db, "dispatched", "SELECT status FROM outbox_events WHERE id = $1", jobID)
+	seedWaitStatus(t, w.db, "dispatched", "SELECT status FROM outbox_all_events WHERE id = $1", jobID)
 	return pubID, opID, jobID
 }
 
@@ -265,7 +265,7 @@ func TestLivenessRedisFlushedAfterDispatch(t *testing.T) {
 	require.Equal(t, "succeeded", status, code)
 	require.Equal(t, 1, front.sb.ProductsWithRef(pubID), "platform products of the publication")
 	require.Equal(t, "1", seedOne(t, w.db, "SELECT reconciliations::text FROM publications WHERE id = $1", pubID))
-	require.Equal(t, 2, w.env.Count(`SELECT count(*) FROM outbox_events WHERE event_type = 'publication.requested'
+	require.Equal(t, 2, w.env.Count(`SELECT count(*) FROM outbox_all_events WHERE event_type = 'publication.requested'
 		AND event_payload->>'publication_id' = $1`, pubID), "the request and one redelivery")
 	h, _ := seedJobCount(t, w.rdb, w.prefix, "listing-publish", jobID)
 	require.Zero(t, h, "the first job stays lost: the redelivery has a job id of its own")

@@ -97,7 +97,7 @@ func TestOutboxOperatorCLI(t *testing.T) {
 	require.ElementsMatch(t, ids[1:], purged.Purged, "the redriven event is pending again, not purged")
 
 	var left, audited int
-	require.NoError(t, db.Owner.QueryRow(ctx, `SELECT count(*) FROM outbox_events WHERE status = 'pending' AND id = $1`, ids[0]).Scan(&left))
+	require.NoError(t, db.Owner.QueryRow(ctx, `SELECT count(*) FROM outbox_all_events WHERE status = 'pending' AND id = $1`, ids[0]).Scan(&left))
 	require.Equal(t, 1, left)
 	require.NoError(t, db.Owner.QueryRow(ctx, `SELECT
 		(SELECT count(*) FROM outbox_purges WHERE purged_by = 'ops@example.test' AND reason = 'stores deleted') +

@@ -67,7 +67,7 @@ func TestProductDraftRevisions(t *testing.T) {
 
 	// Draft saves neither use the idempotency store nor the outbox.
 	require.Zero(t, env.Count(`SELECT count(*) FROM idempotency_requests`))
-	require.Zero(t, env.Count(`SELECT count(*) FROM outbox_events`))
+	require.Zero(t, env.Count(`SELECT count(*) FROM outbox_all_events`))
 
 	missing := env.Do(servicetest.Request{Method: "GET", Path: base + "/00000000-0000-4000-8000-000000000000", Token: acct.AccessToken})
 	require.Equal(t, http.StatusNotFound, missing.Status)

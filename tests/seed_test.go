@@ -179,7 +179,7 @@ func TestSeedReplayReturnsOriginalResponse(t *testing.T) {
 		require.Equal(t, 1, env.Count("SELECT count(*) FROM operations WHERE resource_id = $1", id), "operations of %s", id)
 	}
 	for _, typ := range []string{"store.verification_requested", "publication.requested", "ai_task.requested"} {
-		require.Equal(t, 1, env.Count("SELECT count(*) FROM outbox_events WHERE workspace_id = $1 AND event_type = $2", acct.WorkspaceID, typ), typ)
+		require.Equal(t, 1, env.Count("SELECT count(*) FROM outbox_all_events WHERE workspace_id = $1 AND event_type = $2", acct.WorkspaceID, typ), typ)
 	}
 	require.Equal(t, 3, env.Count("SELECT count(*) FROM idempotency_requests WHERE workspace_id = $1", acct.WorkspaceID))
 
@@ -286,8 +286,8 @@ func TestSeedConcurrentIdenticalRequests(t *testing.T) {
 	}
 	// One execution writes one event of each type (the verification request, and the
 	// operation's history event).
-	require.Equal(t, 1, env.Count("SELECT count(*) FROM outbox_events WHERE workspace_id = $1 AND event_type = 'store.verification_requested'", acct.WorkspaceID))
-	require.Zero(t, env.Count(`SELECT count(*) FROM (SELECT event_type FROM outbox_events WHERE workspace_id = $1
+	require.Equal(t, 1, env.Count("SELECT count(*) FROM outbox_all_events WHERE workspace_id = $1 AND event_type = 'store.verification_requested'", acct.WorkspaceID))
+	require.Zero(t, env.Count(`SELECT count(*) FROM (SELECT event_type FROM outbox_all_events WHERE workspace_id = $1
 		GROUP BY event_type HAVING count(*) > 1) d`, acct.WorkspaceID), "an event type written twice")
 }
 
@@ -369,7 +369,7 @@ func TestSeedNoRLSContext(t *testing.T) {
 	for _, table := range tables {
 		require.Positive(t, env.Count("SELECT count(*) FROM "+table+" WHERE workspace_id = $1", acct.WorkspaceID), "owner sees %s", table)
 	}
-	pending := env.Count("SELECT count(*) FROM outbox_events WHERE workspace_id = $1 AND status = 'pending'", acct.WorkspaceID)
+	pending := env.Count("SELECT count(*) FROM outbox_all_events WHERE workspace_id = $1 AND status = 'pending'", acct.WorkspaceID)
 	require.GreaterOrEqual(t, pending, 3)
 
 	conn, err := pgx.Connect(ctx, env.DB.AppURL)
@@ -389,7 +389,7 @@ func TestSeedNoRLSContext(t *testing.T) {
 	// No context: the dispatcher's claim claims nothing, writes change nothing.
 	require.Zero(t, seedClaim(t, conn, "", acct.WorkspaceID), "claim without context")
 	for _, stmt := range []string{
-		"UPDATE outbox_events SET status = 'dispatched', dispatched_at = now()",
+		"UPDATE outbox_events SET status = 'dead_letter'",
 		"UPDATE outbox_events SET next_attempt_at = now() WHERE workspace_id = '" + acct.WorkspaceID + "'",
 		"DELETE FROM outbox_events",
 		"UPDATE operations SET status = 'failed'",
@@ -437,25 +437,20 @@ func TestSeedNoRLSContext(t *testing.T) {
 
 	// Nothing changed, and the claim is the right one: with the context it takes every
 	// due row (rolled back).
-	require.Equal(t, pending, env.Count("SELECT count(*) FROM outbox_events WHERE workspace_id = $1 AND status = 'pending'", acct.WorkspaceID))
+	require.Equal(t, pending, env.Count("SELECT count(*) FROM outbox_all_events WHERE workspace_id = $1 AND status = 'pending'", acct.WorkspaceID))
 	require.Equal(t, pending, seedClaim(t, conn, acct.WorkspaceID, acct.WorkspaceID), "positive control")
-	require.Equal(t, pending, env.Count("SELECT count(*) FROM outbox_events WHERE workspace_id = $1 AND status = 'pending'", acct.WorkspaceID))
+	require.Equal(t, pending, env.Count("SELECT count(*) FROM outbox_all_events WHERE workspace_id = $1 AND status = 'pending'", acct.WorkspaceID))
 }
 
 // seedClaimSQL is the dispatcher's claim (infra/outbox/dispatcher.go, Dispatcher.claim).
 const seedClaimSQL = `
-	WITH e AS (
-	  SELECT id FROM outbox_events
-	  WHERE workspace_id = $1 AND status = 'dispatching' AND locked_until <= now()
-	  ORDER BY locked_until LIMIT $2 FOR UPDATE SKIP LOCKED),
-	p AS (
-	  SELECT id FROM outbox_events
+	WITH c AS (
+	  SELECT id, (locked_until IS NOT NULL)::int AS expired FROM outbox_events
 	  WHERE workspace_id = $1 AND status = 'pending' AND next_attempt_at <= now()
-	  ORDER BY next_attempt_at LIMIT $2 FOR UPDATE SKIP LOCKED),
-	c AS (
-	  SELECT id, 1 AS expired FROM e UNION ALL SELECT id, 0 FROM p LIMIT $2)
+	    AND (locked_until IS NULL OR locked_until <= now())
+	  ORDER BY next_attempt_at LIMIT $2 FOR UPDATE SKIP LOCKED)
 	UPDATE outbox_events o
-	SET status = 'dispatching', locked_by = $3, locked_until = now() + $4 * interval '1 millisecond',
+	SET locked_by = $3, locked_until = now() + $4 * interval '1 millisecond',
 	    attempt_count = o.attempt_count + c.expired
 	FROM c WHERE o.id = c.id
 	RETURNING o.id`
@@ -509,7 +504,7 @@ func seedOutbox(t testing.TB, db *pgtest.DB, ws, destination string) seedOutboxR
 	t.Helper()
 	var r seedOutboxRow
 	require.NoError(t, db.Owner.QueryRow(context.Background(),
-		`SELECT id::text, status, coalesce(locked_by, '') FROM outbox_events WHERE workspace_id = $1 AND destination = $2`,
+		`SELECT id::text, status, coalesce(locked_by, '') FROM outbox_all_events WHERE workspace_id = $1 AND destination = $2`,
 		ws, destination).Scan(&r.ID, &r.Status, &r.LockedBy))
 	return r
 }
@@ -591,14 +586,14 @@ func TestSeedCrashAfterCommitBeforeDelivery(t *testing.T) {
 	seedStartDispatch(t, db.AppURL, prefix)
 	_, sandbox := seedStartWork(t, db.AppURL, prefix, nil)
 	seedWaitStatus(t, db, "succeeded", "SELECT status FROM operations WHERE id = $1", opID)
-	seedWaitStatus(t, db, "dispatched", "SELECT status FROM outbox_events WHERE id = $1", ev.ID)
+	seedWaitStatus(t, db, "dispatched", "SELECT status FROM outbox_all_events WHERE id = $1", ev.ID)
 	seedEventually(t, 30*time.Second, func() bool { return seedJobCompleted(t, rdb, prefix, "store-verification", ev.ID) },
 		"job %s never completed", ev.ID)
 
 	hash, places = seedJobCount(t, rdb, prefix, "store-verification", ev.ID)
 	require.Equal(t, 1, hash)
 	require.Equal(t, 1, places)
-	require.Equal(t, 1, env.Count("SELECT count(*) FROM outbox_events WHERE workspace_id = $1 AND destination = 'store-verification'", acct.WorkspaceID))
+	require.Equal(t, 1, env.Count("SELECT count(*) FROM outbox_all_events WHERE workspace_id = $1 AND destination = 'store-verification'", acct.WorkspaceID))
 	require.Equal(t, "verified", seedOne(t, db, "SELECT status FROM stores WHERE workspace_id = $1", acct.WorkspaceID))
 	require.Equal(t, 1, seedSandboxStats(t, sandbox).Calls[marketplace.EndpointVerify])
 }
@@ -611,7 +606,7 @@ func seedOne(t testing.TB, db *pgtest.DB, query string, args ...any) string {
 	return v
 }
 
-// seedGateSQL makes the dispatcher's mark ("dispatching" → "dispatched") of an event wait
+// seedGateSQL makes the dispatcher's mark (the move of a leased event to the log) wait
 // while seed_gate names its destination. It lets a test stop a real dispatcher exactly
 // between its publish to BullMQ and its mark, and SIGKILL it there. Test instrumentation
 // of the test database, created by the owner; the product's schema is unchanged.
@@ -619,14 +614,14 @@ const seedGateSQL = `
 CREATE TABLE seed_gate (destination text PRIMARY KEY);
 CREATE FUNCTION seed_gate_mark() RETURNS trigger LANGUAGE plpgsql SECURITY DEFINER AS $$
 BEGIN
-  IF OLD.status = 'dispatching' AND NEW.status = 'dispatched' THEN
-    WHILE EXISTS (SELECT 1 FROM seed_gate WHERE destination = NEW.destination) LOOP
+  IF OLD.locked_by IS NOT NULL THEN
+    WHILE EXISTS (SELECT 1 FROM seed_gate WHERE destination = OLD.destination) LOOP
       PERFORM pg_sleep(0.02);
     END LOOP;
   END IF;
-  RETURN NEW;
+  RETURN OLD;
 END $$;
-CREATE TRIGGER seed_gate_mark BEFORE UPDATE ON outbox_events FOR EACH ROW EXECUTE FUNCTION seed_gate_mark();`
+CREATE TRIGGER seed_gate_mark BEFORE DELETE ON outbox_events FOR EACH ROW EXECUTE FUNCTION seed_gate_mark();`
 
 // seedFront serves the marketplace sandbox; with hold set, the first POST /v1/products is
 // performed (the product exists) and then never answered, as if the worker died before it
@@ -765,17 +760,17 @@ func seedAcceptedButNotMarked(t *testing.T, remove, ignoreKey, workerDies bool) 
 	}
 	// The killed dispatcher's lease runs out (time travel: 30 s saved). This waits for the
 	// row lock of its dead session, which rolled back the mark.
-	_, err = db.Owner.Exec(ctx, "UPDATE outbox_events SET locked_until = now() WHERE id = $1 AND status = 'dispatching'", ev.ID)
+	_, err = db.Owner.Exec(ctx, "UPDATE outbox_events SET locked_until = now() WHERE id = $1 AND locked_by IS NOT NULL", ev.ID)
 	require.NoError(t, err)
 	if workerDies {
 		seedStartWork(t, db.AppURL, prefix, workEnv)
 	}
 	seedStartDispatch(t, db.AppURL, prefix)
 
-	seedWaitStatus(t, db, "dispatched", "SELECT status FROM outbox_events WHERE id = $1", ev.ID)
+	seedWaitStatus(t, db, "dispatched", "SELECT status FROM outbox_all_events WHERE id = $1", ev.ID)
 	seedWaitStatus(t, db, "succeeded", "SELECT status FROM operations WHERE id = $1", opID)
 	seedEventually(t, 30*time.Second, func() bool { return seedJobCompleted(t, rdb, prefix, queue, ev.ID) }, "job never completed")
-	require.Equal(t, "1", seedOne(t, db, "SELECT attempt_count::text FROM outbox_events WHERE id = $1", ev.ID),
+	require.Equal(t, "1", seedOne(t, db, "SELECT attempt_count::text FROM outbox_all_events WHERE id = $1", ev.ID),
 		"the event was claimed twice: 0 for the first claim, +1 for the reclaimed expired lease")
 
 	h, places := seedJobCount(t, rdb, prefix, queue, ev.ID)

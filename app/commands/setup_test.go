@@ -59,6 +59,6 @@ func setup(t *testing.T) *bundle {
 // (and the revision) only.
 func (b *bundle) requireNoProductContentInEvents(t *testing.T) {
 	t.Helper()
-	require.Zero(t, b.Count(t, `SELECT count(*) FROM outbox_events WHERE event_payload::text LIKE '%Mug%'`),
+	require.Zero(t, b.Count(t, `SELECT count(*) FROM outbox_all_events WHERE event_payload::text LIKE '%Mug%'`),
 		"events carry no product content")
 }

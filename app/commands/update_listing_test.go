@@ -80,5 +80,5 @@ func TestUpdateListingRefusals(t *testing.T) {
 	}
 	require.ErrorIs(t, run(uuid.New()), domain.ErrPublicationNotFound)
 	require.Zero(t, b.Count(t, `SELECT count(*) FROM listing_updates`))
-	require.Zero(t, b.Count(t, `SELECT count(*) FROM outbox_events WHERE event_type = 'listing_update.requested'`))
+	require.Zero(t, b.Count(t, `SELECT count(*) FROM outbox_all_events WHERE event_type = 'listing_update.requested'`))
 }

@@ -280,6 +280,11 @@ type Marketplace interface {
 	// An unknown id is ErrPlatformRejected; a transient error's outcome is unknown (the
 	// content may have been replaced).
 	UpdateProduct(ctx context.Context, creds Credentials, idempotencyKey, id string, in ProductInput) (PlatformProduct, error)
+	// DeleteProduct deletes the platform product id (the gateway's DELETE /v1/products/{id}).
+	// Idempotent: a product that no longer exists counts as deleted (the gateway's 404), so a
+	// repeat after a lost answer succeeds. A transient error's outcome is unknown (the product
+	// may be gone): repeat the call.
+	DeleteProduct(ctx context.Context, creds Credentials, id string) error
 	// FindProductByExternalRef returns the oldest product with that external_ref, or (nil,
 	// nil) when there is none.
 	FindProductByExternalRef(ctx context.Context, creds Credentials, ref string) (*PlatformProduct, error)

@@ -73,7 +73,7 @@ func (b *bundle) age(t *testing.T, table string, id uuid.UUID) {
 // requests returns the ids of the outbox's material_transfer.requested events for id.
 func (b *bundle) requests(t *testing.T, id uuid.UUID) []uuid.UUID {
 	t.Helper()
-	rows, err := b.env.DB.Owner.Query(context.Background(), `SELECT id FROM outbox_events
+	rows, err := b.env.DB.Owner.Query(context.Background(), `SELECT id FROM outbox_all_events
 		WHERE event_type = 'material_transfer.requested' AND event_payload->>'transfer_id' = $1 ORDER BY created_at`, id.String())
 	require.NoError(t, err)
 	ids, err := pgx.CollectRows(rows, pgx.RowTo[uuid.UUID])
@@ -84,7 +84,11 @@ func (b *bundle) requests(t *testing.T, id uuid.UUID) []uuid.UUID {
 func (b *bundle) dispatchAll(t *testing.T) {
 	t.Helper()
 	_, err := b.env.DB.Owner.Exec(context.Background(),
-		`UPDATE outbox_events SET status = 'dispatched', dispatched_at = now() WHERE status = 'pending'`)
+		`WITH m AS (DELETE FROM outbox_events WHERE status = 'pending' RETURNING *)
+		INSERT INTO outbox_dispatched (id, workspace_id, event_type, destination, aggregate_type, aggregate_id,
+		                               event_payload, metadata, attempt_count, created_at, dispatched_at)
+		SELECT id, workspace_id, event_type, destination, aggregate_type, aggregate_id, event_payload, metadata,
+		       attempt_count, created_at, now() FROM m`)
 	require.NoError(t, err)
 }
 

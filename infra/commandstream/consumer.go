@@ -6,7 +6,6 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -45,7 +44,13 @@ var (
 	ErrMalformed = domain.NewError(domain.KindInvalid, "COMMAND_MALFORMED", "the entry is not a CloudEvents 1.0 JSON event")
 	// ErrTooLarge: the entry's event is larger than MaxEventBytes.
 	ErrTooLarge = domain.NewError(domain.KindTooLarge, "COMMAND_TOO_LARGE", "the command's event is too large")
+	// ErrExpired: the command has no time, or one older than MaxAge or more than MaxAhead in
+	// the future, and no idempotency record answers it.
+	ErrExpired = domain.NewError(domain.KindInvalid, "COMMAND_EXPIRED", "the command's time is missing or out of range")
 )
+
+// MaxAhead is how far in the future a command's time may be.
+const MaxAhead = 5 * time.Minute
 
 // MaxIDLength bounds a command's id and source, in bytes.
 const MaxIDLength = 256
@@ -91,6 +96,11 @@ type Config struct {
 	// MaxEventBytes bounds an entry's event field; a larger one is refused unread
 	// (COMMAND_TOO_LARGE). Default 2 MiB.
 	MaxEventBytes int
+	// MaxAge is how old a command's time may be (COMMANDS_MAX_AGE); an older one, or one
+	// without time, is COMMAND_EXPIRED unless its idempotency record answers it. MaxAge +
+	// MaxAhead must be less than the idempotency retention, so that a signed entry cannot
+	// outlive its record (config.Validate checks it). Default 24h.
+	MaxAge time.Duration
 
 	Executor   Executor
 	Principals Principals
@@ -140,6 +150,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.MaxEventBytes <= 0 {
 		c.MaxEventBytes = 2 << 20
+	}
+	if c.MaxAge <= 0 {
+		c.MaxAge = 24 * time.Hour
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
@@ -359,20 +372,17 @@ func (c *Consumer) process(ctx context.Context, msg redis.XMessage) outcome {
 		err = errors.New("id or source too long")
 	}
 	if err != nil {
-		out.corr = idOf(raw, msg.ID)
 		return c.reject(ctx, out, "malformed", httpapi.MessageCommand{CorrelationID: out.corr}, ErrMalformed.WithMessage(
 			"the entry's event field must hold a CloudEvents 1.0 JSON event (specversion, id, source, type; id and source of at most %d bytes)", MaxIDLength))
 	}
-	out.corr = ev.ID
 	if _, ok := knownTypes[ev.Type]; ok {
 		out.typ = ev.Type
 	}
-	mc := httpapi.MessageCommand{Type: ev.Type, CorrelationID: ev.ID, Traceparent: ev.Traceparent}
+	// Until the sender is authenticated, the reply correlates by the entry id only: never by
+	// an id the entry claims.
+	mc := httpapi.MessageCommand{Type: ev.Type, CorrelationID: msg.ID, Traceparent: ev.Traceparent}
 
 	integ, err := c.authenticate(ctx, ev, raw, msg.Values[cloudevent.FieldSignature])
-	if integ.ID != uuid.Nil {
-		out.integID = integ.ID.String()
-	}
 	if err != nil {
 		if errors.Is(err, ErrUnauthenticated) {
 			return c.reject(ctx, out, "unauthenticated", mc, err)
@@ -381,6 +391,7 @@ func (c *Consumer) process(ctx context.Context, msg redis.XMessage) outcome {
 		out.retry = true
 		return out
 	}
+	out.integID, out.corr, mc.CorrelationID = integ.ID.String(), ev.ID, ev.ID
 	mc.WorkspaceID, mc.UserID = integ.WorkspaceID, integ.UserID
 	mc.Key = uuid.NewSHA1(uuid.NameSpaceURL, []byte(ev.Source+"/"+ev.ID))
 	if ev.DataContentType != "" && !isJSON(ev.DataContentType) {
@@ -391,7 +402,11 @@ func (c *Consumer) process(ctx context.Context, msg redis.XMessage) outcome {
 	if len(mc.Data) == 0 {
 		mc.Data = []byte("{}")
 	}
-	res := c.cfg.Executor.ExecuteMessage(withPrincipal(ctx, integ.ID), mc)
+	ctx = withPrincipal(ctx, integ.ID)
+	if err := c.checkTime(ev.Time); err != nil {
+		ctx = withRefusal(ctx, err)
+	}
+	res := c.cfg.Executor.ExecuteMessage(ctx, mc)
 	kind := "rejected"
 	if res.Accepted() {
 		kind = "accepted"
@@ -400,6 +415,20 @@ func (c *Consumer) process(ctx context.Context, msg redis.XMessage) outcome {
 		}
 	}
 	return c.replyOf(out, res, ev, kind, res.Retryable)
+}
+
+// checkTime refuses a command without time, older than MaxAge or more than MaxAhead ahead.
+func (c *Consumer) checkTime(t time.Time) error {
+	now := c.cfg.Now()
+	switch {
+	case t.IsZero():
+		return ErrExpired.WithMessage("the command's time is required (RFC 3339)")
+	case now.Sub(t) > c.cfg.MaxAge:
+		return ErrExpired.WithMessage("the command's time is more than %s ago", c.cfg.MaxAge)
+	case t.Sub(now) > MaxAhead:
+		return ErrExpired.WithMessage("the command's time is more than %s ahead", MaxAhead)
+	}
+	return nil
 }
 
 // authenticate returns the live integration that signed raw, ErrUnauthenticated, or another
@@ -482,19 +511,6 @@ var knownTypes = func() map[string]struct{} {
 	}
 	return m
 }()
-
-// idOf returns the id of a JSON object that is not a valid CloudEvent, or fallback.
-func idOf(raw, fallback string) string {
-	var v struct {
-		ID any `json:"id"`
-	}
-	if json.Unmarshal([]byte(raw), &v) == nil {
-		if s, ok := v.ID.(string); ok && s != "" && len(s) <= MaxIDLength {
-			return s
-		}
-	}
-	return fallback
-}
 
 func isJSON(contentType string) bool {
 	mt, _, _ := strings.Cut(contentType, ";")

@@ -104,7 +104,7 @@ func setup(t *testing.T, cfg commandstream.Config) *fixture {
 func (f *fixture) send(t *testing.T, id, typ string) {
 	t.Helper()
 	b, err := cloudevent.Encode(cloudevent.Event{SpecVersion: "1.0", ID: id, Type: typ, Source: "/erp", Data: []byte(`{}`),
-		WorkspaceID: f.integ.WorkspaceID.String(), IntegrationID: f.integ.ID.String()})
+		Time: time.Now(), WorkspaceID: f.integ.WorkspaceID.String(), IntegrationID: f.integ.ID.String()})
 	require.NoError(t, err)
 	h := hmac.New(sha256.New, []byte(f.secret))
 	h.Write(b)

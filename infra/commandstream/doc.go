@@ -11,7 +11,8 @@
 // integration's secret. A reply entry has one field, event: a CloudEvent of type
 // listing.command.accepted (data: the endpoint's response body, with the operation) or
 // listing.command.rejected (data: the problem+json body), with extension correlationid = the
-// command's id, or the entry id when the command cannot be parsed.
+// command's id once its sender is authenticated, the entry id otherwise (never an id the
+// entry claims).
 //
 // # Contract
 //
@@ -20,6 +21,11 @@
 //     integration are all rejected with COMMAND_UNAUTHENTICATED, before anything runs. The
 //     command's own transaction checks again (Guard: the integration's row locked FOR SHARE,
 //     live): a revocation waits for the commands in progress, and none runs after it.
+//   - A command's time is required: one without, older than MaxAge or more than MaxAhead
+//     ahead is rejected COMMAND_EXPIRED, after its idempotency record was looked up (the
+//     Expiry middleware runs inside the idempotency guard): a command that ran is answered
+//     from its record, any other is refused. MaxAge + MaxAhead below the record's retention
+//     means a signed entry cannot run again once its record is gone.
 //   - Each command runs once per (source, id): the idempotency key is the UUIDv5 (namespace
 //     URL) of source + "/" + id, the method MSG, the path the command's type, the user the
 //     integration's. A second delivery is answered from the idempotency record: the same

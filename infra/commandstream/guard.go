@@ -49,3 +49,24 @@ func Guard() bus.Middleware {
 		return next(ctx)
 	}
 }
+
+type refusalKey struct{}
+
+// withRefusal marks ctx's command as refused with err unless its idempotency record answers it.
+func withRefusal(ctx context.Context, err error) context.Context {
+	return context.WithValue(ctx, refusalKey{}, err)
+}
+
+// Expiry is the bus middleware that refuses a command the consumer found expired
+// (COMMAND_EXPIRED) once the idempotency middleware has looked its record up: a command that
+// ran and is delivered again is answered from its record; any other is refused, and the
+// record claimed for it rolls back with the transaction. It must come after the idempotency
+// middleware. Any other invocation goes straight to next.
+func Expiry() bus.Middleware {
+	return func(ctx context.Context, inv bus.Invocation, next bus.Next) (bus.Outcome, error) {
+		if err, ok := ctx.Value(refusalKey{}).(error); ok {
+			return bus.Outcome{}, err
+		}
+		return next(ctx)
+	}
+}

@@ -21,7 +21,12 @@ import (
 	"github.com/caarlos0/env/v11"
 
 	"github.com/listingkit/listing/infra/bullmq"
+	"github.com/listingkit/listing/infra/outbox"
 )
+
+// commandsMaxAhead is how far ahead of the clock a command's time may be
+// (commandstream.MaxAhead).
+const commandsMaxAhead = 5 * time.Minute
 
 // Config is the whole service configuration.
 type Config struct {
@@ -99,6 +104,11 @@ type Config struct {
 	// CommandsMaxDeliveries bounds the deliveries of one command entry: the last one answers
 	// whatever it gets, a transient failure included, and is acknowledged.
 	CommandsMaxDeliveries int `env:"COMMANDS_MAX_DELIVERIES" envDefault:"10"`
+	// CommandsMaxAge is how old a command's time may be: an older one (or one without time,
+	// or more than 5 minutes ahead) is rejected COMMAND_EXPIRED unless its idempotency record
+	// answers it. CommandsMaxAge + 5m must be less than IdempotencyRetention, so that a
+	// signed entry cannot outlive its record. Default 24h.
+	CommandsMaxAge time.Duration `env:"COMMANDS_MAX_AGE" envDefault:"24h"`
 	// CommandRepliesMaxLen trims <prefix>:command-replies to about this many entries (XADD
 	// MAXLEN ~); 0: never trimmed.
 	CommandRepliesMaxLen int64 `env:"COMMAND_REPLIES_MAX_LEN" envDefault:"100000"`
@@ -114,6 +124,15 @@ type Config struct {
 	// QueueTransport carries the jobs: "bullmq" (Redis) or "memory" (an in-process GoChannel;
 	// `all` then needs no Redis; retries go back through the outbox).
 	QueueTransport string `env:"QUEUE_TRANSPORT" envDefault:"bullmq"`
+	// JobRetention is how long a completed job stays in Redis, and how long its jobId keeps
+	// deduplicating re-publications by the outbox (the job hash, then its "de:" key). It must
+	// be at least the outbox's redelivery window (outbox.RedeliveryWindow: its backoff summed
+	// over OUTBOX_MAX_ATTEMPTS plus a lease per attempt, 73.5 minutes with the defaults):
+	// Validate refuses less.
+	JobRetention time.Duration `env:"JOB_RETENTION" envDefault:"2h"`
+	// JobFailedRetention is how long a failed job stays in Redis for operators (the console's
+	// retry). Failures are few; at least JOB_RETENTION.
+	JobFailedRetention time.Duration `env:"JOB_FAILED_RETENTION" envDefault:"24h"`
 	// JobAttempts is how many times a BullMQ job runs before it fails for good.
 	JobAttempts int `env:"JOB_ATTEMPTS" envDefault:"5"`
 	// WorkerConcurrency is how many jobs of each queue one `work` process runs at once.
@@ -259,8 +278,18 @@ func (c Config) Validate() error {
 	if c.IdempotencyRetention < 24*time.Hour {
 		errs = append(errs, errors.New("IDEMPOTENCY_RETENTION must be at least 24h"))
 	}
+	if c.CommandsMaxAge <= 0 || c.CommandsMaxAge+commandsMaxAhead >= c.IdempotencyRetention {
+		errs = append(errs, fmt.Errorf("COMMANDS_MAX_AGE (%s) must be positive and, plus %s, less than IDEMPOTENCY_RETENTION (%s): a signed command must not outlive its idempotency record",
+			c.CommandsMaxAge, commandsMaxAhead, c.IdempotencyRetention))
+	}
 	if c.JobAttempts < 1 || c.WorkerConcurrency < 1 || c.OutboxMaxAttempts < 1 {
 		errs = append(errs, errors.New("JOB_ATTEMPTS, WORKER_CONCURRENCY and OUTBOX_MAX_ATTEMPTS must be at least 1"))
+	} else if w := outbox.RedeliveryWindow(c.OutboxMaxAttempts, c.OutboxLease); c.JobRetention < w {
+		errs = append(errs, fmt.Errorf("JOB_RETENTION (%s) must be at least the outbox's redelivery window (%s: its backoff over OUTBOX_MAX_ATTEMPTS=%d plus OUTBOX_LEASE=%s per attempt): a job re-published within it must still be deduplicated",
+			c.JobRetention, w.Round(time.Second), c.OutboxMaxAttempts, c.OutboxLease))
+	}
+	if c.JobFailedRetention < c.JobRetention {
+		errs = append(errs, errors.New("JOB_FAILED_RETENTION must be at least JOB_RETENTION"))
 	}
 	if c.JobLockDuration < 10*time.Millisecond || c.JobStalledInterval < 10*time.Millisecond || c.JobMaxStalls < 0 {
 		errs = append(errs, errors.New("JOB_LOCK_DURATION and JOB_STALLED_INTERVAL must be at least 10ms, JOB_MAX_STALLS at least 0"))

@@ -219,3 +219,32 @@ func TestEventStreamSettings(t *testing.T) {
 	c.EventsMaxLen, c.EventsRetention = 0, 0 // no bound: allowed
 	require.NoError(t, c.Validate())
 }
+
+// Completed jobs and their deduplication keys are kept at least as long as the outbox may
+// publish an event again: a shorter JOB_RETENTION is refused at start, naming the window.
+func TestJobRetentionCoversTheOutboxRedeliveryWindow(t *testing.T) {
+	c := defaults(t)
+	require.Equal(t, 2*time.Hour, c.JobRetention)
+	c.JobRetention = 70 * time.Minute
+	require.ErrorContains(t, c.Validate(), "JOB_RETENTION (1h10m0s) must be at least the outbox's redelivery window (1h13m31s")
+	c.OutboxMaxAttempts = 10
+	require.NoError(t, c.Validate(), "fewer attempts, a shorter window")
+	c = defaults(t)
+	c.JobFailedRetention = time.Hour
+	require.ErrorContains(t, c.Validate(), "JOB_FAILED_RETENTION")
+}
+
+// A signed command must not outlive its idempotency record: COMMANDS_MAX_AGE plus the 5
+// minutes a command may be ahead must stay below IDEMPOTENCY_RETENTION.
+func TestCommandsMaxAgeBelowIdempotencyRetention(t *testing.T) {
+	c := defaults(t)
+	require.Equal(t, 24*time.Hour, c.CommandsMaxAge)
+	c.CommandsMaxAge = 48*time.Hour - 5*time.Minute
+	require.ErrorContains(t, c.Validate(), "COMMANDS_MAX_AGE")
+	c.CommandsMaxAge = 48*time.Hour - 5*time.Minute - time.Second
+	require.NoError(t, c.Validate())
+	c.IdempotencyRetention = 24 * time.Hour
+	require.ErrorContains(t, c.Validate(), "COMMANDS_MAX_AGE", "the default max age with the shortest retention")
+	c.CommandsMaxAge = 0
+	require.ErrorContains(t, c.Validate(), "COMMANDS_MAX_AGE")
+}

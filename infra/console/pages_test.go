@@ -76,10 +76,16 @@ func (b pagesBundle) event(t *testing.T, ws uuid.UUID, dest, status string, atte
 	if lastError != "" {
 		le = &lastError
 	}
-	_, err := b.db.Owner.Exec(context.Background(), `INSERT INTO outbox_events (id, workspace_id, event_type, destination, aggregate_type,
-		aggregate_id, event_payload, status, attempt_count, last_error, dispatched_at)
-		VALUES ($1, $2, 'store.verification_requested', $3, 'store', 'a', '{"store_id":"s"}', $4, $5, $6,
-		        CASE WHEN $4 = 'dispatched' THEN now() END)`, id, ws, dest, status, attempts, le)
+	q := `INSERT INTO outbox_events (id, workspace_id, event_type, destination, aggregate_type,
+		aggregate_id, event_payload, status, attempt_count, last_error)
+		VALUES ($1, $2, 'store.verification_requested', $3, 'store', 'a', '{"store_id":"s"}', $4, $5, $6)`
+	if status == "dispatched" {
+		q = `INSERT INTO outbox_dispatched (id, workspace_id, event_type, destination, aggregate_type,
+			aggregate_id, event_payload, metadata, attempt_count, created_at, dispatched_at)
+			SELECT $1, $2, 'store.verification_requested', $3, 'store', 'a', '{"store_id":"s"}', '{}', $5, now(), now()
+			WHERE $4::text = 'dispatched' AND $6::text IS NULL`
+	}
+	_, err := b.db.Owner.Exec(context.Background(), q, id, ws, dest, status, attempts, le)
 	require.NoError(t, err)
 	return id
 }

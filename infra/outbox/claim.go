@@ -55,43 +55,34 @@ func idsOf(rows []claimed) []uuid.UUID {
 	return ids
 }
 
-// claimSQL claims, for each workspace of $1, up to $2 due rows (expired leases first, then
-// pending by next_attempt_at) with FOR UPDATE SKIP LOCKED, each side along its own partial
-// index, and marks them dispatching under token $3 with a lease of $4 ms; all the workspaces
-// in one statement, in a transaction scoped to them (app.workspace_ids, sql/014). A
-// reclaimed expired lease counts as an attempt; one that reaches MaxAttempts ($5) goes to
-// dead_letter instead of being claimed again (an event whose every delivery ends without an
-// outcome, e.g. one that crashes its dispatcher, stops there). Rows locked beyond a
-// workspace's limit are released unchanged at commit. The update finds the rows by primary
-// key (id = ANY of an array): a join with c lets the planner, misled by c's estimate, scan
-// every row of the workspaces instead.
+// claimSQL claims, for each workspace of $1, up to $2 due rows (pending, next_attempt_at
+// passed, no lease or an expired one), oldest due first, with FOR UPDATE SKIP LOCKED along
+// the partial index outbox_events_due, and leases them to token $3 for $4 ms; all the
+// workspaces in one statement, in a transaction scoped to them (app.workspace_ids, sql/014).
+// The lease is written in columns no index covers (locked_by, locked_until, attempt_count):
+// the status stays pending and the update is HOT. A reclaimed expired lease counts as an
+// attempt; one that reaches MaxAttempts ($5) goes to dead_letter instead of being claimed
+// again (an event whose every delivery ends without an outcome, e.g. one that crashes its
+// dispatcher, stops there). The update finds the rows by primary key (id = ANY of an
+// array): a join with e lets the planner, misled by e's estimate, scan every row of the
+// workspaces instead.
 const claimSQL = `
 	WITH w AS (SELECT DISTINCT unnest($1::uuid[]) AS ws),
 	e AS (
-	  SELECT x.id, x.attempt_count, w.ws FROM w CROSS JOIN LATERAL (
-	    SELECT id, attempt_count FROM outbox_events
-	    WHERE workspace_id = w.ws AND status = 'dispatching' AND locked_until <= now()
-	    ORDER BY locked_until LIMIT $2 FOR UPDATE SKIP LOCKED) x),
+	  SELECT x.id, x.attempt_count, x.expired FROM w CROSS JOIN LATERAL (
+	    SELECT id, attempt_count, locked_until IS NOT NULL AS expired FROM outbox_events
+	    WHERE workspace_id = w.ws AND status = 'pending' AND next_attempt_at <= now()
+	      AND (locked_until IS NULL OR locked_until <= now())
+	    ORDER BY next_attempt_at LIMIT $2 FOR UPDATE SKIP LOCKED) x),
 	dead AS (
 	  UPDATE outbox_events o
 	  SET status = 'dead_letter', attempt_count = o.attempt_count + 1, locked_by = NULL, locked_until = NULL,
 	      last_error = 'lease expired before any delivery outcome was recorded, ' || (o.attempt_count + 1) || ' attempts'
-	  FROM e WHERE o.id = e.id AND e.attempt_count + 1 >= $5),
-	p AS (
-	  SELECT x.id, w.ws FROM w CROSS JOIN LATERAL (
-	    SELECT id FROM outbox_events
-	    WHERE workspace_id = w.ws AND status = 'pending' AND next_attempt_at <= now()
-	    ORDER BY next_attempt_at LIMIT $2 FOR UPDATE SKIP LOCKED) x),
-	u AS (
-	  SELECT id, ws, 1 AS expired FROM e WHERE e.attempt_count + 1 < $5 UNION ALL SELECT id, ws, 0 FROM p),
-	c AS (
-	  SELECT id, expired FROM (
-	    SELECT id, expired, row_number() OVER (PARTITION BY ws ORDER BY expired DESC) AS n FROM u) r
-	  WHERE n <= $2)
+	  FROM e WHERE o.id = e.id AND e.expired AND e.attempt_count + 1 >= $5)
 	UPDATE outbox_events o
-	SET status = 'dispatching', locked_by = $3, locked_until = now() + $4 * interval '1 millisecond',
-	    attempt_count = o.attempt_count + CASE WHEN o.id = ANY (ARRAY(SELECT id FROM c WHERE expired = 1)) THEN 1 ELSE 0 END
-	WHERE o.id = ANY (ARRAY(SELECT id FROM c))
+	SET locked_by = $3, locked_until = now() + $4 * interval '1 millisecond',
+	    attempt_count = o.attempt_count + CASE WHEN o.id = ANY (ARRAY(SELECT id FROM e WHERE expired)) THEN 1 ELSE 0 END
+	WHERE o.id = ANY (ARRAY(SELECT id FROM e WHERE NOT (expired AND attempt_count + 1 >= $5)))
 	RETURNING o.id, o.workspace_id, o.event_type, o.destination, o.event_payload, o.metadata, o.created_at, o.attempt_count`
 
 // claim claims up to limit due rows of each of wss under token, in one committed
@@ -129,17 +120,24 @@ func collectClaimed(rows pgx.Rows) ([]claimed, error) {
 	return out, rows.Err()
 }
 
-// markDispatchedSQL sets the events $1 dispatched where claim $2 still holds them, and
-// returns their dispatch latency.
+// markDispatchedSQL moves the events $1 that claim $2 still holds from outbox_events to the
+// log of dispatched events (outbox_dispatched), in one statement, and returns their dispatch
+// latency.
 const markDispatchedSQL = `
-	UPDATE outbox_events
-	SET status = 'dispatched', dispatched_at = clock_timestamp(), locked_by = NULL, locked_until = NULL, last_error = NULL
-	WHERE id = ANY($1) AND locked_by = $2 AND status = 'dispatching'
+	WITH m AS (
+	  DELETE FROM outbox_events
+	  WHERE id = ANY($1) AND locked_by = $2 AND status = 'pending'
+	  RETURNING id, workspace_id, event_type, destination, aggregate_type, aggregate_id, event_payload, metadata,
+	            attempt_count, created_at)
+	INSERT INTO outbox_dispatched (id, workspace_id, event_type, destination, aggregate_type, aggregate_id,
+	                               event_payload, metadata, attempt_count, created_at, dispatched_at)
+	SELECT id, workspace_id, event_type, destination, aggregate_type, aggregate_id, event_payload, metadata,
+	       attempt_count, created_at, clock_timestamp() FROM m
 	RETURNING extract(epoch FROM dispatched_at - created_at)::float8`
 
 // markFailedSQL records failed deliveries where claim $5 still holds them: attempt_count+1,
-// back to pending after the event's backoff, or dead_letter from attempt $4 on, with the
-// sanitized last_error.
+// lease released, due again after the event's backoff, or dead_letter from attempt $4 on,
+// with the sanitized last_error.
 const markFailedSQL = `
 	UPDATE outbox_events o
 	SET attempt_count = o.attempt_count + 1,
@@ -147,13 +145,14 @@ const markFailedSQL = `
 	    next_attempt_at = now() + make_interval(secs => f.delay),
 	    last_error = f.err, locked_by = NULL, locked_until = NULL
 	FROM unnest($1::uuid[], $2::float8[], $3::text[]) AS f(id, delay, err)
-	WHERE o.id = f.id AND o.locked_by = $5 AND o.status = 'dispatching'
+	WHERE o.id = f.id AND o.locked_by = $5 AND o.status = 'pending'
 	RETURNING o.status`
 
-// releaseSQL hands unpublished claims back: pending, no lock, attempt not counted.
+// releaseSQL hands unpublished claims back: lease released (a HOT update), attempt not
+// counted.
 const releaseSQL = `
-	UPDATE outbox_events SET status = 'pending', locked_by = NULL, locked_until = NULL
-	WHERE id = ANY($1) AND locked_by = $2 AND status = 'dispatching'`
+	UPDATE outbox_events SET locked_by = NULL, locked_until = NULL
+	WHERE id = ANY($1) AND locked_by = $2 AND status = 'pending'`
 
 // mark records the outcome of one round under token, only where the claim still holds the
 // events (a stale dispatcher cannot overwrite a newer claim): published ones dispatched

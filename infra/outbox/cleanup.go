@@ -7,47 +7,45 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
-
-	"github.com/listingkit/listing/infra/postgres"
 )
 
 // CleanupConfig configures a Cleaner.
 type CleanupConfig struct {
-	// Retention is how long dispatched events are kept after dispatch. Default 7 days;
-	// at least 1 minute.
+	// Retention is how long dispatched events are kept in the log after dispatch: a day's
+	// partition is dropped once all of it is older than Retention. Default 7 days; at least
+	// 24 hours (the database refuses less).
 	Retention time.Duration
-	// BatchSize is the most rows one DELETE (one transaction) removes. Default 1000.
-	BatchSize int
-	// WorkspacesPerRound is the most workspaces taken from outbox_retention_workspaces at
-	// once. Default 1000, max 10000.
-	WorkspacesPerRound int
+	// DaysAhead is how many days after today get their partition of the log created ahead.
+	// Default 3, in [1, 31]. Cleanup must run more often than that: a day without its
+	// partition goes to the log's default partition (marking never fails for it).
+	DaysAhead int
 }
 
 func (c *CleanupConfig) setDefaults() {
 	setDefault(&c.Retention, 7*24*time.Hour)
-	setDefault(&c.BatchSize, 1000)
-	setDefault(&c.WorkspacesPerRound, 1000)
+	setDefault(&c.DaysAhead, 3)
 }
+
+// MinRetention is the shortest CleanupConfig.Retention.
+const MinRetention = 24 * time.Hour
 
 // Validate reports the first invalid field. It does not change c.
 func (c CleanupConfig) Validate() error {
 	switch {
-	case c.Retention < time.Minute:
-		return fmt.Errorf("outbox: CleanupConfig.Retention must be at least 1m, got %s", c.Retention)
-	case c.BatchSize < 1 || c.BatchSize > 100000:
-		return fmt.Errorf("outbox: CleanupConfig.BatchSize must be in [1, 100000], got %d", c.BatchSize)
-	case c.WorkspacesPerRound < 1 || c.WorkspacesPerRound > 10000:
-		return fmt.Errorf("outbox: CleanupConfig.WorkspacesPerRound must be in [1, 10000], got %d", c.WorkspacesPerRound)
+	case c.Retention < MinRetention:
+		return fmt.Errorf("outbox: CleanupConfig.Retention must be at least %s, got %s", MinRetention, c.Retention)
+	case c.DaysAhead < 1 || c.DaysAhead > 31:
+		return fmt.Errorf("outbox: CleanupConfig.DaysAhead must be in [1, 31], got %d", c.DaysAhead)
 	}
 	return nil
 }
 
-// Cleaner deletes dispatched outbox events older than the retention period (`app cleanup`).
-// Pending, dispatching and dead_letter rows are never deleted. Safe to run concurrently with
-// dispatchers and with other cleaners.
+// Cleaner keeps the log of dispatched events (`app cleanup`): it creates the partitions of
+// the days ahead and drops the partitions older than the retention, through the database's
+// outbox_dispatched_maintain (sql/018). Events still owed and dead letters live in
+// outbox_events and are never touched. Safe to run concurrently with dispatchers and with
+// other cleaners (a cleaner that waits more than 2 s for a lock fails and runs next time).
 type Cleaner struct {
 	cfg  CleanupConfig
 	pool *pgxpool.Pool
@@ -69,67 +67,24 @@ func NewCleaner(cfg CleanupConfig, pool *pgxpool.Pool, logger *slog.Logger) (*Cl
 	return &Cleaner{cfg: cfg, pool: pool, log: logger.With("component", "outbox.cleanup")}, nil
 }
 
-// CleanupResult says what one Cleanup removed.
+// CleanupResult says what one Cleanup did to the log.
 type CleanupResult struct {
-	Deleted    int64
-	Workspaces int
+	// Created and Dropped count the day partitions created and dropped.
+	Created, Dropped int
+	// Deleted counts the rows deleted from the default partition.
+	Deleted int64
 }
 
-// Cleanup deletes, workspace by workspace (each in its own RLS transactions of at most
-// BatchSize rows), every dispatched event whose dispatched_at is older than now - Retention,
-// until none is left or ctx ends.
+// Cleanup creates the partitions of today and the DaysAhead days after it, drops those
+// older than Retention, and deletes the default partition's rows older than Retention.
 func (c *Cleaner) Cleanup(ctx context.Context) (CleanupResult, error) {
 	var res CleanupResult
-	before := time.Now().Add(-c.cfg.Retention)
-	seen := map[uuid.UUID]bool{}
-	for {
-		rows, err := c.pool.Query(ctx, `SELECT workspace_id FROM outbox_retention_workspaces($1, $2)`, before, c.cfg.WorkspacesPerRound)
-		if err != nil {
-			return res, fmt.Errorf("outbox.Cleaner.Cleanup: %w", err)
-		}
-		wss, err := pgx.CollectRows(rows, pgx.RowTo[uuid.UUID])
-		if err != nil {
-			return res, fmt.Errorf("outbox.Cleaner.Cleanup: %w", err)
-		}
-		if len(wss) == 0 {
-			break
-		}
-		for _, ws := range wss {
-			n, err := c.cleanWorkspace(ctx, ws, before)
-			res.Deleted += n
-			if !seen[ws] {
-				seen[ws] = true
-				res.Workspaces++
-			}
-			if err != nil {
-				return res, err
-			}
-		}
+	err := c.pool.QueryRow(ctx, `SELECT created, dropped, deleted FROM outbox_dispatched_maintain($1, $2)`,
+		c.cfg.Retention, c.cfg.DaysAhead).Scan(&res.Created, &res.Dropped, &res.Deleted)
+	if err != nil {
+		return res, fmt.Errorf("outbox.Cleaner.Cleanup: %w", err)
 	}
-	c.log.Info("outbox cleanup done", "deleted", res.Deleted, "workspaces", res.Workspaces)
+	c.log.Info("outbox cleanup done", "partitions_created", res.Created, "partitions_dropped", res.Dropped,
+		"default_partition_deleted", res.Deleted)
 	return res, nil
-}
-
-func (c *Cleaner) cleanWorkspace(ctx context.Context, ws uuid.UUID, before time.Time) (int64, error) {
-	var total int64
-	for {
-		var n int64
-		err := postgres.InTx(ctx, c.pool, postgres.Scope{WorkspaceID: ws}, func(ctx context.Context, tx pgx.Tx) error {
-			tag, err := tx.Exec(ctx, `
-				DELETE FROM outbox_events WHERE id IN (
-				  SELECT id FROM outbox_events
-				  WHERE workspace_id = $1 AND status = 'dispatched' AND dispatched_at < $2
-				  ORDER BY dispatched_at LIMIT $3
-				  FOR UPDATE SKIP LOCKED)`, ws, before, c.cfg.BatchSize)
-			n = tag.RowsAffected()
-			return err
-		})
-		if err != nil {
-			return total, fmt.Errorf("outbox.Cleaner.cleanWorkspace: %w", err)
-		}
-		total += n
-		if n < int64(c.cfg.BatchSize) {
-			return total, nil
-		}
-	}
 }

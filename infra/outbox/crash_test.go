@@ -161,7 +161,7 @@ func kill(t *testing.T, cmd *exec.Cmd) {
 }
 
 func allIDs(t *testing.T, db *pgtest.DB) []uuid.UUID {
-	rows, err := db.Owner.Query(context.Background(), `SELECT id FROM outbox_events`)
+	rows, err := db.Owner.Query(context.Background(), `SELECT id FROM outbox_all_events`)
 	require.NoError(t, err)
 	ids, err := pgx.CollectRows(rows, pgx.RowTo[uuid.UUID])
 	require.NoError(t, err)
@@ -207,12 +207,12 @@ func TestDispatcherKilledAfterPublishBeforeMark(t *testing.T) {
 	waitFor(t, 30*time.Second, "redelivered", func() bool { return statusCounts(t, db)[StatusDispatched] == n })
 	var lockedUntilPassed bool
 	require.NoError(t, db.Owner.QueryRow(context.Background(),
-		`SELECT bool_and(dispatched_at > created_at + interval '2 seconds') FROM outbox_events`).Scan(&lockedUntilPassed))
+		`SELECT bool_and(dispatched_at > created_at + interval '2 seconds') FROM outbox_dispatched`).Scan(&lockedUntilPassed))
 	require.True(t, lockedUntilPassed, "not before the lease expired (took %s)", time.Since(start))
 	require.Equal(t, 2*n, q.adds(t), "published again under the same ids")
 	require.Equal(t, n, q.jobs(t, ids), "BullMQ holds one job per id")
 	var attempts int
-	require.NoError(t, db.Owner.QueryRow(context.Background(), `SELECT max(attempt_count) FROM outbox_events`).Scan(&attempts))
+	require.NoError(t, db.Owner.QueryRow(context.Background(), `SELECT max(attempt_count) FROM outbox_dispatched`).Scan(&attempts))
 	require.Equal(t, 1, attempts, "the expired lease counted as an attempt")
 }
 

@@ -21,7 +21,9 @@ import (
 // trigger notified it inside the business transaction.
 const NotifyChannel = WakeChannel
 
-// Event statuses (outbox_events.status).
+// Event statuses as operators see them. outbox_events.status stores pending and dead_letter;
+// dispatching is a pending event with a lease (locked_by, locked_until); dispatched events
+// live in the log, outbox_dispatched.
 const (
 	StatusPending     = "pending"
 	StatusDispatching = "dispatching"

@@ -76,7 +76,7 @@ func TestDispatchOverGoChannel(t *testing.T) {
 	require.Equal(t, 1, testutil.CollectAndCount(reg, "listing_outbox_dispatch_latency_seconds"))
 	st, err := NewOps(db.OperatorPool(t)).Stats(context.Background())
 	require.NoError(t, err)
-	require.EqualValues(t, 1, st.ByStatus[StatusDispatched].Events)
+	require.Empty(t, st.ByStatus, "the live table is empty: the event moved to the log")
 	g, err := ReadGauges(context.Background(), db.App)
 	require.NoError(t, err)
 	require.Equal(t, Gauges{}, g, "nothing undelivered, no dead letter")
@@ -101,7 +101,7 @@ func TestNoWorkspaceContextSeesNothing(t *testing.T) {
 			claimed, err := pgx.CollectRows(rows, pgx.RowTo[uuid.UUID])
 			require.NoError(t, err)
 			require.Empty(t, claimed, "%s: claim", name)
-			tag, err := tx.Exec(ctx, `UPDATE outbox_events SET status = 'dispatching', locked_by = 'x' WHERE id = ANY($1)`, ids)
+			tag, err := tx.Exec(ctx, `UPDATE outbox_events SET locked_by = 'x' WHERE id = ANY($1)`, ids)
 			require.NoError(t, err)
 			require.Zero(t, tag.RowsAffected(), "%s: update", name)
 			tag, err = tx.Exec(ctx, `DELETE FROM outbox_events WHERE id = ANY($1)`, ids)
@@ -437,28 +437,108 @@ func TestReleaseHandsBackUnpublishedClaims(t *testing.T) {
 	require.Equal(t, 10, n)
 }
 
-func TestCleanupDeletesOldDispatchedOnly(t *testing.T) {
+// logRows inserts n dispatched events of ws into the log, dispatched at now() - age.
+func logRows(t testing.TB, db *pgtest.DB, ws uuid.UUID, n int, age string) {
+	t.Helper()
+	_, err := db.Owner.Exec(context.Background(), `
+		INSERT INTO outbox_dispatched (id, workspace_id, event_type, destination, aggregate_type, aggregate_id,
+		                               event_payload, metadata, attempt_count, created_at, dispatched_at)
+		SELECT gen_random_uuid(), $1, 'test.happened', 'q', 'thing', g::text, '{}', '{}', 0,
+		       now() - $3::interval, now() - $3::interval
+		FROM generate_series(1, $2) g`, ws, n, age)
+	require.NoError(t, err)
+}
+
+func countOfSQL(t testing.TB, db *pgtest.DB, sql string, args ...any) int {
+	t.Helper()
+	var n int
+	require.NoError(t, db.Owner.QueryRow(context.Background(), sql, args...).Scan(&n))
+	return n
+}
+
+// Retention drops the log's day partitions older than it and the default partition's old
+// rows; it creates the partitions of the days ahead; owed events and dead letters are never
+// touched. app_user may run it with a retention of a day or more, and may not change the
+// log otherwise.
+func TestCleanupDropsOldLogPartitions(t *testing.T) {
 	t.Parallel()
 	db := pgtest.New(t)
-	wss := []uuid.UUID{createWorkspace(t, db), createWorkspace(t, db)}
-	bulkInsert(t, db, wss, 30)
 	ctx := context.Background()
-	_, err := db.Owner.Exec(ctx, `
-		UPDATE outbox_events SET status = CASE
-		  WHEN aggregate_id::int <= 20 THEN 'dispatched' WHEN aggregate_id::int <= 25 THEN 'dead_letter' ELSE 'pending' END,
-		  dispatched_at = CASE WHEN aggregate_id::int <= 15 THEN now() - interval '10 days'
-		                       WHEN aggregate_id::int <= 20 THEN now() END`)
+	ws := createWorkspace(t, db)
+	bulkInsert(t, db, []uuid.UUID{ws}, 10)
+	_, err := db.Owner.Exec(ctx, `UPDATE outbox_events SET status = 'dead_letter' WHERE aggregate_id::int <= 5`)
 	require.NoError(t, err)
-	cl, err := NewCleaner(CleanupConfig{Retention: 7 * 24 * time.Hour, BatchSize: 4}, db.App, nil)
+	// A partition of ten days ago, and rows of nine days ago in the default partition.
+	_, err = db.Owner.Exec(ctx, `DO $$ DECLARE d date := (now() AT TIME ZONE 'UTC')::date - 10; BEGIN
+		SET LOCAL ROLE listing_owner;
+		EXECUTE format('CREATE TABLE %I PARTITION OF outbox_dispatched FOR VALUES FROM (%L) TO (%L)',
+		  'outbox_dispatched_' || to_char(d, 'YYYYMMDD'), d::timestamp AT TIME ZONE 'UTC', (d + 1)::timestamp AT TIME ZONE 'UTC');
+		END $$`)
+	require.NoError(t, err)
+	logRows(t, db, ws, 4, "10 days")
+	logRows(t, db, ws, 3, "9 days")
+	logRows(t, db, ws, 2, "1 minute")
+	require.Equal(t, 3, countOfSQL(t, db, `SELECT count(*) FROM outbox_dispatched_default`))
+
+	cl, err := NewCleaner(CleanupConfig{Retention: 7 * 24 * time.Hour}, db.App, nil)
 	require.NoError(t, err)
 	res, err := cl.Cleanup(ctx)
 	require.NoError(t, err)
-	require.EqualValues(t, 30, res.Deleted)
-	require.Equal(t, 2, res.Workspaces)
-	require.Equal(t, map[string]int{StatusDispatched: 10, StatusDeadLetter: 10, StatusPending: 10}, statusCounts(t, db))
+	require.Equal(t, 1, res.Dropped)
+	require.EqualValues(t, 3, res.Deleted)
+	require.Equal(t, map[string]int{StatusDispatched: 2, StatusDeadLetter: 5, StatusPending: 5}, statusCounts(t, db))
+	require.Equal(t, 4, countOfSQL(t, db, `SELECT count(*) FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
+		WHERE i.inhparent = 'outbox_dispatched'::regclass AND c.relname ~ '_[0-9]{8}$'
+		  AND c.relname >= 'outbox_dispatched_' || to_char(now() AT TIME ZONE 'UTC', 'YYYYMMDD')`), "today and 3 days ahead")
 	res, err = cl.Cleanup(ctx)
 	require.NoError(t, err)
+	require.Equal(t, CleanupResult{}, res)
+
+	_, err = NewCleaner(CleanupConfig{Retention: time.Hour}, db.App, nil)
+	require.Error(t, err)
+	_, err = db.App.Exec(ctx, `SELECT outbox_dispatched_maintain(interval '1 hour', 3)`)
+	require.ErrorContains(t, err, "at least 1 day")
+	err = postgres.InTx(ctx, db.App, postgres.Scope{WorkspaceID: ws}, func(ctx context.Context, tx pgx.Tx) error {
+		for _, stmt := range []string{`UPDATE outbox_dispatched SET attempt_count = 9`, `DELETE FROM outbox_dispatched`,
+			`TRUNCATE outbox_dispatched`, `DELETE FROM outbox_dispatched_default`, `SELECT count(*) FROM outbox_dispatched_default`} {
+			_, err := tx.Exec(ctx, `SAVEPOINT s`)
+			require.NoError(t, err)
+			_, err = tx.Exec(ctx, stmt)
+			require.ErrorContains(t, err, "permission denied", stmt)
+			_, err = tx.Exec(ctx, `ROLLBACK TO SAVEPOINT s`)
+			require.NoError(t, err)
+		}
+		return nil
+	})
+	require.NoError(t, err)
+}
+
+// A day without its partition (retention not run) does not make marking fail: its events go
+// to the default partition, and the next retention run leaves that day to it.
+func TestMarkingWithoutTodaysPartition(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	ctx := context.Background()
+	_, err := db.Owner.Exec(ctx, `DO $$ DECLARE p text; BEGIN
+		FOR p IN SELECT c.relname FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
+		         WHERE i.inhparent = 'outbox_dispatched'::regclass AND c.relname ~ '_[0-9]{8}$' LOOP
+		  EXECUTE format('DROP TABLE %I', p);
+		END LOOP; END $$`)
+	require.NoError(t, err)
+	ws := createWorkspace(t, db)
+	ids := bulkInsert(t, db, []uuid.UUID{ws}, 5)
+	rec := &recorder{}
+	startDispatcher(t, db, fastConfig(), PublisherMap{testQueue: rec})
+	waitFor(t, 10*time.Second, "events dispatched", func() bool { return statusCounts(t, db)[StatusDispatched] == len(ids) })
+	require.Equal(t, len(ids), countOfSQL(t, db, `SELECT count(*) FROM outbox_dispatched_default`))
+
+	cl, err := NewCleaner(CleanupConfig{}, db.App, nil)
+	require.NoError(t, err)
+	res, err := cl.Cleanup(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 3, res.Created, "the days ahead, not today: the default partition holds today's events")
 	require.Zero(t, res.Deleted)
+	require.Equal(t, len(ids), countOfSQL(t, db, `SELECT count(*) FROM outbox_dispatched_default`))
 }
 
 func TestConfigValidation(t *testing.T) {
@@ -533,7 +613,7 @@ func TestClaimRoundScopesEachWorkspace(t *testing.T) {
 	require.Equal(t, map[uuid.UUID]int{wss[0]: 3, wss[1]: 3}, per, "the limit applies per workspace")
 	var n int
 	require.NoError(t, db.Owner.QueryRow(context.Background(), `SELECT count(*) FROM outbox_events
-		WHERE status = 'dispatching' AND locked_by = 'round/1'`).Scan(&n))
+		WHERE status = 'pending' AND locked_by = 'round/1'`).Scan(&n))
 	require.Equal(t, 6, n, "the claims committed")
 }
 
@@ -549,8 +629,7 @@ func TestPurgeDeletesDeadLettersOnlyAndRecordsWhy(t *testing.T) {
 	_, err := db.Owner.Exec(ctx, `UPDATE outbox_events SET status = 'dead_letter', attempt_count = 20, last_error = 'boom'
 		WHERE workspace_id = $2 OR id = ANY($1)`, []uuid.UUID{ids[0], ids[1]}, other)
 	require.NoError(t, err)
-	_, err = db.Owner.Exec(ctx, `UPDATE outbox_events SET status = 'dispatched', dispatched_at = now() WHERE id = $1`, ids[2])
-	require.NoError(t, err)
+	dispatchNow(t, db, ids[2])
 	ops := NewOps(db.OperatorPool(t))
 
 	_, err = ops.Purge(ctx, DeadLetters{WorkspaceID: ws, All: true, By: "ops@example.test"})
@@ -569,7 +648,7 @@ func TestPurgeDeletesDeadLettersOnlyAndRecordsWhy(t *testing.T) {
 	require.ElementsMatch(t, []uuid.UUID{ids[0], ids[1]}, purged)
 
 	var left []string
-	rows, err := db.Owner.Query(ctx, `SELECT (workspace_id = $1)::text || ':' || status FROM outbox_events ORDER BY 1`, ws)
+	rows, err := db.Owner.Query(ctx, `SELECT (workspace_id = $1)::text || ':' || status FROM outbox_all_events ORDER BY 1`, ws)
 	require.NoError(t, err)
 	left, err = pgx.CollectRows(rows, pgx.RowTo[string])
 	require.NoError(t, err)
@@ -651,7 +730,7 @@ func TestClaimDeadLettersRepeatedlyExpiredLeasesAndToleratesMetadata(t *testing.
 	ctx := context.Background()
 	cfg := fastConfig()
 	cfg.MaxAttempts = 5
-	_, err := db.Owner.Exec(ctx, `UPDATE outbox_events SET status = 'dispatching', locked_by = 'gone/1',
+	_, err := db.Owner.Exec(ctx, `UPDATE outbox_events SET locked_by = 'gone/1',
 		locked_until = now() - interval '1 second', attempt_count = CASE WHEN id = $1 THEN 4 ELSE 0 END
 		WHERE id = ANY($2)`, ids[0], []uuid.UUID{ids[0], ids[1]})
 	require.NoError(t, err)
@@ -774,13 +853,14 @@ func TestDiscoveryFindsDueWorkspacesOldestFirst(t *testing.T) {
 		_, err := db.Owner.Exec(ctx, `UPDATE outbox_events SET `+sql+` WHERE workspace_id = $1`, ws)
 		require.NoError(t, err)
 	}
-	set(wss[0], `next_attempt_at = now() - interval '1 minute'`)                                             // due, second oldest
-	set(wss[1], `next_attempt_at = now() + interval '1 minute'`)                                             // not yet due
-	set(wss[2], `status = 'dispatching', locked_by = 'x', locked_until = now() - interval '2 minutes'`)      // expired lease, oldest
-	set(wss[3], `status = 'dispatching', locked_by = 'x', locked_until = now() + interval '1 minute'`)       // valid lease
-	set(wss[4], `status = 'dispatched', dispatched_at = now(), next_attempt_at = now() - interval '1 hour'`) // done
-	set(wss[5], `status = 'dead_letter', next_attempt_at = now() - interval '1 hour'`)                       // dead
-	set(wss[6], `next_attempt_at = now() - interval '30 seconds'`)                                           // due, third
+	set(wss[0], `next_attempt_at = now() - interval '1 minute'`)                                                               // due, second oldest
+	set(wss[1], `next_attempt_at = now() + interval '1 minute'`)                                                               // not yet due
+	set(wss[2], `next_attempt_at = now() - interval '2 minutes', locked_by = 'x', locked_until = now() - interval '1 minute'`) // expired lease, oldest
+	set(wss[3], `locked_by = 'x', locked_until = now() + interval '1 minute'`)                                                 // valid lease
+	set(wss[4], `next_attempt_at = now() - interval '1 hour'`)                                                                 // done
+	dispatchNow(t, db, allIDsOf(t, db, wss[4])...)
+	set(wss[5], `status = 'dead_letter', next_attempt_at = now() - interval '1 hour'`) // dead
+	set(wss[6], `next_attempt_at = now() - interval '30 seconds'`)                     // due, third
 	// One row of wss[1] is due after all: the workspace is due from that row.
 	_, err := db.Owner.Exec(ctx, `UPDATE outbox_events SET next_attempt_at = now() - interval '10 seconds'
 		WHERE id = (SELECT id FROM outbox_events WHERE workspace_id = $1 LIMIT 1)`, wss[1])

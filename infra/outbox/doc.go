@@ -41,19 +41,19 @@
 // continuing a backlog); a woken workspace is claimed as soon as a worker is free. A
 // worker runs rounds: it takes up to RoundWorkspaces queued workspaces and, in one RLS
 // transaction scoped to them, as app_user, claims due rows of each (pending with
-// next_attempt_at ≤ now, or dispatching with an expired lease; up to BatchSize, or the
-// workspace's share of RoundEvents when smaller) with FOR UPDATE SKIP LOCKED, sets them
-// dispatching with locked_by = the round's token and locked_until = now +
-// Lease, and commits: one statement, one round trip, whatever the number of workspaces. A
+// next_attempt_at ≤ now, not leased or with an expired lease; up to BatchSize, or the
+// workspace's share of RoundEvents when smaller) with FOR UPDATE SKIP LOCKED, leases them
+// with locked_by = the round's token and locked_until = now + Lease (unindexed columns:
+// a HOT update; operators see a leased pending event as dispatching), and commits: one statement, one round trip, whatever the number of workspaces. A
 // full batch puts the workspace back at the end of the FIFO, so a backlog in one workspace
 // delays another workspace's events by at most one batch per busy workspace. Under load
 // rounds fill up, so the round trips per event fall as the rate rises.
 //
-// Every statement on outbox_events runs in a transaction that first scopes it with
+// Every statement on outbox_events and outbox_dispatched runs in a transaction that first scopes it with
 // set_config(…, true): as app_user for the dispatcher and the Cleaner, as listing_operator
 // for Ops. A transaction of one workspace sets app.workspace_id; the dispatcher's
 // transactions, which span the workspaces of a round, set app.workspace_ids instead, a list
-// that sql/014 lets app_user use on outbox_events only (every other table still needs
+// that sql/014 and sql/018 let app_user use on the outbox's two tables only (every other table still needs
 // app.workspace_id). On the dispatcher's hot path (claim, mark, release) each transaction
 // goes to PostgreSQL as [BEGIN, set_config, statement, COMMIT] in one pgx.Batch, one round
 // trip, and several such transactions can share the batch (inWorkspaces: the mark sends the
@@ -74,8 +74,10 @@
 // then the batch, or the rest of it, fails at once. Publishing stops at the round's deadline
 // (Lease - Lease/5 after the claim), so a hanging destination cannot keep a round past its
 // leases: what was not tried by then is released without an attempt counted. Published rows
-// are marked dispatched in one statement per round, guarded by locked_by = token: a
-// dispatcher whose lease expired cannot overwrite a newer claim. Failed
+// are marked dispatched in one statement per round, guarded by locked_by = token (a
+// dispatcher whose lease expired cannot overwrite a newer claim): the statement moves them
+// from outbox_events to outbox_dispatched, the insert-only log partitioned by day that the
+// Cleaner's retention drops a day at a time. Failed
 // rows get attempt_count+1 and go back to pending with exponential backoff with jitter
 // (BackoffBase doubling up to BackoffMax), or to dead_letter after MaxAttempts, with a
 // sanitized, bounded last_error (SanitizeError). A reclaimed expired lease also counts as an
@@ -84,7 +86,7 @@
 // # Guarantees
 //
 // Delivery is at least once: a dispatcher that dies after publishing and before marking
-// leaves the rows dispatching; after the lease expires another claim publishes them again
+// leaves the rows leased; after the lease expires another claim publishes them again
 // under the same id (BullMQ ignores a jobId it still holds). Consumers must deduplicate on
 // domain state. No order is guaranteed across batches. Any number of dispatchers may run on
 // one database. On shutdown (Run's context cancelled) a Dispatcher stops claiming, finishes

@@ -177,9 +177,31 @@ func bulkInsert(t testing.TB, db *pgtest.DB, wss []uuid.UUID, n int) []uuid.UUID
 	return ids
 }
 
+// dispatchNow moves events ids to the log as dispatched now, as the owner (test set-up).
+func dispatchNow(t testing.TB, db *pgtest.DB, ids ...uuid.UUID) {
+	t.Helper()
+	_, err := db.Owner.Exec(context.Background(), `
+		WITH m AS (DELETE FROM outbox_events WHERE id = ANY($1) RETURNING *)
+		INSERT INTO outbox_dispatched (id, workspace_id, event_type, destination, aggregate_type, aggregate_id,
+		                               event_payload, metadata, attempt_count, created_at, dispatched_at)
+		SELECT id, workspace_id, event_type, destination, aggregate_type, aggregate_id, event_payload, metadata,
+		       attempt_count, created_at, now() FROM m`, ids)
+	require.NoError(t, err)
+}
+
+// allIDsOf returns the ids of ws's live events.
+func allIDsOf(t testing.TB, db *pgtest.DB, ws uuid.UUID) []uuid.UUID {
+	t.Helper()
+	rows, err := db.Owner.Query(context.Background(), `SELECT id FROM outbox_events WHERE workspace_id = $1`, ws)
+	require.NoError(t, err)
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[uuid.UUID])
+	require.NoError(t, err)
+	return ids
+}
+
 func statusCounts(t testing.TB, db *pgtest.DB) map[string]int {
 	t.Helper()
-	rows, err := db.Owner.Query(context.Background(), `SELECT status, count(*)::int FROM outbox_events GROUP BY status`)
+	rows, err := db.Owner.Query(context.Background(), `SELECT status, count(*)::int FROM outbox_all_events GROUP BY status`)
 	require.NoError(t, err)
 	out := map[string]int{}
 	for rows.Next() {

@@ -130,6 +130,8 @@ type ListParams struct {
 	BeforeID        uuid.UUID
 }
 
+// summaryColumns are read from outbox_all_events (sql/018): the live events and the log of
+// dispatched ones, with the status operators see.
 const summaryColumns = `id, workspace_id, event_type, destination, aggregate_type, aggregate_id, status,
 	attempt_count, next_attempt_at, coalesce(locked_by, ''), locked_until, coalesce(last_error, ''), created_at, dispatched_at`
 
@@ -161,7 +163,7 @@ func (o *Ops) List(ctx context.Context, p ListParams) ([]EventSummary, error) {
 	p.Limit = min(p.Limit, 1000)
 	var out []EventSummary
 	err := postgres.InTx(ctx, o.pool, postgres.Scope{WorkspaceID: p.WorkspaceID}, func(ctx context.Context, tx pgx.Tx) error {
-		q := `SELECT ` + summaryColumns + ` FROM outbox_events
+		q := `SELECT ` + summaryColumns + ` FROM outbox_all_events
 			WHERE workspace_id = $1 AND ($2 = '' OR status = $2)
 			  AND ($3::timestamptz IS NULL OR (created_at, id) < ($3, $4))
 			ORDER BY created_at DESC, id DESC LIMIT $5`
@@ -194,7 +196,7 @@ func (o *Ops) List(ctx context.Context, p ListParams) ([]EventSummary, error) {
 func (o *Ops) Show(ctx context.Context, workspaceID, eventID uuid.UUID) (EventDetail, error) {
 	var e EventDetail
 	err := postgres.InTx(ctx, o.pool, postgres.Scope{WorkspaceID: workspaceID}, func(ctx context.Context, tx pgx.Tx) error {
-		row := tx.QueryRow(ctx, `SELECT `+summaryColumns+`, event_payload, metadata FROM outbox_events
+		row := tx.QueryRow(ctx, `SELECT `+summaryColumns+`, event_payload, metadata FROM outbox_all_events
 			WHERE workspace_id = $1 AND id = $2`, workspaceID, eventID)
 		if err := scanSummary(row, &e.EventSummary, &e.Payload, &e.Metadata); err != nil {
 			return postgres.TranslateError(err)

@@ -34,20 +34,20 @@ type JobDelivery struct {
 	Snoozed time.Duration
 }
 
-// requeueSQL hands a dispatching event back to the outbox for a later delivery: pending
-// again, due after $2 seconds, its claim released, the next delivery's job metadata merged.
+// requeueSQL hands a leased event back to the outbox for a later delivery: due after $2
+// seconds, its lease released, the next delivery's job metadata merged.
 // Neither attempt_count (publish attempts) nor last_error change: the publish succeeded.
 const requeueSQL = `
 	UPDATE outbox_events
-	SET status = 'pending', next_attempt_at = now() + make_interval(secs => $2),
+	SET next_attempt_at = now() + make_interval(secs => $2),
 	    locked_by = NULL, locked_until = NULL, metadata = metadata || $3::jsonb
-	WHERE id = $1 AND status = 'dispatching'`
+	WHERE id = $1 AND status = 'pending' AND locked_by IS NOT NULL`
 
 // Requeue returns event id of workspace ws to pending, due after `after`, with next recorded
 // for its next delivery, so that the outbox delivers it again (its backoff, lease and dead
 // letter apply as to any pending event). It is how a transport without job state retries or
 // snoozes a job; the claim that published the event then finds nothing to mark. An event no
-// longer dispatching (its lease expired and another claim took it) is left alone.
+// longer leased (marked or released) is left alone.
 func Requeue(ctx context.Context, pool *pgxpool.Pool, ws uuid.UUID, id string, after time.Duration, next JobDelivery) error {
 	meta, err := json.Marshal(map[string]string{
 		MetadataJobAttempt:   strconv.Itoa(next.Attempt),

@@ -56,6 +56,24 @@ func SanitizeText(s string, maxLen int) string {
 // backoff returns the delay before attempt number attempt+1, given that attempt attempts
 // failed (attempt ≥ 1): base·2^(attempt-1) capped at max, with "equal jitter" (a uniformly
 // random value in [d/2, d]) so that many events failing together do not retry in lockstep.
+// RedeliveryWindow bounds how long after an event's first publication the outbox may publish
+// it again, with the default backoff (DispatcherConfig.BackoffBase, BackoffMax): the longest
+// backoff before each of maxAttempts attempts, summed, plus a lease per attempt (a publish
+// that reached the queue but whose outcome was lost is retried when its lease expires, or
+// after its backoff). A queue must keep deduplicating an event's job id at least this long.
+func RedeliveryWindow(maxAttempts int, lease time.Duration) time.Duration {
+	var c DispatcherConfig
+	c.setDefaults()
+	w, d := time.Duration(0), c.BackoffBase
+	for range max(maxAttempts, 0) {
+		w += min(d, c.BackoffMax) + lease
+		if d < c.BackoffMax {
+			d *= 2
+		}
+	}
+	return w
+}
+
 func backoff(base, max time.Duration, attempt int) time.Duration {
 	if attempt < 1 {
 		attempt = 1

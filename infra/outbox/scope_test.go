@@ -45,7 +45,7 @@ func (c claimVisible) Publish(_ string, msgs ...*message.Message) error {
 	}
 	var n int
 	if err := c.db.Owner.QueryRow(context.Background(), `SELECT count(*)::int FROM outbox_events
-		WHERE id = ANY($1::uuid[]) AND status = 'dispatching' AND locked_by IS NOT NULL AND locked_until > now()`, ids).Scan(&n); err != nil {
+		WHERE id = ANY($1::uuid[]) AND status = 'pending' AND locked_by IS NOT NULL AND locked_until > now()`, ids).Scan(&n); err != nil {
 		c.bad <- err.Error()
 	} else if n != len(ids) {
 		c.bad <- "published before the claim committed"

@@ -188,6 +188,19 @@ func productBody(in port.ProductInput) map[string]any {
 	}
 }
 
+// DeleteProduct implements port.Marketplace: a 404 is reported as done (a repeat delete).
+func (c *Client) DeleteProduct(ctx context.Context, creds port.Credentials, id string) error {
+	const op = "platform.DeleteProduct"
+	if id == "" {
+		return fmt.Errorf("%s: a product id is required: %w", op, port.ErrPlatformRejected)
+	}
+	err := c.do(ctx, op, creds, http.MethodDelete, "/v1/products/"+url.PathEscape(id), nil, "", nil, nil)
+	if statusOf(err) == http.StatusNotFound {
+		return nil
+	}
+	return err
+}
+
 // FindProductByExternalRef implements port.Marketplace.
 func (c *Client) FindProductByExternalRef(ctx context.Context, creds port.Credentials, ref string) (*port.PlatformProduct, error) {
 	const op = "platform.FindProductByExternalRef"

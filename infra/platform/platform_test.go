@@ -502,3 +502,37 @@ func TestUpdateProduct(t *testing.T) {
 		t.Fatalf("503: %v", err)
 	}
 }
+
+// TestDeleteProduct: DELETE /v1/products/{id} deletes the product; a repeat (its 404) is done,
+// also when the first DELETE was applied but answered 500; another refusal stays an error.
+func TestDeleteProduct(t *testing.T) {
+	b := setup(t)
+	ctx := context.Background()
+	created, err := b.client.CreateProduct(ctx, b.creds, "pub-d", input("pub-d"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.sb.InjectFault(sandbox.Fault{Endpoint: marketplace.EndpointDeleteProduct, Status: 500, AfterEffect: true})
+	if err := b.client.DeleteProduct(ctx, b.creds, created.ID); !errors.Is(err, port.ErrPlatformTransient) {
+		t.Fatalf("applied, answered 500: %v", err)
+	}
+	if _, ok := b.sb.Product(apiKey, created.ID); ok {
+		t.Fatal("the product survived its delete")
+	}
+	if err := b.client.DeleteProduct(ctx, b.creds, created.ID); err != nil {
+		t.Fatalf("repeat delete (404): %v", err)
+	}
+	if st := b.sb.Stats(); st.ProductsDeleted != 1 || st.Calls[marketplace.EndpointDeleteProduct] != 2 {
+		t.Fatalf("stats: %+v", st)
+	}
+	revoked, err := port.NewCredentials("sk_test_invalid_d")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.client.DeleteProduct(ctx, revoked, created.ID); !errors.Is(err, port.ErrPlatformUnauthorized) {
+		t.Fatalf("revoked key: %v", err)
+	}
+	if err := b.client.DeleteProduct(ctx, b.creds, ""); !errors.Is(err, port.ErrPlatformRejected) {
+		t.Fatalf("empty id: %v", err)
+	}
+}

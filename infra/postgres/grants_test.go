@@ -21,13 +21,14 @@ type definer struct {
 var securityDefiners = map[string]definer{
 	// Workspace discovery of the dispatcher, the cleanup and the reconciler: ids only.
 	"outbox_due_workspaces(timestamp with time zone,integer)":          {"listing_discovery", "app_user"},
-	"outbox_retention_workspaces(timestamp with time zone,integer)":    {"listing_discovery", "app_user"},
 	"idempotency_expired_workspaces(timestamp with time zone,integer)": {"listing_discovery", "app_user"},
 	// stuck_task_workspaces reads the tables named in task_tables (sql/026), which only
 	// listing_owner writes; listing_discovery may read that registry's names and nothing else of
 	// it. prepare_task_table, which fills the registry, is no definer: it runs with its caller's
 	// rights (the tables' owner, in migrations) and nobody else may execute it.
 	"stuck_task_workspaces(timestamp with time zone,integer)": {"listing_discovery", "app_user"},
+	// Retention of the log of dispatched events: creates and drops its day partitions.
+	"outbox_dispatched_maintain(interval,integer)": {"listing_owner", "app_user"},
 	// The dispatcher's gauges: three numbers across workspaces.
 	"outbox_gauges()": {"listing_discovery", "app_user"},
 	// Operators only: aggregates across workspaces.

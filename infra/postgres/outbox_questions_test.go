@@ -13,7 +13,7 @@ import (
 
 // outbox_owes_task and outbox_last_dispatched_job answer for the caller's workspace only
 // (RLS), by the task's aggregate and payload key: a pending or leased event is owed, a
-// dispatched one is the last job, a dead letter is neither.
+// dispatched one (in the log) is the last job, a dead letter is neither.
 func TestOutboxTaskQuestions(t *testing.T) {
 	t.Parallel()
 	db := pgtest.New(t)
@@ -25,19 +25,20 @@ func TestOutboxTaskQuestions(t *testing.T) {
 	insert := func(ws uuid.UUID, status string, age string) uuid.UUID {
 		t.Helper()
 		id := uuid.New()
-		_, err := db.Owner.Exec(ctx, `INSERT INTO outbox_events (id, workspace_id, event_type, destination,
-			aggregate_type, aggregate_id, event_payload, created_at)
-			VALUES ($1, $2, 'test.requested', 'test', 'test', 'agg', jsonb_build_object('task_id', $3::text), now() - $4::interval)`,
+		table, cols, vals := "outbox_events", "", ""
+		switch status {
+		case "dispatched":
+			table, cols, vals = "outbox_dispatched", ", metadata, attempt_count, dispatched_at", ", '{}', 0, now()"
+		case "leased":
+			cols, vals = ", locked_by, locked_until", ", 'w', now() + interval '1 minute'"
+		case "dead_letter":
+			cols, vals = ", status", ", 'dead_letter'"
+		}
+		_, err := db.Owner.Exec(ctx, `INSERT INTO `+table+` (id, workspace_id, event_type, destination,
+			aggregate_type, aggregate_id, event_payload, created_at`+cols+`)
+			VALUES ($1, $2, 'test.requested', 'test', 'test', 'agg', jsonb_build_object('task_id', $3::text), now() - $4::interval`+vals+`)`,
 			id, ws, task, age)
 		require.NoError(t, err)
-		if status != "pending" {
-			_, err = db.Owner.Exec(ctx, `UPDATE outbox_events SET status = $2,
-				dispatched_at = CASE WHEN $2 = 'dispatched' THEN now() END,
-				locked_by = CASE WHEN $2 = 'dispatching' THEN 'w' END,
-				locked_until = CASE WHEN $2 = 'dispatching' THEN now() + interval '1 minute' END
-				WHERE id = $1`, id, status)
-			require.NoError(t, err)
-		}
 		return id
 	}
 	ask := func(ws uuid.UUID) (owes bool, last string) {
@@ -70,7 +71,7 @@ func TestOutboxTaskQuestions(t *testing.T) {
 	require.False(t, owes, "dispatched and dead letters are not owed")
 	require.Equal(t, newer.String(), last, "the latest dispatched event, not %s", older)
 
-	leased := insert(wsA, "dispatching", "0s")
+	leased := insert(wsA, "leased", "0s")
 	owes, _ = ask(wsA)
 	require.True(t, owes, "a leased event is owed")
 	_, err := db.Owner.Exec(ctx, `DELETE FROM outbox_events WHERE id = $1`, leased)

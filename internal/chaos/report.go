@@ -264,7 +264,7 @@ func (h *harness) explainOpen(ctx context.Context) ([]string, error) {
 		coalesce(t.status, '-'), coalesce(t.attempts, 0), coalesce(t.reconciliations, 0), t.updated_at,
 		coalesce((SELECT string_agg(e.event_type || '/' || e.status || '/attempts=' || e.attempt_count || '/dispatched=' ||
 			coalesce(to_char(e.dispatched_at, 'HH24:MI:SS.MS'), '-') || '/id=' || e.id, '; ' ORDER BY e.created_at)
-			FROM outbox_events e WHERE e.aggregate_id = t.id::text OR e.event_payload::text LIKE '%' || t.id::text || '%'), 'no outbox rows')
+			FROM outbox_all_events e WHERE e.aggregate_id = t.id::text OR e.event_payload::text LIKE '%' || t.id::text || '%'), 'no outbox rows')
 		FROM operations o LEFT JOIN (`+strings.Join(union, " UNION ALL ")+`) t ON t.operation_id = o.id
 		WHERE o.`+notTerminal+` ORDER BY o.updated_at LIMIT 50`)
 	if err != nil {

@@ -1,14 +1,20 @@
-// Command devclean removes what `make run` and `make test` leave behind on a development
-// machine; `make clean` runs it. What it removes, each named by the same configuration the
-// service reads (infra/config, so an overridden variable is honoured):
+// Command devclean removes what `make run` and `make test` of this checkout left behind on a
+// development machine; `make clean` runs it. What it removes, each named by the same
+// configuration the service reads (infra/config, so an overridden variable is honoured):
 //
-//   - the development database of MIGRATE_DATABASE_URL (default `listing`);
-//   - the test databases and templates of infra/postgres/pgtest (`listing_test_*`,
-//     `listing_tpl_*`), and the database of an interrupted `make demo` (`listing_demo_*`), on
-//     TEST_DATABASE_URL's server;
-//   - the Redis keys under BULLMQ_PREFIX (default `bull`: the queues, their jobs, the
-//     operations' stream) and under STREAM_PREFIX (default `listing`: the integration streams);
+//   - the development database of MIGRATE_DATABASE_URL, unless it is the shared default
+//     `listing`;
+//   - the test databases this checkout created, as recorded by infra/postgres/pgtest in
+//     var/pgtest-created when it creates them (those of interrupted runs; a finished test
+//     drops its own);
+//   - the Redis keys under BULLMQ_PREFIX and STREAM_PREFIX, unless they are the shared
+//     defaults (`bull`, `listing`);
 //   - STORAGE_DIR (default ./var/storage), bin/ and tests/bullmqnode/node_modules.
+//
+// With -shared it also removes the shared defaults other checkouts on the machine use: the
+// `listing` database, every test and template database (`listing_test_*`, `listing_tpl_*`)
+// and the database of an interrupted `make demo` (`listing_demo_*`), and the keys under the
+// default prefixes. It says what it removed and what it left, and why.
 //
 // It never removes what it cannot tell is the project's: it refuses to run when APP_ENV is
 // production or when the database or Redis is not on a loopback address; it drops a database
@@ -26,12 +32,14 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/listingkit/listing/infra/postgres/pgtest"
 	"github.com/listingkit/listing/internal/redistest"
 )
 
@@ -47,6 +55,8 @@ type Plan struct {
 	Root string
 	// Dirs are removed with everything in them, when they lie inside Root.
 	Dirs []string
+	// Skipped are what the plan leaves on purpose, reported as left.
+	Skipped []string
 }
 
 // DatabaseSet names databases of one PostgreSQL server.
@@ -57,6 +67,65 @@ type DatabaseSet struct {
 	Names []string
 	// Prefixes: every database whose name starts with one of them is dropped.
 	Prefixes []string
+	// Record, when set, is the checkout's record of the databases it created
+	// (pgtest.RecordPath): after the run it keeps only the names that still exist.
+	Record string
+}
+
+// readRecord reads a record of pgtest.RecordPath: the test databases and the templates it
+// names, each once. A missing record names nothing.
+func readRecord(path string) (tests, templates []string, err error) {
+	b, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil, nil
+	}
+	if err != nil {
+		return nil, nil, err
+	}
+	seen := map[string]bool{}
+	for _, line := range strings.Split(string(b), "\n") {
+		kind, name, ok := strings.Cut(strings.TrimSpace(line), " ")
+		if !ok || seen[line] {
+			continue
+		}
+		seen[line] = true
+		switch kind {
+		case pgtest.RecordTest:
+			tests = append(tests, name)
+		case pgtest.RecordTemplate:
+			templates = append(templates, name)
+		}
+	}
+	return tests, templates, nil
+}
+
+// pruneRecord rewrites the record at path keeping the lines whose database still exists.
+func pruneRecord(ctx context.Context, conn *pgx.Conn, path string) error {
+	b, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	var kept []string
+	for _, line := range strings.Split(string(b), "\n") {
+		_, name, ok := strings.Cut(strings.TrimSpace(line), " ")
+		if !ok {
+			continue
+		}
+		var exists bool
+		if err := conn.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1)", name).Scan(&exists); err != nil {
+			return err
+		}
+		if exists && !slices.Contains(kept, line) {
+			kept = append(kept, line)
+		}
+	}
+	if len(kept) == 0 {
+		return os.Remove(path)
+	}
+	return os.WriteFile(path, []byte(strings.Join(kept, "\n")+"\n"), 0o644)
 }
 
 // Report says what a run did.
@@ -102,6 +171,9 @@ func Clean(ctx context.Context, p Plan) Report {
 	}
 	for _, dir := range p.Dirs {
 		cleanDir(p.Root, dir, &r)
+	}
+	for _, s := range p.Skipped {
+		r.left("%s", s)
 	}
 	return r
 }
@@ -149,6 +221,11 @@ func cleanDatabases(ctx context.Context, p DatabaseSet, r *Report) {
 			continue
 		}
 		dropDatabase(ctx, conn, n, r)
+	}
+	if p.Record != "" {
+		if err := pruneRecord(ctx, conn, p.Record); err != nil {
+			r.Errs = append(r.Errs, fmt.Errorf("update %s: %w", p.Record, err))
+		}
 	}
 }
 

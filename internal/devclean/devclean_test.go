@@ -158,6 +158,70 @@ func TestSafetyChecks(t *testing.T) {
 	require.Equal(t, "postgres://root:pw@127.0.0.1:5433/postgres?sslmode=disable", admin)
 
 	t.Setenv("APP_ENV", "production")
-	_, _, err = planFromEnv(map[string]bool{"files": true})
+	_, _, err = planFromEnv(map[string]bool{"files": true}, false, t.TempDir())
 	require.ErrorContains(t, err, "production")
+}
+
+// TestCleanLeavesAnotherCheckoutsDatabasesAndKeys: by default make clean drops the test
+// databases this checkout's record names and the keys of the prefixes it configured; another
+// checkout's test database on the same server, the shared defaults (the listing database, the
+// templates, the default key prefixes) stay unless -shared.
+func TestCleanLeavesAnotherCheckoutsDatabasesAndKeys(t *testing.T) {
+	if testing.Short() {
+		t.Skip("needs PostgreSQL")
+	}
+	ctx := context.Background()
+	admin, _, err := maintenanceURL(pgtest.AdminURL(), "TEST_DATABASE_URL")
+	require.NoError(t, err)
+	conn, err := pgx.Connect(ctx, admin)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = conn.Close(ctx) })
+	rdb := redistest.NewClient(t)
+
+	h := randomHex(t)
+	mine, theirs, tpl := "listing_test_dc"+h+"mine", "listing_test_dc"+h+"theirs", "listing_tpl_dc"+h
+	for _, n := range []string{mine, theirs, tpl} {
+		_, err := conn.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{n}.Sanitize())
+		require.NoError(t, err)
+	}
+	t.Cleanup(func() {
+		for _, n := range []string{mine, theirs, tpl} {
+			_, _ = conn.Exec(ctx, "DROP DATABASE IF EXISTS "+pgx.Identifier{n}.Sanitize()+" WITH (FORCE)")
+		}
+	})
+	// This checkout's record (as pgtest writes it) names its test database and template.
+	root := t.TempDir()
+	record := filepath.Join(root, pgtest.RecordPath)
+	require.NoError(t, os.MkdirAll(filepath.Dir(record), 0o755))
+	require.NoError(t, os.WriteFile(record, []byte("test "+mine+"\ntemplate "+tpl+"\n"), 0o644))
+
+	// This checkout's own queue prefix; the stream prefix stays the shared default.
+	prefix := "devclean-" + h
+	t.Setenv("BULLMQ_PREFIX", prefix)
+	t.Setenv("STREAM_PREFIX", "")
+	t.Setenv("MIGRATE_DATABASE_URL", "")
+	ours, shared := prefix+":q:wait", "listing:devclean-"+h+":probe"
+	require.NoError(t, rdb.Set(ctx, ours, "1", 0).Err())
+	require.NoError(t, rdb.Set(ctx, shared, "1", 0).Err())
+	t.Cleanup(func() { rdb.Del(ctx, ours, shared) })
+
+	plan, closeFn, err := planFromEnv(map[string]bool{"database": true, "testdbs": true, "redis": true}, false, root)
+	require.NoError(t, err)
+	t.Cleanup(closeFn)
+	r := Clean(ctx, plan)
+	require.Empty(t, r.Errs)
+	require.ElementsMatch(t, []string{"database " + mine, "1 Redis key(s) " + prefix + ":*"}, r.Removed)
+	left := strings.Join(r.Left, "\n")
+	require.Contains(t, left, "database listing (the shared default")
+	require.Contains(t, left, "1 template database(s)")
+	require.Contains(t, left, "Redis keys listing:* (STREAM_PREFIX's shared default")
+
+	require.False(t, databaseExists(t, conn, mine))
+	require.True(t, databaseExists(t, conn, theirs), "another checkout's test database stays")
+	require.True(t, databaseExists(t, conn, tpl), "a template stays without -shared")
+	require.Zero(t, rdb.Exists(ctx, ours).Val())
+	require.EqualValues(t, 1, rdb.Exists(ctx, shared).Val(), "keys under a shared default prefix stay")
+	b, err := os.ReadFile(record)
+	require.NoError(t, err)
+	require.Equal(t, "template "+tpl+"\n", string(b), "the record keeps what still exists")
 }

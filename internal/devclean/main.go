@@ -35,8 +35,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("devclean", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	only := fs.String("only", "", "comma-separated parts to clean: database, testdbs, redis, files (default: all)")
+	shared := fs.Bool("shared", false, "also the shared defaults other checkouts use: the `listing` database, every template and test database on the server, the default key prefixes (bull, listing)")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: go run ./internal/devclean [-only database,testdbs,redis,files]")
+		fmt.Fprintln(stderr, "usage: go run ./internal/devclean [-only database,testdbs,redis,files] [-shared]")
 		fmt.Fprintln(stderr, "Removes what make run and make test leave behind (see the README's \"Cleaning up\").")
 		fs.PrintDefaults()
 	}
@@ -59,7 +60,15 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		parts = want
 	}
 
-	plan, closeFn, err := planFromEnv(parts)
+	root, err := os.Getwd()
+	if err == nil {
+		root, err = filepath.EvalSymlinks(root)
+	}
+	if err != nil {
+		fmt.Fprintln(stderr, "devclean:", err)
+		return 1
+	}
+	plan, closeFn, err := planFromEnv(parts, *shared, root)
 	if err != nil {
 		fmt.Fprintln(stderr, "devclean:", err)
 		return 1
@@ -75,9 +84,17 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	return 0
 }
 
-// planFromEnv builds the plan of the chosen parts from the service's configuration, after
-// the safety checks of the package comment.
-func planFromEnv(parts map[string]bool) (Plan, func(), error) {
+// Shared defaults: names every checkout on the machine uses unless configured otherwise.
+const (
+	defaultDatabase     = "listing"
+	defaultBullMQPrefix = "bull"
+	defaultStreamPrefix = "listing"
+)
+
+// planFromEnv builds the plan of the chosen parts from the service's configuration and the
+// checkout's record of the test databases (pgtest.RecordPath, under root), after the safety
+// checks of the package comment. Without shared, the shared defaults are left (and said so).
+func planFromEnv(parts map[string]bool, shared bool, root string) (Plan, func(), error) {
 	none := func() {}
 	cfg, err := config.Load()
 	if err != nil {
@@ -86,27 +103,36 @@ func planFromEnv(parts map[string]bool) (Plan, func(), error) {
 	if cfg.Production() {
 		return Plan{}, none, errors.New("APP_ENV=production: refusing to remove anything")
 	}
-	wd, err := os.Getwd()
-	if err == nil {
-		wd, err = filepath.EvalSymlinks(wd)
-	}
-	if err != nil {
-		return Plan{}, none, err
-	}
-	p := Plan{Root: wd}
+	p := Plan{Root: root}
 	if parts["database"] {
 		admin, name, err := maintenanceURL(cfg.MigrateDatabaseURL, "MIGRATE_DATABASE_URL")
 		if err != nil {
 			return Plan{}, none, err
 		}
-		p.Databases = append(p.Databases, DatabaseSet{AdminURL: admin, Names: []string{name}})
+		if name == defaultDatabase && !shared {
+			p.Skipped = append(p.Skipped, "database "+name+" (the shared default: -shared removes it)")
+		} else {
+			p.Databases = append(p.Databases, DatabaseSet{AdminURL: admin, Names: []string{name}})
+		}
 	}
 	if parts["testdbs"] {
 		admin, _, err := maintenanceURL(pgtest.AdminURL(), "TEST_DATABASE_URL")
 		if err != nil {
 			return Plan{}, none, err
 		}
-		p.Databases = append(p.Databases, DatabaseSet{AdminURL: admin, Prefixes: testDatabasePrefixes})
+		set := DatabaseSet{AdminURL: admin, Record: filepath.Join(root, pgtest.RecordPath)}
+		tests, templates, err := readRecord(set.Record)
+		if err != nil {
+			return Plan{}, none, err
+		}
+		set.Names = tests
+		if shared {
+			set.Names = append(set.Names, templates...)
+			set.Prefixes = testDatabasePrefixes
+		} else if len(templates) > 0 {
+			p.Skipped = append(p.Skipped, fmt.Sprintf("%d template database(s) this checkout built (other checkouts with the same migrations use them: -shared removes them)", len(templates)))
+		}
+		p.Databases = append(p.Databases, set)
 	}
 	closeFn := none
 	if parts["redis"] {
@@ -115,7 +141,16 @@ func planFromEnv(parts map[string]bool) (Plan, func(), error) {
 			return Plan{}, none, err
 		}
 		p.Redis, closeFn = rdb, func() { _ = rdb.Close() }
-		p.KeyPrefixes = []string{cfg.BullMQPrefix, envOr("STREAM_PREFIX", "listing")}
+		for _, pr := range []struct{ prefix, def, variable string }{
+			{cfg.BullMQPrefix, defaultBullMQPrefix, "BULLMQ_PREFIX"},
+			{envOr("STREAM_PREFIX", defaultStreamPrefix), defaultStreamPrefix, "STREAM_PREFIX"},
+		} {
+			if pr.prefix == pr.def && !shared {
+				p.Skipped = append(p.Skipped, fmt.Sprintf("Redis keys %s:* (%s's shared default: -shared removes them)", pr.prefix, pr.variable))
+				continue
+			}
+			p.KeyPrefixes = append(p.KeyPrefixes, pr.prefix)
+		}
 	}
 	if parts["files"] {
 		if cfg.S3Bucket == "" {

@@ -120,6 +120,11 @@ func run(ctx context.Context, o options) (err error) {
 		return err
 	}
 	defer func() {
+		// The servers closed their connections first (deferred later), so every backend
+		// flushed its statistics.
+		if herr := printHOT(db.ownerURL); herr != nil && err == nil {
+			err = herr
+		}
 		if o.keep {
 			fmt.Printf("kept database %s\n", db.name)
 			return
@@ -539,6 +544,35 @@ func createDatabase(ctx context.Context, admin string) (*scratch, error) {
 		return nil, errors.Join(fmt.Errorf("migrate: %w", err), db.drop())
 	}
 	return db, nil
+}
+
+// printHOT prints how many of the updates of idempotency_requests (the completions) were HOT,
+// i.e. wrote no index entry, from the statistics of the scratch database.
+func printHOT(ownerURL string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, ownerURL)
+	if err != nil {
+		return fmt.Errorf("HOT statistics: %w", err)
+	}
+	defer conn.Close(ctx)
+	var upd, hot int64
+	for range 20 { // the statistics of a closed backend reach the view within a moment
+		if err := conn.QueryRow(ctx, `SELECT n_tup_upd, n_tup_hot_upd FROM pg_stat_user_tables WHERE relname = 'idempotency_requests'`).
+			Scan(&upd, &hot); err != nil {
+			return fmt.Errorf("HOT statistics: %w", err)
+		}
+		if upd > 0 {
+			break
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+	ratio := 0.0
+	if upd > 0 {
+		ratio = float64(hot) / float64(upd)
+	}
+	fmt.Printf("idempotency_requests updates: %d, HOT: %d (%.1f%%)\n", upd, hot, 100*ratio)
+	return nil
 }
 
 func (db *scratch) drop() error {

@@ -295,7 +295,7 @@ func (b *bench) seed(ctx context.Context) error {
 	}
 	serve.stop()
 	var pending int
-	if err := b.query(ctx, b.seedDB, "SELECT count(*) FROM outbox_events WHERE status = 'pending'", &pending); err != nil {
+	if err := b.query(ctx, b.seedDB, "SELECT count(*) FROM outbox_all_events WHERE status = 'pending'", &pending); err != nil {
 		return err
 	}
 	if pending != 2*b.stores {
@@ -392,7 +392,7 @@ func (b *bench) runPairs(ctx context.Context, n int, withPerf bool) (result, err
 	for {
 		var undispatched, unfinished, waiting int
 		if err := mon.QueryRow(ctx, `SELECT
-			(SELECT count(*) FROM outbox_events WHERE status <> 'dispatched'),
+			(SELECT count(*) FROM outbox_all_events WHERE status <> 'dispatched'),
 			(SELECT count(*) FROM operations WHERE status NOT IN ('succeeded', 'failed'))`).Scan(&undispatched, &unfinished); err != nil {
 			return r, err
 		}
@@ -437,7 +437,7 @@ func (b *bench) runPairs(ctx context.Context, n int, withPerf bool) (result, err
 	}
 	r.cpuSelf = cpuSeconds(os.Getpid()) - self0
 	r.loadEnd = loadavg()
-	if err := mon.QueryRow(ctx, "SELECT count(*) FROM outbox_events").Scan(&r.allEvents); err != nil {
+	if err := mon.QueryRow(ctx, "SELECT count(*) FROM outbox_all_events").Scan(&r.allEvents); err != nil {
 		return r, err
 	}
 	secs := r.drain.Seconds()
@@ -455,7 +455,7 @@ func (b *bench) runPairs(ctx context.Context, n int, withPerf bool) (result, err
 
 // jobStats reads the stall counter (stc) and the times taken (ats) of every verification job.
 func (b *bench) jobStats(ctx context.Context, conn *pgx.Conn, r *result) error {
-	rows, err := conn.Query(ctx, "SELECT id::text FROM outbox_events WHERE destination = 'store-verification'")
+	rows, err := conn.Query(ctx, "SELECT id::text FROM outbox_all_events WHERE destination = 'store-verification'")
 	if err != nil {
 		return err
 	}

@@ -127,7 +127,7 @@ func (e *Env) Job(t testing.TB, ev domain.Event, attempt int, last bool) worker.
 // oldest first.
 func (e *Env) StatusEvents(t testing.TB, opID uuid.UUID) []string {
 	t.Helper()
-	rows, err := e.DB.Owner.Query(context.Background(), `SELECT event_payload->>'status' FROM outbox_events
+	rows, err := e.DB.Owner.Query(context.Background(), `SELECT event_payload->>'status' FROM outbox_all_events
 		WHERE event_type = 'operation.status_changed' AND aggregate_id = $1
 		ORDER BY created_at, (event_payload->>'version')::int`, opID.String())
 	require.NoError(t, err)
@@ -139,7 +139,7 @@ func (e *Env) StatusEvents(t testing.TB, opID uuid.UUID) []string {
 // CountOutbox counts the outbox rows of eventType about the aggregate aggregateID.
 func (e *Env) CountOutbox(t testing.TB, eventType string, aggregateID uuid.UUID) int {
 	t.Helper()
-	return e.Count(t, `SELECT count(*) FROM outbox_events WHERE event_type = $1 AND aggregate_id = $2`,
+	return e.Count(t, `SELECT count(*) FROM outbox_all_events WHERE event_type = $1 AND aggregate_id = $2`,
 		eventType, aggregateID.String())
 }
 

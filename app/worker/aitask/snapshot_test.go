@@ -71,7 +71,7 @@ func (b *bundle) request(t *testing.T, kind, instruction string) (domain.AITask,
 	})
 	var id uuid.UUID
 	var payload json.RawMessage
-	require.NoError(t, b.DB.Owner.QueryRow(context.Background(), `SELECT id, event_payload FROM outbox_events
+	require.NoError(t, b.DB.Owner.QueryRow(context.Background(), `SELECT id, event_payload FROM outbox_all_events
 		WHERE event_type = 'ai_task.requested' AND aggregate_id = $1`, started.Resource.ID.String()).Scan(&id, &payload))
 	return started.Resource, worker.Job{ID: id.String(), WorkspaceID: b.Workspace, EventType: "ai_task.requested",
 		Payload: payload, Attempt: 1}

@@ -363,7 +363,7 @@ func TestSyncBadCredentialsFailAtOnce(t *testing.T) {
 	require.NotContains(t, b.Logs.String(), revoked)
 	var leaked int
 	require.NoError(t, b.DB.Owner.QueryRow(context.Background(),
-		`SELECT count(*) FROM outbox_events WHERE event_payload::text LIKE '%' || $1 || '%'`, revoked).Scan(&leaked))
+		`SELECT count(*) FROM outbox_all_events WHERE event_payload::text LIKE '%' || $1 || '%'`, revoked).Scan(&leaked))
 	require.Zero(t, leaked)
 }
 

@@ -615,7 +615,7 @@ func TestSecretsStayOut(t *testing.T) {
 	b.sandbox.InjectFault(sandbox.Fault{Endpoint: marketplace.EndpointCreateProduct, Status: 500})
 	require.Error(t, b.handler.Handle(ctx, job))
 
-	for _, table := range []string{"operations", "outbox_events", "publications", "stores"} {
+	for _, table := range []string{"operations", "outbox_events", "outbox_dispatched", "publications", "stores"} {
 		var n int
 		require.NoError(t, b.DB.Owner.QueryRow(ctx,
 			"SELECT count(*) FROM "+table+" t WHERE t::text LIKE '%canary_pub_51d2%'").Scan(&n))

@@ -56,7 +56,7 @@ func (b *bundle) request(t *testing.T, f fixture) fixture {
 	f.pub, f.op = started.Resource, started.Operation
 	var id uuid.UUID
 	var payload json.RawMessage
-	require.NoError(t, b.DB.Owner.QueryRow(context.Background(), `SELECT id, event_payload FROM outbox_events
+	require.NoError(t, b.DB.Owner.QueryRow(context.Background(), `SELECT id, event_payload FROM outbox_all_events
 		WHERE event_type = 'publication.requested' AND aggregate_id = $1`, f.pub.ID.String()).Scan(&id, &payload))
 	f.job = worker.Job{ID: id.String(), WorkspaceID: b.Workspace, EventType: "publication.requested", Payload: payload, Attempt: 1}
 	return f

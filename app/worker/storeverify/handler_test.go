@@ -433,7 +433,7 @@ func TestSecretsStayOut(t *testing.T) {
 	b.sandbox.InjectFault(sandbox.Fault{Endpoint: marketplace.EndpointVerify, Status: 500})
 	require.Error(t, b.handler.Handle(ctx, job))
 
-	for _, table := range []string{"operations", "outbox_events", "store_verifications", "stores"} {
+	for _, table := range []string{"operations", "outbox_events", "outbox_dispatched", "store_verifications", "stores"} {
 		var n int
 		require.NoError(t, b.DB.Owner.QueryRow(ctx,
 			"SELECT count(*) FROM "+table+" t WHERE t::text LIKE '%canary_7f3a9c%'").Scan(&n))

@@ -152,7 +152,7 @@ func (b *bundle) mediaRows(t *testing.T) int {
 func (b *bundle) uploadCompletedEvents(t *testing.T) []domain.MediaUploadCompleted {
 	t.Helper()
 	rows, err := b.DB.Owner.Query(context.Background(),
-		`SELECT event_payload FROM outbox_events WHERE workspace_id = $1 AND event_type = 'media.upload_completed'`, b.Workspace)
+		`SELECT event_payload FROM outbox_all_events WHERE workspace_id = $1 AND event_type = 'media.upload_completed'`, b.Workspace)
 	require.NoError(t, err)
 	defer rows.Close()
 	var out []domain.MediaUploadCompleted
@@ -263,7 +263,7 @@ func TestTransferStoresMediaAndStartsProcessing(t *testing.T) {
 	require.Equal(t, []domain.MediaUploadCompleted{{MediaID: ev.MediaID, ProcessingID: taskID, OperationID: procOpID}}, started)
 
 	// No source URL (nor its query) in the outbox or the operations.
-	require.Zero(t, b.Count(t, `SELECT count(*) FROM outbox_events WHERE workspace_id = $1 AND (event_payload::text LIKE '%sig=%' OR event_payload::text LIKE '%127.0.0.1%')`, b.Workspace))
+	require.Zero(t, b.Count(t, `SELECT count(*) FROM outbox_all_events WHERE workspace_id = $1 AND (event_payload::text LIKE '%sig=%' OR event_payload::text LIKE '%127.0.0.1%')`, b.Workspace))
 	require.Zero(t, b.Count(t, `SELECT count(*) FROM operations WHERE workspace_id = $1 AND (result::text LIKE '%127.0.0.1%' OR error_message LIKE '%127.0.0.1%')`, b.Workspace))
 
 	// Redelivery after success: no download, nothing written.
@@ -372,7 +372,7 @@ func requireFailed(t *testing.T, b *bundle, ev domain.MaterialTransferRequested,
 	require.NotContains(t, op.ErrorMessage, "127.0.0.1")
 	require.Equal(t, 2, b.CountOutbox(t, "operation.status_changed", ev.OperationID), "running and failed")
 	require.Zero(t, b.Count(t, `SELECT count(*) FROM media WHERE id = $1`, ev.MediaID))
-	require.Zero(t, b.Count(t, `SELECT count(*) FROM outbox_events WHERE event_type = 'media.upload_completed' AND aggregate_id = $1`, ev.MediaID.String()))
+	require.Zero(t, b.Count(t, `SELECT count(*) FROM outbox_all_events WHERE event_type = 'media.upload_completed' AND aggregate_id = $1`, ev.MediaID.String()))
 
 	// A redelivery of the failed job does nothing.
 	require.NoError(t, b.h.Handle(context.Background(), b.Job(t, ev, 2, false)))

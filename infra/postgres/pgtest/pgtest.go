@@ -23,6 +23,7 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"path/filepath"
 	"sort"
 	"testing"
 	"time"
@@ -69,6 +70,56 @@ type DB struct {
 	Owner *pgxpool.Pool
 }
 
+// RecordPath is the file, relative to the module's root (the checkout), to which New appends
+// the name of every database it creates and of every template it builds, before creating
+// it: `make clean` drops the databases of this record, and so leaves alone another
+// checkout's on the same server.
+const RecordPath = "var/pgtest-created"
+
+// Record kinds, the first word of a line of RecordPath.
+const (
+	RecordTest     = "test"
+	RecordTemplate = "template"
+)
+
+// record appends "kind name" to the checkout's RecordPath. A checkout that cannot be found
+// (no go.mod above the working directory) or written records nothing: the database is
+// still dropped when the test ends, as always.
+func record(kind, name string) {
+	root, err := moduleRoot()
+	if err != nil {
+		return
+	}
+	path := filepath.Join(root, RecordPath)
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return
+	}
+	f, err := os.OpenFile(path, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
+	if err != nil {
+		return
+	}
+	defer f.Close()
+	_, _ = f.WriteString(kind + " " + name + "\n") // one write with O_APPEND: lines do not interleave
+}
+
+// moduleRoot is the nearest directory above the working directory that holds go.mod.
+func moduleRoot() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			return dir, nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", errors.New("pgtest: no go.mod above the working directory")
+		}
+		dir = parent
+	}
+}
+
 // New creates an isolated database for t, migrated to the latest version, and drops it when
 // t ends. It skips t under -short.
 func New(t testing.TB) *DB {
@@ -85,6 +136,7 @@ func New(t testing.TB) *DB {
 		t.Fatalf("pgtest: template: %v", err)
 	}
 	name := "listing_test_" + randomHex(6)
+	record(RecordTest, name)
 	if err := withAdmin(ctx, admin, func(conn *pgx.Conn) error {
 		return retryInUse(ctx, func() error {
 			_, err := conn.Exec(ctx, fmt.Sprintf("CREATE DATABASE %s TEMPLATE %s",
@@ -214,13 +266,14 @@ func ensureTemplate(ctx context.Context, admin string) (string, error) {
 			return err
 		}
 		// Missing or half-made: build it again. Templates of other migration sets are left
-		// alone: another checkout's tests may be using theirs right now (`make clean-testdb`
-		// removes them).
+		// alone: another checkout's tests may be using theirs right now
+		// (`make clean-testdb CLEAN_FLAGS=-shared` removes them).
 		if err == nil {
 			if _, err := conn.Exec(ctx, "DROP DATABASE "+pgx.Identifier{name}.Sanitize()+" WITH (FORCE)"); err != nil {
 				return err
 			}
 		}
+		record(RecordTemplate, name)
 		if _, err := conn.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize()); err != nil {
 			return err
 		}

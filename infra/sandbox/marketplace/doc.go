@@ -9,6 +9,8 @@
 //	     with Idempotency-Key → 201 {id, external_ref, …}
 //	PUT  /v1/products/{id} {external_ref, title, description, price, currency, images}
 //	     with Idempotency-Key → 200 {id, external_ref, …} (replaces the content; 404 unknown id)
+//	DELETE /v1/products/{id} → 200 {id, deleted: true}; 404 when there is no such product
+//	     (a repeat delete)
 //	GET  /v1/products?external_ref=<ref> → 200 {items: [...]}
 //	GET  /v1/products?limit=<n>&page_token=<t> → 200 {items: [...], next_page_token}
 //	errors: 400 bad request, 401 bad key, 409 Idempotency-Key reused with another body,

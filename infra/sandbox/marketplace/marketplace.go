@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"net/url"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -24,6 +25,7 @@ const (
 	EndpointVerify        = "POST /v1/stores/verify"
 	EndpointCreateProduct = "POST /v1/products"
 	EndpointUpdateProduct = "PUT /v1/products/{id}"
+	EndpointDeleteProduct = "DELETE /v1/products/{id}"
 	EndpointFindProduct   = "GET /v1/products?external_ref"
 	EndpointListProducts  = "GET /v1/products"
 )
@@ -112,6 +114,8 @@ type Stats struct {
 	// ProductsUpdated counts every update applied (PUT /v1/products/{id} not answered from a
 	// saved response).
 	ProductsUpdated int `json:"products_updated"`
+	// ProductsDeleted counts every product deleted (a DELETE of an unknown id deletes none).
+	ProductsDeleted int `json:"products_deleted"`
 	// IdempotentReplays counts POSTs and PUTs answered from a saved Idempotency-Key response.
 	IdempotentReplays    int  `json:"idempotent_replays"`
 	IgnoreIdempotencyKey bool `json:"ignore_idempotency_key"`
@@ -130,6 +134,7 @@ type Sandbox struct {
 	byRef    map[string]int
 	created  int
 	updated  int
+	deleted  int
 	replays  int
 	adminMux *http.ServeMux
 }
@@ -153,6 +158,7 @@ func (s *Sandbox) resetLocked() {
 	s.byRef = map[string]int{}
 	s.created = 0
 	s.updated = 0
+	s.deleted = 0
 	s.replays = 0
 }
 
@@ -203,6 +209,7 @@ func (s *Sandbox) Stats() Stats {
 		ProductsByExternalRef: make(map[string]int, len(s.byRef)),
 		ProductsCreated:       s.created,
 		ProductsUpdated:       s.updated,
+		ProductsDeleted:       s.deleted,
 		IdempotentReplays:     s.replays,
 		IgnoreIdempotencyKey:  s.ignore,
 	}
@@ -295,6 +302,8 @@ func endpointOf(r *http.Request) string {
 		return EndpointCreateProduct
 	case strings.HasPrefix(r.URL.Path, "/v1/products/") && r.Method == http.MethodPut:
 		return EndpointUpdateProduct
+	case strings.HasPrefix(r.URL.Path, "/v1/products/") && r.Method == http.MethodDelete:
+		return EndpointDeleteProduct
 	case r.URL.Path == "/v1/products" && r.Method == http.MethodGet:
 		if r.URL.Query().Has("external_ref") {
 			return EndpointFindProduct
@@ -335,6 +344,8 @@ func (s *Sandbox) handle(r *http.Request, endpoint string) response {
 			resp = s.create(r, key)
 		case EndpointUpdateProduct:
 			resp = s.update(r, key)
+		case EndpointDeleteProduct:
+			resp = s.remove(r, key)
 		case EndpointFindProduct:
 			resp = s.find(r, key)
 		case EndpointListProducts:
@@ -513,6 +524,22 @@ func (s *Sandbox) update(r *http.Request, key string) response {
 		sh.idem[saveAs] = savedResponse{fingerprint: fp, status: http.StatusOK, body: *p}
 	}
 	return response{status: http.StatusOK, body: *p}
+}
+
+// remove deletes a product (DELETE /v1/products/{id}): 200 {"id", "deleted": true}, or 404
+// when the shop has no such product (a repeat delete).
+func (s *Sandbox) remove(r *http.Request, key string) response {
+	id := strings.TrimPrefix(r.URL.Path, "/v1/products/")
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	sh := s.shopLocked(key)
+	i := slices.IndexFunc(sh.products, func(p *Product) bool { return p.ID == id })
+	if i < 0 {
+		return response{status: http.StatusNotFound, body: errBody("not_found", "no such product")}
+	}
+	sh.products = slices.Delete(sh.products, i, i+1)
+	s.deleted++
+	return response{status: http.StatusOK, body: map[string]any{"id": id, "deleted": true}}
 }
 
 func (sh *shop) byID(id string) *Product {
