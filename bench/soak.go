@@ -209,7 +209,6 @@ func claimBuckets(reg *prometheus.Registry) []bucket {
 	return nil
 }
 
-
 // quantile interpolates q within cumulative bucket counts (seconds).
 func quantile(bs []bucket, q float64) float64 {
 	if len(bs) == 0 || bs[len(bs)-1].n == 0 {
