@@ -44,6 +44,7 @@ import (
 	"github.com/listingkit/listing/infra/metrics"
 	"github.com/listingkit/listing/infra/outbox"
 	"github.com/listingkit/listing/infra/postgres"
+	"github.com/listingkit/listing/infra/sandbox/marketplace"
 	"github.com/listingkit/listing/infra/secret"
 	"github.com/listingkit/listing/infra/storage"
 )
@@ -196,7 +197,12 @@ func ProvideFetcher(cfg config.Config, log *slog.Logger) (*fetch.Fetcher, error)
 	if cfg.FetchAllowPrivate {
 		warnOnce(log, "FETCH_ALLOW_PRIVATE=true: material transfers may reach private, loopback and link-local addresses (development only)")
 	}
-	return fetch.New(fetch.Config{AllowPrivate: cfg.FetchAllowPrivate, Timeout: cfg.FetchTimeout,
+	prefixes := cfg.FetchAllowPrefixes
+	if len(prefixes) == 0 && !cfg.Production() && cfg.PlatformBaseURL == "" {
+		// development: the marketplace sandbox's sample files (the walkthrough's transfer)
+		prefixes = []string{"http://" + cfg.SandboxMarketplaceAddr + marketplace.FilesPath}
+	}
+	return fetch.New(fetch.Config{AllowPrivate: cfg.FetchAllowPrivate, AllowURLPrefixes: prefixes, Timeout: cfg.FetchTimeout,
 		DefaultMaxBytes: cfg.MediaMaxBytes, Logger: log})
 }
 

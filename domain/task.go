@@ -81,6 +81,17 @@ func (t *Task) Fail(code, message string, now time.Time) error {
 	return nil
 }
 
+// Touch marks the unfinished task moved at now (a last look requested: it is not stuck). A
+// finished task is ErrTaskFinished.
+func (t *Task) Touch(now time.Time) error {
+	if t.Status.Terminal() {
+		return ErrTaskFinished
+	}
+	t.UpdatedAt = now
+	t.Version++
+	return nil
+}
+
 // Task failure codes that the engine records, whatever the flow.
 var (
 	// ErrDeliveryExhausted fails a task that was delivered again MaxReconciliations times and

@@ -88,3 +88,27 @@ func TestEdgesSIGTERMDuringASlowCall(t *testing.T) {
 	require.Len(t, front.creating, 0, "one create only")
 	require.Contains(t, w1.out.String(), "outcome=succeeded", "the stopping worker recorded its call")
 }
+
+// TestEdgesExhaustedPublicationWhoseProductExists: the worker dies after the platform
+// created the product and the queues' Redis database is flushed; with RECONCILE_MAX=0 the
+// first reconciliation decides DELIVERY_EXHAUSTED. Before it records that, the publication
+// takes its last look (a delivery of its own): the product exists, so it succeeds.
+func TestEdgesExhaustedPublicationWhoseProductExists(t *testing.T) {
+	t.Parallel()
+	front, url := newHeldFront(t, 1, true)
+	w := newLivenessWorld(t, url, 8, map[string]string{"RECONCILE_MAX": "0"})
+	w1 := w.startWork(t)
+	pubID, opID, _ := w.publish(t)
+	front.waitHeld(t)
+	w1.kill(t)
+	require.NoError(t, w.rdb.FlushDB(context.Background()).Err())
+	since := time.Now()
+	w.startWork(t)
+
+	status, code := w.waitFinished(t, opID, since, livenessBound)
+	require.Equal(t, "succeeded", status, code)
+	require.Equal(t, 1, front.sb.ProductsWithRef(pubID), "platform products of the publication")
+	require.Equal(t, 1, w.env.Count(`SELECT count(*) FROM outbox_events WHERE event_type = 'publication.requested'
+		AND event_payload->>'publication_id' = $1 AND event_payload->'last_look'->>'code' = 'DELIVERY_EXHAUSTED'`, pubID),
+		"one last look, holding DELIVERY_EXHAUSTED")
+}

@@ -3,8 +3,7 @@ package tests
 import (
 	"bytes"
 	"context"
-	"net/http"
-	"net/http/httptest"
+	"net"
 	"os"
 	"os/exec"
 	"regexp"
@@ -38,12 +37,13 @@ func readmeSnippet(t *testing.T) string {
 
 // TestReadmeTryIt runs the README's "Try it" as a reader pastes it into bash (with curl, jq,
 // redis-cli and openssl, from the checkout's root), against the whole service with the
-// development sandboxes and the command consumer, as `make run` starts it. What differs, on
-// purpose: the API's address and the streams' prefix (the test's own), the Redis the
-// snippet's redis-cli talks to (REDIS_URL), and the material transfer's source, which the
-// test serves itself (docs/demo/mug.png) with FETCH_ALLOW_PRIVATE, so that it needs no
-// Internet. Every operation the walkthrough starts must be printed as succeeded, the replay
-// and the command's reply must be shown, and nothing may fail.
+// development sandboxes and the command consumer, as `make run` starts it, with its
+// development defaults: no FETCH_ALLOW_PRIVATE, and no network but loopback (step 7 fetches
+// the marketplace sandbox's sample image, which the default FETCH_ALLOW_PREFIXES allows).
+// What differs, on purpose: the addresses of the API and of the marketplace sandbox (free
+// ports of the test's own: B= and SB=), the streams' prefix, and the Redis the snippet's
+// redis-cli talks to (REDIS_URL). Every operation the walkthrough starts must be printed as
+// succeeded, the replay and the command's reply must be shown, and nothing may fail.
 func TestReadmeTryIt(t *testing.T) {
 	t.Parallel()
 	if testing.Short() {
@@ -53,29 +53,32 @@ func TestReadmeTryIt(t *testing.T) {
 		_, err := exec.LookPath(tool)
 		require.NoError(t, err, "the README's Try it needs %s (make jq installs jq)", tool)
 	}
-	snippet := readmeSnippet(t)
-	const api = "http://127.0.0.1:8080"
-	require.Contains(t, snippet, "B="+api, "the walkthrough no longer targets make run's address")
-	source := regexp.MustCompile(`"source_url":"(https?://[^"]+)"`).FindStringSubmatch(snippet)
-	require.NotNil(t, source, "the walkthrough has no material transfer")
+	snippet := "\n" + readmeSnippet(t) // every line starts after a newline
+	const api, sandbox = "http://127.0.0.1:8080", "http://127.0.0.1:8091"
+	require.Contains(t, snippet, "\nB="+api, "the walkthrough no longer targets make run's address")
+	require.Contains(t, snippet, "\nSB="+sandbox, "the walkthrough no longer names make run's marketplace sandbox")
+	require.Contains(t, snippet, `$SB/_sandbox/files/mug.png`, "the walkthrough's material transfer no longer fetches the sandbox's sample")
+	require.NotContains(t, snippet, "FETCH_ALLOW_PRIVATE")
 
-	image, err := os.ReadFile("../docs/demo/mug.png")
+	// The marketplace sandbox on a free port of the test's own (StartAll's is chosen at start,
+	// after the configuration the default FETCH_ALLOW_PREFIXES derives from).
+	l, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
-	files := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-		w.Header().Set("Content-Type", "image/png")
-		_, _ = w.Write(image)
-	}))
-	t.Cleanup(files.Close)
-
-	env := servicetest.StartAll(t, func(c *config.Config) { c.FetchAllowPrivate = true })
+	sandboxAddr := l.Addr().String()
+	require.NoError(t, l.Close())
+	env := servicetest.StartAll(t, func(c *config.Config) {
+		c.FetchAllowPrivate = false
+		c.FetchAllowPrefixes = nil
+		c.SandboxMarketplaceAddr = sandboxAddr
+	})
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() { defer wg.Done(); _ = env.API.Commands.Run(ctx) }()
 	t.Cleanup(func() { cancel(); wg.Wait() })
 
-	script := strings.Replace(snippet, "B="+api, "B="+env.URL, 1)
-	script = strings.Replace(script, source[1], files.URL+"/mug.png", 1)
+	script := strings.Replace(snippet, "\nB="+api, "\nB="+env.URL, 1)
+	script = strings.Replace(script, "\nSB="+sandbox, "\nSB=http://"+sandboxAddr, 1)
 	require.Contains(t, script, "listing:commands", "the walkthrough no longer sends a command")
 	require.Contains(t, script, "listing:events", "the walkthrough no longer reads the integration events")
 	// Every integration stream (listing:commands, :command-replies, :events) takes the test's prefix.

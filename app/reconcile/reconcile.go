@@ -135,11 +135,12 @@ func New(cfg Config) (*Reconciler, error) {
 	r.minAfter = slices.Min(slices.Collect(maps.Values(r.after)))
 	r.total = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "listing_reconciliations_total",
-		Help: "Stuck tasks the reconciler delivered again (redelivered) or failed with DELIVERY_EXHAUSTED (exhausted).",
+		Help: "Stuck tasks the reconciler delivered again (redelivered), sent to a last look before DELIVERY_EXHAUSTED (last_look) or failed with DELIVERY_EXHAUSTED (exhausted).",
 	}, []string{"queue", "outcome"})
 	for _, k := range cfg.Kinds {
 		r.total.WithLabelValues(k.Queue(), string(worker.Redelivered))
 		r.total.WithLabelValues(k.Queue(), string(worker.Exhausted))
+		r.total.WithLabelValues(k.Queue(), string(worker.LastLooked))
 	}
 	if cfg.Registerer != nil {
 		if err := cfg.Registerer.Register(r.total); err != nil {
@@ -160,6 +161,8 @@ type Result struct {
 	Workspaces  int
 	Redelivered int
 	Exhausted   int
+	// LastLooks counts tasks at MaxReconciliations sent to their last look.
+	LastLooks int
 	// Failed counts workspaces whose transaction failed (logged; retried next sweep).
 	Failed int
 }
@@ -211,10 +214,13 @@ func (r *Reconciler) RunOnce(ctx context.Context) (Result, error) {
 			for _, d := range done {
 				r.total.WithLabelValues(d.queue, string(d.outcome)).Inc()
 				level := slog.LevelWarn
-				if d.outcome == worker.Exhausted {
+				switch d.outcome {
+				case worker.Exhausted:
 					res.Exhausted++
 					level = slog.LevelError
-				} else {
+				case worker.LastLooked:
+					res.LastLooks++
+				default:
 					res.Redelivered++
 				}
 				r.cfg.Log.Log(ctx, level, "reconcile: stuck task", "outcome", string(d.outcome), "queue", d.queue,

@@ -53,6 +53,13 @@ type Flow[T domain.Requested, W, R any] struct {
 	// OnFail, when set, replaces Kind.OnFail for the final failures of this flow's jobs: it
 	// also gets the result Call returned with its error (e.g. the usage a provider billed).
 	OnFail func(ctx context.Context, task T, r R, f Failure) error
+	// LastLook, when set, is the flow's last look (Kind.AsksLastLook must be set with it):
+	// before any final failure of a started task the engine requests it as a delivery of its
+	// own (Kind.RequestLastLook); that delivery runs LastLook outside any transaction (it may
+	// read what it needs with tx) to ask the upstream whether the work was done after all.
+	// done: r is recorded as a success (Record); not done: the held failure is recorded. A
+	// look that fails is retried, and on its last attempt the held failure is recorded.
+	LastLook func(ctx context.Context, task T, tx Tx) (r R, done bool, err error)
 	// Log receives one line per attempt. Default: Deps.Log, else no logs.
 	Log *slog.Logger
 }
@@ -72,6 +79,8 @@ func (f Flow[T, W, R]) Validate() error {
 		return fmt.Errorf("worker.Flow %s: Tasks, TaskOf and TaskID are required", f.QueueName)
 	case f.Call == nil || f.Record == nil:
 		return fmt.Errorf("worker.Flow %s: Call and Record are required", f.QueueName)
+	case (f.LastLook != nil) != f.AsksLastLook:
+		return fmt.Errorf("worker.Flow %s: LastLook and Kind.AsksLastLook go together", f.QueueName)
 	}
 	return nil
 }
@@ -120,6 +129,7 @@ const (
 	OutcomeSnoozed   = "snoozed"   // upstream Retry-After; delivered again, no attempt spent
 	OutcomeFailed    = "failed"    // final failure, recorded on the task and its operation
 	OutcomeLost      = "error"     // final failure that could not be recorded (the reconciler will)
+	OutcomeLastLook  = "last_look" // final failure held: a last look was requested first
 )
 
 // Handle implements Handler: it runs one delivery of a job through the lifecycle and
@@ -145,18 +155,29 @@ func (f Flow[T, W, R]) Handle(ctx context.Context, job Job) error {
 	}
 
 	var r R
+	var outcome string
 	id, err := f.TaskID(job)
-	if err == nil {
-		log = log.With(slog.String("task_id", id.String()))
-		r, err = f.run(ctx, job, id)
+	held, looking := LastLookOf(job)
+	switch {
+	case err == nil && looking && f.LastLook != nil:
+		log = log.With(slog.String("task_id", id.String()), slog.Bool("last_look", true))
+		outcome, err = f.look(ctx, job, id, held)
+	default:
+		if err == nil {
+			log = log.With(slog.String("task_id", id.String()))
+			r, err = f.run(ctx, job, id)
+		}
+		outcome, err = f.decide(ctx, job, id, r, err)
 	}
-	outcome, err := f.decide(ctx, job, id, r, err)
 	attrs := []any{slog.String("outcome", outcome), slog.Duration("duration", time.Since(start))}
 	level := slog.LevelInfo
 	switch outcome {
 	case OutcomeRetry, OutcomeSnoozed:
 		level = slog.LevelWarn
 		attrs = append(attrs, slog.Bool("retry", true), slog.String("error", err.Error()))
+	case OutcomeLastLook:
+		level = slog.LevelWarn
+		attrs = append(attrs, slog.Bool("retry", false), slog.String("code", FailureOf(err).Code), slog.String("error", err.Error()))
 	case OutcomeFailed, OutcomeLost:
 		level = slog.LevelError
 		attrs = append(attrs, slog.Bool("retry", false), slog.String("code", FailureOf(err).Code), slog.String("error", err.Error()))
@@ -329,6 +350,19 @@ func (f Flow[T, W, R]) decide(ctx context.Context, job Job, id uuid.UUID, r R, e
 		return OutcomeRetry, err
 	}
 	fl := FailureOf(err)
+	if _, looked := LastLookOf(job); f.LastLook != nil && !looked && id != uuid.Nil {
+		lookErr := f.Deps.Step(ctx, job, func(ctx context.Context) error { return f.Kind.RequestLastLook(ctx, id, fl) })
+		switch {
+		case lookErr == nil:
+			return OutcomeLastLook, Permanent(err)
+		case errors.Is(lookErr, ErrSkip):
+			return OutcomeSkipped, nil
+		case !isNotFound(lookErr) && !job.LastAttempt:
+			return OutcomeRetry, fmt.Errorf("%w; requesting the last look: %v", err, lookErr)
+		case !isNotFound(lookErr):
+			return OutcomeLost, Permanent(fmt.Errorf("%w; requesting the last look: %v", err, lookErr))
+		}
+	}
 	recErr := f.recordFailure(ctx, job, id, r, fl)
 	switch {
 	case recErr == nil:
@@ -338,6 +372,58 @@ func (f Flow[T, W, R]) decide(ctx context.Context, job Job, id uuid.UUID, r R, e
 		return OutcomeRetry, fmt.Errorf("%w; recording the failure: %v", err, recErr)
 	}
 	return OutcomeLost, Permanent(fmt.Errorf("%w; recording the failure: %v", err, recErr))
+}
+
+// look is the delivery of a last look (LastLookOf): unless the task is finished, it asks the
+// upstream (LastLook, outside any transaction) and records the success it finds (record, with
+// its retries) or the failure it held. A look that fails is retried by the transport; on the
+// last attempt the held failure is recorded.
+func (f Flow[T, W, R]) look(ctx context.Context, job Job, id uuid.UUID, held Failure) (string, error) {
+	d := f.Deps
+	tx := Tx(func(ctx context.Context, fn func(ctx context.Context) error) error { return d.Step(ctx, job, fn) })
+	var task T
+	err := tx(ctx, func(ctx context.Context) error {
+		v, err := f.Tasks.Get(ctx, id)
+		if err == nil && f.TaskOf(&v).Status.Terminal() {
+			return ErrSkip
+		}
+		task = v
+		return err
+	})
+	heldErr := Permanent(domain.NewError(domain.KindUnavailable, held.Code, held.Message))
+	var r R
+	done := false
+	if err == nil {
+		r, done, err = f.LastLook(ctx, task, tx)
+	}
+	switch {
+	case errors.Is(err, ErrSkip):
+		return OutcomeSkipped, nil
+	case ctx.Err() != nil:
+		return OutcomeRetry, err
+	case isNotFound(err):
+		// The task is gone: fail the operation its event names (recordFailure).
+	case err != nil && !job.LastAttempt && !permanent(err):
+		return OutcomeRetry, fmt.Errorf("last look: %w", err)
+	case done:
+		err = f.record(ctx, job, id, r)
+		switch {
+		case err == nil || errors.Is(err, ErrSkip):
+			return OutcomeSucceeded, nil
+		case ctx.Err() != nil || !job.LastAttempt:
+			return OutcomeRetry, err
+		}
+		// The success cannot be recorded: the held failure is not recorded over it either;
+		// the reconciler delivers the task again.
+		return OutcomeLost, Permanent(err)
+	}
+	if recErr := f.recordFailure(ctx, job, id, r, held); recErr != nil {
+		if !job.LastAttempt {
+			return OutcomeRetry, fmt.Errorf("%w; recording the failure: %v", heldErr, recErr)
+		}
+		return OutcomeLost, Permanent(fmt.Errorf("%w; recording the failure: %v", heldErr, recErr))
+	}
+	return OutcomeFailed, heldErr
 }
 
 // recordFailure fails the task and its operation with fl. A finished task is left alone. A

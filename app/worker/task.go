@@ -2,6 +2,7 @@ package worker
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 
@@ -37,6 +38,8 @@ const (
 	Redelivered Reconciled = "redelivered"
 	Exhausted   Reconciled = "exhausted"
 	Unchanged   Reconciled = "unchanged"
+	// LastLooked: at max, a last look was requested before DELIVERY_EXHAUSTED.
+	LastLooked Reconciled = "last_look"
 )
 
 // Kind implements TaskKind for tasks of type T (a domain task such as domain.Publication)
@@ -55,6 +58,10 @@ type Kind[T domain.Requested] struct {
 	// OnFail, when set, records what else a final failure of the task changes (a rejected
 	// media), in the same transaction, after the task and its operation failed.
 	OnFail func(ctx context.Context, task T, f Failure) error
+	// AsksLastLook says the flow takes a last look before a final failure (Flow.LastLook;
+	// Spec.LastLook.Asks): Abandon and Reconcile then request it (RequestLastLook) instead of
+	// failing the task blind.
+	AsksLastLook bool
 }
 
 var _ TaskKind = Kind[domain.Publication]{}
@@ -62,13 +69,23 @@ var _ TaskKind = Kind[domain.Publication]{}
 // Queue implements TaskKind.
 func (k Kind[T]) Queue() string { return k.QueueName }
 
-// Abandon implements TaskKind.
+// Abandon implements TaskKind. A flow that asks a last look requests it instead of failing
+// the task, unless job is that last look already: then the failure it held is recorded.
 func (k Kind[T]) Abandon(ctx context.Context, job Job, f Failure) error {
 	id, err := k.TaskID(job)
 	if err != nil {
 		return fmt.Errorf("worker.Abandon %s: %w", k.QueueName, err)
 	}
-	err = k.Deps.Step(ctx, job, func(ctx context.Context) error { return k.Fail(ctx, id, f) })
+	held, looked := LastLookOf(job)
+	err = k.Deps.Step(ctx, job, func(ctx context.Context) error {
+		switch {
+		case looked:
+			return k.Fail(ctx, id, held)
+		case k.AsksLastLook:
+			return k.RequestLastLook(ctx, id, f)
+		}
+		return k.Fail(ctx, id, f)
+	})
 	if errors.Is(err, ErrSkip) {
 		return nil
 	}
@@ -89,13 +106,51 @@ func (k Kind[T]) Fail(ctx context.Context, id uuid.UUID, f Failure) error {
 	return k.OnFail(ctx, t, f)
 }
 
-// Reconcile implements TaskKind.
+// RequestLastLook asks for the last look of task id before the final failure f: unless the
+// task is finished, it marks the task moved and publishes a domain.LastLookRequested (a
+// delivery of its own, through the outbox: the look runs in a worker, outside any
+// transaction). It must run inside a Step; on a finished task it changes nothing and returns
+// ErrSkip.
+func (k Kind[T]) RequestLastLook(ctx context.Context, id uuid.UUID, f Failure) error {
+	t, err := k.Tasks.Update(ctx, id, func(v *T) error {
+		if errors.Is(k.TaskOf(v).Touch(k.Deps.Now()), domain.ErrTaskFinished) {
+			return ErrSkip
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	return k.Deps.Events.Publish(ctx, domain.LastLookRequested{Request: t.RequestEvent(), Code: f.Code, Message: f.Message})
+}
+
+// LastLookOf reports whether job is a last look (domain.LastLookRequested), and the failure
+// it holds.
+func LastLookOf(job Job) (Failure, bool) {
+	var ev map[string]json.RawMessage
+	if json.Unmarshal(job.Payload, &ev) != nil || ev[domain.LastLookField] == nil {
+		return Failure{}, false
+	}
+	var l domain.LastLook
+	if json.Unmarshal(ev[domain.LastLookField], &l) != nil || l.Code == "" {
+		return Failure{}, false
+	}
+	return Failure{Code: l.Code, Message: l.Message}, true
+}
+
+// Reconcile implements TaskKind. A flow that asks a last look gets one more round at max:
+// a last look (RequestLastLook) before DELIVERY_EXHAUSTED, which is recorded only if the task
+// is found stuck once more.
 func (k Kind[T]) Reconcile(ctx context.Context, id uuid.UUID, max int) (Reconciled, error) {
 	d := k.Deps
 	again := false
+	limit := max
+	if k.AsksLastLook {
+		limit = max + 1
+	}
 	t, err := k.Tasks.Update(ctx, id, func(v *T) error {
 		var err error
-		again, err = k.TaskOf(v).Reconcile(max, d.Now())
+		again, err = k.TaskOf(v).Reconcile(limit, d.Now())
 		if errors.Is(err, domain.ErrTaskFinished) {
 			return ErrSkip
 		}
@@ -106,6 +161,12 @@ func (k Kind[T]) Reconcile(ctx context.Context, id uuid.UUID, max int) (Reconcil
 		return Unchanged, nil
 	case err != nil:
 		return "", fmt.Errorf("worker.Reconcile %s: %w", k.QueueName, err)
+	case again && limit > max && k.TaskOf(&t).Reconciliations == limit:
+		f := FailureOf(domain.ErrDeliveryExhausted)
+		if err := d.Events.Publish(ctx, domain.LastLookRequested{Request: t.RequestEvent(), Code: f.Code, Message: f.Message}); err != nil {
+			return "", fmt.Errorf("worker.Reconcile %s: %w", k.QueueName, err)
+		}
+		return LastLooked, nil
 	case again:
 		if err := d.Events.Publish(ctx, t.RequestEvent()); err != nil {
 			return "", fmt.Errorf("worker.Reconcile %s: %w", k.QueueName, err)

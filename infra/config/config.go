@@ -212,9 +212,15 @@ type Config struct {
 	// media jobs wait. Default 1: a 2-core machine gains little from more, and decode
 	// memory stays bounded whatever WorkerConcurrency says.
 	MediaDecodeConcurrency int `env:"MEDIA_DECODE_CONCURRENCY" envDefault:"1"`
-	// FetchAllowPrivate lets material transfers reach private, loopback and link-local
-	// addresses (development and tests only).
+	// FetchAllowPrivate lifts the address guard of material transfers (tests only; refused
+	// in production).
 	FetchAllowPrivate bool `env:"FETCH_ALLOW_PRIVATE" envDefault:"false"`
+	// FetchAllowPrefixes are URL prefixes ("http://mirror.internal:8000/media/,…") whose URLs
+	// material transfers may fetch whatever address they lead to; every other URL stays under
+	// the address guard. Default empty: none, except in development with the marketplace
+	// sandbox (PLATFORM_BASE_URL unset), where it is the sandbox's sample files,
+	// http://<SANDBOX_MARKETPLACE_ADDR>/_sandbox/files/.
+	FetchAllowPrefixes []string `env:"FETCH_ALLOW_PREFIXES"`
 	// FetchTimeout bounds one material download (CallWithinLock bounds it by JobLockDuration).
 	FetchTimeout time.Duration `env:"FETCH_TIMEOUT" envDefault:"60s"`
 

@@ -75,7 +75,7 @@ func New(cfg Config) (*Handler, error) {
 	}
 	h := &Handler{cfg: cfg, log: log}
 	h.flow = worker.Flow[domain.Publication, started, port.PlatformProduct]{Kind: Tasks(cfg.Deps, cfg.Publications),
-		Begin: h.begin, Call: h.publish, Record: h.record, Finished: h.finished}
+		Begin: h.begin, Call: h.publish, Record: h.record, Finished: h.finished, LastLook: h.lastLook}
 	return h, nil
 }
 
@@ -164,6 +164,30 @@ func input(p domain.Publication) port.ProductInput {
 		Currency:    c.Currency,
 		Images:      c.Images,
 	}
+}
+
+// lastLook is the publication's last look before a final failure (worker.Flow.LastLook): it
+// reads the store's sealed credentials (in a transaction of its own) and asks the platform,
+// outside any transaction, for the product by the publication's external_ref; found, the
+// engine records the publication succeeded with it.
+func (h *Handler) lastLook(ctx context.Context, p domain.Publication, tx worker.Tx) (port.PlatformProduct, bool, error) {
+	var sealed port.SealedCredentials
+	if err := tx(ctx, func(ctx context.Context) error {
+		var err error
+		sealed, _, err = h.cfg.Stores.Credentials(ctx, p.StoreID)
+		return err
+	}); err != nil {
+		return port.PlatformProduct{}, false, err
+	}
+	creds, err := worker.OpenCredentials(h.cfg.Cipher, p.WorkspaceID, p.StoreID, sealed)
+	if err != nil {
+		return port.PlatformProduct{}, false, err
+	}
+	found, err := h.cfg.Marketplace.FindProductByExternalRef(ctx, creds, p.ExternalRef())
+	if err != nil || found == nil {
+		return port.PlatformProduct{}, false, err
+	}
+	return *found, true, nil
 }
 
 // publish finds or creates the platform product: it looks the product up by the

@@ -284,6 +284,8 @@ func TestRetryableErrorThenSuccess(t *testing.T) {
 	require.Equal(t, 3, s.pub.Attempts)
 }
 
+// The last attempt's failure is held: a last look is requested (a delivery of its own); it
+// finds no product and records the held, client-safe failure.
 func TestLastAttemptRecordsClientSafeFailure(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
@@ -294,8 +296,15 @@ func TestLastAttemptRecordsClientSafeFailure(t *testing.T) {
 	b.sandbox.InjectFault(sandbox.Fault{Endpoint: marketplace.EndpointCreateProduct, Status: 500})
 	err := b.handler.Handle(context.Background(), job)
 	require.True(t, worker.IsPermanent(err))
-
 	s := b.state(t, f)
+	require.Equal(t, domain.TaskRunning, s.pub.Status, "held until the last look")
+	require.Equal(t, 1, b.CountOutbox(t, "publication.requested", f.pub.ID), "the last look, through the outbox")
+	require.Contains(t, b.Logs.String(), `"outcome":"last_look"`)
+
+	look := b.lastLook(t, f, "PLATFORM_UNAVAILABLE", port.ErrPlatformTransient.Message)
+	err = b.handler.Handle(context.Background(), look)
+	require.True(t, worker.IsPermanent(err))
+	s = b.state(t, f)
 	require.Equal(t, domain.TaskFailed, s.pub.Status)
 	require.Equal(t, "PLATFORM_UNAVAILABLE", s.pub.ErrorCode)
 	require.Equal(t, port.ErrPlatformTransient.Message, s.pub.ErrorMessage)
@@ -304,6 +313,108 @@ func TestLastAttemptRecordsClientSafeFailure(t *testing.T) {
 	require.Equal(t, port.ErrPlatformTransient.Message, s.op.ErrorMessage)
 	require.Equal(t, []string{"running", "failed"}, s.events)
 	require.Zero(t, b.sandbox.ProductsWithRef(f.pub.ExternalRef()))
+}
+
+// afterLastLook checks that the final failure of f's publication (code) is held and a last
+// look requested; it runs that look, which finds no product, and returns the state then.
+func (b *bundle) afterLastLook(t *testing.T, h *publish.Handler, f fixture, code string) state {
+	t.Helper()
+	s := b.state(t, f)
+	require.False(t, s.pub.Status.Terminal(), "held until the last look")
+	require.Contains(t, b.Logs.String(), `"outcome":"last_look"`)
+	var payload []byte
+	require.NoError(t, b.DB.Owner.QueryRow(context.Background(), `SELECT event_payload FROM outbox_events
+		WHERE event_type = 'publication.requested' AND aggregate_id = $1 AND event_payload ? 'last_look'
+		ORDER BY created_at DESC LIMIT 1`, f.pub.ID.String()).Scan(&payload))
+	look := f.job
+	look.Payload = payload
+	_ = h.Handle(context.Background(), look)
+	s = b.state(t, f)
+	require.Equal(t, code, s.pub.ErrorCode)
+	return s
+}
+
+// lastLook returns the job of the last look of f's publication holding the failure code.
+func (b *bundle) lastLook(t *testing.T, f fixture, code, message string) worker.Job {
+	t.Helper()
+	return b.Job(t, domain.LastLookRequested{Request: f.pub.RequestEvent(), Code: code, Message: message}, 1, false)
+}
+
+// The last attempt's create fails, and lands afterwards (a gateway that applied it late,
+// ignoring Idempotency-Key): the last look finds the product and the publication succeeds.
+func TestLastLookFindsTheProductAndSucceeds(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.sandbox.SetIgnoreIdempotencyKey(true)
+	f := b.seed(t, "sk_test_pub_look", true)
+	job := f.job
+	job.LastAttempt = true
+	b.sandbox.InjectFault(sandbox.Fault{Endpoint: marketplace.EndpointCreateProduct, Status: 500})
+	require.True(t, worker.IsPermanent(b.handler.Handle(context.Background(), job)))
+	require.Equal(t, domain.TaskRunning, b.state(t, f).pub.Status)
+	_, err := b.gateway.CreateProduct(context.Background(), f.creds, f.pub.ID.String(), input(f))
+	require.NoError(t, err)
+
+	require.NoError(t, b.handler.Handle(context.Background(), b.lastLook(t, f, "PLATFORM_UNAVAILABLE", "m")))
+	b.requireSucceeded(t, f)
+	// A second delivery of the look changes nothing.
+	require.NoError(t, b.handler.Handle(context.Background(), b.lastLook(t, f, "PLATFORM_UNAVAILABLE", "m")))
+	b.requireSucceeded(t, f)
+}
+
+// input is a create request of f's publication.
+func input(f fixture) port.ProductInput {
+	return port.ProductInput{ExternalRef: f.pub.ExternalRef(), Title: "Blue mug", Price: "12.50", Currency: "EUR"}
+}
+
+// A publication exhausted by the reconciler takes a last look first: the product exists, so
+// it succeeds instead of failing DELIVERY_EXHAUSTED.
+func TestExhaustedPublicationWhoseProductExistsSucceeds(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	f := b.seed(t, "sk_test_pub_exh", true)
+	_, err := b.gateway.CreateProduct(context.Background(), f.creds, f.pub.ID.String(), input(f))
+	require.NoError(t, err)
+	kind := publish.Tasks(b.Deps, b.pubs)
+	var outcomes []worker.Reconciled
+	for range 3 {
+		b.InTx(t, func(ctx context.Context) error {
+			o, err := kind.Reconcile(ctx, f.pub.ID, 2)
+			outcomes = append(outcomes, o)
+			return err
+		})
+	}
+	require.Equal(t, []worker.Reconciled{worker.Redelivered, worker.Redelivered, worker.LastLooked}, outcomes)
+	s := b.state(t, f)
+	require.False(t, s.pub.Status.Terminal(), "held until the last look")
+
+	require.NoError(t, b.handler.Handle(context.Background(), b.lastLook(t, f, domain.ErrDeliveryExhausted.Code, "m")))
+	s = b.state(t, f)
+	require.Equal(t, domain.TaskSucceeded, s.pub.Status)
+	require.Equal(t, domain.OperationSucceeded, s.op.Status)
+
+	// Found stuck once more after its last look (the look lost): DELIVERY_EXHAUSTED, blind.
+	g := b.seed(t, "sk_test_pub_exh2", true)
+	for range 4 {
+		b.InTx(t, func(ctx context.Context) error { _, err := kind.Reconcile(ctx, g.pub.ID, 2); return err })
+	}
+	require.Equal(t, "DELIVERY_EXHAUSTED", b.state(t, g).pub.ErrorCode)
+}
+
+// A job that stalled too often (JOB_STALLED, decided in Abandon) takes a last look too.
+func TestStalledPublicationTakesALastLook(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	f := b.seed(t, "sk_test_pub_stall", true)
+	kind := publish.Tasks(b.Deps, b.pubs)
+	require.NoError(t, kind.Abandon(context.Background(), f.job, worker.FailureOf(domain.ErrJobStalled)))
+	require.Equal(t, domain.TaskPending, b.state(t, f).pub.Status)
+	require.Equal(t, 1, b.CountOutbox(t, "publication.requested", f.pub.ID))
+	// The look's own job stalls as well: the failure it held is recorded, no further look.
+	require.NoError(t, kind.Abandon(context.Background(), b.lastLook(t, f, "JOB_STALLED", "m"), worker.FailureOf(domain.ErrJobStalled)))
+	s := b.state(t, f)
+	require.Equal(t, domain.TaskFailed, s.pub.Status)
+	require.Equal(t, "JOB_STALLED", s.pub.ErrorCode)
 }
 
 func TestRejectedCredentialsFailAtOnce(t *testing.T) {
@@ -316,7 +427,7 @@ func TestRejectedCredentialsFailAtOnce(t *testing.T) {
 	require.True(t, worker.IsPermanent(err))
 	require.ErrorIs(t, err, port.ErrPlatformUnauthorized)
 
-	s := b.state(t, f)
+	s := b.afterLastLook(t, b.handler, f, "PLATFORM_UNAUTHORIZED")
 	require.Equal(t, domain.TaskFailed, s.pub.Status)
 	require.Equal(t, "PLATFORM_UNAUTHORIZED", s.pub.ErrorCode)
 	require.Equal(t, domain.OperationFailed, s.op.Status)
@@ -358,7 +469,7 @@ func TestUnreadableCredentialsFailAtOnce(t *testing.T) {
 	require.True(t, worker.IsPermanent(err))
 	require.ErrorIs(t, err, publish.ErrCredentialsUnreadable)
 
-	s := b.state(t, f)
+	s := b.afterLastLook(t, b.handler, f, "CREDENTIALS_UNREADABLE")
 	require.Equal(t, domain.TaskFailed, s.pub.Status)
 	require.Equal(t, "CREDENTIALS_UNREADABLE", s.pub.ErrorCode)
 	require.Equal(t, "CREDENTIALS_UNREADABLE", s.op.ErrorCode)

@@ -229,6 +229,7 @@ func TestStartedPublicationWithoutSnapshotRecordsWhatAnEarlierDeliveryCreated(t 
 		} else {
 			require.True(t, worker.IsPermanent(err))
 			require.ErrorIs(t, err, domain.ErrProductRevisionUnavailable)
+			s = b.afterLastLook(t, h, f, "PRODUCT_REVISION_UNAVAILABLE")
 			require.Equal(t, domain.TaskFailed, s.pub.Status)
 			require.Equal(t, "PRODUCT_REVISION_UNAVAILABLE", s.pub.ErrorCode)
 			require.Equal(t, "PRODUCT_REVISION_UNAVAILABLE", s.op.ErrorCode)

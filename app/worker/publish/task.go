@@ -25,12 +25,13 @@ var Spec = worker.Spec{
 	Messages: []worker.Message{
 		{Type: "listing.publish", Method: http.MethodPost, Path: "/products/{product_id}/publications"},
 	},
-	LastLook: worker.CannotAsk("not asked before a final failure: a redelivery finds the product by external_ref before creating one"),
+	LastLook: worker.Asks("finds the product by external_ref (Handler.lastLook) and records the publication succeeded when the platform holds it"),
 }
 
 // Tasks describes the publications to the engine (worker.TaskKind): a job failed outside the
 // handler, or a task lost with its job, still reaches the task.
 func Tasks(d worker.Deps, pubs port.Repository[domain.Publication]) worker.Kind[domain.Publication] {
 	return worker.Kind[domain.Publication]{QueueName: Spec.Queue, Deps: d, Tasks: pubs, TaskOf: taskOf,
-		TaskID: worker.PayloadID(func(e domain.PublicationRequested) uuid.UUID { return e.PublicationID })}
+		TaskID:       worker.PayloadID(func(e domain.PublicationRequested) uuid.UUID { return e.PublicationID }),
+		AsksLastLook: Spec.LastLook.Asks != ""}
 }

@@ -31,6 +31,7 @@
 // Admin endpoints for tests and development (no auth; development only):
 //
 //	GET  /_sandbox/stats     calls per endpoint, products per external_ref, totals
+//	GET  /_sandbox/files/mug.png  a sample PNG (the walkthrough's material transfer)
 //	POST /_sandbox/settings  {"ignore_idempotency_key": bool, "latency_ms": n}
 //	POST /_sandbox/faults    {"endpoint": "POST /v1/products", "status": 500|429, "count": n,
 //	                          "retry_after_seconds": n, "after_effect": bool}

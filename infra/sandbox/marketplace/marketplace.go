@@ -3,6 +3,7 @@ package marketplace
 import (
 	"bytes"
 	"crypto/sha256"
+	_ "embed"
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
@@ -659,8 +660,21 @@ func decodeToken(t string) (int, bool) {
 	return n, err == nil && n >= 0
 }
 
+// FilesPath is where the sandbox serves its sample files (GET FilesPath+"mug.png"): material
+// to transfer in development without the Internet.
+const FilesPath = "/_sandbox/files/"
+
+//go:embed mug.png
+var sampleImage []byte
+
 func (s *Sandbox) serveAdmin(w http.ResponseWriter, r *http.Request) {
 	switch {
+	case r.URL.Path == FilesPath+"mug.png" && (r.Method == http.MethodGet || r.Method == http.MethodHead):
+		w.Header().Set("Content-Type", "image/png")
+		w.Header().Set("Content-Length", strconv.Itoa(len(sampleImage)))
+		if r.Method == http.MethodGet {
+			_, _ = w.Write(sampleImage)
+		}
 	case r.URL.Path == "/_sandbox/stats" && r.Method == http.MethodGet:
 		sandbox.WriteJSON(w, http.StatusOK, nil, s.Stats())
 	case r.URL.Path == "/_sandbox/settings" && r.Method == http.MethodPost:
