@@ -7,7 +7,7 @@ NODE_HARNESS := tests/bullmqnode
 # (pgtest.AppConns 8 + pgtest.OwnerConns 3) plus one administrator connection while it creates
 # or drops it; a test that starts the service adds its pools of at most 10 each
 # (servicetest.ServiceConns); a test that runs bin/app as a child sets DATABASE_MAX_CONNS.
-# Measured peak: see README ("What the tests need"); make test-loaded checks it beside 40
+# Measured peak: see the README's Set-up; make test-loaded checks it beside 40
 # connections held by another client.
 TEST_FLAGS ?= -race -count=1 -p 2 -parallel 2 -timeout 30m
 
@@ -102,10 +102,17 @@ api-doc: ## Regenerate the operationIds and error responses of openapi.yaml and 
 # and their sections. The pattern is spelled so that it does not match itself.
 DOCS_REF_RE := \.\./shared|shared/(seed|[A-Z]+[.]md)|\b(API|DESIGN|BULLMQ|STYLE)[.]md|seed('s)? ?§|§ ?[0-9]|\bseed('s)? (promise|document|design|section)
 
+# What README.md and docs/ must not say: they speak of the project, not of how its work was
+# organised (issue or pull-request numbers, work sessions, who did what). A figure carries the
+# version (commit) and date it was measured on instead.
+DOCS_WORK_RE := [Ii]ssues? \#?[0-9]+|\(\#[0-9]+\)|\bPR \#?[0-9]+|\b([Tt]his|[Tt]he earlier|[Tt]he previous|[Tt]he last|[Aa]n earlier|[Oo]ur) (work )?session|\b[Tt]he issue\b|\bwho (did|ran|wrote|measured)\b
+
 .PHONY: docs-check
-docs-check: ## Fail when a document or comment refers to a file outside the repository (docs/ holds the project's own)
+docs-check: ## Fail when a document or comment refers to a file outside the repository, or README/docs speak of issues and who did the work
 	@out=$$(git grep -nIE --untracked "$(DOCS_REF_RE)" | grep -vE 'RFC [0-9]+ §[0-9]'); \
 	if [ -n "$$out" ]; then echo "$$out"; echo "docs-check: refer to docs/ (http-api.md, architecture.md, guarantees.md, bullmq-wire.md, operations.md) instead"; exit 1; fi
+	@out=$$(git grep -nIE --untracked "$(DOCS_WORK_RE)" -- README.md docs/); \
+	if [ -n "$$out" ]; then echo "$$out"; echo "docs-check: README and docs/ speak of the project: no issue numbers, sessions or who did the work; date a figure by version and date"; exit 1; fi
 
 .PHONY: events-doc
 events-doc: ## Regenerate docs/events.md, the integration event catalogue, from the code's event registry

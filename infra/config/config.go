@@ -14,6 +14,7 @@ import (
 	"math"
 	"net"
 	"net/netip"
+	"net/url"
 	"strconv"
 	"strings"
 	"time"
@@ -36,11 +37,12 @@ type Config struct {
 	DatabaseURL string `env:"DATABASE_URL" envDefault:"postgres://app_user@127.0.0.1:5432/listing?sslmode=disable"`
 	// OperatorDatabaseURL connects as the operators' role (listing_operator: LOGIN,
 	// NOSUPERUSER, NOBYPASSRLS); `app outbox` uses it. Only this role may run the functions
-	// that read across workspaces for operators.
-	OperatorDatabaseURL string `env:"OPERATOR_DATABASE_URL" envDefault:"postgres://listing_operator@127.0.0.1:5432/listing?sslmode=disable"`
+	// that read across workspaces for operators. Unset: DATABASE_URL as listing_operator.
+	OperatorDatabaseURL string `env:"OPERATOR_DATABASE_URL"`
 	// MigrateDatabaseURL connects as the owner role; only `app migrate` uses it. In development
-	// it is the local superuser, which may also create the database and the roles.
-	MigrateDatabaseURL string `env:"MIGRATE_DATABASE_URL" envDefault:"postgres://root@127.0.0.1:5432/listing?sslmode=disable"`
+	// it is the local superuser, which may also create the database and the roles. Unset:
+	// DATABASE_URL as root.
+	MigrateDatabaseURL string `env:"MIGRATE_DATABASE_URL"`
 	// DatabaseMaxConns bounds the service's pool.
 	DatabaseMaxConns int32 `env:"DATABASE_MAX_CONNS" envDefault:"20"`
 	// RedisURL is the Redis holding the BullMQ queues. With RedisClusterAddrs set it only
@@ -257,8 +259,37 @@ func Load() (Config, error) {
 	if err := env.Parse(&c); err != nil {
 		return Config{}, fmt.Errorf("config: %w", err)
 	}
+	if err := c.defaultDatabaseURLs(); err != nil {
+		return Config{}, err
+	}
 	return c, c.Validate()
 }
+
+// defaultDatabaseURLs sets an unset OperatorDatabaseURL or MigrateDatabaseURL to DATABASE_URL
+// with its role (and no password).
+func (c *Config) defaultDatabaseURLs() error {
+	for _, d := range []struct {
+		url  *string
+		role string
+	}{{&c.OperatorDatabaseURL, OperatorRole}, {&c.MigrateDatabaseURL, MigrateRole}} {
+		if *d.url != "" {
+			continue
+		}
+		u, err := url.Parse(c.DatabaseURL)
+		if err != nil {
+			return errors.New("config: DATABASE_URL does not parse (details withheld: it may hold a password)")
+		}
+		u.User = url.User(d.role)
+		*d.url = u.String()
+	}
+	return nil
+}
+
+// The roles of the database URLs that default to DATABASE_URL's database.
+const (
+	OperatorRole = "listing_operator"
+	MigrateRole  = "root"
+)
 
 // Validate checks the configuration without changing it.
 func (c Config) Validate() error {

@@ -13,6 +13,7 @@ func defaults(t *testing.T) Config {
 	t.Helper()
 	var c Config
 	require.NoError(t, env.ParseWithOptions(&c, env.Options{Environment: map[string]string{}}))
+	require.NoError(t, c.defaultDatabaseURLs())
 	return c
 }
 
@@ -37,6 +38,24 @@ func TestDefaultsAreValid(t *testing.T) {
 
 func TestOperatorDatabaseURLDefault(t *testing.T) {
 	require.Equal(t, "postgres://listing_operator@127.0.0.1:5432/listing?sslmode=disable", defaults(t).OperatorDatabaseURL)
+	require.Equal(t, "postgres://root@127.0.0.1:5432/listing?sslmode=disable", defaults(t).MigrateDatabaseURL)
+}
+
+// Unset, the operator and migration URLs name DATABASE_URL's server and database, each with
+// its own role; set, they are kept.
+func TestDatabaseURLsDefaultToDatabaseURLsDatabase(t *testing.T) {
+	t.Setenv("DATABASE_URL", "postgres://app_user:pw@db.internal:5433/mine?sslmode=require")
+	t.Setenv("OPERATOR_DATABASE_URL", "")
+	t.Setenv("MIGRATE_DATABASE_URL", "")
+	c, err := Load()
+	require.NoError(t, err)
+	require.Equal(t, "postgres://listing_operator@db.internal:5433/mine?sslmode=require", c.OperatorDatabaseURL)
+	require.Equal(t, "postgres://root@db.internal:5433/mine?sslmode=require", c.MigrateDatabaseURL)
+
+	t.Setenv("MIGRATE_DATABASE_URL", "postgres://owner@127.0.0.1/other")
+	c, err = Load()
+	require.NoError(t, err)
+	require.Equal(t, "postgres://owner@127.0.0.1/other", c.MigrateDatabaseURL)
 }
 
 func TestProductionRefusesFetchAllowPrivate(t *testing.T) {
