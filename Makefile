@@ -13,12 +13,29 @@ TEST_FLAGS ?= -race -count=1 -p 2 -parallel 2 -timeout 30m
 
 .DEFAULT_GOAL := help
 
+# make help lists the targets by group; a target in no group is listed under "Other".
+HELP_GROUPS := \
+  "Daily:run test demo lint clean" \
+  "Build and generate:build migrate wire api-doc events-doc flows-doc" \
+  "Checks:test-short test-loaded wire-check docs-check openapi-lint fuzz model model-mutants ci" \
+  "Benchmarks and load:bench bench-idem bench-bullmq bench-outbox bench-scaleout chaos" \
+  "Clean-up:clean-testdb" \
+  "Install helpers (make calls them when needed):node-deps openapi-deps browser-deps jq model-deps"
+
 .PHONY: help
 help: ## Show this help
-	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  \033[36m%-14s\033[0m %s\n", $$1, $$2}'
+	@targets=$$(grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST)); listed=" help "; \
+	for g in $(HELP_GROUPS); do \
+	  printf '\n\033[1m%s\033[0m\n' "$${g%%:*}"; \
+	  for t in $${g#*:}; do listed="$$listed$$t "; \
+	    grep -E "^$$t:.*## " <<<"$$targets" | awk 'BEGIN {FS = ":.*## "}; {printf "  \033[36m%-14s\033[0m %s\n", $$1, $$2}'; \
+	  done; \
+	done; \
+	other=$$(while IFS= read -r l; do t=$${l%%:*}; [[ "$$listed" == *" $$t "* ]] || echo "$$l"; done <<<"$$targets"); \
+	if [ -n "$$other" ]; then printf '\n\033[1mOther\033[0m\n'; awk 'BEGIN {FS = ":.*## "}; {printf "  \033[36m%-14s\033[0m %s\n", $$1, $$2}' <<<"$$other"; fi
 
 .PHONY: run
-run: ## Run the whole service in one process with development defaults (migrates first; installs jq for the README's "Try it" when missing)
+run: ## Build bin/app, then run the whole service in one process with development defaults (migrates first; installs jq for the README's "Try it" when missing)
 	@command -v jq >/dev/null 2>&1 || $(MAKE) --no-print-directory jq || echo "make run: jq could not be installed; the README's Try it needs it (make jq)" >&2
 	@echo "make run: building bin/app (the first build compiles every dependency: a few minutes)"
 	@$(GO) build -o bin/app ./cmd/app
