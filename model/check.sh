@@ -138,6 +138,9 @@ mutants)
   queue "no jobId dedup / 2 AI task"                   $L "-DMUT_NO_DEDUP -DTASK=1" p2 report
   queue "no locked_by on mark / 5"                     $O "-DMUT_NO_LOCKEDBY" safety report
   queue "no locked_by on mark / 1"                     $O "-DMUT_NO_LOCKEDBY" p1 report
+  queue "no record CAS / 7 publication"                $L "-DMUT_NO_RECORD_CAS -DTASK=0 -DHONOUR=1" safety violated show
+  queue "no record CAS / 7 AI task"                    $L "-DMUT_NO_RECORD_CAS -DTASK=1 -DHONOUR=1" safety violated
+  queue "no last look / 6 publication"                 $L "-DMUT_NO_LASTLOOK -DTASK=0 -DHONOUR=1" safety violated show
   ;;
 *) echo "usage: $0 model|mutants"; exit 2 ;;
 esac

@@ -77,14 +77,24 @@
 #define PUB 0           /* TASK 0: publication (marketplace gateway) */
 #define AI  1           /* TASK 1: AI task (AI provider) */
 
+#if TASK == PUB && !defined(MUT_NO_LASTLOOK)
+#define LASTLOOK 1      /* [W-lastlook] a last look before any final failure */
+#else
+#define LASTLOOK 0
+#endif
+#ifdef MUT_NO_RECORD_CAS
+#define RECORDABLE (tSt != T_SUCCEEDED)   /* the record step writes over a failed task */
+#else
+#define RECORDABLE (!TERMINAL)            /* [W-record] compare-and-set */
+#endif
 #if TASK == PUB && !defined(MUT_NO_LOOKUP)
 #define LOOKUP 1        /* [W-lookup] the worker looks the product up by external_ref */
 #else
 #define LOOKUP 0
 #endif
 /* ghosts: lostByRedis is read by property 4's exception; lostByExpiry too unless STRICT */
-#define GHOST_REDIS (!HONOUR)
-#define GHOST_EXPIRY (!HONOUR && !STRICT)
+#define GHOST_REDIS 1
+#define GHOST_EXPIRY (!STRICT)
 
 /* ---- state ------------------------------------------------------------------------------ */
 /* the task row (publications / ai_tasks) */
@@ -203,7 +213,19 @@ inline FINISH(j, kind, tk) {
    records its ledger row in the same transaction (insert or nothing). */
 inline FAILTASK() {
   if
-  :: !TERMINAL -> tSt = T_FAILED;
+  :: !TERMINAL ->
+#if LASTLOOK
+     /* [W-lastlook] before any final failure (the handler's, JOB_STALLED, DELIVERY_EXHAUSTED)
+        the publication looks its product up by external_ref: found, it succeeds */
+     if
+     :: effects > 0 -> tSt = T_SUCCEEDED
+     :: else -> tSt = T_FAILED
+     fi;
+#else
+     tSt = T_FAILED;
+#endif
+     /* property 6: a publication never fails while the platform holds its product */
+     assert(TASK == AI || tSt != T_FAILED || effects == 0 || EXCUSED);
      if :: TASK == AI && ledger == 0 -> ledger = 1 :: else -> skip fi
   :: else -> skip
   fi
@@ -314,7 +336,9 @@ record:
   :: CRASH
   :: atomic {
        if
-       :: !TERMINAL -> tSt = T_SUCCEEDED;
+       :: RECORDABLE ->
+          assert(tSt != T_FAILED);   /* property 7: a failed task never becomes succeeded */
+          tSt = T_SUCCEEDED;
           if :: TASK == AI && ledger == 0 -> ledger = 1 :: else -> skip fi
        :: else -> skip
        fi;
@@ -361,6 +385,7 @@ inline LAND(w) {
      assert(!TERMINAL || EXCUSED)         /* property 4: none for a finished task */
 #endif
 #else
+     assert(tSt != T_FAILED || EXCUSED)   /* property 6: no product lands on a failed publication */
 #if HONOUR
      assert(effects <= 1)                 /* property 3: one platform product */
 #else
