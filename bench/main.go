@@ -86,6 +86,12 @@ func main() {
 	flag.StringVar(&o.redisURL, "redis", envOr("REDIS_URL", "redis://127.0.0.1:6379/0"), "Redis URL")
 	flag.StringVar(&o.adminURL, "admin", envOr("TEST_DATABASE_URL", "postgres://root@127.0.0.1:5432/postgres"), "PostgreSQL superuser URL")
 	flag.StringVar(&o.cpuprof, "cpuprofile", "", "write a CPU profile of this process (the Go side of every section) to this file")
+	var so soakOptions
+	runSoak := flag.Bool("soak", false, "run the soak instead of the benchmark sections (make soak)")
+	flag.IntVar(&so.minutes, "soak-minutes", 30, "soak: minutes of load")
+	flag.IntVar(&so.holdFrom, "soak-hold-from", 10, "soak: minute at which a REPEATABLE READ transaction opens")
+	flag.IntVar(&so.holdTo, "soak-hold-to", 15, "soak: minute at which it ends")
+	flag.DurationVar(&so.retention, "soak-retention", 2*time.Hour, "soak: JOB_RETENTION of the completed jobs")
 	flag.Parse()
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
@@ -93,6 +99,8 @@ func main() {
 	var err error
 	if role.name != "" {
 		err = runRole(ctx, role, o.redisURL)
+	} else if *runSoak {
+		err = soak(ctx, o, so)
 	} else {
 		o.only = map[string]bool{}
 		for s := range strings.SplitSeq(only, ",") {

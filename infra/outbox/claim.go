@@ -94,10 +94,12 @@ func (d *Dispatcher) claim(ctx context.Context, wss []uuid.UUID, token string, l
 			out, err = collectClaimed(rows)
 			return err
 		}}
+	start := time.Now()
 	if err := inWorkspaces(ctx, d.pool, []scopedStmt{st})[0]; err != nil {
 		// A failed read of a committed claim: its rows wait for their lease to expire.
 		return nil, fmt.Errorf("outbox.Dispatcher.claim: %w", err)
 	}
+	d.metrics.Claim.Observe(time.Since(start).Seconds())
 	return out, nil
 }
 

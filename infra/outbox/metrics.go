@@ -23,6 +23,8 @@ type Metrics struct {
 	DeadLetters prometheus.Gauge
 	// Latency is outbox_dispatch_latency_seconds: created_at → dispatched.
 	Latency prometheus.Histogram
+	// Claim is outbox_claim_duration_seconds: one round's claim (one statement, committed).
+	Claim prometheus.Histogram
 	// Attempts is outbox_dispatch_attempts_total{result="success"|"failure"}.
 	Attempts *prometheus.CounterVec
 	// DeadLettered is outbox_dead_lettered_total: events moved to dead_letter.
@@ -49,6 +51,11 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Help:    "Time from an outbox event's insert to its dispatch.",
 			Buckets: []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 300, 1800},
 		}),
+		Claim: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "listing_outbox_claim_duration_seconds",
+			Help:    "Duration of a dispatcher round's claim (one committed statement), from send to result.",
+			Buckets: []float64{.0005, .001, .0015, .002, .003, .004, .005, .0075, .01, .015, .02, .03, .05, .075, .1, .2, .5, 1, 2, 5},
+		}),
 		Attempts: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "listing_outbox_dispatch_attempts_total", Help: "Delivery attempts of outbox events by result.",
 		}, []string{"result"}),
@@ -67,6 +74,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	m.OldestPendingAge = metrics.Register(reg, m.OldestPendingAge, &err)
 	m.DeadLetters = metrics.Register(reg, m.DeadLetters, &err)
 	m.Latency = metrics.Register(reg, m.Latency, &err)
+	m.Claim = metrics.Register(reg, m.Claim, &err)
 	m.Attempts = metrics.Register(reg, m.Attempts, &err)
 	m.DeadLettered = metrics.Register(reg, m.DeadLettered, &err)
 	m.Published = metrics.Register(reg, m.Published, &err)

@@ -1,0 +1,302 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/listingkit/listing/infra/bullmq"
+	"github.com/listingkit/listing/infra/outbox"
+	"github.com/listingkit/listing/infra/postgres"
+)
+
+// soakOptions shape `make soak`: events committed at an average of 115/s, with a burst of
+// ten times that rate in the first 3 s of every minute, dispatched to BullMQ and completed
+// by a worker, for soakMinutes; a REPEATABLE READ transaction held open in the service's
+// database from holdFrom to holdTo (minutes).
+type soakOptions struct {
+	minutes, holdFrom, holdTo int
+	retention                 time.Duration
+}
+
+// soak runs the soak and prints one line a minute: claim p50/p99 (the dispatcher's
+// histogram, interpolated within its buckets), outbox_events' heap and index sizes and dead
+// tuples, the log's size, WAL bytes per event committed (the cluster's WAL: other databases
+// of the cluster count too), and the Redis memory of the soak's keys (MEMORY USAGE summed).
+func soak(ctx context.Context, o options, so soakOptions) error {
+	db, err := newScratch(ctx, o.adminURL, 30)
+	if err != nil {
+		return err
+	}
+	defer db.drop()
+	wss, err := db.workspaces(ctx, 100)
+	if err != nil {
+		return err
+	}
+	rdb, err := newRedis(ctx, o.redisURL, 64)
+	if err != nil {
+		return err
+	}
+	defer rdb.Close()
+	prefix := "soak-" + randomHex(4)
+	defer deletePrefix(rdb, prefix)
+	bcfg := bullmq.Config{Client: rdb, Prefix: prefix, RemoveOnCompleteAge: so.retention, DedupTTL: so.retention}
+	bp, err := bullmq.NewPublisher(bullmq.PublisherConfig{Config: bcfg}, nil)
+	if err != nil {
+		return err
+	}
+	defer bp.Close()
+	reg := prometheus.NewRegistry()
+	d, err := outbox.NewDispatcher(outbox.DispatcherConfig{MetricsInterval: -1, DisableListen: true}, db.App,
+		outbox.PublisherMap{benchQueue: bp}, nil, reg)
+	if err != nil {
+		return err
+	}
+	w, err := bullmq.NewWorker(bullmq.WorkerConfig{Config: bcfg, Queue: benchQueue, Concurrency: 20},
+		func(context.Context, *bullmq.Job) (any, error) { return nil, nil })
+	if err != nil {
+		return err
+	}
+	pub, err := outbox.NewEventPublisher(outbox.PublisherConfig{Routes: benchRoutes})
+	if err != nil {
+		return err
+	}
+	rctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var bg sync.WaitGroup
+	bg.Go(func() { _ = d.Run(rctx) })
+	bg.Go(func() { _ = w.Run(rctx) })
+	defer bg.Wait()
+	defer cancel()
+
+	// Committers: 16 goroutines take one event each from work.
+	var committed, failed atomic.Int64
+	work := make(chan uuid.UUID, 4096)
+	for range 16 {
+		bg.Go(func() {
+			for ws := range work {
+				id := uuid.Must(uuid.NewV7())
+				err := postgres.InTx(rctx, db.App, postgres.Scope{WorkspaceID: ws}, func(ctx context.Context, tx pgx.Tx) error {
+					if _, err := tx.Exec(ctx, `INSERT INTO operations (id, workspace_id, type, resource_type, resource_id)
+						VALUES ($1, $2, 'soak', 'thing', $1)`, id, ws); err != nil {
+						return err
+					}
+					return pub.Publish(ctx, benchHappened{ID: id, ThingID: id.String()})
+				})
+				if err != nil {
+					failed.Add(1)
+					continue
+				}
+				committed.Add(1)
+			}
+		})
+	}
+	// The load: every 10 ms, the events of that slice of the second.
+	bg.Go(func() {
+		defer close(work)
+		t := time.NewTicker(10 * time.Millisecond)
+		defer t.Stop()
+		start := time.Now()
+		carry := 0.0
+		for i := 0; ; i++ {
+			select {
+			case <-rctx.Done():
+				return
+			case <-t.C:
+			}
+			rate := 60.5 // events/s outside bursts: (6900 - 3 × 1150) / 57
+			if int(time.Since(start).Seconds())%60 < 3 {
+				rate = 1150
+			}
+			carry += rate / 100
+			for ; carry >= 1; carry-- {
+				select {
+				case work <- wss[i%len(wss)]:
+				default: // the committers are behind: the event is dropped, and counted
+					failed.Add(1)
+				}
+			}
+		}
+	})
+
+	// Autovacuum stands in: a cluster with autovacuum off (a shared test cluster) gets the
+	// VACUUM that outbox_events' own settings (sql/018: after 1,000 dead rows) would start.
+	var vacuums atomic.Int64
+	var autovacuum string
+	if err := db.Owner.QueryRow(ctx, `SHOW autovacuum`).Scan(&autovacuum); err != nil {
+		return err
+	}
+	if autovacuum == "off" {
+		bg.Go(func() {
+			for rctx.Err() == nil {
+				var dead int64
+				_ = db.Owner.QueryRow(rctx, `SELECT n_dead_tup FROM pg_stat_user_tables WHERE relname = 'outbox_events'`).Scan(&dead)
+				if dead > 1000 {
+					if _, err := db.Owner.Exec(rctx, `VACUUM outbox_events`); err == nil {
+						vacuums.Add(1)
+					}
+				}
+				select {
+				case <-rctx.Done():
+				case <-time.After(5 * time.Second):
+				}
+			}
+		})
+	}
+	fmt.Printf("soak: autovacuum %s%s\n", autovacuum, map[bool]string{true: ": the soak runs VACUUM outbox_events after 1,000 dead rows, as the table's autovacuum settings would", false: ""}[autovacuum == "off"])
+	fmt.Printf("soak: %d min, 115 events/s on average, bursts of 1,150/s for 3 s a minute, 100 workspaces; REPEATABLE READ held from minute %d to %d; job retention %s; load average %s\n",
+		so.minutes, so.holdFrom, so.holdTo, so.retention, loadavg())
+	fmt.Printf("%-4s %-5s %8s %8s %8s %10s %10s %10s %10s %12s %10s %7s %s\n", "min", "held", "events", "claim50", "claim99",
+		"live heap", "live idx", "dead tup", "log", "WAL B/event", "redis MB", "vacuums", "failed")
+	var held pgx.Tx
+	defer func() {
+		if held != nil {
+			_ = held.Rollback(context.WithoutCancel(ctx))
+		}
+	}()
+	prevHist := claimBuckets(reg)
+	prevEvents := int64(0)
+	prevWAL := walLSN(ctx, db)
+	for m := 1; m <= so.minutes; m++ {
+		if m-1 == so.holdFrom {
+			if held, err = db.Owner.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead}); err != nil {
+				return err
+			}
+			if _, err := held.Exec(ctx, `SELECT count(*) FROM workspaces`); err != nil {
+				return err
+			}
+		}
+		if m-1 == so.holdTo && held != nil {
+			_ = held.Rollback(ctx)
+			held = nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(time.Minute):
+		}
+		hist := claimBuckets(reg)
+		delta := make([]bucket, len(hist))
+		for i := range hist {
+			delta[i] = bucket{le: hist[i].le, n: hist[i].n - prevHist[i].n}
+		}
+		prevHist = hist
+		ev := committed.Load()
+		wal := walLSN(ctx, db)
+		perEvent := 0.0
+		if ev > prevEvents {
+			perEvent = float64(wal-prevWAL) / float64(ev-prevEvents)
+		}
+		var heap, idx, logSize, dead int64
+		_ = db.Owner.QueryRow(ctx, `SELECT pg_relation_size('outbox_events'), pg_indexes_size('outbox_events'),
+			(SELECT coalesce(sum(pg_total_relation_size(inhrelid)), 0)::bigint FROM pg_inherits WHERE inhparent = 'outbox_dispatched'::regclass),
+			(SELECT n_dead_tup FROM pg_stat_user_tables WHERE relname = 'outbox_events')`).Scan(&heap, &idx, &logSize, &dead)
+		heldNow := "no"
+		if held != nil {
+			heldNow = "yes"
+		}
+		fmt.Printf("%-4d %-5s %8d %8s %8s %9.1fM %9.1fM %10d %9.1fM %12.0f %10.1f %7d %d\n", m, heldNow, ev-prevEvents,
+			msf(quantile(delta, .5)), msf(quantile(delta, .99)), mb(heap), mb(idx), dead, mb(logSize), perEvent,
+			mb(redisBytes(ctx, rdb, prefix)), vacuums.Load(), failed.Load())
+		prevEvents, prevWAL = ev, wal
+	}
+	fmt.Printf("soak: load average after: %s\n", loadavg())
+	return nil
+}
+
+type bucket struct {
+	le float64
+	n  uint64
+}
+
+// claimBuckets reads the cumulative buckets of listing_outbox_claim_duration_seconds.
+func claimBuckets(reg *prometheus.Registry) []bucket {
+	mfs, _ := reg.Gather()
+	for _, mf := range mfs {
+		if mf.GetName() != "listing_outbox_claim_duration_seconds" {
+			continue
+		}
+		var out []bucket
+		for _, b := range mf.GetMetric()[0].GetHistogram().GetBucket() {
+			out = append(out, bucket{le: b.GetUpperBound(), n: b.GetCumulativeCount()})
+		}
+		out = append(out, bucket{le: math.Inf(1), n: mf.GetMetric()[0].GetHistogram().GetSampleCount()})
+		return out
+	}
+	return nil
+}
+
+// quantile interpolates q within cumulative bucket counts (seconds).
+func quantile(bs []bucket, q float64) float64 {
+	if len(bs) == 0 || bs[len(bs)-1].n == 0 {
+		return math.NaN()
+	}
+	rank := q * float64(bs[len(bs)-1].n)
+	lo, prev := 0.0, uint64(0)
+	for _, b := range bs {
+		if float64(b.n) >= rank {
+			if math.IsInf(b.le, 1) {
+				return lo
+			}
+			in := b.n - prev
+			if in == 0 {
+				return b.le
+			}
+			return lo + (b.le-lo)*(rank-float64(prev))/float64(in)
+		}
+		lo, prev = b.le, b.n
+	}
+	return lo
+}
+
+func msf(s float64) string {
+	if math.IsNaN(s) {
+		return "-"
+	}
+	return fmt.Sprintf("%.1fms", s*1000)
+}
+
+func mb(b int64) float64 { return float64(b) / 1e6 }
+
+func walLSN(ctx context.Context, db *scratch) int64 {
+	var n int64
+	_ = db.Owner.QueryRow(ctx, `SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), '0/0')::bigint`).Scan(&n)
+	return n
+}
+
+// redisBytes sums MEMORY USAGE over the keys of prefix.
+func redisBytes(ctx context.Context, rdb *redis.Client, prefix string) int64 {
+	var total int64
+	iter := rdb.Scan(ctx, 0, prefix+":*", 5000).Iterator()
+	var keys []string
+	flush := func() {
+		p := rdb.Pipeline()
+		cmds := make([]*redis.IntCmd, len(keys))
+		for i, k := range keys {
+			cmds[i] = p.MemoryUsage(ctx, k, 0)
+		}
+		_, _ = p.Exec(ctx)
+		for _, c := range cmds {
+			total += c.Val()
+		}
+		keys = keys[:0]
+	}
+	for iter.Next(ctx) {
+		keys = append(keys, iter.Val())
+		if len(keys) == 1000 {
+			flush()
+		}
+	}
+	if len(keys) > 0 {
+		flush()
+	}
+	return total
+}
