@@ -211,7 +211,10 @@ func parseFlags(fs *flag.FlagSet, args []string) error {
 		fmt.Fprint(os.Stdout, buf.String())
 		return flag.ErrHelp
 	case err != nil:
-		fmt.Fprint(os.Stderr, buf.String())
+		// The flag package wrote the error above the usage; the error is printed once, by
+		// exitCode, below it.
+		fs.SetOutput(os.Stderr)
+		fs.Usage()
 		return usageError{err.Error()}
 	case fs.NArg() > 0:
 		fs.SetOutput(os.Stderr)

@@ -219,6 +219,7 @@ func runOutbox(ctx context.Context, cfg config.Config, log *slog.Logger, args []
 	if ws != nil {
 		var err error
 		if w, err = uuid.Parse(*ws); err != nil {
+			fs.Usage()
 			return usageError{"-workspace must be a workspace id"}
 		}
 	}
