@@ -108,7 +108,7 @@ func TestEdgesExhaustedPublicationWhoseProductExists(t *testing.T) {
 	status, code := w.waitFinished(t, opID, since, livenessBound)
 	require.Equal(t, "succeeded", status, code)
 	require.Equal(t, 1, front.sb.ProductsWithRef(pubID), "platform products of the publication")
-	require.Equal(t, 1, w.env.Count(`SELECT count(*) FROM outbox_events WHERE event_type = 'publication.requested'
+	require.Equal(t, 1, w.env.Count(`SELECT count(*) FROM outbox_all_events WHERE event_type = 'publication.requested'
 		AND event_payload->>'publication_id' = $1 AND event_payload->'last_look'->>'code' = 'DELIVERY_EXHAUSTED'`, pubID),
 		"one last look, holding DELIVERY_EXHAUSTED")
 }
