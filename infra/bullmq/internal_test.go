@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"testing"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/redis/go-redis/v9"
@@ -89,4 +90,32 @@ func TestParseOptionsFromNode(t *testing.T) {
 	assert.Equal(t, &KeepJobs{Age: 60, Count: 2}, o.RemoveOnFail)
 	assert.Equal(t, &Deduplication{ID: "x", TTL: 5000}, o.Deduplication)
 	assert.Equal(t, 3, *o.StackTraceLimit)
+}
+
+// A wait on the marker shorter than BZPOPMIN's millisecond resolution still ends: a timeout
+// formatted as "0.000" would block until the next job is added (delayed retries never
+// promoted on a quiet queue).
+func TestWaitMarkerBelowAMillisecondEnds(t *testing.T) {
+	t.Parallel()
+	u := os.Getenv("REDIS_URL")
+	if u == "" {
+		u = "redis://127.0.0.1:6379/0"
+	}
+	opt, err := redis.ParseURL(u)
+	require.NoError(t, err)
+	rdb := redis.NewClient(opt)
+	defer rdb.Close()
+	w, err := NewWorker(WorkerConfig{Config: Config{Client: rdb, Prefix: "t" + uuid.NewString()[:8]}, Queue: "q"},
+		func(context.Context, *Job) (any, error) { return nil, nil })
+	require.NoError(t, err)
+	for _, d := range []time.Duration{0, 300 * time.Microsecond, 1500 * time.Microsecond} {
+		done := make(chan struct{})
+		go func() { w.waitMarker(context.Background(), d); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(2 * time.Second):
+			_ = rdb.Close() // ends the blocked call
+			t.Fatalf("waitMarker(%v) still blocked after 2 s", d)
+		}
+	}
 }

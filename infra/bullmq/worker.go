@@ -245,13 +245,16 @@ func sleepCtx(ctx context.Context, d time.Duration) {
 	}
 }
 
-// waitMarker blocks on the queue's marker for at most timeout.
+// waitMarker blocks on the queue's marker for at most timeout, and at least a millisecond:
+// BZPOPMIN's timeout has millisecond resolution and 0 means "forever", so a shorter wait
+// (a delayed job due in under a millisecond) is rounded up, never down to 0.
 func (w *Worker) waitMarker(ctx context.Context, timeout time.Duration) {
 	var err error
 	if timeout >= time.Second {
 		err = w.cfg.Client.BZPopMin(ctx, timeout.Truncate(time.Second), w.keys.marker).Err()
 	} else {
-		err = w.cfg.Client.Do(ctx, "BZPOPMIN", w.keys.marker, strconv.FormatFloat(timeout.Seconds(), 'f', 3, 64)).Err()
+		ms := max(1, (timeout+time.Millisecond-1)/time.Millisecond)
+		err = w.cfg.Client.Do(ctx, "BZPOPMIN", w.keys.marker, strconv.FormatFloat(float64(ms)/1000, 'f', 3, 64)).Err()
 	}
 	if err != nil && err != redis.Nil {
 		w.logger.Error("bullmq: waiting on marker failed", err, nil)

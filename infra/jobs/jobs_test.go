@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"os"
 	"strings"
@@ -121,12 +122,17 @@ func run(t *testing.T, r *jobs.Runner) {
 	})
 }
 
-func waitFor(t *testing.T, what string, cond func() bool) {
+// waitFor polls cond for up to 15 s; state, if given, says what was seen when it gives up.
+func waitFor(t *testing.T, what string, cond func() bool, state ...func() string) {
 	t.Helper()
 	deadline := time.Now().Add(15 * time.Second)
 	for !cond() {
 		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
+			seen := ""
+			for _, s := range state {
+				seen += " (" + s() + ")"
+			}
+			t.Fatalf("timed out waiting for %s%s", what, seen)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
@@ -196,10 +202,11 @@ func TestRunnerMetrics(t *testing.T) {
 	require.NoError(t, err)
 	b.add(t, q, "ok", "ok", "flaky", "always", "permanent", "panic", "snooze")
 	run(t, r)
+	var c map[string]int64
 	waitFor(t, "8 finished jobs", func() bool {
-		c := b.counts(t, q)
+		c = b.counts(t, q)
 		return c[bullmq.StateCompleted]+c[bullmq.StateFailed] == 8
-	})
+	}, func() string { return fmt.Sprint(c) })
 
 	// completed: ok ×2, flaky's second attempt, snooze's second delivery. retry: the first
 	// attempts of flaky, always and panic. snoozed: snooze's first delivery. failed: bad
