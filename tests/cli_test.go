@@ -90,6 +90,7 @@ func TestCLIUsage(t *testing.T) {
 		{"outbox", "list", "-workspace", "not-an-id"}} {
 		_, stderr, code := cliRun(t, args...)
 		require.Equal(t, 2, code, "%v: %s", args, stderr)
+		require.NotContains(t, stderr, "memory limit", "%v: a usage error prints no log line", args)
 	}
 }
 

@@ -30,6 +30,7 @@ import (
 	"runtime/debug"
 	"sort"
 	"strings"
+	"sync"
 	"syscall"
 
 	"github.com/listingkit/listing/infra/config"
@@ -118,9 +119,8 @@ func realMain(ctx context.Context, args []string) error {
 	if source == "MEMORY_LIMIT" {
 		debug.SetMemoryLimit(limit)
 	}
-	if !helpRequested(args[1:]) { // help is printed on stdout, without log lines
-		log.Info("memory limit", "bytes", limit, "source", source)
-	}
+	// Logged once the subcommand's flags parsed: help and usage errors print no log line.
+	flagsParsed = sync.OnceFunc(func() { log.Info("memory limit", "bytes", limit, "source", source) })
 	shutdownTracing, err := tracing.Setup(ctx)
 	if err != nil {
 		return err
@@ -199,10 +199,11 @@ func newFlags(name, summary string) *flag.FlagSet {
 	return fs
 }
 
-// parseFlags parses args into fs. -h (or -help) prints the usage and flags on stdout and
-// returns flag.ErrHelp (exit 0); a bad flag or a stray argument prints them on stderr and
-// returns a usageError (exit 2).
-func parseFlags(fs *flag.FlagSet, args []string) error {
+// parseFlags parses args into fs, then runs checks on the values (each returns the message of
+// a usage error, or ""). -h (or -help) prints the usage and flags on stdout and returns
+// flag.ErrHelp (exit 0); a bad flag, a stray argument or a failed check prints them on stderr
+// and returns a usageError (exit 2).
+func parseFlags(fs *flag.FlagSet, args []string, checks ...func() string) error {
 	var buf strings.Builder
 	fs.SetOutput(&buf)
 	err := fs.Parse(args)
@@ -222,8 +223,19 @@ func parseFlags(fs *flag.FlagSet, args []string) error {
 		return usageError{fmt.Sprintf("%s: unexpected argument %q", fs.Name(), fs.Arg(0))}
 	}
 	fs.SetOutput(os.Stderr)
+	for _, check := range checks {
+		if msg := check(); msg != "" {
+			fs.Usage()
+			return usageError{msg}
+		}
+	}
+	flagsParsed()
 	return nil
 }
+
+// flagsParsed runs when parseFlags accepts a command line: realMain's start-up log lines,
+// which a help request or a usage error must not print.
+var flagsParsed = func() {}
 
 // newLogger returns the process's logger on w (LOG_LEVEL, LOG_FORMAT). Durations are logged
 // as strings ("30s"), never as nanoseconds.

@@ -212,32 +212,35 @@ func runOutbox(ctx context.Context, cfg config.Config, log *slog.Logger, args []
 		by = fs.String("by", "", "who acts (required; recorded)")
 		reason = fs.String("reason", "", "why (required; recorded)")
 	}
-	if err := parseFlags(fs, args[1:]); err != nil {
-		return err
-	}
 	var w uuid.UUID
-	if ws != nil {
-		var err error
-		if w, err = uuid.Parse(*ws); err != nil {
-			fs.Usage()
-			return usageError{"-workspace must be a workspace id"}
-		}
-	}
 	var eventIDs []uuid.UUID
-	if ids != nil {
+	parseIDs := func() string {
+		if ws != nil {
+			var err error
+			if w, err = uuid.Parse(*ws); err != nil {
+				return "-workspace must be a workspace id"
+			}
+		}
+		if ids == nil {
+			return ""
+		}
 		for _, s := range strings.Split(*ids, ",") {
 			if s = strings.TrimSpace(s); s == "" {
 				continue
 			}
 			id, err := uuid.Parse(s)
 			if err != nil {
-				return usageError{fmt.Sprintf("-id %q is not an event id", s)}
+				return fmt.Sprintf("-id %q is not an event id", s)
 			}
 			eventIDs = append(eventIDs, id)
 		}
+		if name == "show" && len(eventIDs) != 1 {
+			return "-id must be one event id"
+		}
+		return ""
 	}
-	if name == "show" && len(eventIDs) != 1 {
-		return usageError{"-id must be one event id"}
+	if err := parseFlags(fs, args[1:], parseIDs); err != nil {
+		return err
 	}
 
 	pool, err := postgres.Connect(ctx, postgres.PoolConfig{URL: cfg.OperatorDatabaseURL, MaxConns: 2})
