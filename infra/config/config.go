@@ -243,6 +243,14 @@ type Config struct {
 	// Optional in development, where the console then serves loopback clients only, as the
 	// operator "dev"; required in production, where the console refuses to start without it.
 	ConsoleTokens string `env:"CONSOLE_TOKENS"`
+	// ConsoleSessionTTL is how long a console session lasts after sign-in (sign-out ends it
+	// sooner, on every console). Default 8h.
+	ConsoleSessionTTL time.Duration `env:"CONSOLE_SESSION_TTL" envDefault:"8h"`
+	// ConsoleSigninFailures is how many wrong secrets (sign-in form or Bearer) one client
+	// address (an IPv6 client: its /64) may send the console within 15 minutes; its next
+	// attempts are answered 429 with Retry-After until the oldest failure is 15 minutes
+	// old. Default 10.
+	ConsoleSigninFailures int `env:"CONSOLE_SIGNIN_FAILURES" envDefault:"10"`
 
 	// MemoryLimit is the Go runtime's soft memory limit (runtime/debug.SetMemoryLimit) that
 	// every subcommand sets at start: a number of bytes with an optional unit B, KiB, MiB,
@@ -378,6 +386,9 @@ func (c Config) Validate() error {
 	}
 	if _, err := c.ConsoleOperators(); err != nil {
 		errs = append(errs, err)
+	}
+	if c.ConsoleSessionTTL < time.Minute || c.ConsoleSigninFailures < 1 {
+		errs = append(errs, errors.New("CONSOLE_SESSION_TTL must be at least 1m and CONSOLE_SIGNIN_FAILURES at least 1"))
 	}
 	if len(c.RedisClusterAddrs) > 0 {
 		if err := (bullmq.Config{Prefix: c.BullMQPrefix, QueueHashTags: c.BullMQQueueHashTags}).ClusterSafe(); err != nil {
