@@ -8,12 +8,9 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/stdlib"
-	"github.com/pressly/goose/v3"
 	"github.com/stretchr/testify/require"
 
-	"github.com/listingkit/listing/sql"
+	"github.com/listingkit/listing/infra/postgres/pgtest"
 )
 
 // Migration 018 loses no event: pending events and dead letters stay in outbox_events as
@@ -22,27 +19,18 @@ import (
 // rows (default 20,000); the test logs how long the migration (and so its lock) took.
 func TestMigration018KeepsEveryEvent(t *testing.T) {
 	t.Parallel()
-	dbURL := migrationDB(t)
+	m := pgtest.MigrateTo(t, 17)
 	ctx := context.Background()
-	cfg, err := pgx.ParseConfig(dbURL)
-	require.NoError(t, err)
-	sqlDB := stdlib.OpenDB(*cfg)
-	t.Cleanup(func() { _ = sqlDB.Close() })
-	p, err := goose.NewProvider(goose.DialectPostgres, sqlDB, sql.Migrations)
-	require.NoError(t, err)
-	_, err = p.UpTo(ctx, 17)
-	require.NoError(t, err)
 
 	history := 20000
 	if v := os.Getenv("OUTBOX_MIGRATION_HISTORY"); v != "" {
+		var err error
 		history, err = strconv.Atoi(v)
 		require.NoError(t, err)
 	}
-	conn, err := pgx.Connect(ctx, dbURL)
-	require.NoError(t, err)
-	defer conn.Close(ctx)
+	conn := m.Conn(t)
 	ws := uuid.New()
-	_, err = conn.Exec(ctx, `INSERT INTO workspaces (id, name) VALUES ($1, 'ws')`, ws)
+	_, err := conn.Exec(ctx, `INSERT INTO workspaces (id, name) VALUES ($1, 'ws')`, ws)
 	require.NoError(t, err)
 	// As before 018: dispatched history over the last 9 days, and one event of each other status.
 	_, err = conn.Exec(ctx, `
@@ -65,10 +53,8 @@ func TestMigration018KeepsEveryEvent(t *testing.T) {
 	require.NoError(t, conn.QueryRow(ctx, `SELECT string_agg(id::text || ':' || coalesce(dispatched_at::text, '') || ':' || attempt_count,
 		',' ORDER BY id) FROM outbox_events WHERE status = 'dispatched'`).Scan(&before))
 
-	start := time.Now()
-	_, err = p.UpTo(ctx, 18)
-	require.NoError(t, err)
-	t.Logf("migration 018 with %d dispatched rows: %s (outbox_events locked throughout)", history, time.Since(start).Round(time.Millisecond))
+	took := m.UpTo(t, 18)
+	t.Logf("migration 018 with %d dispatched rows: %s (outbox_events locked throughout)", history, took.Round(time.Millisecond))
 
 	var after string
 	require.NoError(t, conn.QueryRow(ctx, `SELECT string_agg(id::text || ':' || dispatched_at::text || ':' || attempt_count,
@@ -104,6 +90,5 @@ func TestMigration018KeepsEveryEvent(t *testing.T) {
 	require.True(t, forced, "RLS forced on both tables after the move")
 
 	// The rest of the migrations apply on top.
-	_, err = p.Up(ctx)
-	require.NoError(t, err)
+	m.Up(t)
 }
