@@ -246,10 +246,14 @@ func inspectImage(maxDecode int64) mediaproc.InspectFunc {
 // memory queues (QUEUE_TRANSPORT=memory), whose retries go back through the outbox.
 func ProvideTransport(cfg config.Config, bcfg bullmq.Config, q *Queues, pool *pgxpool.Pool, log *slog.Logger) (jobs.Transport, func(), error) {
 	if q.Memory != nil {
-		requeue := func(ctx context.Context, job worker.Job, after time.Duration, next outbox.JobDelivery) error {
-			return outbox.Requeue(ctx, pool, job.WorkspaceID, job.ID, after, next)
+		take := func(ctx context.Context, job worker.Job, claim string, lease time.Duration) error {
+			return outbox.Take(ctx, pool, job.WorkspaceID, job.ID, claim, lease)
 		}
-		return jobs.NewMemory(q.Memory, cfg.JobAttempts, config.JobRetryDelay, requeue, log), func() {}, nil
+		requeue := func(ctx context.Context, job worker.Job, claim string, after time.Duration, next outbox.JobDelivery) error {
+			return outbox.Requeue(ctx, pool, job.WorkspaceID, job.ID, claim, after, next)
+		}
+		return jobs.NewMemory(q.Memory, jobs.MemoryConfig{Attempts: cfg.JobAttempts, Backoff: config.JobRetryDelay,
+			Lease: cfg.JobLockDuration, Take: take, Requeue: requeue, Logger: log}), func() {}, nil
 	}
 	maxStalls := cfg.JobMaxStalls
 	if maxStalls == 0 {
@@ -276,8 +280,9 @@ func ProvideRunner(cfg config.Config, transport jobs.Transport, handlers map[str
 	}
 	var timeout time.Duration
 	if cfg.Memory() {
-		// The dispatcher waits for the handler: it must finish within the event's lease.
-		timeout = cfg.OutboxLease / 2
+		// A handler holds its outbox event for JOB_LOCK_DURATION from when it is taken: it
+		// must finish, and its calls end, within that lease (config checks the calls fit).
+		timeout = jobs.HandlerTimeout(cfg.JobLockDuration)
 	}
 	return jobs.NewRunner(jobs.Config{Transport: transport, Concurrency: cfg.WorkerConcurrency, Handlers: handlers,
 		Kinds: byQueue(kinds), JobTimeout: timeout, ShutdownTimeout: cfg.WorkerStopTimeout, Logger: log, Registerer: reg})

@@ -52,7 +52,8 @@ func newConsole(ctx context.Context, cfg config.Config, log *slog.Logger) (*cons
 		return nil, nil, err
 	}
 	cleanup := pool.Close
-	ccfg := console.Config{Operators: operators, Production: cfg.Production(), Pool: pool, Queues: flows.Queues(), Logger: log}
+	ccfg := console.Config{Operators: operators, Production: cfg.Production(), Pool: pool, Queues: flows.Queues(), Logger: log,
+		SessionTTL: cfg.ConsoleSessionTTL, SigninFailures: cfg.ConsoleSigninFailures}
 	if !cfg.Memory() {
 		rdb, closeRedis, err := listing.ProvideRedis(ctx, cfg)
 		if err != nil {

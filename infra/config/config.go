@@ -243,6 +243,14 @@ type Config struct {
 	// Optional in development, where the console then serves loopback clients only, as the
 	// operator "dev"; required in production, where the console refuses to start without it.
 	ConsoleTokens string `env:"CONSOLE_TOKENS"`
+	// ConsoleSessionTTL is how long a console session lasts after sign-in (sign-out ends it
+	// sooner, on every console). Default 8h.
+	ConsoleSessionTTL time.Duration `env:"CONSOLE_SESSION_TTL" envDefault:"8h"`
+	// ConsoleSigninFailures is how many wrong secrets (sign-in form or Bearer) one client
+	// address (an IPv6 client: its /64) may send the console within 15 minutes; its next
+	// attempts are answered 429 with Retry-After until the oldest failure is 15 minutes
+	// old. Default 10.
+	ConsoleSigninFailures int `env:"CONSOLE_SIGNIN_FAILURES" envDefault:"10"`
 
 	// MemoryLimit is the Go runtime's soft memory limit (runtime/debug.SetMemoryLimit) that
 	// every subcommand sets at start: a number of bytes with an optional unit B, KiB, MiB,
@@ -341,10 +349,12 @@ func (c Config) Validate() error {
 		errs = append(errs, errors.New("PLATFORM_TIMEOUT, AI_TIMEOUT and FETCH_TIMEOUT must be positive"))
 	} else if !c.Memory() {
 		// A BullMQ job's lock must outlast a dead worker's call (model/README.md, property 4).
-		// The memory transport holds no lock: its handlers run within OUTBOX_LEASE/2.
 		if err := CallWithinLock(c.JobLockDuration, c.LockedCalls()); err != nil {
 			errs = append(errs, err)
 		}
+	} else if err := CallWithinLease(c.JobLockDuration, c.LockedCalls()); err != nil {
+		// The memory transport's lock is the outbox event's lease, held for JOB_LOCK_DURATION.
+		errs = append(errs, err)
 	}
 	if c.PlatformTimeout > 0 && c.AITimeout > 0 && c.FetchTimeout > 0 {
 		if err := StopWithinBound(c.WorkerStopTimeout, c.LockedCalls()); err != nil {
@@ -376,6 +386,9 @@ func (c Config) Validate() error {
 	}
 	if _, err := c.ConsoleOperators(); err != nil {
 		errs = append(errs, err)
+	}
+	if c.ConsoleSessionTTL < time.Minute || c.ConsoleSigninFailures < 1 {
+		errs = append(errs, errors.New("CONSOLE_SESSION_TTL must be at least 1m and CONSOLE_SIGNIN_FAILURES at least 1"))
 	}
 	if len(c.RedisClusterAddrs) > 0 {
 		if err := (bullmq.Config{Prefix: c.BullMQPrefix, QueueHashTags: c.BullMQQueueHashTags}).ClusterSafe(); err != nil {

@@ -184,6 +184,16 @@ func TestConsoleSettings(t *testing.T) {
 		require.NotContains(t, err.Error(), "0123456789abcdef", "secrets are never quoted")
 		require.Error(t, c.ValidateConsole())
 	}
+
+	// Sessions and the sign-in budget.
+	d := defaults(t)
+	require.Equal(t, 8*time.Hour, d.ConsoleSessionTTL)
+	require.Equal(t, 10, d.ConsoleSigninFailures)
+	d.ConsoleSigninFailures = 0
+	require.ErrorContains(t, d.Validate(), "CONSOLE_SIGNIN_FAILURES")
+	d = defaults(t)
+	d.ConsoleSessionTTL = time.Second
+	require.ErrorContains(t, d.Validate(), "CONSOLE_SESSION_TTL")
 }
 
 // On Redis Cluster every key of a queue must hash to one slot: startup refuses a cluster

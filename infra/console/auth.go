@@ -7,7 +7,6 @@ import (
 	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/base64"
-	"encoding/hex"
 	"net"
 	"net/http"
 	"net/netip"
@@ -22,12 +21,12 @@ const DevOperator = "dev"
 // sessionCookie names the session cookie.
 const sessionCookie = "console_session"
 
-// session is a signed-in operator: who, until when, and the random nonce its CSRF token is
-// derived from.
+// session is a signed-in operator: who, until when, and its random id (the cookie's value;
+// its CSRF token is derived from it).
 type session struct {
 	Operator string
 	Expires  time.Time
-	Nonce    string
+	ID       []byte
 }
 
 type ctxKey struct{}
@@ -49,7 +48,7 @@ func identityOf(r *http.Request) identity {
 	return id
 }
 
-// secretDigest is what a session's signature binds to: the operator's current secret.
+// secretDigest is what a session is bound to: a digest of the operator's current secret.
 func (s *Server) secretDigest(operator string) ([]byte, bool) {
 	if s.dev() {
 		if operator != DevOperator {
@@ -65,71 +64,56 @@ func (s *Server) secretDigest(operator string) ([]byte, bool) {
 	return sum[:], true
 }
 
-func (s *Server) mac(parts ...string) []byte {
-	m := hmac.New(sha256.New, s.key)
-	for _, p := range parts {
-		m.Write([]byte(p))
-		m.Write([]byte{0})
-	}
-	return m.Sum(nil)
-}
+func equalBytes(a, b []byte) bool { return subtle.ConstantTimeCompare(a, b) == 1 }
 
-// encodeSession returns the cookie value of ss: payload "." signature, both base64url.
-func (s *Server) encodeSession(ss session) string {
-	digest, _ := s.secretDigest(ss.Operator)
-	payload := ss.Operator + "\x00" + strconv.FormatInt(ss.Expires.Unix(), 10) + "\x00" + ss.Nonce
-	sig := s.mac("session", payload, string(digest))
-	return base64.RawURLEncoding.EncodeToString([]byte(payload)) + "." + base64.RawURLEncoding.EncodeToString(sig)
-}
-
-// decodeSession returns the session of a cookie value when its signature is valid, it has not
-// expired and its operator still has the secret it was signed with.
-func (s *Server) decodeSession(v string) (session, bool) {
-	p64, s64, ok := strings.Cut(v, ".")
-	if !ok {
-		return session{}, false
-	}
-	payload, err1 := base64.RawURLEncoding.Strict().DecodeString(p64)
-	sig, err2 := base64.RawURLEncoding.Strict().DecodeString(s64)
-	if err1 != nil || err2 != nil {
-		return session{}, false
-	}
-	parts := strings.Split(string(payload), "\x00")
-	if len(parts) != 3 {
-		return session{}, false
-	}
-	digest, ok := s.secretDigest(parts[0])
-	if !ok || !hmac.Equal(sig, s.mac("session", string(payload), string(digest))) {
-		return session{}, false
-	}
-	exp, err := strconv.ParseInt(parts[1], 10, 64)
-	if err != nil || !s.now().Before(time.Unix(exp, 0)) {
-		return session{}, false
-	}
-	return session{Operator: parts[0], Expires: time.Unix(exp, 0), Nonce: parts[2]}, true
-}
-
-// csrfToken is the CSRF token of a session.
+// csrfToken is the CSRF token of a session: an HMAC of a fixed label under its id, so every
+// console process derives the same one.
 func (s *Server) csrfToken(ss *session) string {
 	if ss == nil {
 		return ""
 	}
-	return base64.RawURLEncoding.EncodeToString(s.mac("csrf", ss.Nonce))
+	m := hmac.New(sha256.New, ss.ID)
+	m.Write([]byte("console-csrf"))
+	return base64.RawURLEncoding.EncodeToString(m.Sum(nil))
 }
 
-// newSession starts a session for operator and sets its cookie on w.
-func (s *Server) newSession(w http.ResponseWriter, r *http.Request, operator string) *session {
-	nonce := make([]byte, 16)
-	_, _ = rand.Read(nonce)
-	ss := &session{Operator: operator, Expires: s.now().Add(s.cfg.SessionTTL), Nonce: hex.EncodeToString(nonce)}
-	http.SetCookie(w, &http.Cookie{Name: sessionCookie, Value: s.encodeSession(*ss), Path: "/", HttpOnly: true,
+// newSession starts a session for operator, records it and sets its cookie on w.
+func (s *Server) newSession(w http.ResponseWriter, r *http.Request, operator string) (*session, error) {
+	id := make([]byte, sessionIDBytes)
+	if _, err := rand.Read(id); err != nil {
+		return nil, err
+	}
+	ss := &session{Operator: operator, Expires: s.now().Add(s.cfg.SessionTTL), ID: id}
+	digest, _ := s.secretDigest(operator)
+	if err := s.sessions.create(r.Context(), *ss, digest); err != nil {
+		return nil, err
+	}
+	http.SetCookie(w, &http.Cookie{Name: sessionCookie, Value: base64.RawURLEncoding.EncodeToString(id), Path: "/", HttpOnly: true,
 		SameSite: http.SameSiteStrictMode, Secure: secureRequest(r), MaxAge: int(s.cfg.SessionTTL / time.Second)})
-	return ss
+	return ss, nil
 }
 
 func clearSession(w http.ResponseWriter, r *http.Request) {
 	http.SetCookie(w, &http.Cookie{Name: sessionCookie, Value: "", Path: "/", HttpOnly: true,
 		SameSite: http.SameSiteStrictMode, Secure: secureRequest(r), MaxAge: -1})
+}
+
+// cookieSession returns the live session of r's cookie, if any (missing, malformed, unknown,
+// revoked, expired or bound to another secret: none).
+func (s *Server) cookieSession(r *http.Request) (*session, error) {
+	c, err := r.Cookie(sessionCookie)
+	if err != nil {
+		return nil, nil
+	}
+	id, err := base64.RawURLEncoding.Strict().DecodeString(c.Value)
+	if err != nil || len(id) != sessionIDBytes {
+		return nil, nil
+	}
+	ss, ok, err := s.sessions.find(r.Context(), id)
+	if err != nil || !ok {
+		return nil, err
+	}
+	return &ss, nil
 }
 
 // secureRequest reports whether the client reached us over TLS (directly, or as a proxy in
@@ -155,46 +139,79 @@ func (s *Server) operatorBySecret(secret string) (string, bool) {
 	return found, found != ""
 }
 
-// authenticate finds who makes r: a Bearer secret, a valid session cookie, or (development
-// without operators) a new "dev" session. ok false: nobody; bearerFailed: an Authorization
-// header was sent and refused.
-func (s *Server) authenticate(w http.ResponseWriter, r *http.Request) (id identity, ok, bearerFailed bool) {
-	if h := r.Header.Get("Authorization"); h != "" {
-		scheme, secret, _ := strings.Cut(h, " ")
-		if !strings.EqualFold(scheme, "Bearer") {
-			return identity{}, false, true
+// checkSecret finds the operator of a secret a client sent (sign-in form or Bearer), holding
+// the client's address to its budget of failures: retryAfter > 0 when the budget is spent
+// (the secret is then not even compared).
+func (s *Server) checkSecret(r *http.Request, secret string) (operator string, ok bool, retryAfter time.Duration, err error) {
+	client := clientKey(r.RemoteAddr)
+	attempt, retryAfter, err := s.limiter.admit(r.Context(), client)
+	if err != nil || retryAfter > 0 {
+		if retryAfter > 0 {
+			s.log.Warn("console: sign-in refused: too many failures from this client", "remote", client)
 		}
-		name, found := s.operatorBySecret(strings.TrimSpace(secret))
-		return identity{Operator: name}, found, !found
+		return "", false, retryAfter, err
 	}
-	if c, err := r.Cookie(sessionCookie); err == nil {
-		if ss, valid := s.decodeSession(c.Value); valid {
-			return identity{Operator: ss.Operator, Session: &ss}, true, false
-		}
+	operator, ok = s.operatorBySecret(secret)
+	if ok {
+		s.limiter.forget(r.Context(), attempt)
+		return operator, true, 0, nil
 	}
-	if s.dev() {
-		ss := s.newSession(w, r, DevOperator)
-		return identity{Operator: DevOperator, Session: ss}, true, false
-	}
-	return identity{}, false, false
+	s.log.Warn("console: sign-in refused", "remote", client)
+	return "", false, 0, nil
 }
 
-// requireOperator serves next only to an authenticated operator; POSTs from a session must
-// carry its CSRF token. Others get a redirect to the sign-in form (GET) or 401/403.
+// tooManyFailures answers a client whose sign-in budget is spent.
+func tooManyFailures(w http.ResponseWriter, retryAfter time.Duration) {
+	w.Header().Set("Retry-After", strconv.Itoa(int((retryAfter+time.Second-1)/time.Second)))
+	http.Error(w, "too many failed sign-ins from this address: try again later", http.StatusTooManyRequests)
+}
+
+// requireOperator serves next only to an authenticated operator: a Bearer secret, a live
+// session cookie, or (development without operators) a new "dev" session. POSTs from a
+// session must carry its CSRF token. Others get a redirect to the sign-in form (GET), 401,
+// 403, or 429 when their address spent its budget of failed secrets.
 func (s *Server) requireOperator(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		id, ok, bearerFailed := s.authenticate(w, r)
-		switch {
-		case bearerFailed:
-			w.Header().Set("WWW-Authenticate", `Bearer realm="console"`)
-			http.Error(w, "unauthorized", http.StatusUnauthorized)
-			return
-		case !ok && r.Method == http.MethodGet:
-			http.Redirect(w, r, "/signin", http.StatusSeeOther)
-			return
-		case !ok:
-			http.Error(w, "unauthorized: sign in first", http.StatusUnauthorized)
-			return
+		var id identity
+		if h := r.Header.Get("Authorization"); h != "" {
+			scheme, secret, _ := strings.Cut(h, " ")
+			name, ok := "", false
+			if strings.EqualFold(scheme, "Bearer") {
+				var retryAfter time.Duration
+				var err error
+				name, ok, retryAfter, err = s.checkSecret(r, strings.TrimSpace(secret))
+				switch {
+				case err != nil:
+					s.internalError(w, err)
+					return
+				case retryAfter > 0:
+					tooManyFailures(w, retryAfter)
+					return
+				}
+			}
+			if !ok {
+				w.Header().Set("WWW-Authenticate", `Bearer realm="console"`)
+				http.Error(w, "unauthorized", http.StatusUnauthorized)
+				return
+			}
+			id = identity{Operator: name}
+		} else {
+			ss, err := s.cookieSession(r)
+			if err == nil && ss == nil && s.dev() {
+				ss, err = s.newSession(w, r, DevOperator)
+			}
+			switch {
+			case err != nil:
+				s.internalError(w, err)
+				return
+			case ss == nil && r.Method == http.MethodGet:
+				http.Redirect(w, r, "/signin", http.StatusSeeOther)
+				return
+			case ss == nil:
+				http.Error(w, "unauthorized: sign in first", http.StatusUnauthorized)
+				return
+			}
+			id = identity{Operator: ss.Operator, Session: ss}
 		}
 		if r.Method != http.MethodGet && r.Method != http.MethodHead && id.Session != nil {
 			r.Body = http.MaxBytesReader(w, r.Body, maxFormBytes)
@@ -207,6 +224,12 @@ func (s *Server) requireOperator(next http.Handler) http.Handler {
 		}
 		next.ServeHTTP(w, r.WithContext(withIdentity(r.Context(), id)))
 	})
+}
+
+// internalError answers 500 for an error of the console's own (logged, never shown).
+func (s *Server) internalError(w http.ResponseWriter, err error) {
+	s.log.Error("console: request failed", "err", err)
+	http.Error(w, "internal error", http.StatusInternalServerError)
 }
 
 // loopbackOnly refuses, in development without operators, clients that are not on loopback

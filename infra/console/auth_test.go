@@ -1,8 +1,8 @@
 package console_test
 
 import (
-	"context"
 	"encoding/base64"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -11,6 +11,8 @@ import (
 	"net/url"
 	"regexp"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -18,6 +20,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/listingkit/listing/infra/console"
+	"github.com/listingkit/listing/infra/postgres/pgtest"
 )
 
 const (
@@ -25,13 +28,10 @@ const (
 	bobSecret = "bob-secret-9876543210"
 )
 
-// lazyPool is a pool that never connects: enough for what needs no database.
-func lazyPool(t *testing.T) *pgxpool.Pool {
+// operatorPool is a pool as listing_operator on a database of the test's own.
+func operatorPool(t *testing.T) *pgxpool.Pool {
 	t.Helper()
-	p, err := pgxpool.New(context.Background(), "postgres://nobody@127.0.0.1:1/none?sslmode=disable")
-	require.NoError(t, err)
-	t.Cleanup(p.Close)
-	return p
+	return pgtest.New(t).OperatorPool(t)
 }
 
 // client is a browser-like client with a cookie jar that does not follow redirects.
@@ -97,7 +97,7 @@ func csrf(t *testing.T, body string) string {
 func newServer(t *testing.T, cfg console.Config) *httptest.Server {
 	t.Helper()
 	if cfg.Pool == nil {
-		cfg.Pool = lazyPool(t)
+		cfg.Pool = operatorPool(t)
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
@@ -111,15 +111,15 @@ func newServer(t *testing.T, cfg console.Config) *httptest.Server {
 
 func operators() map[string]string { return map[string]string{"ada": adaSecret, "bob": bobSecret} }
 
-// Sign-in through the form gives a session cookie (HttpOnly, SameSite=Strict, expiring);
-// nothing is shown without it; a wrong token, a tampered or expired cookie, or a changed
-// secret gets nothing.
+// Sign-in through the form gives a session cookie (HttpOnly, SameSite=Strict, expiring)
+// that every console on the database accepts; nothing is shown without it; a wrong token, a
+// tampered or expired cookie, or a changed secret gets nothing.
 func TestSignInAndSessions(t *testing.T) {
 	t.Parallel()
 	now := time.Now()
 	clock := func() time.Time { return now }
-	key := []byte("0123456789abcdef0123456789abcdef")
-	ts := newServer(t, console.Config{Operators: operators(), SessionKey: key, SessionTTL: time.Hour, Now: func() time.Time { return clock() }})
+	pool := operatorPool(t)
+	ts := newServer(t, console.Config{Operators: operators(), Pool: pool, SessionTTL: time.Hour, Now: func() time.Time { return clock() }})
 	c := newClient(t, ts.URL)
 
 	status, body, resp := c.do(http.MethodGet, "/", nil)
@@ -141,12 +141,7 @@ func TestSignInAndSessions(t *testing.T) {
 
 	status, _, resp = c.post("/signin", url.Values{"token": {adaSecret}})
 	require.Equal(t, http.StatusSeeOther, status)
-	var cookie *http.Cookie
-	for _, ck := range resp.Cookies() {
-		if ck.Name == "console_session" {
-			cookie = ck
-		}
-	}
+	cookie := sessionCookieOf(resp)
 	require.NotNil(t, cookie)
 	require.True(t, cookie.HttpOnly)
 	require.Equal(t, http.SameSiteStrictMode, cookie.SameSite)
@@ -162,35 +157,20 @@ func TestSignInAndSessions(t *testing.T) {
 	require.Contains(t, resp.Header.Get("Content-Security-Policy"), "default-src 'none'")
 	require.Equal(t, "no-store", resp.Header.Get("Cache-Control"))
 
-	// A tampered cookie is refused: another operator's name under ada's signature, or a
-	// changed signature.
-	u, _ := url.Parse(ts.URL)
-	payload, sig, _ := strings.Cut(cookie.Value, ".")
-	raw, err := base64.RawURLEncoding.DecodeString(payload)
-	require.NoError(t, err)
-	asBob := base64.RawURLEncoding.EncodeToString([]byte(strings.Replace(string(raw), "ada", "bob", 1)))
-	flipped := []byte(sig)
-	flipped[len(flipped)/2] ^= 1
-	for _, v := range []string{asBob + "." + sig, payload + "." + string(flipped), payload} {
-		tampered := newClient(t, ts.URL)
-		tampered.http.Jar.SetCookies(u, []*http.Cookie{{Name: "console_session", Value: v}})
-		status, _ = tampered.get("/")
+	// A tampered cookie is refused: one character changed, cut short, or made up.
+	changedChar := []byte(cookie.Value)
+	changedChar[len(changedChar)/2] ^= 1
+	for _, v := range []string{string(changedChar), cookie.Value[:len(cookie.Value)-2], base64.RawURLEncoding.EncodeToString(make([]byte, 32))} {
+		status = withCookie(t, ts.URL, v)
 		require.Equal(t, http.StatusSeeOther, status, v)
 	}
 
-	// The same key with ada's secret changed: her session ends.
-	changed := newServer(t, console.Config{Operators: map[string]string{"ada": "ada-secret-rotated-1"}, SessionKey: key})
-	moved := newClient(t, changed.URL)
-	cu, _ := url.Parse(changed.URL)
-	moved.http.Jar.SetCookies(cu, []*http.Cookie{{Name: "console_session", Value: cookie.Value}})
-	status, _ = moved.get("/")
-	require.Equal(t, http.StatusSeeOther, status)
-	same := newServer(t, console.Config{Operators: operators(), SessionKey: key})
-	kept := newClient(t, same.URL)
-	su, _ := url.Parse(same.URL)
-	kept.http.Jar.SetCookies(su, []*http.Cookie{{Name: "console_session", Value: cookie.Value}})
-	status, _ = kept.get("/")
-	require.Equal(t, http.StatusOK, status, "the same key and secret accept the session")
+	// Another console on the same database (another process, or this one restarted) accepts
+	// the session; with ada's secret changed, her session ends.
+	same := newServer(t, console.Config{Operators: operators(), Pool: pool})
+	require.Equal(t, http.StatusOK, withCookie(t, same.URL, cookie.Value), "another console accepts the session")
+	changed := newServer(t, console.Config{Operators: map[string]string{"ada": "ada-secret-rotated-1"}, Pool: pool})
+	require.Equal(t, http.StatusSeeOther, withCookie(t, changed.URL, cookie.Value), "a changed secret ends the session")
 
 	// Expired.
 	clock = func() time.Time { return now.Add(61 * time.Minute) }
@@ -205,6 +185,58 @@ func TestSignInAndSessions(t *testing.T) {
 	require.Equal(t, "/signin", resp.Header.Get("Location"))
 	status, _ = c.get("/")
 	require.Equal(t, http.StatusSeeOther, status)
+}
+
+// sessionCookieOf returns the session cookie a response sets, nil when none.
+func sessionCookieOf(resp *http.Response) *http.Cookie {
+	for _, ck := range resp.Cookies() {
+		if ck.Name == "console_session" {
+			return ck
+		}
+	}
+	return nil
+}
+
+// withCookie sends GET / with the session cookie value v from a fresh client and returns the
+// status (200: a live session; 303 to /signin: none).
+func withCookie(t *testing.T, base, v string) int {
+	t.Helper()
+	c := newClient(t, base)
+	u, err := url.Parse(base)
+	require.NoError(t, err)
+	c.http.Jar.SetCookies(u, []*http.Cookie{{Name: "console_session", Value: v}})
+	status, _ := c.get("/")
+	return status
+}
+
+// Signing out ends the session on the server: a copy of the cookie kept from before (another
+// tab, a stolen copy) is refused afterwards, by this console and by another one on the same
+// database, and cannot sign out or act either.
+func TestSignOutEndsSession(t *testing.T) {
+	t.Parallel()
+	pool := operatorPool(t)
+	ts := newServer(t, console.Config{Operators: operators(), Pool: pool})
+	other := newServer(t, console.Config{Operators: operators(), Pool: pool})
+	c := newClient(t, ts.URL)
+	status, _, resp := c.post("/signin", url.Values{"token": {adaSecret}})
+	require.Equal(t, http.StatusSeeOther, status)
+	cookie := sessionCookieOf(resp)
+	require.NotNil(t, cookie)
+	require.Equal(t, http.StatusOK, withCookie(t, ts.URL, cookie.Value), "the copy works before sign-out")
+
+	status, body := c.get("/")
+	require.Equal(t, http.StatusOK, status)
+	token := csrf(t, body)
+	status, _, _ = c.post("/signout", url.Values{"csrf": {token}})
+	require.Equal(t, http.StatusSeeOther, status)
+
+	require.Equal(t, http.StatusSeeOther, withCookie(t, ts.URL, cookie.Value), "the cookie is dead after sign-out")
+	require.Equal(t, http.StatusSeeOther, withCookie(t, other.URL, cookie.Value), "on every console")
+	stale := newClient(t, ts.URL)
+	u, _ := url.Parse(ts.URL)
+	stale.http.Jar.SetCookies(u, []*http.Cookie{{Name: "console_session", Value: cookie.Value}})
+	status, _, _ = stale.post("/outbox/redrive", url.Values{"csrf": {token}, "workspace": {"x"}, "id": {"y"}, "reason": {"r"}})
+	require.Equal(t, http.StatusUnauthorized, status, "a revoked session cannot act")
 }
 
 // Scripts authenticate with Authorization: Bearer and need no CSRF token; a wrong or
@@ -266,12 +298,12 @@ func TestCSRF(t *testing.T) {
 // a loopback Host only, as "dev", with CSRF like any session.
 func TestDevelopmentWithoutTokens(t *testing.T) {
 	t.Parallel()
-	_, err := console.New(console.Config{Pool: lazyPool(t), Production: true})
+	_, err := console.New(console.Config{Pool: operatorPool(t), Production: true})
 	require.ErrorContains(t, err, "required in production")
 	_, err = console.New(console.Config{})
 	require.ErrorContains(t, err, "Pool")
 
-	s, err := console.New(console.Config{Pool: lazyPool(t)})
+	s, err := console.New(console.Config{Pool: operatorPool(t)})
 	require.NoError(t, err)
 	ts := httptest.NewServer(s)
 	t.Cleanup(ts.Close)
@@ -304,4 +336,99 @@ func TestDevelopmentWithoutTokens(t *testing.T) {
 	rec = httptest.NewRecorder()
 	s.ServeHTTP(rec, req)
 	require.Equal(t, http.StatusOK, rec.Code)
+}
+
+// signinFrom posts the sign-in form with token to h as a client at remote, and returns the
+// recorded answer.
+func signinFrom(h http.Handler, remote, token string) *httptest.ResponseRecorder {
+	req := httptest.NewRequest(http.MethodPost, "/signin", strings.NewReader(url.Values{"token": {token}}.Encode()))
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	req.RemoteAddr = remote
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, req)
+	return rec
+}
+
+// bearerFrom sends GET / with Authorization: Bearer token to h as a client at remote.
+func bearerFrom(h http.Handler, remote, token string) *httptest.ResponseRecorder {
+	req := httptest.NewRequest(http.MethodGet, "/", nil)
+	req.Header.Set("Authorization", "Bearer "+token)
+	req.RemoteAddr = remote
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, req)
+	return rec
+}
+
+// A client address that sends SigninFailures wrong secrets (form or Bearer) within the window
+// gets 429 with Retry-After for its next attempts, the right secret included, until the
+// oldest failure leaves the window; an operator at another address signs in meanwhile (the
+// limit is no lockout a stranger can impose); an IPv6 client counts as its /64.
+func TestSigninLimit(t *testing.T) {
+	t.Parallel()
+	now := time.Now()
+	var clock atomic.Pointer[time.Time]
+	clock.Store(&now)
+	s, err := console.New(console.Config{Operators: operators(), Pool: operatorPool(t), Logger: slog.New(slog.DiscardHandler),
+		SigninFailures: 10, SigninWindow: 15 * time.Minute,
+		Now: func() time.Time { return *clock.Load() }})
+	require.NoError(t, err)
+
+	const attacker = "192.0.2.66:40000"
+	for i := range 10 {
+		var rec *httptest.ResponseRecorder
+		if i%2 == 0 {
+			rec = signinFrom(s, attacker, fmt.Sprintf("guess-%02d-0123456789", i))
+		} else {
+			rec = bearerFrom(s, attacker, fmt.Sprintf("guess-%02d-0123456789", i))
+		}
+		require.Equal(t, http.StatusUnauthorized, rec.Code, "failure %d is within the budget", i+1)
+	}
+	rec := signinFrom(s, attacker, "guess-10-0123456789")
+	require.Equal(t, http.StatusTooManyRequests, rec.Code, "the 11th attempt")
+	require.Equal(t, "900", rec.Header().Get("Retry-After"))
+	require.Equal(t, http.StatusTooManyRequests, signinFrom(s, attacker, adaSecret).Code, "the right secret is not even compared")
+	require.Equal(t, http.StatusTooManyRequests, bearerFrom(s, "192.0.2.66:40001", bobSecret).Code, "nor through Bearer, from another port")
+
+	// The operator, elsewhere, signs in and works while the stranger is held back.
+	rec = signinFrom(s, "198.51.100.7:50000", adaSecret)
+	require.Equal(t, http.StatusSeeOther, rec.Code)
+	require.NotEmpty(t, rec.Result().Cookies())
+	require.Equal(t, http.StatusOK, bearerFrom(s, "198.51.100.7:50001", bobSecret).Code)
+
+	// The window moves on: the attacker's budget comes back, not before.
+	later := now.Add(15*time.Minute - time.Second)
+	clock.Store(&later)
+	require.Equal(t, http.StatusTooManyRequests, signinFrom(s, attacker, adaSecret).Code)
+	later = now.Add(15*time.Minute + time.Second)
+	clock.Store(&later)
+	require.Equal(t, http.StatusSeeOther, signinFrom(s, attacker, adaSecret).Code)
+
+	// IPv6: one /64 is one client.
+	for i := range 10 {
+		remote := fmt.Sprintf("[2001:db8:1:1::%x]:443", i+1)
+		require.Equal(t, http.StatusUnauthorized, bearerFrom(s, remote, "wrong-wrong-wrong-wrong").Code, remote)
+	}
+	require.Equal(t, http.StatusTooManyRequests, bearerFrom(s, "[2001:db8:1:1:ffff::1]:443", adaSecret).Code)
+	require.Equal(t, http.StatusOK, bearerFrom(s, "[2001:db8:1:2::1]:443", adaSecret).Code, "the next /64 is another client")
+}
+
+// Concurrent wrong secrets from one address cannot overrun its budget: of 30 at once, at
+// most 10 are compared (401), the others are refused (429).
+func TestSigninLimitConcurrent(t *testing.T) {
+	t.Parallel()
+	s, err := console.New(console.Config{Operators: operators(), Pool: operatorPool(t), Logger: slog.New(slog.DiscardHandler)})
+	require.NoError(t, err)
+	codes := make([]int, 30)
+	var wg sync.WaitGroup
+	for i := range codes {
+		wg.Go(func() { codes[i] = signinFrom(s, "203.0.113.9:1000", fmt.Sprintf("guess-%02d-0123456789", i)).Code })
+	}
+	wg.Wait()
+	counts := map[int]int{}
+	for _, c := range codes {
+		counts[c]++
+	}
+	require.LessOrEqual(t, counts[http.StatusUnauthorized], 10, "%v", counts)
+	require.Equal(t, 30, counts[http.StatusUnauthorized]+counts[http.StatusTooManyRequests], "%v", counts)
+	require.Equal(t, http.StatusTooManyRequests, signinFrom(s, "203.0.113.9:1001", adaSecret).Code)
 }

@@ -2,7 +2,6 @@ package console
 
 import (
 	"bytes"
-	"crypto/rand"
 	"embed"
 	"errors"
 	"fmt"
@@ -40,11 +39,16 @@ type Config struct {
 	// QUEUE_TRANSPORT=memory: the jobs live in the process that runs them).
 	Queues []string
 	BullMQ bullmq.Config
-	// SessionTTL is how long a browser session lasts. Default 8h.
+	// SessionTTL is how long a browser session lasts (CONSOLE_SESSION_TTL). Default 8h.
+	// Sessions live in console_sessions: shared by every console on the database, kept
+	// across restarts, ended everywhere by sign-out.
 	SessionTTL time.Duration
-	// SessionKey signs session cookies and CSRF tokens. Default: 32 random bytes per Server
-	// (a restart signs every browser out).
-	SessionKey []byte
+	// SigninFailures is how many wrong secrets (sign-in form or Bearer) one client address
+	// (an IPv6 client: its /64) may send within SigninWindow; its next attempt, right or
+	// wrong, is answered 429 with Retry-After until the oldest failure leaves the window
+	// (CONSOLE_SIGNIN_FAILURES). Defaults 10 and 15m.
+	SigninFailures int
+	SigninWindow   time.Duration
 	// Logger receives one line per action and per refused sign-in. Default slog.Default().
 	Logger *slog.Logger
 	// Now is the clock. Default time.Now.
@@ -53,14 +57,15 @@ type Config struct {
 
 // Server is the operator console. Safe for concurrent use.
 type Server struct {
-	cfg     Config
-	key     []byte
-	log     *slog.Logger
-	now     func() time.Time
-	data    reader
-	ops     *outbox.Ops
-	pages   map[string]*template.Template
-	handler http.Handler
+	cfg      Config
+	sessions sessionStore
+	limiter  signinLimiter
+	log      *slog.Logger
+	now      func() time.Time
+	data     reader
+	ops      *outbox.Ops
+	pages    map[string]*template.Template
+	handler  http.Handler
 }
 
 // New returns the console for cfg. It refuses a Config without a Pool, and production without
@@ -75,14 +80,14 @@ func New(cfg Config) (*Server, error) {
 	if cfg.SessionTTL <= 0 {
 		cfg.SessionTTL = 8 * time.Hour
 	}
-	s := &Server{cfg: cfg, key: cfg.SessionKey, log: cfg.Logger, now: cfg.Now, data: reader{pool: cfg.Pool},
-		ops: outbox.NewOps(cfg.Pool)}
-	if len(s.key) == 0 {
-		s.key = make([]byte, 32)
-		if _, err := rand.Read(s.key); err != nil {
-			return nil, fmt.Errorf("console.New: %w", err)
-		}
+	if cfg.SigninFailures <= 0 {
+		cfg.SigninFailures = 10
 	}
+	if cfg.SigninWindow <= 0 {
+		cfg.SigninWindow = 15 * time.Minute
+	}
+	s := &Server{cfg: cfg, log: cfg.Logger, now: cfg.Now, data: reader{pool: cfg.Pool}, ops: outbox.NewOps(cfg.Pool)}
+	s.sessions, s.limiter = sessionStore{s}, signinLimiter{s}
 	if s.log == nil {
 		s.log = slog.Default()
 	}

@@ -29,18 +29,29 @@
 // # Authentication
 //
 // Operators come from CONSOLE_TOKENS (name → secret). A browser signs in with a form that
-// takes the secret and gets a session cookie (HttpOnly, SameSite=Strict, Secure over TLS,
-// HMAC-signed, expiring after Config.SessionTTL; the signature covers a digest of the
-// operator's secret, so changing or removing a secret ends its sessions). A script sends
-// `Authorization: Bearer <secret>` with each request. Without operators (development only:
+// takes the secret and gets a session cookie (HttpOnly, SameSite=Strict, Secure over TLS)
+// holding a random 32-byte session id. Sessions live in console_sessions (sql/028: the id's
+// SHA-256, the operator, a check bound to a digest of the operator's secret, expiry,
+// revocation), so every console process shares them and a restart keeps them. Every request
+// looks its session up: a session that is unknown, revoked (sign-out), expired
+// (Config.SessionTTL) or whose operator's secret changed is refused. A script sends
+// `Authorization: Bearer <secret>` with each request.
+//
+// Wrong secrets, from the form or Bearer, count against the client's address (an IPv6 client:
+// its /64; forwarded headers are not trusted) in console_signin_failures: after
+// Config.SigninFailures within Config.SigninWindow the address gets 429 with Retry-After, its
+// secret not even compared, until the oldest failure leaves the window. An attempt counts as a
+// failure from the moment it is admitted until it turns out right, so concurrent guesses
+// cannot overrun the budget; no other address is affected, so a stranger cannot lock an
+// operator out. Without operators (development only:
 // New refuses it in production) the console serves loopback clients whose Host header is a
 // loopback name too (against DNS rebinding), as the operator "dev", with a session issued on
 // first visit.
 //
 // # CSRF
 //
-// Every POST from a session must carry the session's CSRF token (an HMAC of the session's
-// random nonce) in the hidden field "csrf"; Bearer requests need none (browsers never add that
+// Every POST from a session must carry the session's CSRF token (an HMAC keyed by the
+// session's random id) in the hidden field "csrf"; Bearer requests need none (browsers never add that
 // header by themselves). http.CrossOriginProtection rejects cross-origin browser POSTs before
 // that, and the cookie is SameSite=Strict.
 package console

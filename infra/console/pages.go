@@ -53,19 +53,35 @@ func (s *Server) signin(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	r.Body = http.MaxBytesReader(w, r.Body, maxFormBytes)
-	name, ok := s.operatorBySecret(strings.TrimSpace(r.PostFormValue("token")))
-	if !ok {
-		s.log.Warn("console: sign-in refused", "remote", remoteHost(r.RemoteAddr))
+	name, ok, retryAfter, err := s.checkSecret(r, strings.TrimSpace(r.PostFormValue("token")))
+	switch {
+	case err != nil:
+		s.internalError(w, err)
+		return
+	case retryAfter > 0:
+		tooManyFailures(w, retryAfter)
+		return
+	case !ok:
 		time.Sleep(signinFailedPause)
 		s.render(w, r, http.StatusUnauthorized, "signin", page{Title: "Sign in", Error: "Unknown token."})
 		return
 	}
-	s.newSession(w, r, name)
+	if _, err := s.newSession(w, r, name); err != nil {
+		s.internalError(w, err)
+		return
+	}
 	s.log.Info("console: signed in", "operator", name)
 	http.Redirect(w, r, "/", http.StatusSeeOther)
 }
 
+// signout revokes the session for every console process, then clears the cookie.
 func (s *Server) signout(w http.ResponseWriter, r *http.Request) {
+	if ss := identityOf(r).Session; ss != nil {
+		if err := s.sessions.revoke(r.Context(), ss.ID); err != nil {
+			s.internalError(w, err)
+			return
+		}
+	}
 	clearSession(w, r)
 	s.log.Info("console: signed out", "operator", identityOf(r).Operator)
 	http.Redirect(w, r, "/signin", http.StatusSeeOther)

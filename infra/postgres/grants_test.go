@@ -109,6 +109,29 @@ func TestOperatorRole(t *testing.T) {
 	require.ErrorContains(t, err, "permission denied")
 	_, err = db.App.Exec(ctx, `SELECT count(*) FROM operator_actions`)
 	require.ErrorContains(t, err, "permission denied")
+	// The console's sessions and failed sign-ins: listing_operator reads, adds, revokes
+	// (revoked_at only) and deletes; app_user nothing.
+	_, err = op.Exec(ctx, `INSERT INTO console_sessions (id_hash, operator, secret_check, created_at, expires_at)
+		VALUES ('\x01', 'ada', '\x02', now(), now() + interval '1 hour')`)
+	require.NoError(t, err)
+	_, err = op.Exec(ctx, `UPDATE console_sessions SET revoked_at = now()`)
+	require.NoError(t, err)
+	_, err = op.Exec(ctx, `UPDATE console_sessions SET expires_at = now() + interval '1 year'`)
+	require.ErrorContains(t, err, "permission denied")
+	_, err = op.Exec(ctx, `UPDATE console_sessions SET operator = 'bob'`)
+	require.ErrorContains(t, err, "permission denied")
+	_, err = op.Exec(ctx, `INSERT INTO console_signin_failures (client, failed_at) VALUES ('192.0.2.1', now())`)
+	require.NoError(t, err)
+	_, err = op.Exec(ctx, `DELETE FROM console_signin_failures`)
+	require.NoError(t, err)
+	_, err = op.Exec(ctx, `DELETE FROM console_sessions`)
+	require.NoError(t, err)
+	for _, table := range []string{"console_sessions", "console_signin_failures"} {
+		_, err = db.App.Exec(ctx, `SELECT count(*) FROM `+table)
+		require.ErrorContains(t, err, "permission denied", table)
+	}
+	_, err = db.App.Exec(ctx, `SELECT nextval('console_signin_failures_id_seq')`)
+	require.ErrorContains(t, err, "permission denied")
 	_, err = db.App.Exec(ctx, "SET ROLE listing_operator")
 	require.Error(t, err)
 

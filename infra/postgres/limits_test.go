@@ -44,6 +44,8 @@ func TestDomainLimitsMatchDatabase(t *testing.T) {
 		"operator_actions.action":             console.MaxActionLength,
 		"operator_actions.target":             console.MaxActionTargetLength,
 		"operator_actions.reason":             outbox.MaxReasonLength,
+		"console_sessions.operator":           outbox.MaxOperatorLength,
+		"console_signin_failures.client":      console.MaxClientKeyLength,
 	}
 	rows, err := db.Owner.Query(context.Background(), `
 		SELECT c.conrelid::regclass::text, pg_get_constraintdef(c.oid)
