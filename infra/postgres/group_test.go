@@ -77,7 +77,9 @@ func TestInGroupTxCommitsConcurrentStepsTogether(t *testing.T) {
 		errs := make([]error, 4+waiting)
 		var wg sync.WaitGroup
 		for i := range 4 {
-			wg.Go(func() { errs[i] = tr.InGroupTx(ctx, wss[i%3], step(base+i, wss[i%3], false, hold, committed)) })
+			wg.Go(func() {
+				errs[i] = tr.InGroupTx(ctx, wss[i%3], uuid.Nil, step(base+i, wss[i%3], false, hold, committed))
+			})
 		}
 		require.Eventually(t, func() bool {
 			var n int
@@ -85,7 +87,9 @@ func TestInGroupTxCommitsConcurrentStepsTogether(t *testing.T) {
 			return n == 4
 		}, 10*time.Second, 10*time.Millisecond)
 		for i := 4; i < 4+waiting; i++ {
-			wg.Go(func() { errs[i] = tr.InGroupTx(ctx, wss[i%3], step(base+i, wss[i%3], base+i == fail, nil, committed)) })
+			wg.Go(func() {
+				errs[i] = tr.InGroupTx(ctx, wss[i%3], uuid.Nil, step(base+i, wss[i%3], base+i == fail, nil, committed))
+			})
 		}
 		time.Sleep(200 * time.Millisecond) // let them queue
 		close(hold)
