@@ -263,7 +263,7 @@ func ProvideTransport(cfg config.Config, bcfg bullmq.Config, q *Queues, pool *pg
 	// a little longer for it to settle.
 	t, err := jobs.NewBullMQ(bullmq.SubscriberConfig{Config: bcfg, Concurrency: cfg.WorkerConcurrency, Name: "listing",
 		LockDuration: cfg.JobLockDuration, StalledInterval: cfg.JobStalledInterval, MaxStalledCount: maxStalls,
-		ShutdownTimeout: cfg.WorkerStopTimeout + 5*time.Second})
+		ShutdownTimeout: cfg.WorkerStopTimeout + 5*time.Second}, log)
 	if err != nil {
 		return nil, nil, err
 	}
