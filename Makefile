@@ -112,7 +112,7 @@ openapi-lint: openapi-deps ## Lint infra/httpapi/openapi.yaml with Redocly's rec
 	  grep -v '[║╔╚]'; exit $${PIPESTATUS[0]}
 
 .PHONY: api-doc
-api-doc: ## Regenerate the operationIds and error responses of openapi.yaml and docs/http-api.md from infra/httpapi/endpoints.go
+api-doc: ## Regenerate the operationIds and error responses of openapi.yaml and docs/http-api.md from infra/httpapi/endpoints.go, and openapi.yaml's operation types from the flows' registry
 	$(GO) test -count=1 -run '^TestEndpointDocsAreCurrent$$' ./infra/httpapi -update
 
 # References to files outside the repository: the design notes the project started from

@@ -255,6 +255,9 @@ type Repositories struct {
 	AILedger      postgres.AILedger
 	Updates       postgres.ListingUpdates
 	Integrations  postgres.Integrations
+	// Tasks are the task repositories of the flows built from the registry, by task table
+	// (worker.Env's Tasks, query.Queries' Tasks).
+	Tasks map[string]any
 }
 
 // ProvideRepositories builds the repositories.
@@ -262,7 +265,8 @@ func ProvideRepositories() *Repositories {
 	return &Repositories{Operations: postgres.NewOperations(), Stores: postgres.NewStores(),
 		Verifications: postgres.NewStoreVerifications(), Media: postgres.NewMedia(), MediaTasks: postgres.NewMediaTasks(),
 		Transfers: postgres.NewMaterialTransfers(), Publications: postgres.NewPublications(), Syncs: postgres.NewProductSyncs(),
-		AITasks: postgres.NewAITasks(), Updates: postgres.NewListingUpdates(), Integrations: postgres.NewIntegrations()}
+		AITasks: postgres.NewAITasks(), Updates: postgres.NewListingUpdates(), Integrations: postgres.NewIntegrations(),
+		Tasks: postgres.TaskRepositories()}
 }
 
 // ProvideApplication builds the catalogue of commands and queries.
@@ -300,9 +304,20 @@ func ProvideApplication(cfg config.Config, b *bus.Bus, pool *pgxpool.Pool, hashe
 		},
 		Queries: query.Queries{Tx: postgres.Transactor{Pool: pool}, Accounts: accounts, Products: repos.Products,
 			Operations: repos.Operations, Stores: repos.Stores, Verifications: repos.Verifications, Media: repos.Media, Transfers: repos.Transfers,
-			Publications: repos.Publications, Syncs: repos.Syncs, AITasks: repos.AITasks, Updates: repos.Updates,
-			Storage: store, Fetcher: fetcher, Principals: repos.Integrations},
+			Publications: repos.Publications, Syncs: repos.Syncs, AITasks: repos.AITasks,
+			Tasks: taskReaders(repos.Tasks), Storage: store, Fetcher: fetcher, Principals: repos.Integrations},
 	}, nil
+}
+
+// taskReaders are the task repositories that read tasks under their parent.
+func taskReaders(tasks map[string]any) map[string]port.TaskReader {
+	out := map[string]port.TaskReader{}
+	for table, r := range tasks {
+		if tr, ok := r.(port.TaskReader); ok {
+			out[table] = tr
+		}
+	}
+	return out
 }
 
 // ProvideHTTP builds the HTTP API, with the process's password-hashing slots

@@ -141,7 +141,14 @@ func InitializeDispatch(ctx context.Context, cfg config.Config, q *Queues, reg *
 		return nil, nil, err
 	}
 	deps := ProvideWorkerDeps(pool, repositories, eventPublisher, log)
-	taskKinds := ProvideTaskKinds(deps, repositories)
+	taskKinds, err := ProvideTaskKinds(cfg, deps, repositories)
+	if err != nil {
+		cleanup4()
+		cleanup3()
+		cleanup2()
+		cleanup()
+		return nil, nil, err
+	}
 	reconciler, err := ProvideReconciler(cfg, pool, bullmqConfig, taskKinds, reg, log)
 	if err != nil {
 		cleanup4()
@@ -258,7 +265,15 @@ func InitializeWork(ctx context.Context, cfg config.Config, q *Queues, reg *prom
 		cleanup()
 		return nil, nil, err
 	}
-	taskKinds := ProvideTaskKinds(deps, repositories)
+	taskKinds, err := ProvideTaskKinds(cfg, deps, repositories)
+	if err != nil {
+		cleanup5()
+		cleanup4()
+		cleanup3()
+		cleanup2()
+		cleanup()
+		return nil, nil, err
+	}
 	runner, err := ProvideRunner(cfg, transport, v, taskKinds, reg, log)
 	if err != nil {
 		cleanup5()

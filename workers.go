@@ -17,7 +17,6 @@ import (
 	"github.com/listingkit/listing/app/worker"
 	"github.com/listingkit/listing/app/worker/aitask"
 	"github.com/listingkit/listing/app/worker/flows"
-	"github.com/listingkit/listing/app/worker/listingupdate"
 	"github.com/listingkit/listing/app/worker/mediaproc"
 	"github.com/listingkit/listing/app/worker/productsync"
 	"github.com/listingkit/listing/app/worker/publish"
@@ -114,17 +113,43 @@ func ProvideWorkerDeps(pool *pgxpool.Pool, repos *Repositories, events *outbox.E
 // TaskKinds describes the task of every queue to the engine.
 type TaskKinds []worker.TaskKind
 
-// ProvideTaskKinds builds the task kind of every queue.
-func ProvideTaskKinds(deps worker.Deps, repos *Repositories) TaskKinds {
-	return TaskKinds{
+// env is what the flows built from the registry (worker.Spec's Kind and Handler) are built
+// from; x is nil in a process that consumes no jobs.
+func env(cfg config.Config, deps worker.Deps, repos *Repositories, cipher *secret.Cipher, x *Externals) worker.Env {
+	e := worker.Env{Deps: deps, Tasks: repos.Tasks, Publications: repos.Publications, Stores: repos.Stores,
+		PlatformTimeout: cfg.PlatformTimeout}
+	if cipher != nil {
+		e.Cipher = cipher
+	}
+	if x != nil {
+		e.Marketplace = x.Marketplace
+	}
+	return e
+}
+
+// ProvideTaskKinds builds the task kind of every queue: the flows' own (worker.Spec.Kind),
+// and those built by name below.
+func ProvideTaskKinds(cfg config.Config, deps worker.Deps, repos *Repositories) (TaskKinds, error) {
+	kinds := TaskKinds{
 		storeverify.Tasks(deps, repos.Verifications),
 		mediaproc.Tasks(deps, repos.MediaTasks, repos.Media),
 		transfer.Tasks(deps, repos.Transfers),
 		publish.Tasks(deps, repos.Publications),
 		productsync.Tasks(deps, repos.Syncs),
 		aitask.Tasks(deps, repos.AITasks, repos.AILedger),
-		listingupdate.Tasks(deps, repos.Updates, repos.Publications),
 	}
+	e := env(cfg, deps, repos, nil, nil)
+	for _, f := range flows.All() {
+		if f.Kind == nil {
+			continue
+		}
+		k, err := f.Kind(e)
+		if err != nil {
+			return nil, fmt.Errorf("flow %s: %w", f.Name, err)
+		}
+		kinds = append(kinds, k)
+	}
+	return kinds, nil
 }
 
 // byQueue indexes kinds by queue.
@@ -169,21 +194,29 @@ func ProvideJobHandlers(cfg config.Config, deps worker.Deps, repos *Repositories
 		MaxBytes: cfg.MediaMaxBytes, Decodes: cfg.MediaDecodeConcurrency, InspectFunc: inspectImage(cfg.MediaDecodeMaxBytes)})
 	tr, err6 := transfer.New(transfer.Config{Deps: deps, Transfers: repos.Transfers, Media: repos.Media, MediaTasks: repos.MediaTasks,
 		Storage: store, Fetcher: fetcher, MaxBytes: cfg.MediaMaxBytes})
-	// The push claim outlives any call of the adapter (listingupdate's lease rule).
-	lu, err7 := listingupdate.New(listingupdate.Config{Deps: deps, Updates: repos.Updates, Publications: repos.Publications,
-		Stores: repos.Stores, Cipher: cipher, Marketplace: x.Marketplace, Lease: 4 * cfg.PlatformTimeout})
-	if err := errors.Join(err, err2, err3, err4, err5, err6, err7); err != nil {
+	if err := errors.Join(err, err2, err3, err4, err5, err6); err != nil {
 		return nil, err
 	}
-	return map[string]worker.Handler{
+	handlers := map[string]worker.Handler{
 		worker.QueueStoreVerification: sv,
 		worker.QueueListingPublish:    pub,
 		worker.QueueProductSync:       ps,
 		worker.QueueAITask:            at,
 		worker.QueueMediaProcessing:   mp,
 		worker.QueueMaterialTransfer:  tr,
-		worker.QueueListingUpdate:     lu,
-	}, nil
+	}
+	e := env(cfg, deps, repos, cipher, x)
+	for _, f := range flows.All() {
+		if f.Handler == nil {
+			continue
+		}
+		h, err := f.Handler(e)
+		if err != nil {
+			return nil, fmt.Errorf("flow %s: %w", f.Name, err)
+		}
+		handlers[f.Queue] = h
+	}
+	return handlers, nil
 }
 
 // inspectImage inspects and decodes an original with imaging within the decode budget
@@ -213,10 +246,14 @@ func inspectImage(maxDecode int64) mediaproc.InspectFunc {
 // memory queues (QUEUE_TRANSPORT=memory), whose retries go back through the outbox.
 func ProvideTransport(cfg config.Config, bcfg bullmq.Config, q *Queues, pool *pgxpool.Pool, log *slog.Logger) (jobs.Transport, func(), error) {
 	if q.Memory != nil {
-		requeue := func(ctx context.Context, job worker.Job, after time.Duration, next outbox.JobDelivery) error {
-			return outbox.Requeue(ctx, pool, job.WorkspaceID, job.ID, after, next)
+		take := func(ctx context.Context, job worker.Job, claim string, lease time.Duration) error {
+			return outbox.Take(ctx, pool, job.WorkspaceID, job.ID, claim, lease)
 		}
-		return jobs.NewMemory(q.Memory, cfg.JobAttempts, config.JobRetryDelay, requeue, log), func() {}, nil
+		requeue := func(ctx context.Context, job worker.Job, claim string, after time.Duration, next outbox.JobDelivery) error {
+			return outbox.Requeue(ctx, pool, job.WorkspaceID, job.ID, claim, after, next)
+		}
+		return jobs.NewMemory(q.Memory, jobs.MemoryConfig{Attempts: cfg.JobAttempts, Backoff: config.JobRetryDelay,
+			Lease: cfg.JobLockDuration, Take: take, Requeue: requeue, Logger: log}), func() {}, nil
 	}
 	maxStalls := cfg.JobMaxStalls
 	if maxStalls == 0 {
@@ -226,7 +263,7 @@ func ProvideTransport(cfg config.Config, bcfg bullmq.Config, q *Queues, pool *pg
 	// a little longer for it to settle.
 	t, err := jobs.NewBullMQ(bullmq.SubscriberConfig{Config: bcfg, Concurrency: cfg.WorkerConcurrency, Name: "listing",
 		LockDuration: cfg.JobLockDuration, StalledInterval: cfg.JobStalledInterval, MaxStalledCount: maxStalls,
-		ShutdownTimeout: cfg.WorkerStopTimeout + 5*time.Second})
+		ShutdownTimeout: cfg.WorkerStopTimeout + 5*time.Second}, log)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -243,8 +280,9 @@ func ProvideRunner(cfg config.Config, transport jobs.Transport, handlers map[str
 	}
 	var timeout time.Duration
 	if cfg.Memory() {
-		// The dispatcher waits for the handler: it must finish within the event's lease.
-		timeout = cfg.OutboxLease / 2
+		// A handler holds its outbox event for JOB_LOCK_DURATION from when it is taken: it
+		// must finish, and its calls end, within that lease (config checks the calls fit).
+		timeout = jobs.HandlerTimeout(cfg.JobLockDuration)
 	}
 	return jobs.NewRunner(jobs.Config{Transport: transport, Concurrency: cfg.WorkerConcurrency, Handlers: handlers,
 		Kinds: byQueue(kinds), JobTimeout: timeout, ShutdownTimeout: cfg.WorkerStopTimeout, Logger: log, Registerer: reg})

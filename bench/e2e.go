@@ -141,7 +141,7 @@ func e2eOurs(ctx context.Context, o options) (float64, error) {
 	if err != nil {
 		return 0, err
 	}
-	transport, err := jobs.NewBullMQ(bullmq.SubscriberConfig{Config: bcfg, Concurrency: o.workers, Name: "bench"})
+	transport, err := jobs.NewBullMQ(bullmq.SubscriberConfig{Config: bcfg, Concurrency: o.workers, Name: "bench"}, nil)
 	if err != nil {
 		return 0, err
 	}

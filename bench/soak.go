@@ -29,8 +29,10 @@ type soakOptions struct {
 
 // soak runs the soak and prints one line a minute: claim p50/p99 (the dispatcher's
 // histogram, interpolated within its buckets), outbox_events' heap and index sizes and dead
-// tuples, the log's size, WAL bytes per event committed (the cluster's WAL: other databases
-// of the cluster count too), and the Redis memory of the soak's keys (MEMORY USAGE summed).
+// tuples, the log's size, WAL bytes per event committed, and the Redis memory of the soak's
+// keys (MEMORY USAGE summed). Two WAL columns: the cluster's (the LSN's advance, which other
+// databases of a shared cluster add to) and the soak database's own (ownWAL: the records
+// pg_walinspect attributes to it), with a breakdown by record type and relation at the end.
 func soak(ctx context.Context, o options, so soakOptions) error {
 	db, err := newScratch(ctx, o.adminURL, 30)
 	if err != nil {
@@ -151,11 +153,16 @@ func soak(ctx context.Context, o options, so soakOptions) error {
 			}
 		})
 	}
+	wi, err := newWALInspector(ctx, db)
+	defer wi.close()
+	if err != nil {
+		fmt.Printf("soak: no WAL of the soak's own database (%v): the own WAL column stays empty\n", err)
+	}
 	fmt.Printf("soak: autovacuum %s%s\n", autovacuum, map[bool]string{true: ": the soak runs VACUUM outbox_events after 1,000 dead rows, as the table's autovacuum settings would", false: ""}[autovacuum == "off"])
 	fmt.Printf("soak: %d min, 115 events/s on average, bursts of 1,150/s for 3 s a minute, 100 workspaces; REPEATABLE READ held from minute %d to %d; job retention %s; load average %s\n",
 		so.minutes, so.holdFrom, so.holdTo, so.retention, loadavg())
-	fmt.Printf("%-4s %-5s %8s %8s %8s %10s %10s %10s %10s %12s %10s %7s %s\n", "min", "held", "events", "claim50", "claim99",
-		"live heap", "live idx", "dead tup", "log", "WAL B/event", "redis MB", "vacuums", "failed")
+	fmt.Printf("%-4s %-5s %8s %8s %8s %10s %10s %10s %10s %12s %10s %8s %6s %10s %7s %s\n", "min", "held", "events", "claim50", "claim99",
+		"live heap", "live idx", "dead tup", "log", "WAL B/event", "own B/ev", "own FPI", "ckpts", "redis MB", "vacuums", "failed")
 	var held pgx.Tx
 	defer func() {
 		if held != nil {
@@ -165,6 +172,12 @@ func soak(ctx context.Context, o options, so soakOptions) error {
 	prevHist := claimBuckets(reg)
 	prevEvents := int64(0)
 	prevWAL := walLSN(ctx, db)
+	prevFlush := flushLSN(ctx, db)
+	if prevFlush == "" {
+		wi = nil
+	}
+	var ownTotal, ownHeld, evTotal, evHeld int64
+	prevCk := checkpoints(ctx, db)
 	for m := 1; m <= so.minutes; m++ {
 		if m-1 == so.holdFrom {
 			if held, err = db.Owner.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead}); err != nil {
@@ -178,10 +191,29 @@ func soak(ctx context.Context, o options, so soakOptions) error {
 			_ = held.Rollback(ctx)
 			held = nil
 		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(time.Minute):
+		// The minute, with the database's own WAL read every 5 s (see walInspector.read).
+		minute := newWALSample()
+		gap := wi == nil
+		end := time.Now().Add(time.Minute)
+		for time.Now().Before(end) {
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(min(5*time.Second, time.Until(end))):
+			}
+			if wi == nil {
+				continue
+			}
+			flush := flushLSN(ctx, db)
+			if smp, err := wi.read(ctx, prevFlush, flush); err != nil {
+				if !gap {
+					fmt.Printf("soak: own WAL of minute %d not counted: %v\n", m, err)
+				}
+				gap = true
+			} else {
+				minute.merge(smp)
+			}
+			prevFlush = flush
 		}
 		hist := claimBuckets(reg)
 		delta := make([]bucket, len(hist))
@@ -195,6 +227,20 @@ func soak(ctx context.Context, o options, so soakOptions) error {
 		if ev > prevEvents {
 			perEvent = float64(wal-prevWAL) / float64(ev-prevEvents)
 		}
+		own, ownFPI := "-", "-"
+		ck := checkpoints(ctx, db)
+		if !gap && ev > prevEvents {
+			own = fmt.Sprintf("%.0f", float64(minute.total)/float64(ev-prevEvents))
+			ownFPI = fmt.Sprintf("%.0f", float64(minute.fpi)/float64(ev-prevEvents))
+			ownTotal += minute.total
+			evTotal += ev - prevEvents
+			if held != nil {
+				ownHeld += minute.total
+				evHeld += ev - prevEvents
+			} else {
+				wi.outside.merge(minute)
+			}
+		}
 		var heap, idx, logSize, dead int64
 		_ = db.Owner.QueryRow(ctx, `SELECT pg_relation_size('outbox_events'), pg_indexes_size('outbox_events'),
 			(SELECT coalesce(sum(pg_total_relation_size(inhrelid)), 0)::bigint FROM pg_inherits WHERE inhparent = 'outbox_dispatched'::regclass),
@@ -203,10 +249,21 @@ func soak(ctx context.Context, o options, so soakOptions) error {
 		if held != nil {
 			heldNow = "yes"
 		}
-		fmt.Printf("%-4d %-5s %8d %8s %8s %9.1fM %9.1fM %10d %9.1fM %12.0f %10.1f %7d %d\n", m, heldNow, ev-prevEvents,
-			msf(quantile(delta, .5)), msf(quantile(delta, .99)), mb(heap), mb(idx), dead, mb(logSize), perEvent,
+		fmt.Printf("%-4d %-5s %8d %8s %8s %9.1fM %9.1fM %10d %9.1fM %12.0f %10s %8s %6d %10.1f %7d %d\n", m, heldNow, ev-prevEvents,
+			msf(quantile(delta, .5)), msf(quantile(delta, .99)), mb(heap), mb(idx), dead, mb(logSize), perEvent, own, ownFPI, ck-prevCk,
 			mb(redisBytes(ctx, rdb, prefix)), vacuums.Load(), failed.Load())
-		prevEvents, prevWAL = ev, wal
+		prevEvents, prevWAL, prevCk = ev, wal, ck
+	}
+	if wi != nil && evTotal > 0 {
+		fmt.Printf("soak: own WAL: %d B over %d events, %.0f B/event", ownTotal, evTotal, float64(ownTotal)/float64(evTotal))
+		if evTotal > evHeld {
+			fmt.Printf("; outside the held transaction %.0f B/event", float64(ownTotal-ownHeld)/float64(evTotal-evHeld))
+		}
+		if evHeld > 0 {
+			fmt.Printf("; while it was held %.0f B/event", float64(ownHeld)/float64(evHeld))
+		}
+		fmt.Println()
+		wi.print(ctx, evTotal-evHeld)
 	}
 	fmt.Printf("soak: load average after: %s\n", loadavg())
 	return nil

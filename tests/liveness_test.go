@@ -138,11 +138,17 @@ type livenessWorld struct {
 
 // newLivenessWorld starts the world; the store is verified by a first worker, which is
 // stopped before it returns. redisDB > 0 gives the test a Redis database of its own (it may
-// flush it).
-func newLivenessWorld(t *testing.T, front string, redisDB int, extra map[string]string) *livenessWorld {
+// flush it); own, when given, is the URL of a Redis of the test's own (redisDB is ignored).
+func newLivenessWorld(t *testing.T, front string, redisDB int, extra map[string]string, own ...string) *livenessWorld {
 	t.Helper()
 	w := &livenessWorld{prefix: seedPrefix(), redisURL: seedRedisURL()}
-	if redisDB > 0 {
+	if len(own) > 0 {
+		w.redisURL = own[0]
+		opts, err := redis.ParseURL(w.redisURL)
+		require.NoError(t, err)
+		w.rdb = redis.NewClient(opts)
+		t.Cleanup(func() { _ = w.rdb.Close() })
+	} else if redisDB > 0 {
 		opts, err := redis.ParseURL(w.redisURL)
 		require.NoError(t, err)
 		opts.DB = redisDB
@@ -184,6 +190,23 @@ func (w *livenessWorld) publish(t *testing.T) (pubID, opID, jobID string) {
 	jobID = seedOutbox(t, w.db, w.acct.WorkspaceID, "listing-publish").ID
 	seedWaitStatus(t, w.db, "dispatched", "SELECT status FROM outbox_all_events WHERE id = $1", jobID)
 	return pubID, opID, jobID
+}
+
+// loseJobAfterCreate loses a publication's job after the platform created its product: a
+// worker takes the job, the front holds the create's answer, the worker is SIGKILLed, the
+// queues' Redis database is flushed (a restart without persistence: the world needs a Redis
+// database of its own), and another worker starts. It returns the publication, operation
+// and job ids, and when the other worker started.
+func (w *livenessWorld) loseJobAfterCreate(t *testing.T, front *heldFront) (pubID, opID, jobID string, since time.Time) {
+	t.Helper()
+	w1 := w.startWork(t)
+	pubID, opID, jobID = w.publish(t)
+	front.waitHeld(t)
+	w1.kill(t)
+	require.NoError(t, w.rdb.FlushDB(context.Background()).Err())
+	since = time.Now()
+	w.startWork(t)
+	return pubID, opID, jobID, since
 }
 
 // waitFinished waits until the operation is terminal, at most bound after since, and
@@ -253,13 +276,7 @@ func TestLivenessRedisFlushedAfterDispatch(t *testing.T) {
 	t.Parallel()
 	front, url := newHeldFront(t, 1, true)
 	w := newLivenessWorld(t, url, 7, nil)
-	w1 := w.startWork(t)
-	pubID, opID, jobID := w.publish(t)
-	front.waitHeld(t)
-	w1.kill(t)
-	require.NoError(t, w.rdb.FlushDB(context.Background()).Err())
-	since := time.Now()
-	w.startWork(t)
+	pubID, opID, jobID, since := w.loseJobAfterCreate(t, front)
 
 	status, code := w.waitFinished(t, opID, since, livenessBound)
 	require.Equal(t, "succeeded", status, code)

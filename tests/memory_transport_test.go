@@ -14,6 +14,7 @@ import (
 	"github.com/listingkit/listing/infra/config"
 	"github.com/listingkit/listing/infra/postgres/pgtest"
 	"github.com/listingkit/listing/infra/sandbox"
+	"github.com/listingkit/listing/infra/sandbox/aiprovider"
 	"github.com/listingkit/listing/infra/sandbox/marketplace"
 	"github.com/listingkit/listing/internal/servicetest"
 )
@@ -117,4 +118,31 @@ func TestMemoryTransportSurvivesKill(t *testing.T) {
 	seedWaitStatus(t, db, "succeeded", "SELECT status FROM operations WHERE id = $1", opID)
 	t.Logf("operation succeeded %s after the restart", time.Since(since).Round(time.Millisecond))
 	require.Equal(t, "verified", seedOne(t, db, "SELECT status FROM stores WHERE workspace_id = $1", acct.WorkspaceID))
+}
+
+// TestMemoryTransportHoldsTheEventThroughALongCall: with the memory transport a job holds its
+// outbox event for a lease of its own (JOB_LOCK_DURATION from when it is taken), not the
+// dispatcher's OUTBOX_LEASE: an AI call longer than OUTBOX_LEASE (13 s against 11 s, well
+// within AI_TIMEOUT) is made once, is not cut short, and its task succeeds. Before, the
+// handler ran within OUTBOX_LEASE/2 (the call was cut at 5.5 s and handed back as the same
+// attempt at once, again and again); without the lease of its own the event would be claimed
+// and delivered again while the first call ran.
+func TestMemoryTransportHoldsTheEventThroughALongCall(t *testing.T) {
+	t.Parallel()
+	env := servicetest.StartAll(t, func(c *config.Config) {
+		c.QueueTransport, c.RedisURL = config.TransportMemory, closedRedis
+		c.OutboxLease = 11 * time.Second // the dispatcher's publish time-out is 10 s
+	})
+	acct := env.Register("memory-long@example.com")
+	productID := seedProduct(t, env, acct)
+	sb := env.Work.Externals.AISandbox
+	sb.SetLatency(13 * time.Second)
+	ai := env.Do(servicetest.Request{Method: "POST", Path: seedWS(acct) + "/ai-tasks", Token: acct.AccessToken,
+		Header: seedKey(), Body: map[string]any{"kind": "text", "product_id": productID, "input": map[string]any{"prompt": "slow"}}})
+	require.Equal(t, http.StatusAccepted, ai.Status, "%s", ai.Body)
+	op := env.WaitOperation(acct, seedField(t, ai, "operation", "id"))
+	require.Equal(t, "succeeded", op["status"], "%v", op)
+	require.Equal(t, 1, sb.Calls(aiprovider.EndpointChat), "one provider call")
+	require.Equal(t, "", seedOne(t, env.DB, `SELECT coalesce(metadata->>'job_attempt', '') FROM outbox_all_events
+		WHERE event_type = 'ai_task.requested'`), "delivered once: never handed back")
 }

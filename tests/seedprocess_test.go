@@ -238,7 +238,11 @@ func seedStartWork(t testing.TB, appURL, prefix string, extra map[string]string)
 	}
 	p := seedStartProc(t, "work", env, "work")
 	if env["PLATFORM_BASE_URL"] != "" {
-		p.waitLog(t, "AI sandbox started")
+		if env["AI_BASE_URL"] != "" {
+			p.waitLog(t, "msg=started")
+		} else {
+			p.waitLog(t, "AI sandbox started")
+		}
 		return p, ""
 	}
 	seedWaitHTTP(t, p, "http://"+mp+"/_sandbox/stats")

@@ -31,5 +31,15 @@ type Transactor interface {
 	InTx(ctx context.Context, workspaceID, userID uuid.UUID, fn func(ctx context.Context) error) error
 }
 
+// GroupTransactor is a Transactor that can also commit a short step together with the
+// concurrent steps of other goroutines (group commit): InGroupTx runs fn in a transaction
+// scoped to workspaceID that may hold other workspaces' steps too, each under its own scope,
+// and returns once it committed, or fn's error. When the shared transaction fails, fn runs
+// again alone: fn must set what it hands out on every run.
+type GroupTransactor interface {
+	Transactor
+	InGroupTx(ctx context.Context, workspaceID uuid.UUID, fn func(ctx context.Context) error) error
+}
+
 // Clock tells the time; tests may fix it.
 type Clock func() time.Time

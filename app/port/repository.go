@@ -26,6 +26,17 @@ type Repository[T any] interface {
 	List(ctx context.Context, page Page) (items []T, next string, err error)
 }
 
+// TaskReader reads a flow's tasks under their parent, whatever their type (the API's
+// derived task resources, worker.Resource). Like Repository it runs in ctx's transaction.
+type TaskReader interface {
+	// GetUnder returns the task id whose parentColumn is parentID, or the kind's not-found
+	// domain error (also for a task of another parent).
+	GetUnder(ctx context.Context, id uuid.UUID, parentColumn string, parentID uuid.UUID) (any, error)
+	// ListUnder returns one page of parentID's tasks, newest first; domain.ErrNotFound when
+	// parentTable has no row parentID.
+	ListUnder(ctx context.Context, parentTable, parentColumn string, parentID uuid.UUID, page Page) ([]any, string, error)
+}
+
 // SealedCredentials are a store's credentials as stored: AEAD ciphertext and the id of the
 // key that sealed it. Only a worker opens them, right before calling the platform.
 type SealedCredentials struct {

@@ -5,6 +5,7 @@ package query
 import (
 	"context"
 	"errors"
+	"fmt"
 
 	"github.com/google/uuid"
 
@@ -33,7 +34,8 @@ type Queries struct {
 	Publications port.Publications
 	Syncs        port.ProductSyncs
 	AITasks      port.Repository[domain.AITask]
-	Updates      port.ListingUpdates
+	// Tasks read the tasks of the flows' task resources (worker.Resource), by task table.
+	Tasks map[string]port.TaskReader
 	// Principals are the integration principals (Integrations, Principal).
 	Principals port.Integrations
 	Storage    port.ObjectStorage
@@ -132,30 +134,43 @@ func (q Queries) CheckSourceURL(ctx context.Context, sourceURL string) error {
 	return q.Fetcher.CheckURL(ctx, sourceURL)
 }
 
-// ListingUpdate returns one update of the publication; an update of another publication is
-// domain.ErrListingUpdateNotFound.
-func (q Queries) ListingUpdate(ctx context.Context, s Scope, publicationID, id uuid.UUID) (domain.ListingUpdate, error) {
-	u, err := Get(ctx, q.Tx, s, port.Repository[domain.ListingUpdate](q.Updates), id)
-	if err == nil && u.PublicationID != publicationID {
-		return domain.ListingUpdate{}, domain.ErrListingUpdateNotFound
-	}
-	return u, err
-}
-
-// ListingUpdates lists the publication's updates, newest first; an unknown publication is
-// domain.ErrPublicationNotFound.
-func (q Queries) ListingUpdates(ctx context.Context, s Scope, publicationID uuid.UUID, page port.Page) ([]domain.ListingUpdate, string, error) {
-	var items []domain.ListingUpdate
-	var next string
+// Task returns the task id of table whose parentColumn is parentID (a task resource).
+func (q Queries) Task(ctx context.Context, s Scope, table, parentColumn string, parentID, id uuid.UUID) (any, error) {
+	var v any
 	err := q.Tx.InTx(ctx, s.WorkspaceID, s.UserID, func(ctx context.Context) error {
-		if _, err := q.Publications.Get(ctx, publicationID); err != nil {
+		r, err := q.reader(table)
+		if err != nil {
 			return err
 		}
-		var err error
-		items, next, err = q.Updates.ListOf(ctx, publicationID, page)
+		v, err = r.GetUnder(ctx, id, parentColumn, parentID)
+		return err
+	})
+	return v, err
+}
+
+// TaskList lists parentID's tasks of table, newest first; an unknown parent is
+// domain.ErrNotFound.
+func (q Queries) TaskList(ctx context.Context, s Scope, table, parentTable, parentColumn string, parentID uuid.UUID, page port.Page) ([]any, string, error) {
+	var items []any
+	var next string
+	err := q.Tx.InTx(ctx, s.WorkspaceID, s.UserID, func(ctx context.Context) error {
+		r, err := q.reader(table)
+		if err != nil {
+			return err
+		}
+		items, next, err = r.ListUnder(ctx, parentTable, parentColumn, parentID, page)
 		return err
 	})
 	return items, next, err
+}
+
+// reader is table's TaskReader; the assembly gives every task resource one.
+func (q Queries) reader(table string) (port.TaskReader, error) {
+	r, ok := q.Tasks[table]
+	if !ok {
+		return nil, fmt.Errorf("query: no TaskReader of task table %s", table)
+	}
+	return r, nil
 }
 
 // under reads one page of a parent's children in one transaction: parent returns the

@@ -27,6 +27,11 @@ import (
 //     another delivery finished it meanwhile, Record applies the result; the task and its
 //     operation succeed.
 //
+// The begin and record transactions of jobs running at the same time may be one (group
+// commit, port.GroupTransactor: each step under its own workspace's scope, keeping its own
+// compare-and-set); a step that fails in a group runs again alone, so the closures of steps
+// 2 and 4 set what they hand out on every run.
+//
 // Every error goes through one policy (decide): a finished task is success; an upstream
 // Retry-After snoozes the job without spending an attempt (bounded: Snooze); a permanent
 // error, or any error on the last attempt, records a final failure on the task and its
@@ -198,11 +203,14 @@ func (f Flow[T, W, R]) run(ctx context.Context, job Job, id uuid.UUID) (R, error
 	var task T
 	var w W
 	var refused *domain.Error
-	err := tx(ctx, func(ctx context.Context) error {
+	err := d.groupStep(ctx, job, func(ctx context.Context) error {
+		// Set on every run: a group commit may run this again alone.
+		var zero W
+		w, refused = zero, nil
 		v, err := f.Tasks.Update(ctx, id, func(v *T) error {
 			t := f.TaskOf(v)
 			if t.Status.Terminal() {
-				return ErrSkip
+				return errFinished
 			}
 			if f.Begin != nil {
 				var err error
@@ -290,13 +298,14 @@ func recordRetryable(err error) bool {
 func (f Flow[T, W, R]) recordOnce(ctx context.Context, job Job, id uuid.UUID, r R) error {
 	d := f.Deps
 	var finished *T
-	err := d.Step(ctx, job, func(ctx context.Context) error {
+	err := d.groupStep(ctx, job, func(ctx context.Context) error {
+		finished = nil // set on every run: a group commit may run this again alone
 		var result any
 		v, err := f.Tasks.Update(ctx, id, func(v *T) error {
 			t := f.TaskOf(v)
 			if t.Status.Terminal() {
 				finished = v
-				return ErrSkip
+				return errFinished
 			}
 			var err error
 			if result, err = f.Record(ctx, v, r); err != nil {

@@ -3,6 +3,8 @@ package worker_test
 import (
 	"context"
 	"errors"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -250,4 +252,41 @@ func TestLifecycleCancelledDeliveryRecordsNothing(t *testing.T) {
 	got, op := l.state(t, tr)
 	require.Equal(t, domain.TaskRunning, got.Status, "neither succeeded nor failed by this worker")
 	require.Equal(t, domain.OperationRunning, op.Status)
+}
+
+// Jobs handled at the same time commit their steps together (group commit) and each still
+// succeeds once: two deliveries of every task run concurrently, every one returns nil, and
+// each operation reports running then succeeded, once each.
+func TestLifecycleConcurrentJobsEachSucceedOnce(t *testing.T) {
+	l := newLifecycle(t)
+	var calls atomic.Int64
+	f := l.flow(t, func() (string, error) { return "done", nil }, nil)
+	f.Call = func(context.Context, domain.MaterialTransfer, struct{}, worker.Tx) (string, error) {
+		calls.Add(1)
+		return "done", nil
+	}
+	const n = 40
+	trs := make([]domain.MaterialTransfer, n)
+	jobs := make([]worker.Job, n)
+	for i := range n {
+		trs[i], jobs[i] = l.task(t)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	errs := make([]error, 2*n)
+	var wg sync.WaitGroup
+	for i := range 2 * n {
+		wg.Go(func() { errs[i] = f.Handle(ctx, jobs[i%n]) })
+	}
+	wg.Wait()
+	for i, err := range errs {
+		require.NoError(t, err, "delivery %d", i)
+	}
+	for _, tr := range trs {
+		got, op := l.state(t, tr)
+		require.Equal(t, domain.TaskSucceeded, got.Status)
+		require.Equal(t, domain.OperationSucceeded, op.Status)
+		require.Equal(t, []string{"running", "succeeded"}, l.env.StatusEvents(t, tr.OperationID))
+	}
+	require.GreaterOrEqual(t, calls.Load(), int64(n))
 }

@@ -6,7 +6,9 @@ import (
 	"reflect"
 	"slices"
 	"strings"
+	"time"
 
+	"github.com/listingkit/listing/app/port"
 	"github.com/listingkit/listing/domain"
 )
 
@@ -46,6 +48,84 @@ type Spec struct {
 	// LastLook says what the flow asks its upstream before it records a final failure, or
 	// why the upstream cannot be asked (Asks, CannotAsk).
 	LastLook LastLook
+	// Resource is the HTTP resource of the flow's tasks under their parent: infra/httpapi
+	// derives its GET routes (one task, and the list) and their endpoints. Nil when the
+	// flow's tasks are served by routes of their own.
+	Resource *Resource
+	// Kind and Handler build the flow's task kind and job handler from the process's shared
+	// dependencies (Env); the assembly (workers.go) calls them for every registered flow
+	// that has them. Nil for a flow the assembly builds by name.
+	Kind    func(Env) (TaskKind, error)
+	Handler func(Env) (Handler, error)
+}
+
+// Resource is how the API serves a flow's tasks that live under a parent:
+// GET /v1/workspaces/{workspace_id}<Parent>/<Path> (newest first) and …/<Path>/{<IDParam>}.
+type Resource struct {
+	// Parent is the parent's path under /v1/workspaces/{workspace_id}; its last segment is
+	// the parent's id parameter, which is also the task table's column naming the parent
+	// ("/publications/{publication_id}").
+	Parent string
+	// ParentTable is the parent's table; ParentNotFound its not-found error (an unknown or
+	// malformed parent id).
+	ParentTable    string
+	ParentNotFound *domain.Error
+	// Path is the tasks' segment under Parent (updates), IDParam the task id's parameter
+	// (update_id), Key the JSON key of one task ({"update": …}).
+	Path, IDParam, Key string
+	// GetOperation and ListOperation are the operationIds of the two routes.
+	GetOperation, ListOperation string
+	// Body is the JSON of one task (a value of the flow's task type).
+	Body func(task any) any
+}
+
+// ParentParam is the parent's id parameter, the last segment of Parent without its braces.
+func (r Resource) ParentParam() string {
+	last := r.Parent[strings.LastIndex(r.Parent, "/")+1:]
+	if !strings.HasPrefix(last, "{") || !strings.HasSuffix(last, "}") {
+		return ""
+	}
+	return last[1 : len(last)-1]
+}
+
+// ErrorJSON is a failed task's error as the API shows it.
+type ErrorJSON struct {
+	Code    string `json:"code"`
+	Message string `json:"message"`
+}
+
+// TaskError is t's error for the API, or nil unless t failed.
+func TaskError(t domain.Task) *ErrorJSON {
+	if t.Status != domain.TaskFailed {
+		return nil
+	}
+	return &ErrorJSON{Code: t.ErrorCode, Message: t.ErrorMessage}
+}
+
+// Env is what a flow's task kind and handler are built from (Spec.Kind, Spec.Handler): the
+// process's shared dependencies, as ports.
+type Env struct {
+	Deps Deps
+	// Tasks are the flows' task repositories by table, each a port.Repository of its flow's
+	// task type (TaskRepository).
+	Tasks        map[string]any
+	Publications port.Repository[domain.Publication]
+	Stores       port.Stores
+	Cipher       port.CredentialCipher
+	// Marketplace is the platform gateway; nil in a process that consumes no jobs.
+	Marketplace port.Marketplace
+	// PlatformTimeout is Marketplace's time-out of one call (a push claim's lease outlives it).
+	PlatformTimeout time.Duration
+}
+
+// TaskRepository returns e's repository of table, of task type T.
+func TaskRepository[T any](e Env, table string) (port.Repository[T], error) {
+	r, ok := e.Tasks[table].(port.Repository[T])
+	if !ok {
+		var zero T
+		return nil, fmt.Errorf("task table %s: no repository of %T (infra/postgres.TaskRepositories)", table, zero)
+	}
+	return r, nil
 }
 
 // Message is a command type other services may send as a message (docs/integrations.md). It
@@ -133,6 +213,17 @@ func (s Spec) Check() error {
 		missing("no last look, nor a statement that the upstream cannot be asked")
 	case l.Asks != "" && l.CannotAsk != "":
 		missing("both a last look and a statement that the upstream cannot be asked")
+	}
+	if r := s.Resource; r != nil {
+		if r.ParentParam() == "" || r.ParentTable == "" || r.ParentNotFound == nil {
+			missing("a task resource without its parent (Parent ending in {id param}, ParentTable, ParentNotFound)")
+		}
+		if r.Path == "" || r.IDParam == "" || r.Key == "" || r.GetOperation == "" || r.ListOperation == "" || r.Body == nil {
+			missing("a task resource without Path, IDParam, Key, GetOperation, ListOperation or Body")
+		}
+	}
+	if (s.Kind == nil) != (s.Handler == nil) {
+		missing("a task kind builder without a handler builder, or the reverse (Kind, Handler)")
 	}
 	for _, m := range s.Messages {
 		if !strings.HasPrefix(m.Type, "listing.") {

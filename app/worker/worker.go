@@ -129,6 +129,36 @@ func (d Deps) Step(ctx context.Context, job Job, fn func(ctx context.Context) er
 	return d.Tx.InTx(ctx, job.WorkspaceID, uuid.Nil, fn)
 }
 
+// groupStep runs fn as Step does, in a transaction that it may share with the steps of
+// other jobs running at the same time (group commit, port.GroupTransactor), each under its
+// own workspace's scope. fn may run twice (the shared transaction failed: fn runs again
+// alone), so it sets what it hands out on every run. errFinished from fn (the task found
+// finished, nothing written) is a success for the group and ErrSkip for the caller.
+func (d Deps) groupStep(ctx context.Context, job Job, fn func(ctx context.Context) error) error {
+	g, ok := d.Tx.(port.GroupTransactor)
+	if !ok {
+		return d.Step(ctx, job, fn)
+	}
+	skipped := false
+	err := g.InGroupTx(ctx, job.WorkspaceID, func(ctx context.Context) error {
+		skipped = false
+		err := fn(ctx)
+		if errors.Is(err, errFinished) {
+			skipped = true
+			return nil
+		}
+		return err
+	})
+	if err == nil && skipped {
+		return errFinished
+	}
+	return err
+}
+
+// errFinished is ErrSkip returned by a step that found its task finished before writing
+// anything: in a group transaction it fails no other step.
+var errFinished = fmt.Errorf("%w (nothing written)", ErrSkip)
+
 // StartOperation moves the operation to running (once) and publishes the change. It must
 // run inside a Step.
 func (d Deps) StartOperation(ctx context.Context, id uuid.UUID) error {

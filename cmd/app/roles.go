@@ -31,7 +31,11 @@ func runMigrate(ctx context.Context, cfg config.Config, log *slog.Logger, args [
 }
 
 func migrate(ctx context.Context, cfg config.Config, log *slog.Logger, create bool) error {
-	applied, err := postgres.Migrate(ctx, cfg.MigrateDatabaseURL, create)
+	applied, history, err := postgres.MigrateReporting(ctx, cfg.MigrateDatabaseURL, create)
+	if history.Staged > 0 || history.Moved > 0 {
+		log.Info("outbox history moved to the log in batches", "staged", history.Staged, "moved", history.Moved,
+			"longest_batch", history.LongestBatch.String())
+	}
 	if err != nil {
 		return err
 	}

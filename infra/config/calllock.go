@@ -53,16 +53,40 @@ func CallWithinLock(lock time.Duration, calls []LockedCall) error {
 // A shorter bound would cut a call short at shutdown: its job is then left to its lock (not
 // handed back), so nothing runs twice, but the work is lost and done again later.
 func StopWithinBound(stop time.Duration, calls []LockedCall) error {
-	var longest LockedCall
-	for _, call := range calls {
-		if call.Timeout > longest.Timeout {
-			longest = call
-		}
-	}
+	longest := longestCall(calls)
 	if least := longest.Timeout + worker.RecordRetryBudget; stop < least {
 		return fmt.Errorf("WORKER_STOP_TIMEOUT (%s) must be at least %s: the longest call's time-out (%s, %s) plus the "+
 			"record step's retries (%s), so that a stopping worker finishes and records the calls in flight",
 			stop, least, longest.Setting, longest.Timeout, worker.RecordRetryBudget)
 	}
 	return nil
+}
+
+// CallWithinLease checks the memory transport's rule: a job taken holds its outbox event
+// for JOB_LOCK_DURATION (the lease), and its handler runs within four fifths of it
+// (jobs.HandlerTimeout), which must cover the longest call's time-out plus the record
+// step's retries; every call then ends while the lease holds, even when the process dies,
+// and no other claim delivers the event beside it.
+func CallWithinLease(lease time.Duration, calls []LockedCall) error {
+	longest := longestCall(calls)
+	need := longest.Timeout + worker.RecordRetryBudget
+	if handler := lease - lease/5; handler < need {
+		least := (need*5 + 3) / 4
+		return fmt.Errorf("with QUEUE_TRANSPORT=memory, JOB_LOCK_DURATION (%s) is the lease a job holds its outbox event "+
+			"for, and its handler runs within four fifths of it (%s), which must cover the longest call's time-out "+
+			"(%s, %s) plus the record step's retries (%s); raise JOB_LOCK_DURATION to at least %s",
+			lease, handler, longest.Setting, longest.Timeout, worker.RecordRetryBudget, least.Round(time.Second))
+	}
+	return nil
+}
+
+// longestCall returns the call of calls with the longest time-out.
+func longestCall(calls []LockedCall) LockedCall {
+	var longest LockedCall
+	for _, call := range calls {
+		if call.Timeout > longest.Timeout {
+			longest = call
+		}
+	}
+	return longest
 }

@@ -54,6 +54,12 @@ func TestValidateKeepsCallsWithinTheJobLock(t *testing.T) {
 			"the longest call's time-out (AI_TIMEOUT, 2m0s) plus the record step's retries (10s)",
 		"WORKER_STOP_TIMEOUT=10s": "WORKER_STOP_TIMEOUT (10s) must be at least 1m10s",
 		"PLATFORM_TIMEOUT=-1s":    "must be positive",
+		// The memory transport: a job's handler runs within 4/5 of its lease, which must
+		// cover the longest call plus the record's retries (no silent cut to OUTBOX_LEASE/2).
+		"QUEUE_TRANSPORT=memory,JOB_LOCK_DURATION=87s": "with QUEUE_TRANSPORT=memory, JOB_LOCK_DURATION (1m27s) is the lease " +
+			"a job holds its outbox event for, and its handler runs within four fifths of it (1m9.6s), which must cover the " +
+			"longest call's time-out (AI_TIMEOUT, 1m0s) plus the record step's retries (10s); raise JOB_LOCK_DURATION to at least 1m28s",
+		"QUEUE_TRANSPORT=memory,JOB_LOCK_DURATION=30s": "(AI_TIMEOUT, 1m0s)",
 	} {
 		err := load(envOf(vars))
 		require.ErrorContains(t, err, want, vars)
@@ -62,8 +68,10 @@ func TestValidateKeepsCallsWithinTheJobLock(t *testing.T) {
 		"JOB_LOCK_DURATION=2m",
 		"JOB_LOCK_DURATION=2s,PLATFORM_TIMEOUT=1s,AI_TIMEOUT=1s,FETCH_TIMEOUT=1s",
 		"AI_TIMEOUT=120s,JOB_LOCK_DURATION=4m,WORKER_STOP_TIMEOUT=130s",
-		// The memory transport holds no job lock: its handlers run within OUTBOX_LEASE/2.
-		"QUEUE_TRANSPORT=memory,JOB_LOCK_DURATION=30s",
+		// The memory transport's lease (JOB_LOCK_DURATION) needs four fifths of it to cover
+		// the longest call and the record's retries, not twice the call.
+		"QUEUE_TRANSPORT=memory",
+		"QUEUE_TRANSPORT=memory,JOB_LOCK_DURATION=88s",
 	} {
 		require.NoError(t, load(envOf(vars)), vars)
 	}

@@ -349,10 +349,12 @@ func (c Config) Validate() error {
 		errs = append(errs, errors.New("PLATFORM_TIMEOUT, AI_TIMEOUT and FETCH_TIMEOUT must be positive"))
 	} else if !c.Memory() {
 		// A BullMQ job's lock must outlast a dead worker's call (model/README.md, property 4).
-		// The memory transport holds no lock: its handlers run within OUTBOX_LEASE/2.
 		if err := CallWithinLock(c.JobLockDuration, c.LockedCalls()); err != nil {
 			errs = append(errs, err)
 		}
+	} else if err := CallWithinLease(c.JobLockDuration, c.LockedCalls()); err != nil {
+		// The memory transport's lock is the outbox event's lease, held for JOB_LOCK_DURATION.
+		errs = append(errs, err)
 	}
 	if c.PlatformTimeout > 0 && c.AITimeout > 0 && c.FetchTimeout > 0 {
 		if err := StopWithinBound(c.WorkerStopTimeout, c.LockedCalls()); err != nil {

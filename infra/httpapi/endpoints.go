@@ -56,11 +56,12 @@ func one(e ...*domain.Error) []*domain.Error { return e }
 const ws = "/v1/workspaces/{workspace_id}"
 
 // Endpoints lists every operation the router serves, with its errors. Extend it beside the
-// route in routes (server.go).
+// route in routes (server.go); the GET routes of the flows' task resources are derived from
+// the registry (tasks.go).
 func Endpoints() []Endpoint {
 	page := errs(errsMember, errsPage)
 	command := func(specific ...*domain.Error) []*domain.Error { return errs(errsMember, errsBody, errsKey, specific) }
-	return []Endpoint{
+	return withTaskEndpoints([]Endpoint{
 		{"GET", "/", "redirectToDocs", nil},
 		{"GET", "/docs", "getDocs", nil},
 		{"GET", "/healthz", "getHealth", nil},
@@ -112,9 +113,6 @@ func Endpoints() []Endpoint {
 		{"GET", ws + "/publications/{publication_id}", "getPublication", errs(errsMember, one(domain.ErrPublicationNotFound))},
 		{"POST", ws + "/publications/{publication_id}/updates", "updateListing", command(domain.ErrPublicationNotFound,
 			domain.ErrPublicationNotPublished)},
-		{"GET", ws + "/publications/{publication_id}/updates", "listListingUpdates", errs(page, one(domain.ErrPublicationNotFound))},
-		{"GET", ws + "/publications/{publication_id}/updates/{update_id}", "getListingUpdate", errs(errsMember,
-			one(domain.ErrPublicationNotFound, domain.ErrListingUpdateNotFound))},
 
 		{"POST", ws + "/ai-tasks", "createAITask", command(aitask.ErrKindUnsupported, domain.ErrProductNotFound)},
 		{"GET", ws + "/ai-tasks", "listAITasks", page},
@@ -124,5 +122,5 @@ func Endpoints() []Endpoint {
 		{"GET", ws + "/integrations", "listIntegrations", errs(page, one(domain.ErrOwnerRequired))},
 		{"DELETE", ws + "/integrations/{integration_id}", "revokeIntegration", errs(errsMember,
 			one(domain.ErrOwnerRequired, domain.ErrIntegrationNotFound))},
-	}
+	})
 }

@@ -18,6 +18,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/listingkit/listing/app"
+	"github.com/listingkit/listing/app/worker/flows"
 	"github.com/listingkit/listing/domain"
 )
 
@@ -147,6 +148,9 @@ func renderOpenAPI(doc []byte, endpoints []Endpoint) ([]byte, error) {
 			}
 		}
 	}
+	if err := setOperationTypes(root.Content[0]); err != nil {
+		return nil, err
+	}
 	var out bytes.Buffer
 	enc := yaml.NewEncoder(&out)
 	enc.SetIndent(2)
@@ -154,6 +158,32 @@ func renderOpenAPI(doc []byte, endpoints []Endpoint) ([]byte, error) {
 		return nil, err
 	}
 	return out.Bytes(), nil
+}
+
+// setOperationTypes sets the enums of the Operation schema's type and resource.type to the
+// registered flows' operation types and aggregate types (app/worker/flows), in the
+// registry's order.
+func setOperationTypes(doc *yaml.Node) error {
+	op := mapValue(mapValue(mapValue(doc, "components"), "schemas"), "Operation")
+	props := mapValue(op, "properties")
+	resource := mapValue(mapValue(mapValue(props, "resource"), "properties"), "type")
+	typ := mapValue(props, "type")
+	if typ == nil || resource == nil {
+		return fmt.Errorf("openapi.yaml: no components.schemas.Operation with type and resource.type")
+	}
+	types := &yaml.Node{Kind: yaml.SequenceNode, Style: yaml.FlowStyle}
+	resources := &yaml.Node{Kind: yaml.SequenceNode, Style: yaml.FlowStyle}
+	var seen []string
+	for _, f := range flows.All() {
+		types.Content = append(types.Content, scalar(f.Operation))
+		if a := f.Request.AggregateType(); !slices.Contains(seen, a) {
+			seen = append(seen, a)
+			resources.Content = append(resources.Content, scalar(a))
+		}
+	}
+	setMapValue(typ, "enum", types, 1)
+	setMapValue(resource, "enum", resources, 1)
+	return nil
 }
 
 // problemResponse is an error response: the codes in its description and as the enum of the
@@ -193,6 +223,9 @@ func flowMap(kv ...any) *yaml.Node {
 }
 
 func mapValue(m *yaml.Node, key string) *yaml.Node {
+	if m == nil {
+		return nil
+	}
 	for i := 0; i+1 < len(m.Content); i += 2 {
 		if m.Content[i].Value == key {
 			return m.Content[i+1]

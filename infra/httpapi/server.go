@@ -227,8 +227,6 @@ func (s *Server) routes() http.Handler {
 				r.Get("/publications", s.listPublications)
 				r.Get("/publications/{publication_id}", s.getPublication)
 				r.Post("/publications/{publication_id}/updates", s.updateListing)
-				r.Get("/publications/{publication_id}/updates", s.listListingUpdates)
-				r.Get("/publications/{publication_id}/updates/{update_id}", s.getListingUpdate)
 
 				r.Post("/ai-tasks", s.createAITask)
 				r.Get("/ai-tasks", s.listAITasks)
@@ -237,6 +235,8 @@ func (s *Server) routes() http.Handler {
 				r.Post("/integrations", s.createIntegration)
 				r.Get("/integrations", s.listIntegrations)
 				r.Delete("/integrations/{integration_id}", s.revokeIntegration)
+
+				s.taskRoutes(r)
 			})
 		})
 		if s.deps.Extra != nil {

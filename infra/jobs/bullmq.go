@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -25,8 +26,14 @@ type BullMQ struct {
 var _ Transport = BullMQ{}
 
 // NewBullMQ returns the BullMQ transport; Close closes its subscriber (not the Redis client).
-func NewBullMQ(cfg bullmq.SubscriberConfig) (BullMQ, error) {
-	sub, err := bullmq.NewSubscriber(cfg, nil)
+// The subscriber's own lines (a lock lost and its handler cancelled, failed renewals, jobs
+// the stalled check moved back) go to log; nil drops them.
+func NewBullMQ(cfg bullmq.SubscriberConfig, log *slog.Logger) (BullMQ, error) {
+	var wlog watermill.LoggerAdapter
+	if log != nil {
+		wlog = watermill.NewSlogLogger(log)
+	}
+	sub, err := bullmq.NewSubscriber(cfg, wlog)
 	if err != nil {
 		return BullMQ{}, err
 	}

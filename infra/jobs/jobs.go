@@ -81,6 +81,17 @@ type Config struct {
 	Registerer prometheus.Registerer
 }
 
+// Taker is a Transport that must take a job before its handler runs (the memory transport:
+// its outbox event's lease). A job Take refuses is not run: the Runner settles it with
+// ErrNotTaken wrapping Take's error.
+type Taker interface {
+	Take(ctx context.Context, msg *message.Message, job worker.Job) error
+}
+
+// ErrNotTaken is what the Runner settles a message with when the transport's Take refused
+// its job: its handler did not run.
+var ErrNotTaken = errors.New("jobs: not taken")
+
 // QueueCollectors is a Transport that reports the depth of its queues.
 type QueueCollectors interface {
 	QueueCollector(queues []string, log *slog.Logger) prometheus.Collector
@@ -208,6 +219,14 @@ func (r *Runner) consumer(queue string, h worker.Handler) func(jobCtx, runCtx co
 			}
 			t.Settle(jobCtx, msg, job, err)
 			return
+		}
+		if tk, ok := t.(Taker); ok {
+			if terr := tk.Take(jobCtx, msg, job); terr != nil {
+				log.WarnContext(jobCtx, "job not taken: its handler does not run", "queue", queue, "job_id", job.ID,
+					"event_type", job.EventType, "attempt", job.Attempt, "error", terr.Error())
+				t.Settle(jobCtx, msg, job, fmt.Errorf("%w: %w", ErrNotTaken, terr))
+				return
+			}
 		}
 		start := time.Now()
 		hctx, cancel := context.WithCancel(jobCtx)

@@ -66,7 +66,7 @@ func setup(t *testing.T) bundle {
 // transport is a BullMQ transport on the bundle's queues, closed when t ends.
 func (b bundle) transport(t *testing.T) jobs.BullMQ {
 	t.Helper()
-	tr, err := jobs.NewBullMQ(bullmq.SubscriberConfig{Config: b.bcfg, Concurrency: 4})
+	tr, err := jobs.NewBullMQ(bullmq.SubscriberConfig{Config: b.bcfg, Concurrency: 4}, nil)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = tr.Close() })
 	return tr

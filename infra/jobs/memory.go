@@ -70,35 +70,77 @@ func (q *MemoryQueues) Subscribe(ctx context.Context, topic string) (<-chan *mes
 // Close closes the GoChannel.
 func (q *MemoryQueues) Close() error { return q.ch.Close() }
 
-// RequeueFunc hands the outbox event job delivers back to the outbox, to be delivered again
-// after `after` as next (outbox.Requeue).
-type RequeueFunc func(ctx context.Context, job worker.Job, after time.Duration, next outbox.JobDelivery) error
+// CarriesClaim implements outbox.ClaimCarrier: the memory transport takes and requeues the
+// outbox event itself, under the claim that published it.
+func (q *MemoryQueues) CarriesClaim() {}
+
+// RequeueFunc hands the outbox event job delivers, held by claim, back to the outbox, to be
+// delivered again after `after` as next (outbox.Requeue).
+type RequeueFunc func(ctx context.Context, job worker.Job, claim string, after time.Duration, next outbox.JobDelivery) error
+
+// TakeFunc extends claim's lease of the outbox event job delivers to lease from now, or
+// fails with outbox.ErrClaimLost when the claim no longer holds it (outbox.Take).
+type TakeFunc func(ctx context.Context, job worker.Job, claim string, lease time.Duration) error
 
 // Memory is the in-process Transport (QUEUE_TRANSPORT=memory): jobs arrive on a GoChannel
 // from the dispatcher, which waits for the acknowledgement. It keeps no job state: a retry
 // or a snooze hands the event back to the outbox (RequeueFunc) with the next delivery's
 // attempt in the row's metadata, then acknowledges, so the outbox does the backoff and a
 // crash leaves the event to be claimed again. Delivery is at least once, as with BullMQ.
+//
+// The job's lock is the outbox event's lease: before its handler starts, the job is taken
+// (TakeFunc: the lease extended to Lease from now, under the claim that published it); a
+// message whose claim was lost meanwhile (it waited past OUTBOX_LEASE behind others) is not
+// run, since another claim delivers the event. The handler runs within HandlerTimeout(Lease),
+// so every call it makes ends while the lease holds, even when the process dies.
 type Memory struct {
 	queues *MemoryQueues
 	// Attempts is how many attempts a job may take (JOB_ATTEMPTS).
 	attempts int
 	// backoff is the wait before attempt n+1 after attempt n failed.
 	backoff func(n int) time.Duration
+	lease   time.Duration
+	take    TakeFunc
 	requeue RequeueFunc
 	log     *slog.Logger
 }
 
-var _ Transport = (*Memory)(nil)
+var (
+	_ Transport = (*Memory)(nil)
+	_ Taker     = (*Memory)(nil)
+)
 
-// NewMemory returns the memory transport over queues (NewMemoryQueues). Retries wait
-// backoff(attempt) (attempt: the failed one, from 1).
-func NewMemory(queues *MemoryQueues, attempts int, backoff func(n int) time.Duration, requeue RequeueFunc,
-	log *slog.Logger) *Memory {
-	if log == nil {
-		log = slog.Default()
+// MemoryConfig configures the memory transport.
+type MemoryConfig struct {
+	// Attempts is how many attempts a job may take (JOB_ATTEMPTS).
+	Attempts int
+	// Backoff is the wait before attempt n+1 after attempt n failed (n from 1).
+	Backoff func(n int) time.Duration
+	// Lease is how long a taken job holds its outbox event (JOB_LOCK_DURATION); the Runner's
+	// JobTimeout must be at most HandlerTimeout(Lease).
+	Lease   time.Duration
+	Take    TakeFunc
+	Requeue RequeueFunc
+	Logger  *slog.Logger
+}
+
+// HandlerTimeout is the longest a memory transport's handler may run under lease: four
+// fifths of it, the rest a margin for the clocks of the process and the database.
+func HandlerTimeout(lease time.Duration) time.Duration { return lease - lease/5 }
+
+// NewMemory returns the memory transport over queues (NewMemoryQueues).
+func NewMemory(queues *MemoryQueues, cfg MemoryConfig) *Memory {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
 	}
-	return &Memory{queues: queues, attempts: max(attempts, 1), backoff: backoff, requeue: requeue, log: log}
+	return &Memory{queues: queues, attempts: max(cfg.Attempts, 1), backoff: cfg.Backoff, lease: cfg.Lease, take: cfg.Take,
+		requeue: cfg.Requeue, log: cfg.Logger}
+}
+
+// Take implements Taker: the job's outbox event is held for the lease from now on, or the
+// job is not this delivery's to run.
+func (m *Memory) Take(ctx context.Context, msg *message.Message, job worker.Job) error {
+	return m.take(ctx, job, msg.Metadata.Get(outbox.MetadataClaim), m.lease)
 }
 
 // Subscriber implements Transport.
@@ -111,10 +153,20 @@ func (m *Memory) Delivery(msg *message.Message) (worker.Delivery, string) {
 }
 
 // Settle implements Transport: a retry, a snooze or a shutdown first hands the event back to
-// the outbox; the message is always acknowledged (a GoChannel nack would redeliver at once).
+// the outbox; the message is acknowledged (a GoChannel nack would redeliver at once). A job
+// that could not be taken for another reason than a lost claim is acknowledged unsettled:
+// the dispatcher's publish then fails and the outbox delivers the event again.
+//
+// Every run of a handler counts as an attempt, whatever its error (an upstream time-out is
+// context.DeadlineExceeded): only a job not started, or one cut short by the shutdown past
+// the stop bound, goes back with its attempt unspent, the latter not before its lease would
+// have run out (a call it left in flight may still land).
 func (m *Memory) Settle(ctx context.Context, msg *message.Message, job worker.Job, err error) {
+	settled := true
 	defer func() {
-		m.queues.settled.Store(msg.UUID, struct{}{})
+		if settled {
+			m.queues.settled.Store(msg.UUID, struct{}{})
+		}
 		msg.Ack()
 	}()
 	next := outbox.JobDelivery{Attempt: job.Attempt, Snoozes: job.Snoozes, Snoozed: job.Snoozed}
@@ -123,18 +175,29 @@ func (m *Memory) Settle(ctx context.Context, msg *message.Message, job worker.Jo
 	switch {
 	case err == nil || (worker.IsPermanent(err) && !snoozed):
 		return
+	case errors.Is(err, ErrNotTaken):
+		// Lost claim: another claim delivers the event. Otherwise the outbox retries it.
+		settled = errors.Is(err, outbox.ErrClaimLost)
+		return
 	case snoozed:
 		after, next.Snoozes, next.Snoozed = delay, next.Snoozes+1, next.Snoozed+delay
 	case errors.Is(err, ErrNotStarted):
 		// Not started (shutting down): deliver again soon, no attempt spent.
-	case errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded):
-		// Shutdown or a handler past its time: deliver again soon, no attempt spent.
+	case errors.Is(err, context.Canceled) && ctx.Err() != nil:
+		// Cut short by the shutdown past the stop bound: no attempt spent, but not before
+		// the lease it held would have ended.
+		after = m.lease
 	case job.LastAttempt:
 		return
 	default:
 		after, next.Attempt = m.backoff(job.Attempt), job.Attempt+1
 	}
-	if rerr := m.requeue(context.WithoutCancel(ctx), job, after, next); rerr != nil {
+	if rerr := m.requeue(context.WithoutCancel(ctx), job, msg.Metadata.Get(outbox.MetadataClaim), after, next); rerr != nil {
+		if errors.Is(rerr, outbox.ErrClaimLost) {
+			m.log.WarnContext(ctx, "job not handed back: its outbox claim was lost; another claim delivers it",
+				"job_id", job.ID, "error", rerr.Error())
+			return
+		}
 		m.log.ErrorContext(ctx, "job could not be handed back to the outbox; the reconciler will deliver it again",
 			"job_id", job.ID, "error", rerr.Error())
 	}

@@ -3,6 +3,7 @@ package jobs_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -29,11 +30,11 @@ func TestMemoryQueuesJobQueuesNeedASettledConsumer(t *testing.T) {
 	require.Error(t, q.Publish("q", message.NewMessage(uuid.NewString(), nil)), "no consumer")
 
 	var requeued []outbox.JobDelivery
-	mem := jobs.NewMemory(q, 3, func(int) time.Duration { return time.Second },
-		func(_ context.Context, _ worker.Job, _ time.Duration, next outbox.JobDelivery) error {
+	mem := jobs.NewMemory(q, jobs.MemoryConfig{Attempts: 3, Backoff: func(int) time.Duration { return time.Second },
+		Requeue: func(_ context.Context, _ worker.Job, _ string, _ time.Duration, next outbox.JobDelivery) error {
 			requeued = append(requeued, next)
 			return nil
-		}, nil)
+		}})
 	msgs, err := mem.Subscriber().Subscribe(context.Background(), "q")
 	require.NoError(t, err)
 	go func() {
@@ -44,4 +45,71 @@ func TestMemoryQueuesJobQueuesNeedASettledConsumer(t *testing.T) {
 	}()
 	require.NoError(t, q.Publish("q", message.NewMessage(uuid.NewString(), nil)))
 	require.Equal(t, []outbox.JobDelivery{{Attempt: 2}}, requeued, "a retry goes back to the outbox as attempt 2")
+}
+
+// settleOnce settles one message of a fresh memory transport (lease 2m, backoff n seconds
+// after attempt n) for job and err under ctx, and returns what it handed back to the outbox
+// (nil: nothing) and whether the message counts as handled by the dispatcher's publish.
+func settleOnce(t *testing.T, ctx context.Context, job worker.Job, err error) (*requeueCall, bool) {
+	t.Helper()
+	q := jobs.NewMemoryQueues([]string{"q"})
+	t.Cleanup(func() { _ = q.Close() })
+	var got *requeueCall
+	mem := jobs.NewMemory(q, jobs.MemoryConfig{Attempts: 3, Lease: 2 * time.Minute,
+		Backoff: func(n int) time.Duration { return time.Duration(n) * time.Second },
+		Requeue: func(_ context.Context, _ worker.Job, claim string, after time.Duration, next outbox.JobDelivery) error {
+			got = &requeueCall{Claim: claim, After: after, Next: next}
+			return nil
+		}})
+	msgs, serr := mem.Subscriber().Subscribe(context.Background(), "q")
+	require.NoError(t, serr)
+	go func() {
+		for m := range msgs {
+			mem.Settle(ctx, m, job, err)
+		}
+	}()
+	msg := message.NewMessage(uuid.NewString(), nil)
+	msg.Metadata.Set(outbox.MetadataClaim, "claim/1")
+	handled := q.Publish("q", msg) == nil
+	return got, handled
+}
+
+type requeueCall struct {
+	Claim string
+	After time.Duration
+	Next  outbox.JobDelivery
+}
+
+// Every run of a handler is an attempt: an upstream time-out (context.DeadlineExceeded, as
+// an HTTP client reports it) goes back to the outbox as the next attempt after its backoff,
+// not as the same attempt at once (which retried a slow upstream without end, billing each
+// time). Only a job cut short by the shutdown keeps its attempt, and waits out its lease.
+func TestMemorySettleCountsEveryAttempt(t *testing.T) {
+	job := worker.Job{ID: "j", Attempt: 2}
+	timeout := fmt.Errorf("ai: generate: %w", context.DeadlineExceeded)
+	got, handled := settleOnce(t, context.Background(), job, timeout)
+	require.True(t, handled)
+	require.Equal(t, &requeueCall{Claim: "claim/1", After: 2 * time.Second, Next: outbox.JobDelivery{Attempt: 3}}, got,
+		"an upstream time-out on attempt 2: attempt 3, after attempt 2's backoff, under the claim that published it")
+
+	got, _ = settleOnce(t, context.Background(), job, fmt.Errorf("call: %w", context.Canceled))
+	require.Equal(t, 3, got.Next.Attempt, "a cancellation outside the shutdown is an attempt too")
+
+	last := worker.Job{ID: "j", Attempt: 3, LastAttempt: true}
+	got, handled = settleOnce(t, context.Background(), last, timeout)
+	require.True(t, handled)
+	require.Nil(t, got, "a time-out on the last attempt is final (the handler recorded the failure)")
+
+	stopped, cancel := context.WithCancel(context.Background())
+	cancel()
+	got, _ = settleOnce(t, stopped, job, fmt.Errorf("call: %w", context.Canceled))
+	require.Equal(t, &requeueCall{Claim: "claim/1", After: 2 * time.Minute, Next: outbox.JobDelivery{Attempt: 2}}, got,
+		"cut short by the shutdown: same attempt, not before the lease would have ended")
+
+	got, handled = settleOnce(t, context.Background(), job, fmt.Errorf("%w: %w", jobs.ErrNotTaken, outbox.ErrClaimLost))
+	require.True(t, handled, "a lost claim is another claim's to deliver")
+	require.Nil(t, got)
+	got, handled = settleOnce(t, context.Background(), job, fmt.Errorf("%w: %w", jobs.ErrNotTaken, errors.New("db down")))
+	require.False(t, handled, "not taken for another reason: the dispatcher's publish fails, the outbox delivers it again")
+	require.Nil(t, got)
 }

@@ -191,13 +191,17 @@ func (o *Ops) List(ctx context.Context, p ListParams) ([]EventSummary, error) {
 	return out, nil
 }
 
+// showQuery reads one event by workspace and id: in the log, through the index on id
+// (sql/029), not the workspace's whole history.
+const showQuery = `SELECT ` + summaryColumns + `, event_payload, metadata FROM outbox_all_events
+	WHERE workspace_id = $1 AND id = $2`
+
 // Show returns one event of a workspace; domain.ErrNotFound when the workspace has no such
 // event.
 func (o *Ops) Show(ctx context.Context, workspaceID, eventID uuid.UUID) (EventDetail, error) {
 	var e EventDetail
 	err := postgres.InTx(ctx, o.pool, postgres.Scope{WorkspaceID: workspaceID}, func(ctx context.Context, tx pgx.Tx) error {
-		row := tx.QueryRow(ctx, `SELECT `+summaryColumns+`, event_payload, metadata FROM outbox_all_events
-			WHERE workspace_id = $1 AND id = $2`, workspaceID, eventID)
+		row := tx.QueryRow(ctx, showQuery, workspaceID, eventID)
 		if err := scanSummary(row, &e.EventSummary, &e.Payload, &e.Metadata); err != nil {
 			return postgres.TranslateError(err)
 		}

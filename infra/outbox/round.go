@@ -127,7 +127,7 @@ func (d *Dispatcher) deliver(ctx context.Context, token string, rows []claimed, 
 			}
 			continue
 		}
-		d.publishGroup(pubCtx, pub, dest, rows, idx, errs)
+		d.publishGroup(pubCtx, pub, dest, token, rows, idx, errs)
 	}
 	var ok, failed, untried []claimed
 	var failErrs []error
@@ -161,19 +161,24 @@ func (d *Dispatcher) deliver(ctx context.Context, token string, rows []claimed, 
 	}
 }
 
-// publishGroup publishes rows[idx] to dest in one call; when that fails, unless the
+// publishGroup publishes rows[idx] to dest in one call (a ClaimCarrier's messages carry the
+// round's claim token, MetadataClaim); when that fails, unless the
 // destination looks unreachable, each message is published alone so that one failing event
 // does not fail the others, until one fails as unreachable (then the rest fail with it) or
 // ctx (the round's deadline) ends (then the rest stay errNotTried). errs receives the per-row
 // outcome.
-func (d *Dispatcher) publishGroup(ctx context.Context, pub message.Publisher, dest string, rows []claimed, idx []int, errs []error) {
+func (d *Dispatcher) publishGroup(ctx context.Context, pub message.Publisher, dest, token string, rows []claimed, idx []int, errs []error) {
 	msgs := make([]*message.Message, 0, len(idx))
 	okIdx := make([]int, 0, len(idx))
+	_, withClaim := pub.(ClaimCarrier)
 	for _, i := range idx {
 		m, err := toMessage(rows[i])
 		if err != nil {
 			errs[i] = err
 			continue
+		}
+		if withClaim {
+			m.Metadata.Set(MetadataClaim, token)
 		}
 		msgs = append(msgs, m)
 		okIdx = append(okIdx, i)

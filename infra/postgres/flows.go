@@ -249,6 +249,14 @@ func NewListingUpdates() ListingUpdates {
 	})}
 }
 
+// TaskRepositories are the repositories of the flows built from the registry (worker.Env's
+// Tasks), by task table.
+func TaskRepositories() map[string]any {
+	return map[string]any{
+		"listing_updates": NewListingUpdates().Repository,
+	}
+}
+
 // ListOf implements port.ListingUpdates.
 func (r ListingUpdates) ListOf(ctx context.Context, publicationID uuid.UUID, page port.Page) ([]domain.ListingUpdate, string, error) {
 	return r.ListWhere(ctx, page, "publication_id = $4", []any{publicationID})

@@ -29,13 +29,21 @@ type MigrationResult struct {
 // CREATEROLE or roles created beforehand). When the database does not exist and
 // createDatabase is true, Migrate creates it first. A second run applies nothing.
 func Migrate(ctx context.Context, ownerURL string, createDatabase bool) ([]MigrationResult, error) {
+	applied, _, err := MigrateReporting(ctx, ownerURL, createDatabase)
+	return applied, err
+}
+
+// MigrateReporting is Migrate, and says how many dispatched outbox events it moved through
+// the staging table around migration 018 (outbox_history.go); zero when the database was
+// past 018 or new.
+func MigrateReporting(ctx context.Context, ownerURL string, createDatabase bool) ([]MigrationResult, HistoryMove, error) {
 	cfg, err := pgx.ParseConfig(ownerURL)
 	if err != nil {
-		return nil, fmt.Errorf("postgres.Migrate: %w", redactURLError(err))
+		return nil, HistoryMove{}, fmt.Errorf("postgres.Migrate: %w", redactURLError(err))
 	}
 	if createDatabase {
 		if err := ensureDatabase(ctx, cfg); err != nil {
-			return nil, fmt.Errorf("postgres.Migrate: %w", err)
+			return nil, HistoryMove{}, fmt.Errorf("postgres.Migrate: %w", err)
 		}
 	}
 	db := stdlib.OpenDB(*cfg)
@@ -43,24 +51,24 @@ func Migrate(ctx context.Context, ownerURL string, createDatabase bool) ([]Migra
 	return migrateDB(ctx, db, sql.Migrations)
 }
 
-func migrateDB(ctx context.Context, db *dbsql.DB, fsys fs.FS) ([]MigrationResult, error) {
+func migrateDB(ctx context.Context, db *dbsql.DB, fsys fs.FS) ([]MigrationResult, HistoryMove, error) {
 	locker, err := lock.NewPostgresSessionLocker()
 	if err != nil {
-		return nil, fmt.Errorf("postgres.Migrate: %w", err)
+		return nil, HistoryMove{}, fmt.Errorf("postgres.Migrate: %w", err)
 	}
 	p, err := goose.NewProvider(goose.DialectPostgres, db, fsys, goose.WithSessionLocker(locker))
 	if err != nil {
-		return nil, fmt.Errorf("postgres.Migrate: %w", err)
+		return nil, HistoryMove{}, fmt.Errorf("postgres.Migrate: %w", err)
 	}
-	results, err := p.Up(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("postgres.Migrate: %w", err)
-	}
+	results, mv, err := upWithStagedHistory(ctx, db, p)
 	out := make([]MigrationResult, 0, len(results))
 	for _, r := range results {
 		out = append(out, MigrationResult{Version: r.Source.Version, Source: r.Source.Path})
 	}
-	return out, nil
+	if err != nil {
+		return out, *mv, fmt.Errorf("postgres.Migrate: %w", err)
+	}
+	return out, *mv, nil
 }
 
 // ensureDatabase creates the database named by cfg when it does not exist, connecting to the

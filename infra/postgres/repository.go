@@ -193,3 +193,43 @@ func (r *Repository[T]) ListWhere(ctx context.Context, page port.Page, cond stri
 	}
 	return items, next, nil
 }
+
+var _ port.TaskReader = (*Repository[domain.ListingUpdate])(nil)
+
+// GetUnder implements port.TaskReader.
+func (r *Repository[T]) GetUnder(ctx context.Context, id uuid.UUID, parentColumn string, parentID uuid.UUID) (any, error) {
+	tx, _, err := mustTx(ctx, r.op("GetUnder"))
+	if err != nil {
+		return nil, err
+	}
+	var v T
+	err = tx.QueryRow(ctx, r.sel+" WHERE id = $1 AND "+pgx.Identifier{parentColumn}.Sanitize()+" = $2", id, parentID).Scan(r.t.scan(&v)...)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, r.t.notFound
+	}
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", r.op("GetUnder"), TranslateError(err))
+	}
+	return v, nil
+}
+
+// ListUnder implements port.TaskReader.
+func (r *Repository[T]) ListUnder(ctx context.Context, parentTable, parentColumn string, parentID uuid.UUID, page port.Page) ([]any, string, error) {
+	tx, _, err := mustTx(ctx, r.op("ListUnder"))
+	if err != nil {
+		return nil, "", err
+	}
+	var found bool
+	if err := tx.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM "+pgx.Identifier{parentTable}.Sanitize()+" WHERE id = $1)", parentID).Scan(&found); err != nil {
+		return nil, "", fmt.Errorf("%s: %w", r.op("ListUnder"), TranslateError(err))
+	}
+	if !found {
+		return nil, "", domain.ErrNotFound
+	}
+	items, next, err := r.ListWhere(ctx, page, pgx.Identifier{parentColumn}.Sanitize()+" = $4", []any{parentID})
+	out := make([]any, len(items))
+	for i, v := range items {
+		out[i] = v
+	}
+	return out, next, err
+}

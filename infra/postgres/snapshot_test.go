@@ -2,24 +2,17 @@ package postgres_test
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
-	"net/url"
 	"testing"
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/stdlib"
-	"github.com/pressly/goose/v3"
 	"github.com/stretchr/testify/require"
 
 	"github.com/listingkit/listing/domain"
 	"github.com/listingkit/listing/infra/postgres"
 	"github.com/listingkit/listing/infra/postgres/pgtest"
 	"github.com/listingkit/listing/internal/workertest"
-	"github.com/listingkit/listing/sql"
 )
 
 // snapshotFixture is a product with a publication and an AI task about it, inserted through
@@ -109,59 +102,18 @@ func TestPublicationSnapshotMustBeOfItsRevision(t *testing.T) {
 	require.ErrorContains(t, err, "publications_snapshot_revision")
 }
 
-// migrationDB creates an empty database for a migration test, dropped when t ends, and
-// returns its administrator URL.
-func migrationDB(t *testing.T) string {
-	t.Helper()
-	if testing.Short() {
-		t.Skip("database test skipped in -short mode")
-	}
-	ctx := context.Background()
-	admin := pgtest.AdminURL()
-	b := make([]byte, 6)
-	_, _ = rand.Read(b)
-	name := "listing_test_mig_" + hex.EncodeToString(b)
-	conn, err := pgx.Connect(ctx, admin)
-	require.NoError(t, err)
-	defer conn.Close(ctx)
-	_, err = conn.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize())
-	require.NoError(t, err)
-	t.Cleanup(func() {
-		conn, err := pgx.Connect(context.Background(), admin)
-		if err != nil {
-			return
-		}
-		defer conn.Close(context.Background())
-		_, _ = conn.Exec(context.Background(), "DROP DATABASE IF EXISTS "+pgx.Identifier{name}.Sanitize()+" WITH (FORCE)")
-	})
-	u, err := url.Parse(admin)
-	require.NoError(t, err)
-	u.Path = "/" + name
-	return u.String()
-}
-
 // Migration 007 backfills what is still known and keeps RLS forced; its Down removes it.
 func TestMigration007BackfillsSnapshots(t *testing.T) {
 	t.Parallel()
-	dbURL := migrationDB(t)
+	m := pgtest.MigrateTo(t, 6)
 	ctx := context.Background()
-	cfg, err := pgx.ParseConfig(dbURL)
-	require.NoError(t, err)
-	sqlDB := stdlib.OpenDB(*cfg)
-	t.Cleanup(func() { _ = sqlDB.Close() })
-	p, err := goose.NewProvider(goose.DialectPostgres, sqlDB, sql.Migrations)
-	require.NoError(t, err)
-	_, err = p.UpTo(ctx, 6)
-	require.NoError(t, err)
 
 	// As before 007, as the administrator (RLS does not apply): product a at revision 1,
 	// product b edited since its publication was requested; AI tasks pending and finished.
-	conn, err := pgx.Connect(ctx, dbURL)
-	require.NoError(t, err)
-	defer conn.Close(ctx)
+	conn := m.Conn(t)
 	ws, store, a, b := uuid.New(), uuid.New(), uuid.New(), uuid.New()
 	pubA, pubB, pending, running, done := uuid.New(), uuid.New(), uuid.New(), uuid.New(), uuid.New()
-	_, err = conn.Exec(ctx, `INSERT INTO workspaces (id, name) VALUES ($1, 'ws')`, ws)
+	_, err := conn.Exec(ctx, `INSERT INTO workspaces (id, name) VALUES ($1, 'ws')`, ws)
 	require.NoError(t, err)
 	_, err = conn.Exec(ctx, `INSERT INTO products (id, workspace_id, title, description, price, price_text, currency, images, revision)
 		VALUES ($2, $1, 'Mug', 'A mug', 9.9, '9.90', 'EUR', '["https://img.example.test/a.jpg"]', 1),
@@ -181,8 +133,7 @@ func TestMigration007BackfillsSnapshots(t *testing.T) {
 		ws, pending, running, done, a, b)
 	require.NoError(t, err)
 
-	_, err = p.UpTo(ctx, 7)
-	require.NoError(t, err)
+	m.UpTo(t, 7)
 
 	snapshot := func(table string, id uuid.UUID) *domain.ProductSnapshot {
 		var raw []byte
@@ -210,11 +161,9 @@ func TestMigration007BackfillsSnapshots(t *testing.T) {
 		require.True(t, forced, "%s: RLS not forced after 007", table)
 	}
 
-	_, err = p.DownTo(ctx, 6)
-	require.NoError(t, err)
+	m.DownTo(t, 6)
 	var n int
 	require.NoError(t, conn.QueryRow(ctx, `SELECT count(*) FROM information_schema.columns WHERE column_name = 'product_snapshot'`).Scan(&n))
 	require.Zero(t, n)
-	_, err = p.Up(ctx)
-	require.NoError(t, err)
+	m.Up(t)
 }

@@ -36,6 +36,12 @@ type scopedTx struct {
 	opened map[any]any
 }
 
+// scopedKey is an AfterCommit key within the workspace it was registered under.
+type scopedKey struct {
+	ws  uuid.UUID
+	key any
+}
+
 // queued is a statement queued to run with the COMMIT.
 type queued struct {
 	sql   string
@@ -62,7 +68,8 @@ func TxFromContext(ctx context.Context) (pgx.Tx, Scope, error) {
 // a second registration with an equal, non-nil key in the same transaction is ignored (e.g.
 // one wake-up per workspace however many events a transaction writes). fn must be quick and
 // must not block (hand slow work to a goroutine of your own) and it cannot fail: it is for
-// signals whose loss is tolerated, never for work that must happen. It returns ErrNoTx when
+// signals whose loss is tolerated, never for work that must happen. Keys dedupe within one
+// workspace (a group transaction, InGroupTx, holds the steps of several). It returns ErrNoTx when
 // ctx carries no transaction.
 func AfterCommit(ctx context.Context, key any, fn func()) error {
 	st, ok := ctx.Value(txKey{}).(*scopedTx)
@@ -70,13 +77,15 @@ func AfterCommit(ctx context.Context, key any, fn func()) error {
 		return ErrNoTx
 	}
 	if key != nil {
-		if _, dup := st.keys[key]; dup {
+		// Per workspace: a group transaction (InGroupTx) runs the steps of several.
+		k := scopedKey{st.scope.WorkspaceID, key}
+		if _, dup := st.keys[k]; dup {
 			return nil
 		}
 		if st.keys == nil {
 			st.keys = map[any]struct{}{}
 		}
-		st.keys[key] = struct{}{}
+		st.keys[k] = struct{}{}
 	}
 	st.afterCommit = append(st.afterCommit, fn)
 	return nil

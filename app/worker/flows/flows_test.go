@@ -44,6 +44,13 @@ func TestCheckNamesTheMissingPart(t *testing.T) {
 		{"both a last look and a statement", func(s *worker.Spec) { s.LastLook.Asks = "find it" }},
 		{`a command type "update" outside listing.*`, func(s *worker.Spec) { s.Messages = []worker.Message{{Type: "update", Method: "POST", Path: "/x"}} }},
 		{"command type listing.x: no endpoint", func(s *worker.Spec) { s.Messages = []worker.Message{{Type: "listing.x"}} }},
+		{"a task resource without its parent", func(s *worker.Spec) { r := *s.Resource; r.Parent = "/publications"; s.Resource = &r }},
+		{"a task resource without Path, IDParam, Key, GetOperation, ListOperation or Body", func(s *worker.Spec) {
+			r := *s.Resource
+			r.Body = nil
+			s.Resource = &r
+		}},
+		{"a task kind builder without a handler builder", func(s *worker.Spec) { s.Handler = nil }},
 	}
 	for _, c := range cases {
 		t.Run(c.part, func(t *testing.T) {

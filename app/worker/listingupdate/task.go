@@ -3,6 +3,7 @@ package listingupdate
 import (
 	"context"
 	"errors"
+	"time"
 
 	"github.com/google/uuid"
 
@@ -24,12 +25,52 @@ var Spec = worker.Spec{
 	Operation:       commands.OpListingUpdate,
 	StartedBy:       "a listing update",
 	LastLook:        worker.CannotAsk("the platform's product does not say which update it holds"),
+	Resource: &worker.Resource{Parent: "/publications/{publication_id}", ParentTable: "publications",
+		ParentNotFound: domain.ErrPublicationNotFound, Path: "updates", IDParam: "update_id", Key: "update",
+		GetOperation: "getListingUpdate", ListOperation: "listListingUpdates", Body: Body},
+	Kind: func(e worker.Env) (worker.TaskKind, error) {
+		updates, err := worker.TaskRepository[domain.ListingUpdate](e, "listing_updates")
+		if err != nil {
+			return nil, err
+		}
+		return Tasks(e.Deps, updates, e.Publications), nil
+	},
+	Handler: func(e worker.Env) (worker.Handler, error) {
+		updates, err := worker.TaskRepository[domain.ListingUpdate](e, "listing_updates")
+		if err != nil {
+			return nil, err
+		}
+		// The push claim outlives any call of the adapter (the lease rule, doc.go).
+		return New(Config{Deps: e.Deps, Updates: updates, Publications: e.Publications, Stores: e.Stores,
+			Cipher: e.Cipher, Marketplace: e.Marketplace, Lease: 4 * e.PlatformTimeout})
+	},
+}
+
+// Body is the JSON of a listing update (domain.ListingUpdate) in the API.
+func Body(task any) any {
+	u := task.(domain.ListingUpdate)
+	return body{ID: u.ID.String(), PublicationID: u.PublicationID.String(), ProductID: u.ProductID.String(),
+		ProductRevision: u.ProductRevision, Status: string(u.Status), Outcome: u.Outcome, Error: worker.TaskError(u.Task),
+		CreatedAt: u.CreatedAt.UTC(), UpdatedAt: u.UpdatedAt.UTC()}
+}
+
+type body struct {
+	ID              string `json:"id"`
+	PublicationID   string `json:"publication_id"`
+	ProductID       string `json:"product_id"`
+	ProductRevision int    `json:"product_revision"`
+	Status          string `json:"status"`
+	// Outcome is "pushed" or "superseded" once succeeded, else omitted.
+	Outcome   string            `json:"outcome,omitempty"`
+	Error     *worker.ErrorJSON `json:"error"`
+	CreatedAt time.Time         `json:"created_at"`
+	UpdatedAt time.Time         `json:"updated_at"`
 }
 
 // Tasks describes the listing updates to the engine (worker.TaskKind). A final failure,
 // however it is recorded, releases the update's push claim on its publication.
 func Tasks(d worker.Deps, updates port.Repository[domain.ListingUpdate], pubs port.Repository[domain.Publication]) worker.Kind[domain.ListingUpdate] {
-	return worker.Kind[domain.ListingUpdate]{QueueName: Spec.Queue, Deps: d, Tasks: updates, TaskOf: taskOf,
+	return worker.Kind[domain.ListingUpdate]{QueueName: worker.QueueListingUpdate, Deps: d, Tasks: updates, TaskOf: taskOf,
 		TaskID: worker.PayloadID(func(e domain.ListingUpdateRequested) uuid.UUID { return e.UpdateID }),
 		OnFail: func(ctx context.Context, u domain.ListingUpdate, _ worker.Failure) error {
 			return release(ctx, pubs, u)

@@ -1,0 +1,182 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// Group commit: the short steps that concurrent goroutines of one process run on a pool
+// (the begin and record steps of the jobs a worker runs at the same time) commit together,
+// in one transaction, instead of one transaction each. A step that arrives while fewer than
+// maxLeaders group transactions run starts one at once (alone, at low load: no wait); one that
+// arrives while they all run waits for the next, which takes every step waiting, up to
+// maxGroup. Each step runs under its own workspace's RLS scope: the transaction's
+// app.workspace_id is set to the step's workspace before the step runs, and again, in the
+// COMMIT's round trip, before the statements the step queued with BeforeCommit (its outbox
+// rows). When a step fails, the group's transaction rolls back and every step of it runs
+// again alone, in a transaction of its own: a failing step never fails another one.
+const (
+	maxGroup   = 32
+	maxLeaders = 4
+)
+
+// errAlone tells a step that its group failed: it runs again alone.
+var errAlone = errors.New("postgres: the group transaction failed; run alone")
+
+// groupUnit is one step waiting for, or running in, a group transaction.
+type groupUnit struct {
+	ws uuid.UUID
+	fn func(ctx context.Context) error
+	// res receives the outcome: nil (committed), errAlone, or errLead (this step's goroutine
+	// leads the next group).
+	res chan error
+}
+
+var errLead = errors.New("postgres: lead the next group")
+
+// grouper is the group commit of one pool.
+type grouper struct {
+	mu      sync.Mutex
+	pending []*groupUnit
+	leaders int
+}
+
+var groupers sync.Map // *pgxpool.Pool → *grouper
+
+func grouperOf(pool *pgxpool.Pool) *grouper {
+	if g, ok := groupers.Load(pool); ok {
+		return g.(*grouper)
+	}
+	g, _ := groupers.LoadOrStore(pool, &grouper{})
+	return g.(*grouper)
+}
+
+// InGroupTx runs fn in a transaction scoped to workspaceID (no user) that it may share with
+// the concurrent InGroupTx calls of other goroutines on the same pool, each under its own
+// workspace's scope (group commit). It returns once that transaction committed, or fn's
+// error. fn may run twice: when the shared transaction fails (another step's error, a
+// conflict) fn runs again alone, in a transaction of its own; it must therefore set what it
+// hands out on every run (not keep state from an earlier run). fn must not depend on the
+// transaction's other statements (they are other workspaces' steps) and must be short.
+func (t Transactor) InGroupTx(ctx context.Context, workspaceID uuid.UUID, fn func(ctx context.Context) error) error {
+	if _, _, err := TxFromContext(ctx); err == nil {
+		return errors.New("postgres.InGroupTx: already inside a transaction")
+	}
+	g := grouperOf(t.Pool)
+	u := &groupUnit{ws: workspaceID, fn: fn, res: make(chan error, 1)}
+	g.mu.Lock()
+	var err error
+	if g.leaders < maxLeaders {
+		g.leaders++
+		g.mu.Unlock()
+		err = g.lead(ctx, t.Pool, u)
+	} else {
+		g.pending = append(g.pending, u)
+		g.mu.Unlock()
+		if err = <-u.res; err == errLead {
+			err = g.lead(ctx, t.Pool, u)
+		}
+	}
+	if err == errAlone {
+		return t.InTx(ctx, workspaceID, uuid.Nil, fn)
+	}
+	return err
+}
+
+// lead runs first and the steps waiting (up to maxGroup) as one group, tells each its
+// outcome, and hands the lead on to a step still waiting (or gives it up). It returns first's
+// outcome.
+func (g *grouper) lead(ctx context.Context, pool *pgxpool.Pool, first *groupUnit) (err error) {
+	g.mu.Lock()
+	n := min(len(g.pending), maxGroup-1)
+	batch := append([]*groupUnit{first}, g.pending[:n]...)
+	g.pending = slices.Delete(g.pending, 0, n)
+	g.mu.Unlock()
+
+	done := false
+	defer func() {
+		// Also on a panic or runtime.Goexit in a step: the others run again alone.
+		outcome := errAlone
+		if done {
+			outcome = err
+		}
+		for _, u := range batch[1:] {
+			if outcome == nil {
+				u.res <- nil
+			} else {
+				u.res <- errAlone
+			}
+		}
+		g.mu.Lock()
+		if len(g.pending) > 0 {
+			next := g.pending[0]
+			g.pending = g.pending[1:]
+			next.res <- errLead
+		} else {
+			g.leaders--
+		}
+		g.mu.Unlock()
+	}()
+	if len(batch) == 1 {
+		err = InTx(ctx, pool, Scope{WorkspaceID: first.ws}, func(ctx context.Context, _ pgx.Tx) error { return first.fn(ctx) })
+		done = true
+		if err != nil {
+			return err
+		}
+		return nil
+	}
+	err = runGroup(ctx, pool, batch)
+	done = true
+	if err != nil {
+		return errAlone
+	}
+	return nil
+}
+
+// runGroup runs the steps of batch in one transaction, each under its workspace's scope,
+// and commits: nil when every step returned nil and the commit succeeded.
+func runGroup(ctx context.Context, pool *pgxpool.Pool, batch []*groupUnit) error {
+	// Same workspaces next to each other: one scope change per workspace.
+	order := slices.Clone(batch)
+	slices.SortStableFunc(order, func(a, b *groupUnit) int { return slices.Compare(a.ws[:], b.ws[:]) })
+	return inTx(ctx, pool, Scope{WorkspaceID: order[0].ws}, nil, func(ctx context.Context, tx pgx.Tx) error {
+		st := ctx.Value(txKey{}).(*scopedTx)
+		if order[len(order)-1].ws != order[0].ws {
+			// At the COMMIT the scope is the last step's: the first workspace's queued
+			// statements get theirs back first.
+			st.beforeCommit = append(st.beforeCommit, queued{sql: groupScopeSQL, args: []any{order[0].ws.String()}})
+		}
+		for _, u := range order {
+			if u.ws != st.scope.WorkspaceID {
+				if err := switchScope(ctx, st, u.ws); err != nil {
+					return err
+				}
+			}
+			if err := u.fn(ctx); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// groupScopeSQL sets the workspace of the rest of a group transaction (the user stays none).
+const groupScopeSQL = `SELECT set_config('app.workspace_id', $1, true)`
+
+// switchScope moves the group transaction of st to workspace ws: now, for the statements
+// the next step runs, and at the COMMIT, before the statements it queues (BeforeCommit).
+func switchScope(ctx context.Context, st *scopedTx, ws uuid.UUID) error {
+	if _, err := st.tx.Exec(ctx, groupScopeSQL, ws.String()); err != nil {
+		return fmt.Errorf("postgres.InGroupTx: scope: %w", TranslateError(err))
+	}
+	st.beforeCommit = append(st.beforeCommit, queued{sql: groupScopeSQL, args: []any{ws.String()}})
+	st.scope.WorkspaceID = ws
+	return nil
+}

@@ -1,0 +1,126 @@
+package postgres_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/stretchr/testify/require"
+
+	"github.com/listingkit/listing/infra/postgres"
+	"github.com/listingkit/listing/infra/postgres/pgtest"
+)
+
+// InGroupTx commits the steps waiting at the same time in one transaction, each under its
+// own workspace's scope (its statements, and the ones it queues for the COMMIT, pass RLS for
+// its workspace only); a failing step fails alone, and the others commit exactly once.
+func TestInGroupTxCommitsConcurrentStepsTogether(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	_, err := db.Owner.Exec(ctx, `CREATE TABLE group_probe (workspace_id uuid NOT NULL, step int NOT NULL, at_commit bool NOT NULL);
+		ALTER TABLE group_probe ENABLE ROW LEVEL SECURITY, FORCE ROW LEVEL SECURITY;
+		CREATE POLICY group_probe_tenant ON group_probe USING (workspace_id = app_workspace_id())
+			WITH CHECK (workspace_id = app_workspace_id());
+		GRANT SELECT, INSERT ON group_probe TO app_user`)
+	require.NoError(t, err)
+	tr := postgres.Transactor{Pool: db.App}
+	wss := []uuid.UUID{uuid.New(), uuid.New(), uuid.New()}
+
+	var hooks atomic.Int64
+	boom := errors.New("boom")
+	// step i writes a row now and one at the COMMIT, both under its workspace's scope, sees
+	// none of the other workspaces' rows, and notes its transaction when it has committed.
+	step := func(i int, ws uuid.UUID, fail bool, hold chan struct{}, committed func(int64)) func(ctx context.Context) error {
+		return func(ctx context.Context) error {
+			tx, scope, err := postgres.TxFromContext(ctx)
+			require.NoError(t, err)
+			require.Equal(t, ws, scope.WorkspaceID)
+			var txid int64
+			var other int
+			if err := tx.QueryRow(ctx, `SELECT txid_current(), (SELECT count(*) FROM group_probe WHERE workspace_id <> $1)`, ws).Scan(&txid, &other); err != nil {
+				return err
+			}
+			require.Zero(t, other, "a step saw another workspace's rows")
+			if _, err := tx.Exec(ctx, `INSERT INTO group_probe VALUES ($1, $2, false)`, ws, i); err != nil {
+				return err
+			}
+			if err := postgres.BeforeCommit(ctx, nil, `INSERT INTO group_probe VALUES ($1, $2, true)`, ws, i); err != nil {
+				return err
+			}
+			if err := postgres.AfterCommit(ctx, nil, func() { hooks.Add(1); committed(txid) }); err != nil {
+				return err
+			}
+			if hold != nil {
+				<-hold
+			}
+			if fail {
+				return boom
+			}
+			return nil
+		}
+	}
+
+	// round: four steps hold every group transaction open; the waiting ones that arrive
+	// meanwhile then commit together. Steps are numbered from base; the one at fail fails.
+	const waiting = 24
+	round := func(base, fail int) ([]error, map[int64]int) {
+		var mu sync.Mutex
+		txids := map[int64]int{}
+		committed := func(id int64) { mu.Lock(); txids[id]++; mu.Unlock() }
+		hold := make(chan struct{})
+		errs := make([]error, 4+waiting)
+		var wg sync.WaitGroup
+		for i := range 4 {
+			wg.Go(func() { errs[i] = tr.InGroupTx(ctx, wss[i%3], step(base+i, wss[i%3], false, hold, committed)) })
+		}
+		require.Eventually(t, func() bool {
+			var n int
+			require.NoError(t, db.Owner.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE datname = $1 AND state = 'idle in transaction'`, db.Name).Scan(&n))
+			return n == 4
+		}, 10*time.Second, 10*time.Millisecond)
+		for i := 4; i < 4+waiting; i++ {
+			wg.Go(func() { errs[i] = tr.InGroupTx(ctx, wss[i%3], step(base+i, wss[i%3], base+i == fail, nil, committed)) })
+		}
+		time.Sleep(200 * time.Millisecond) // let them queue
+		close(hold)
+		wg.Wait()
+		return errs, txids
+	}
+
+	errs, txids := round(0, -1)
+	for i, err := range errs {
+		require.NoError(t, err, "step %d", i)
+	}
+	require.EqualValues(t, 4+waiting, hooks.Load(), "one after-commit hook per committed step")
+	// The waiting steps shared transactions: far fewer commits than steps.
+	require.Less(t, len(txids), 4+waiting/2, "transactions of the %d steps: %v", 4+waiting, txids)
+
+	errs, _ = round(100, 110)
+	for i, err := range errs {
+		if 100+i == 110 {
+			require.ErrorIs(t, err, boom)
+			continue
+		}
+		require.NoError(t, err, "step %d", 100+i)
+	}
+
+	// Every step but the failing one committed once, both rows, in its workspace.
+	var rows, dups, failed int
+	require.NoError(t, db.Owner.QueryRow(ctx, `SELECT count(*), count(*) - count(DISTINCT (step, at_commit)),
+		count(*) FILTER (WHERE step = 110) FROM group_probe`).Scan(&rows, &dups, &failed))
+	require.Equal(t, 2*(2*(4+waiting)-1), rows)
+	require.Zero(t, dups)
+	require.Zero(t, failed)
+	for _, i := range []int{0, 5, 27, 100, 109, 111, 127} {
+		var n int
+		require.NoError(t, db.Owner.QueryRow(ctx, `SELECT count(*) FROM group_probe WHERE step = $1 AND workspace_id = $2`, i, wss[(i%100)%3]).Scan(&n))
+		require.Equal(t, 2, n, "step %d", i)
+	}
+	require.EqualValues(t, 2*(4+waiting)-1, hooks.Load(), "one after-commit hook per committed step")
+}
