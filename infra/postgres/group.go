@@ -32,8 +32,8 @@ var errAlone = errors.New("postgres: the group transaction failed; run alone")
 
 // groupUnit is one step waiting for, or running in, a group transaction.
 type groupUnit struct {
-	ws uuid.UUID
-	fn func(ctx context.Context) error
+	ws, key uuid.UUID
+	fn      func(ctx context.Context) error
 	// res receives the outcome: nil (committed), errAlone, or errLead (this step's goroutine
 	// leads the next group).
 	res chan error
@@ -65,12 +65,16 @@ func grouperOf(pool *pgxpool.Pool) *grouper {
 // conflict) fn runs again alone, in a transaction of its own; it must therefore set what it
 // hands out on every run (not keep state from an earlier run). fn must not depend on the
 // transaction's other statements (they are other workspaces' steps) and must be short.
-func (t Transactor) InGroupTx(ctx context.Context, workspaceID uuid.UUID, fn func(ctx context.Context) error) error {
+//
+// key names what fn locks and changes (a task id): a group never holds two steps of the same
+// key (a row lock does not keep apart two steps of one transaction); the second waits for
+// the next group. uuid.Nil is no key.
+func (t Transactor) InGroupTx(ctx context.Context, workspaceID, key uuid.UUID, fn func(ctx context.Context) error) error {
 	if _, _, err := TxFromContext(ctx); err == nil {
 		return errors.New("postgres.InGroupTx: already inside a transaction")
 	}
 	g := grouperOf(t.Pool)
-	u := &groupUnit{ws: workspaceID, fn: fn, res: make(chan error, 1)}
+	u := &groupUnit{ws: workspaceID, key: key, fn: fn, res: make(chan error, 1)}
 	g.mu.Lock()
 	var err error
 	if g.leaders < maxLeaders {
@@ -95,9 +99,19 @@ func (t Transactor) InGroupTx(ctx context.Context, workspaceID uuid.UUID, fn fun
 // outcome.
 func (g *grouper) lead(ctx context.Context, pool *pgxpool.Pool, first *groupUnit) (err error) {
 	g.mu.Lock()
-	n := min(len(g.pending), maxGroup-1)
-	batch := append([]*groupUnit{first}, g.pending[:n]...)
-	g.pending = slices.Delete(g.pending, 0, n)
+	batch := []*groupUnit{first}
+	keys := map[uuid.UUID]bool{first.key: true}
+	rest := g.pending[:0]
+	for _, u := range g.pending {
+		if len(batch) == maxGroup || (u.key != uuid.Nil && keys[u.key]) {
+			rest = append(rest, u)
+			continue
+		}
+		keys[u.key] = true
+		batch = append(batch, u)
+	}
+	clear(g.pending[len(rest):])
+	g.pending = rest
 	g.mu.Unlock()
 
 	done := false
