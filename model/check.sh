@@ -117,6 +117,8 @@ model)
   queue "4     same, TO<=lock with more time (2 <= 2)"  $L "-DTASK=0 -DHONOUR=0 -DSTRICT=1 -DCALL_TO=2 -DLOCK_LEFT=2" safety holds
   queue "4     publication, excused when lock lost"     $L "-DTASK=0 -DHONOUR=0 -DCALL_TO=2" safety holds
   queue "4     AI task, excused when lock lost"         $L "-DTASK=1 -DHONOUR=0 -DCALL_TO=2" safety holds
+  queue "lost  publication, ignores key, lock lost"     $L "-DTASK=0 -DHONOUR=0 -DSTRICT=1 -DLOSSES=1" safety violated show
+  queue "lost  AI task, ignores key, lock lost"         $L "-DTASK=1 -DHONOUR=0 -DSTRICT=1 -DLOSSES=1" safety violated
   queue "2     publication: reaches a terminal state"   $L "-DTASK=0" p2 holds
   queue "2     AI task: reaches a terminal state"       $L "-DTASK=1" p2 holds
   queue "limit AI, ignores key: one billed run"         $L "-DTASK=1 -DHONOUR=0 -DSTRICT=1 -DAI_ONCE=1" safety violated show
@@ -134,13 +136,17 @@ mutants)
   queue "no jobId dedup / 4 AI task"                   $L "-DMUT_NO_DEDUP -DTASK=1 -DHONOUR=0 -DSTRICT=1" safety report
   queue "no jobId dedup / 3 publication"               $L "-DMUT_NO_DEDUP -DTASK=0 -DHONOUR=1" safety report
   queue "no jobId dedup / 3 AI task"                   $L "-DMUT_NO_DEDUP -DTASK=1 -DHONOUR=1" safety report
-  queue "no jobId dedup / 2 publication"               $L "-DMUT_NO_DEDUP -DTASK=0" p2 report
-  queue "no jobId dedup / 2 AI task"                   $L "-DMUT_NO_DEDUP -DTASK=1" p2 report
+  queue "no jobId dedup / 2 publication (no loss)"     $L "-DMUT_NO_DEDUP -DTASK=0 -DLOSSES=0" p2 report
+  queue "no jobId dedup / 2 AI task (no loss)"         $L "-DMUT_NO_DEDUP -DTASK=1 -DLOSSES=0" p2 report
   queue "no locked_by on mark / 5"                     $O "-DMUT_NO_LOCKEDBY" safety report
   queue "no locked_by on mark / 1"                     $O "-DMUT_NO_LOCKEDBY" p1 report
   queue "no record CAS / 7 publication"                $L "-DMUT_NO_RECORD_CAS -DTASK=0 -DHONOUR=1" safety violated show
   queue "no record CAS / 7 AI task"                    $L "-DMUT_NO_RECORD_CAS -DTASK=1 -DHONOUR=1" safety violated
   queue "no last look / 6 publication"                 $L "-DMUT_NO_LASTLOOK -DTASK=0 -DHONOUR=1" safety violated show
+  queue "hand-back before the call ends / 4 publ."     $L "-DMUT_HANDBACK_IN_FLIGHT -DTASK=0 -DHONOUR=0 -DSTRICT=1" safety violated show
+  queue "hand-back before the call ends / 4 AI task"   $L "-DMUT_HANDBACK_IN_FLIGHT -DTASK=1 -DHONOUR=0 -DSTRICT=1" safety violated
+  queue "no cancel on lock loss / 4 publication"       $L "-DMUT_NO_LOSS_CANCEL -DTASK=0 -DHONOUR=0" safety violated show
+  queue "no cancel on lock loss / 4 AI task"           $L "-DMUT_NO_LOSS_CANCEL -DTASK=1 -DHONOUR=0" safety violated
   ;;
 *) echo "usage: $0 model|mutants"; exit 2 ;;
 esac

@@ -67,6 +67,13 @@
 #ifndef TASK
 #define TASK 0          /* the task committed: 0 the publication, 1 the AI task */
 #endif
+#ifndef LOSSES
+#define LOSSES (!STRICT) /* live workers' lock losses (renewals failed): the property 4 searches
+                            without it (STRICT) leave it out, a search of its own shows what
+                            remains with it */
+#endif
+#define STOPS 1         /* shutdowns (SIGTERM) of a worker holding a job */
+#define RECFAILS 1      /* record transactions that fail after a successful call */
 #define MAX_ATTEMPTS 2  /* OUTBOX_MAX_ATTEMPTS */
 #define JOB_ATTEMPTS 2  /* JOB_ATTEMPTS */
 #define MAX_STALLS   1  /* JOB_MAX_STALLS */
@@ -147,6 +154,9 @@ byte cJob[NW];          /* the job of a call in flight */
 
 byte snoozes = 1;       /* Retry-After answers left */
 byte redisRestarts = 1;
+byte lockLosses = LOSSES; /* a live worker's lock lost: renewals failed until it may have run out */
+byte stops = STOPS;     /* a worker stopped (SIGTERM) while it holds a job */
+byte recFails = RECFAILS; /* a record transaction fails (the database, a deadlock) */
 
 /* ghosts: observation only */
 bool added[NE];         /* a job was added for the owed event */
@@ -280,6 +290,12 @@ end:
   };
   if
   :: CRASH
+  :: /* [W-stop] SIGTERM before the handler started: the job is handed back at once (no
+        attempt spent); a started job is finished first (its call ended and recorded, its
+        lock renewed meanwhile), and one cut short past the stop bound is left to its lock
+        like a crash's ([W-crash]) */
+     atomic { stops > 0 -> stops--; FINISH(j, 2, tok) };
+     goto end
   :: /* [W-abandon] stalled too often: the task fails with JOB_STALLED, then the job */
      atomic { jDefa[j] -> FAILTASK() };
      goto complete
@@ -290,6 +306,18 @@ end:
 #endif
        if :: !TERMINAL -> tSt = T_RUNNING :: else -> skip fi
      }
+  fi;
+  /* [W-lost] renewals fail until the lock may have run out: the lock is gone (the stalled
+     check may hand the job to another worker) and the handler's context is cancelled: it
+     makes no further call and records nothing */
+  if
+  :: skip
+  :: atomic { lockLosses > 0 && jOwner[j] == tok -> lockLosses--; jOwner[j] = 0 };
+#ifndef MUT_NO_LOSS_CANCEL
+     goto lost
+#else
+     skip   /* mutant: the handler goes on after the loss */
+#endif
   fi;
   /* [W-lookup] FindProductByExternalRef before the create; [W-call] the external call,
      outside any transaction, Idempotency-Key = the task id */
@@ -302,8 +330,28 @@ end:
   :: atomic { SEND }
 #endif
   fi;
+callwait:
   if
   :: CRASH
+  :: /* [W-lost] the lock is lost while the call is in flight: the call is cancelled
+        client-side but cannot be recalled (it may still land within its time-out); the
+        worker records nothing and waits for it to be over */
+     atomic { cSt[w] == C_SENT && lockLosses > 0 && jOwner[j] == tok -> lockLosses--; jOwner[j] = 0;
+#if GHOST_EXPIRY
+       lostByExpiry = 1;
+#endif
+       skip };
+#ifndef MUT_NO_LOSS_CANCEL
+     goto lost
+#else
+     goto callwait   /* mutant: the handler goes on waiting for its reply */
+#endif
+#ifdef MUT_HANDBACK_IN_FLIGHT
+  :: /* mutant: SIGTERM hands the job back while its call is in flight, and the process
+        exits leaving the call to land or time out */
+     atomic { cSt[w] == C_SENT && stops > 0 -> stops--; FINISH(j, 2, tok); wJob[w] = NE };
+     goto crash
+#endif
   :: atomic { cSt[w] == C_LANDED -> cSt[w] = C_NONE }; goto record                /* reply */
   :: atomic { cSt[w] == C_LANDED -> cSt[w] = C_NONE }; goto failed                /* reply lost */
   :: atomic { cSt[w] == C_SENT -> cSt[w] = C_NONE }; goto failed                  /* time-out */
@@ -334,6 +382,9 @@ record:
   /* [W-record] step B, record CAS (and the AI task's ledger row, insert or nothing) */
   if
   :: CRASH
+  :: /* [W-record-retry] the record transaction fails (rolled back): tried again with the
+        result held, the call not made again (RecordRetries, within RecordRetryBudget) */
+     atomic { recFails > 0 -> recFails-- }; goto record
   :: atomic {
        if
        :: RECORDABLE ->
@@ -352,6 +403,12 @@ record:
 complete:
   /* [Q-finish] the job completes (or fails) */
   atomic { FINISH(j, 0, tok) };
+  goto end;
+lost:
+  /* [W-lost] the worker that lost the lock drops the job without recording or finishing it
+     once its call is over (its reply, or its time-out: after it the call never lands), and
+     takes other jobs */
+  atomic { cSt[w] = C_NONE; wJob[w] = NE; j = 0 };
   goto end;
 crash:
   /* [W-crash] the process dies. Its job's lock is no longer renewed and runs out after
