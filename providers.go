@@ -298,6 +298,8 @@ func ProvideApplication(cfg config.Config, b *bus.Bus, pool *pgxpool.Pool, hashe
 			SyncStoreProducts:         commands.NewSyncStoreProductsHandler(flow, repos.Stores, repos.Syncs),
 			CreateAITask:              commands.NewCreateAITaskHandler(flow, repos.Products, repos.AITasks),
 			UpdateListing:             commands.NewUpdateListingHandler(flow, repos.Products, repos.Publications, repos.Updates),
+			UnpublishPublication: commands.NewUnpublishPublicationHandler(flow, repos.Publications,
+				repos.Tasks["unpublishes"].(port.Repository[domain.Unpublish])),
 
 			CreateIntegration: commands.NewCreateIntegrationHandler(accounts, repos.Integrations, cipher, now),
 			RevokeIntegration: commands.NewRevokeIntegrationHandler(accounts, repos.Integrations, now),

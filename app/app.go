@@ -35,6 +35,7 @@ type Commands struct {
 	SyncStoreProducts         bus.Handler[commands.SyncStoreProducts, commands.Started[domain.ProductSync]]
 	CreateAITask              bus.Handler[commands.CreateAITask, commands.Started[domain.AITask]]
 	UpdateListing             bus.Handler[commands.UpdateListing, commands.Started[domain.ListingUpdate]]
+	UnpublishPublication      bus.Handler[commands.UnpublishPublication, commands.Started[domain.Unpublish]]
 
 	CreateIntegration bus.Handler[commands.CreateIntegration, commands.CreatedIntegration]
 	RevokeIntegration bus.Handler[commands.RevokeIntegration, domain.Integration]

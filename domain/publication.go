@@ -40,6 +40,10 @@ type Publication struct {
 	SentRevision int
 	// Push is the claim of the update whose PUT may be in flight (see PushClaim).
 	Push PushClaim
+	// UnpublishedAt is when an unpublish deleted the platform product (nil while published).
+	// The publication's task status stays succeeded; the product may be published to the
+	// store again, as a new publication.
+	UnpublishedAt *time.Time
 }
 
 // ExternalRef is what the platform product carries to find it again: our publication id. It
@@ -128,4 +132,78 @@ func (p Publication) PublishedEvent() PublicationPublished {
 func init() {
 	RegisterIntegrationEvent(PublicationPublished{}, "A product was published to a store: the platform holds it, at the revision "+
 		"the publication was requested with. Published once per publication, in the transaction that records its success.")
+}
+
+// Unpublish deletes the platform product of a published publication; once it succeeded the
+// publication is unpublished (Publication.UnpublishedAt). At most one unpublish of a
+// publication is pending, running or succeeded (a failed one leaves it published).
+type Unpublish struct {
+	Task
+	PublicationID     uuid.UUID
+	StoreID           uuid.UUID
+	ExternalProductID string // the platform product deleted
+}
+
+// Unpublish error codes.
+var (
+	ErrUnpublishNotFound = NewError(KindNotFound, "UNPUBLISH_NOT_FOUND", "the unpublish does not exist")
+	// ErrPublicationUnpublished refuses an update or a second unpublish of a publication
+	// whose unpublish was accepted.
+	ErrPublicationUnpublished = NewError(KindConflict, "PUBLICATION_UNPUBLISHED",
+		"the publication is unpublished, or being unpublished")
+)
+
+// NewUnpublish returns a pending unpublish of pub's platform product.
+func NewUnpublish(id, operationID uuid.UUID, pub Publication, now time.Time) Unpublish {
+	return Unpublish{Task: NewTask(id, pub.WorkspaceID, operationID, now), PublicationID: pub.ID, StoreID: pub.StoreID,
+		ExternalProductID: pub.ExternalProductID}
+}
+
+// UnpublishRequested asks a worker to delete the platform product of an unpublish.
+type UnpublishRequested struct {
+	UnpublishID   uuid.UUID `json:"unpublish_id"`
+	OperationID   uuid.UUID `json:"operation_id"`
+	PublicationID uuid.UUID `json:"publication_id"`
+}
+
+// EventType implements Event.
+func (UnpublishRequested) EventType() string { return "unpublish.requested" }
+
+// AggregateType implements Event.
+func (UnpublishRequested) AggregateType() string { return "unpublish" }
+
+// AggregateID implements Event.
+func (e UnpublishRequested) AggregateID() string { return e.UnpublishID.String() }
+
+// RequestEvent implements Requested.
+func (u Unpublish) RequestEvent() Event {
+	return UnpublishRequested{UnpublishID: u.ID, OperationID: u.OperationID, PublicationID: u.PublicationID}
+}
+
+// PublicationUnpublished is emitted when an unpublish succeeded. An integration event.
+type PublicationUnpublished struct {
+	// PublicationID is the publication, now unpublished.
+	PublicationID uuid.UUID `json:"publication_id"`
+	// OperationID is the operation of the unpublish request.
+	OperationID uuid.UUID `json:"operation_id"`
+	// ProductID and StoreID are the product and the store it was published to.
+	ProductID uuid.UUID `json:"product_id"`
+	StoreID   uuid.UUID `json:"store_id"`
+	// ExternalProductID is the platform's id of the product deleted.
+	ExternalProductID string `json:"external_product_id"`
+}
+
+// EventType implements Event.
+func (PublicationUnpublished) EventType() string { return "publication.unpublished" }
+
+// AggregateType implements Event.
+func (PublicationUnpublished) AggregateType() string { return "publication" }
+
+// AggregateID implements Event.
+func (e PublicationUnpublished) AggregateID() string { return e.PublicationID.String() }
+
+func init() {
+	RegisterEvent(UnpublishRequested{})
+	RegisterIntegrationEvent(PublicationUnpublished{}, "A publication was unpublished: its platform product was deleted. "+
+		"Published once per publication, in the transaction that records the unpublish's success.")
 }

@@ -21,6 +21,13 @@ const commandsMemGrowthBound = 64 << 20
 // the 2 MiB an event may hold) wait in the stream when a child `app commands` process starts;
 // each is answered COMMAND_TOO_LARGE, and the process's peak memory (VmHWM) exceeds that of
 // the same process started on an empty stream by at most commandsMemGrowthBound.
+//
+// The consumer runs 8 commands at once (COMMANDS_CONCURRENCY, set here so the figure does not
+// move with the default): a consumer that reads a batch of that many entries before looking
+// at their size holds 8 × 20 MB at once, about 2.4 times the bound. Measured on 2026-12-03
+// (load average 11-15 on 2 cores): such a consumer (XREADGROUP COUNT 8, size checked after)
+// grew by 180 and 181 MiB and failed; this consumer (one entry per script run, at commit
+// f070045) grew by 1 MiB.
 func TestMemoryCommandConsumerBoundsOversizedEntries(t *testing.T) {
 	t.Parallel()
 	if testing.Short() {
@@ -30,7 +37,8 @@ func TestMemoryCommandConsumerBoundsOversizedEntries(t *testing.T) {
 	prefix := seedPrefix()
 	rdb := seedRedis(t, prefix)
 	// The baseline: a consumer on an empty stream (it creates the group), then stopped.
-	idle := seedStartProc(t, "commands", seedEnv(db.AppURL, prefix, nil), "commands")
+	env := seedEnv(db.AppURL, prefix, map[string]string{"COMMANDS_CONCURRENCY": "8"})
+	idle := seedStartProc(t, "commands", env, "commands")
 	idle.waitLog(t, "command consumer started")
 	time.Sleep(time.Second)
 	before := memPeak(t, idle)
@@ -47,7 +55,7 @@ func TestMemoryCommandConsumerBoundsOversizedEntries(t *testing.T) {
 		ids = append(ids, id)
 	}
 	big = ""
-	p := seedStartProc(t, "commands", seedEnv(db.AppURL, prefix, nil), "commands")
+	p := seedStartProc(t, "commands", env, "commands")
 	deadline := time.Now().Add(2 * time.Minute)
 	for {
 		msgs, err := rdb.XRange(ctx, prefix+":command-replies", "-", "+").Result()

@@ -35,10 +35,11 @@ type Transactor interface {
 // concurrent steps of other goroutines (group commit): InGroupTx runs fn in a transaction
 // scoped to workspaceID that may hold other workspaces' steps too, each under its own scope,
 // and returns once it committed, or fn's error. When the shared transaction fails, fn runs
-// again alone: fn must set what it hands out on every run.
+// again alone: fn must set what it hands out on every run. key names what fn locks and
+// changes (a task id): two steps of one key never share a transaction.
 type GroupTransactor interface {
 	Transactor
-	InGroupTx(ctx context.Context, workspaceID uuid.UUID, fn func(ctx context.Context) error) error
+	InGroupTx(ctx context.Context, workspaceID, key uuid.UUID, fn func(ctx context.Context) error) error
 }
 
 // Clock tells the time; tests may fix it.

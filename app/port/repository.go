@@ -26,6 +26,15 @@ type Repository[T any] interface {
 	List(ctx context.Context, page Page) (items []T, next string, err error)
 }
 
+// UpdaterAtCommit is a Repository whose Update can also save with the transaction's COMMIT:
+// UpdateAtCommit loads the aggregate under a row lock and lets fn change it as Update does,
+// but its write is queued to travel to the database in the COMMIT's round trip (one round
+// trip less). The transaction must neither read the row again nor update it a second time
+// after it (it would see the row as it was); a write the database refuses fails the COMMIT.
+type UpdaterAtCommit[T any] interface {
+	UpdateAtCommit(ctx context.Context, id uuid.UUID, fn func(*T) error) (T, error)
+}
+
 // TaskReader reads a flow's tasks under their parent, whatever their type (the API's
 // derived task resources, worker.Resource). Like Repository it runs in ctx's transaction.
 type TaskReader interface {

@@ -203,11 +203,19 @@ func (f Flow[T, W, R]) run(ctx context.Context, job Job, id uuid.UUID) (R, error
 	var task T
 	var w W
 	var refused *domain.Error
-	err := d.groupStep(ctx, job, func(ctx context.Context) error {
+	err := d.groupStep(ctx, job, id, func(ctx context.Context) error {
 		// Set on every run: a group commit may run this again alone.
 		var zero W
 		w, refused = zero, nil
-		v, err := f.Tasks.Update(ctx, id, func(v *T) error {
+		// The task's write goes with the COMMIT unless Begin may refuse it: a refusal's
+		// OnFail may read the task again.
+		update := f.Tasks.Update
+		if f.Begin == nil {
+			update = func(ctx context.Context, id uuid.UUID, fn func(*T) error) (T, error) {
+				return updateAtCommit(ctx, f.Tasks, id, fn)
+			}
+		}
+		v, err := update(ctx, id, func(v *T) error {
 			t := f.TaskOf(v)
 			if t.Status.Terminal() {
 				return errFinished
@@ -298,10 +306,11 @@ func recordRetryable(err error) bool {
 func (f Flow[T, W, R]) recordOnce(ctx context.Context, job Job, id uuid.UUID, r R) error {
 	d := f.Deps
 	var finished *T
-	err := d.groupStep(ctx, job, func(ctx context.Context) error {
+	err := d.groupStep(ctx, job, id, func(ctx context.Context) error {
 		finished = nil // set on every run: a group commit may run this again alone
 		var result any
-		v, err := f.Tasks.Update(ctx, id, func(v *T) error {
+		// The task's write goes with the COMMIT: after Record nothing reads it again.
+		v, err := updateAtCommit(ctx, f.Tasks, id, func(v *T) error {
 			t := f.TaskOf(v)
 			if t.Status.Terminal() {
 				finished = v

@@ -134,13 +134,16 @@ func (d Deps) Step(ctx context.Context, job Job, fn func(ctx context.Context) er
 // own workspace's scope. fn may run twice (the shared transaction failed: fn runs again
 // alone), so it sets what it hands out on every run. errFinished from fn (the task found
 // finished, nothing written) is a success for the group and ErrSkip for the caller.
-func (d Deps) groupStep(ctx context.Context, job Job, fn func(ctx context.Context) error) error {
+//
+// key is the task the step locks and changes: two steps of one task never share a
+// transaction (its row lock would not keep them apart there).
+func (d Deps) groupStep(ctx context.Context, job Job, key uuid.UUID, fn func(ctx context.Context) error) error {
 	g, ok := d.Tx.(port.GroupTransactor)
 	if !ok {
 		return d.Step(ctx, job, fn)
 	}
 	skipped := false
-	err := g.InGroupTx(ctx, job.WorkspaceID, func(ctx context.Context) error {
+	err := g.InGroupTx(ctx, job.WorkspaceID, key, func(ctx context.Context) error {
 		skipped = false
 		err := fn(ctx)
 		if errors.Is(err, errFinished) {
@@ -155,6 +158,16 @@ func (d Deps) groupStep(ctx context.Context, job Job, fn func(ctx context.Contex
 	return err
 }
 
+// updateAtCommit is repo's Update with its write sent with the COMMIT, when repo can
+// (port.UpdaterAtCommit): for the last write of a row in a step, which nothing in the step
+// reads or writes again.
+func updateAtCommit[T any](ctx context.Context, repo port.Repository[T], id uuid.UUID, fn func(*T) error) (T, error) {
+	if u, ok := repo.(port.UpdaterAtCommit[T]); ok {
+		return u.UpdateAtCommit(ctx, id, fn)
+	}
+	return repo.Update(ctx, id, fn)
+}
+
 // errFinished is ErrSkip returned by a step that found its task finished before writing
 // anything: in a group transaction it fails no other step.
 var errFinished = fmt.Errorf("%w (nothing written)", ErrSkip)
@@ -163,7 +176,7 @@ var errFinished = fmt.Errorf("%w (nothing written)", ErrSkip)
 // run inside a Step.
 func (d Deps) StartOperation(ctx context.Context, id uuid.UUID) error {
 	var changed bool
-	op, err := d.Operations.Update(ctx, id, func(o *domain.Operation) error {
+	op, err := updateAtCommit(ctx, d.Operations, id, func(o *domain.Operation) error {
 		var err error
 		changed, err = o.Start(d.Now())
 		if errors.Is(err, domain.ErrOperationFinished) {
@@ -184,18 +197,26 @@ func (d Deps) SucceedOperation(ctx context.Context, id uuid.UUID, result any) er
 	if err != nil {
 		return fmt.Errorf("worker.SucceedOperation: %w", err)
 	}
-	return d.finishOperation(ctx, id, func(o *domain.Operation) error { return o.Succeed(raw, d.Now()) })
+	return d.finishOperation(ctx, id, true, func(o *domain.Operation) error { return o.Succeed(raw, d.Now()) })
 }
 
 // FailOperation finishes the operation with a client-safe code and message and publishes
 // the change; a finished operation is left alone. It must run inside a Step.
 func (d Deps) FailOperation(ctx context.Context, id uuid.UUID, code, message string) error {
-	return d.finishOperation(ctx, id, func(o *domain.Operation) error { return o.Fail(code, message, d.Now()) })
+	return d.finishOperation(ctx, id, false, func(o *domain.Operation) error { return o.Fail(code, message, d.Now()) })
 }
 
-func (d Deps) finishOperation(ctx context.Context, id uuid.UUID, fn func(*domain.Operation) error) error {
+// finishOperation finishes the operation with fn; atCommit sends its write with the COMMIT
+// (updateAtCommit: the step reads and writes the operation no more).
+func (d Deps) finishOperation(ctx context.Context, id uuid.UUID, atCommit bool, fn func(*domain.Operation) error) error {
 	changed := false
-	op, err := d.Operations.Update(ctx, id, func(o *domain.Operation) error {
+	update := d.Operations.Update
+	if atCommit {
+		update = func(ctx context.Context, id uuid.UUID, fn func(*domain.Operation) error) (domain.Operation, error) {
+			return updateAtCommit(ctx, d.Operations, id, fn)
+		}
+	}
+	op, err := update(ctx, id, func(o *domain.Operation) error {
 		if o.Status.Terminal() {
 			return nil
 		}

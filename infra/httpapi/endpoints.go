@@ -112,7 +112,9 @@ func Endpoints() []Endpoint {
 		{"GET", ws + "/publications", "listPublications", page},
 		{"GET", ws + "/publications/{publication_id}", "getPublication", errs(errsMember, one(domain.ErrPublicationNotFound))},
 		{"POST", ws + "/publications/{publication_id}/updates", "updateListing", command(domain.ErrPublicationNotFound,
-			domain.ErrPublicationNotPublished)},
+			domain.ErrPublicationNotPublished, domain.ErrPublicationUnpublished)},
+		{"POST", ws + "/publications/{publication_id}/unpublish", "unpublish", command(domain.ErrPublicationNotFound,
+			domain.ErrPublicationNotPublished, domain.ErrPublicationUnpublished)},
 
 		{"POST", ws + "/ai-tasks", "createAITask", command(aitask.ErrKindUnsupported, domain.ErrProductNotFound)},
 		{"GET", ws + "/ai-tasks", "listAITasks", page},

@@ -27,7 +27,7 @@ func TestMessageRoutesAreServedAndDocumented(t *testing.T) {
 	require.NoError(t, err)
 
 	types := MessageCommandTypes()
-	require.Len(t, types, 8)
+	require.Len(t, types, 9)
 	for _, typ := range types {
 		route := messageRoutes[typ]
 		require.True(t, served[route.method+" /v1/workspaces/{workspace_id}"+route.path], "%s: %s %s is not served", typ, route.method, route.path)

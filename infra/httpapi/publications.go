@@ -7,6 +7,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/listingkit/listing/app/commands"
+	"github.com/listingkit/listing/app/worker/unpublish"
 	"github.com/listingkit/listing/domain"
 )
 
@@ -18,13 +19,32 @@ type publicationJSON struct {
 	Status            string     `json:"status"`
 	ExternalProductID string     `json:"external_product_id,omitempty"`
 	Error             *errorJSON `json:"error"`
-	CreatedAt         time.Time  `json:"created_at"`
-	UpdatedAt         time.Time  `json:"updated_at"`
+	// Unpublished and UnpublishedAt are set once an unpublish succeeded, else omitted.
+	Unpublished   bool       `json:"unpublished,omitempty"`
+	UnpublishedAt *time.Time `json:"unpublished_at,omitempty"`
+	CreatedAt     time.Time  `json:"created_at"`
+	UpdatedAt     time.Time  `json:"updated_at"`
 }
 
 func publicationBody(p domain.Publication) publicationJSON {
 	return publicationJSON{ID: p.ID.String(), ProductID: p.ProductID.String(), StoreID: p.StoreID.String(), ProductRevision: p.ProductRevision,
-		Status: string(p.Status), ExternalProductID: p.ExternalProductID, Error: taskError(p.Task), CreatedAt: p.CreatedAt.UTC(), UpdatedAt: p.UpdatedAt.UTC()}
+		Status: string(p.Status), ExternalProductID: p.ExternalProductID, Error: taskError(p.Task), CreatedAt: p.CreatedAt.UTC(), UpdatedAt: p.UpdatedAt.UTC(),
+		Unpublished: p.UnpublishedAt != nil, UnpublishedAt: p.UnpublishedAt}
+}
+
+func (s *Server) unpublish(w http.ResponseWriter, r *http.Request) {
+	pid, err := pathID(r, "publication_id", domain.ErrPublicationNotFound)
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+	body, ok := s.decode(w, r, &struct{}{})
+	if !ok {
+		return
+	}
+	cmd := commands.UnpublishPublication{UnpublishID: uuid.New(), WorkspaceID: workspaceID(r.Context()), UserID: userID(r.Context()), PublicationID: pid}
+	execute(s, w, r, body, s.app.Commands.UnpublishPublication, cmd,
+		startRender(http.StatusAccepted, "unpublish", func(v domain.Unpublish) any { return unpublish.Body(v) }))
 }
 
 func (s *Server) publishProduct(w http.ResponseWriter, r *http.Request) {

@@ -227,6 +227,7 @@ func (s *Server) routes() http.Handler {
 				r.Get("/publications", s.listPublications)
 				r.Get("/publications/{publication_id}", s.getPublication)
 				r.Post("/publications/{publication_id}/updates", s.updateListing)
+				r.Post("/publications/{publication_id}/unpublish", s.unpublish)
 
 				r.Post("/ai-tasks", s.createAITask)
 				r.Get("/ai-tasks", s.listAITasks)

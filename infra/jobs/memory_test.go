@@ -2,8 +2,10 @@ package jobs_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -112,4 +114,63 @@ func TestMemorySettleCountsEveryAttempt(t *testing.T) {
 	got, handled = settleOnce(t, context.Background(), job, fmt.Errorf("%w: %w", jobs.ErrNotTaken, errors.New("db down")))
 	require.False(t, handled, "not taken for another reason: the dispatcher's publish fails, the outbox delivers it again")
 	require.Nil(t, got)
+}
+
+// The Runner takes a memory transport's job before its handler runs: a job whose outbox
+// claim was lost while it waited (another claim delivers the event) is not run and counts as
+// handled; a job taken runs with the lease its take asked for, under the claim it came with.
+func TestMemoryRunsOnlyTakenJobs(t *testing.T) {
+	q := jobs.NewMemoryQueues([]string{"q"})
+	t.Cleanup(func() { _ = q.Close() })
+	var mu sync.Mutex
+	var takes []string
+	lost := map[string]bool{}
+	mem := jobs.NewMemory(q, jobs.MemoryConfig{Attempts: 3, Lease: time.Minute, Backoff: func(int) time.Duration { return time.Second },
+		Take: func(_ context.Context, job worker.Job, claim string, lease time.Duration) error {
+			mu.Lock()
+			defer mu.Unlock()
+			takes = append(takes, fmt.Sprintf("%s %s %s", job.ID, claim, lease))
+			if lost[job.ID] {
+				return fmt.Errorf("take: %w", outbox.ErrClaimLost)
+			}
+			return nil
+		},
+		Requeue: func(context.Context, worker.Job, string, time.Duration, outbox.JobDelivery) error { return nil }})
+	ran := make(chan string, 2)
+	r, err := jobs.NewRunner(jobs.Config{Transport: mem, Concurrency: 1, JobTimeout: jobs.HandlerTimeout(time.Minute),
+		Handlers: map[string]worker.Handler{"q": worker.HandlerFunc(func(ctx context.Context, job worker.Job) error {
+			dl, _ := ctx.Deadline()
+			require.WithinDuration(t, time.Now().Add(48*time.Second), dl, 5*time.Second, "4/5 of the lease")
+			ran <- job.ID
+			return nil
+		})}})
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- r.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+
+	publish := func(id string) error {
+		body, err := json.Marshal(worker.Envelope{EventID: id, WorkspaceID: uuid.NewString(), EventType: "x", Payload: json.RawMessage(`{}`)})
+		require.NoError(t, err)
+		msg := message.NewMessage(id, body)
+		msg.Metadata.Set(outbox.MetadataClaim, "round/"+id)
+		return q.Publish("q", msg)
+	}
+	mu.Lock()
+	lost["stale"] = true
+	mu.Unlock()
+	var perr error
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		if perr = publish("stale"); perr == nil { // until the Runner subscribed
+			break
+		}
+	}
+	require.NoError(t, perr, "a job whose claim was lost counts as handled")
+	require.NoError(t, publish("fresh"))
+	require.Equal(t, "fresh", <-ran)
+	require.Empty(t, ran, "the stale job did not run")
+	mu.Lock()
+	defer mu.Unlock()
+	require.Equal(t, []string{"stale round/stale 1m0s", "fresh round/fresh 1m0s"}, takes[len(takes)-2:])
 }

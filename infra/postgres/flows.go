@@ -204,14 +204,14 @@ func NewPublications() Publications {
 	return Publications{newRepository(table[domain.Publication]{
 		name: "publications",
 		columns: cols("product_id", "store_id", "product_revision", "external_product_id", "product_snapshot",
-			"pushed_revision", "sent_revision", "pushing_update_id", "pushing_until"),
+			"pushed_revision", "sent_revision", "pushing_update_id", "pushing_until", "unpublished_at"),
 		scan: func(p *domain.Publication) []any {
 			return append(taskScan(&p.Task), &p.ProductID, &p.StoreID, &p.ProductRevision, &p.ExternalProductID, &p.Snapshot,
-				&p.PushedRevision, &p.SentRevision, &p.Push.UpdateID, &p.Push.Until)
+				&p.PushedRevision, &p.SentRevision, &p.Push.UpdateID, &p.Push.Until, &p.UnpublishedAt)
 		},
 		values: func(p *domain.Publication) []any {
 			return append(taskValues(&p.Task), p.ProductID, p.StoreID, p.ProductRevision, p.ExternalProductID, p.Snapshot,
-				p.PushedRevision, p.SentRevision, nullIfNil(p.Push.UpdateID), p.Push.Until)
+				p.PushedRevision, p.SentRevision, nullIfNil(p.Push.UpdateID), p.Push.Until, p.UnpublishedAt)
 		},
 		key:      func(p *domain.Publication) (uuid.UUID, time.Time) { return taskKey(&p.Task) },
 		notFound: domain.ErrPublicationNotFound,
@@ -223,6 +223,18 @@ func NewPublications() Publications {
 // ListOfProduct implements port.Publications.
 func (r Publications) ListOfProduct(ctx context.Context, productID uuid.UUID, page port.Page) ([]domain.Publication, string, error) {
 	return r.ListWhere(ctx, page, "product_id = $4", []any{productID})
+}
+
+// Unpublishing reports whether an unpublish of publication id was accepted and has not
+// failed (the listing commands' refusal, PUBLICATION_UNPUBLISHED).
+func (r Publications) Unpublishing(ctx context.Context, id uuid.UUID) (bool, error) {
+	tx, _, err := mustTx(ctx, "postgres.publications.Unpublishing")
+	if err != nil {
+		return false, err
+	}
+	var yes bool
+	err = tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM unpublishes WHERE publication_id = $1 AND status <> 'failed')`, id).Scan(&yes)
+	return yes, TranslateError(err)
 }
 
 // ListingUpdates implements port.ListingUpdates.
@@ -254,6 +266,19 @@ func NewListingUpdates() ListingUpdates {
 func TaskRepositories() map[string]any {
 	return map[string]any{
 		"listing_updates": NewListingUpdates().Repository,
+		"unpublishes": newRepository(table[domain.Unpublish]{
+			name:    "unpublishes",
+			columns: cols("publication_id", "store_id", "external_product_id"),
+			scan: func(u *domain.Unpublish) []any {
+				return append(taskScan(&u.Task), &u.PublicationID, &u.StoreID, &u.ExternalProductID)
+			},
+			values: func(u *domain.Unpublish) []any {
+				return append(taskValues(&u.Task), u.PublicationID, u.StoreID, u.ExternalProductID)
+			},
+			key:      func(u *domain.Unpublish) (uuid.UUID, time.Time) { return taskKey(&u.Task) },
+			notFound: domain.ErrUnpublishNotFound,
+			conflict: domain.ErrPublicationUnpublished,
+		}),
 	}
 }
 

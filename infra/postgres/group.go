@@ -9,6 +9,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -32,8 +33,8 @@ var errAlone = errors.New("postgres: the group transaction failed; run alone")
 
 // groupUnit is one step waiting for, or running in, a group transaction.
 type groupUnit struct {
-	ws uuid.UUID
-	fn func(ctx context.Context) error
+	ws, key uuid.UUID
+	fn      func(ctx context.Context) error
 	// res receives the outcome: nil (committed), errAlone, or errLead (this step's goroutine
 	// leads the next group).
 	res chan error
@@ -65,12 +66,16 @@ func grouperOf(pool *pgxpool.Pool) *grouper {
 // conflict) fn runs again alone, in a transaction of its own; it must therefore set what it
 // hands out on every run (not keep state from an earlier run). fn must not depend on the
 // transaction's other statements (they are other workspaces' steps) and must be short.
-func (t Transactor) InGroupTx(ctx context.Context, workspaceID uuid.UUID, fn func(ctx context.Context) error) error {
+//
+// key names what fn locks and changes (a task id): a group never holds two steps of the same
+// key (a row lock does not keep apart two steps of one transaction); the second waits for
+// the next group. uuid.Nil is no key.
+func (t Transactor) InGroupTx(ctx context.Context, workspaceID, key uuid.UUID, fn func(ctx context.Context) error) error {
 	if _, _, err := TxFromContext(ctx); err == nil {
 		return errors.New("postgres.InGroupTx: already inside a transaction")
 	}
 	g := grouperOf(t.Pool)
-	u := &groupUnit{ws: workspaceID, fn: fn, res: make(chan error, 1)}
+	u := &groupUnit{ws: workspaceID, key: key, fn: fn, res: make(chan error, 1)}
 	g.mu.Lock()
 	var err error
 	if g.leaders < maxLeaders {
@@ -95,9 +100,19 @@ func (t Transactor) InGroupTx(ctx context.Context, workspaceID uuid.UUID, fn fun
 // outcome.
 func (g *grouper) lead(ctx context.Context, pool *pgxpool.Pool, first *groupUnit) (err error) {
 	g.mu.Lock()
-	n := min(len(g.pending), maxGroup-1)
-	batch := append([]*groupUnit{first}, g.pending[:n]...)
-	g.pending = slices.Delete(g.pending, 0, n)
+	batch := []*groupUnit{first}
+	keys := map[uuid.UUID]bool{first.key: true}
+	rest := g.pending[:0]
+	for _, u := range g.pending {
+		if len(batch) == maxGroup || (u.key != uuid.Nil && keys[u.key]) {
+			rest = append(rest, u)
+			continue
+		}
+		keys[u.key] = true
+		batch = append(batch, u)
+	}
+	clear(g.pending[len(rest):])
+	g.pending = rest
 	g.mu.Unlock()
 
 	done := false
@@ -148,6 +163,7 @@ func runGroup(ctx context.Context, pool *pgxpool.Pool, batch []*groupUnit) error
 	slices.SortStableFunc(order, func(a, b *groupUnit) int { return slices.Compare(a.ws[:], b.ws[:]) })
 	return inTx(ctx, pool, Scope{WorkspaceID: order[0].ws}, nil, func(ctx context.Context, tx pgx.Tx) error {
 		st := ctx.Value(txKey{}).(*scopedTx)
+		st.tx = &groupTx{Tx: tx}
 		if order[len(order)-1].ws != order[0].ws {
 			// At the COMMIT the scope is the last step's: the first workspace's queued
 			// statements get theirs back first.
@@ -155,9 +171,7 @@ func runGroup(ctx context.Context, pool *pgxpool.Pool, batch []*groupUnit) error
 		}
 		for _, u := range order {
 			if u.ws != st.scope.WorkspaceID {
-				if err := switchScope(ctx, st, u.ws); err != nil {
-					return err
-				}
+				switchScope(st, u.ws)
 			}
 			if err := u.fn(ctx); err != nil {
 				return err
@@ -170,13 +184,132 @@ func runGroup(ctx context.Context, pool *pgxpool.Pool, batch []*groupUnit) error
 // groupScopeSQL sets the workspace of the rest of a group transaction (the user stays none).
 const groupScopeSQL = `SELECT set_config('app.workspace_id', $1, true)`
 
-// switchScope moves the group transaction of st to workspace ws: now, for the statements
-// the next step runs, and at the COMMIT, before the statements it queues (BeforeCommit).
-func switchScope(ctx context.Context, st *scopedTx, ws uuid.UUID) error {
-	if _, err := st.tx.Exec(ctx, groupScopeSQL, ws.String()); err != nil {
-		return fmt.Errorf("postgres.InGroupTx: scope: %w", TranslateError(err))
-	}
+// switchScope moves the group transaction of st to workspace ws: for the statements the next
+// step runs (sent with its first statement, groupTx), and at the COMMIT, before the statements
+// it queues (BeforeCommit).
+func switchScope(st *scopedTx, ws uuid.UUID) {
+	st.tx.(*groupTx).pending = ws.String()
 	st.beforeCommit = append(st.beforeCommit, queued{sql: groupScopeSQL, args: []any{ws.String()}})
 	st.scope.WorkspaceID = ws
+}
+
+// groupTx is the transaction of a group as its steps see it: a scope change (pending) travels
+// to the server in the round trip of the step's first statement (a row read, as the
+// repositories' loads, shares it; any other statement sends it first).
+type groupTx struct {
+	pgx.Tx
+	pending string
+}
+
+func (t *groupTx) flush(ctx context.Context) error {
+	if t.pending == "" {
+		return nil
+	}
+	ws := t.pending
+	t.pending = ""
+	if _, err := t.Tx.Exec(ctx, groupScopeSQL, ws); err != nil {
+		return fmt.Errorf("postgres.InGroupTx: scope: %w", err)
+	}
 	return nil
+}
+
+func (t *groupTx) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
+	if err := t.flush(ctx); err != nil {
+		return pgconn.CommandTag{}, err
+	}
+	return t.Tx.Exec(ctx, sql, args...)
+}
+
+func (t *groupTx) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
+	if err := t.flush(ctx); err != nil {
+		return nil, err
+	}
+	return t.Tx.Query(ctx, sql, args...)
+}
+
+func (t *groupTx) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
+	if t.pending != "" {
+		b.QueuedQueries = append([]*pgx.QueuedQuery{{SQL: groupScopeSQL, Arguments: []any{t.pending}}}, b.QueuedQueries...)
+		t.pending = ""
+		return &skipFirst{BatchResults: t.Tx.SendBatch(ctx, b)}
+	}
+	return t.Tx.SendBatch(ctx, b)
+}
+
+func (t *groupTx) CopyFrom(ctx context.Context, table pgx.Identifier, cols []string, src pgx.CopyFromSource) (int64, error) {
+	if err := t.flush(ctx); err != nil {
+		return 0, err
+	}
+	return t.Tx.CopyFrom(ctx, table, cols, src)
+}
+
+func (t *groupTx) Begin(ctx context.Context) (pgx.Tx, error) {
+	if err := t.flush(ctx); err != nil {
+		return nil, err
+	}
+	return t.Tx.Begin(ctx)
+}
+
+// QueryRow sends the pending scope change and the query in one round trip.
+func (t *groupTx) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
+	if t.pending == "" {
+		return t.Tx.QueryRow(ctx, sql, args...)
+	}
+	b := &pgx.Batch{}
+	b.Queue(sql, args...)
+	br := t.SendBatch(ctx, b)
+	return &batchRow{br: br}
+}
+
+// skipFirst reads (and drops) the result of the scope change queued first.
+type skipFirst struct {
+	pgx.BatchResults
+	done bool
+	err  error
+}
+
+func (s *skipFirst) first() error {
+	if !s.done {
+		s.done = true
+		if _, err := s.BatchResults.Exec(); err != nil {
+			s.err = fmt.Errorf("postgres.InGroupTx: scope: %w", err)
+		}
+	}
+	return s.err
+}
+
+func (s *skipFirst) Exec() (pgconn.CommandTag, error) {
+	if err := s.first(); err != nil {
+		return pgconn.CommandTag{}, err
+	}
+	return s.BatchResults.Exec()
+}
+
+func (s *skipFirst) Query() (pgx.Rows, error) {
+	if err := s.first(); err != nil {
+		return nil, err
+	}
+	return s.BatchResults.Query()
+}
+
+func (s *skipFirst) QueryRow() pgx.Row {
+	if err := s.first(); err != nil {
+		return errRow{err}
+	}
+	return s.BatchResults.QueryRow()
+}
+
+type errRow struct{ err error }
+
+func (r errRow) Scan(...any) error { return r.err }
+
+// batchRow is the row of a one-query batch: the batch is closed once it is scanned.
+type batchRow struct{ br pgx.BatchResults }
+
+func (r *batchRow) Scan(dest ...any) error {
+	err := r.br.QueryRow().Scan(dest...)
+	if cerr := r.br.Close(); err == nil {
+		err = cerr
+	}
+	return err
 }

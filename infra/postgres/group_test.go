@@ -11,6 +11,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
+	"github.com/listingkit/listing/domain"
 	"github.com/listingkit/listing/infra/postgres"
 	"github.com/listingkit/listing/infra/postgres/pgtest"
 )
@@ -77,7 +78,9 @@ func TestInGroupTxCommitsConcurrentStepsTogether(t *testing.T) {
 		errs := make([]error, 4+waiting)
 		var wg sync.WaitGroup
 		for i := range 4 {
-			wg.Go(func() { errs[i] = tr.InGroupTx(ctx, wss[i%3], step(base+i, wss[i%3], false, hold, committed)) })
+			wg.Go(func() {
+				errs[i] = tr.InGroupTx(ctx, wss[i%3], uuid.Nil, step(base+i, wss[i%3], false, hold, committed))
+			})
 		}
 		require.Eventually(t, func() bool {
 			var n int
@@ -85,7 +88,9 @@ func TestInGroupTxCommitsConcurrentStepsTogether(t *testing.T) {
 			return n == 4
 		}, 10*time.Second, 10*time.Millisecond)
 		for i := 4; i < 4+waiting; i++ {
-			wg.Go(func() { errs[i] = tr.InGroupTx(ctx, wss[i%3], step(base+i, wss[i%3], base+i == fail, nil, committed)) })
+			wg.Go(func() {
+				errs[i] = tr.InGroupTx(ctx, wss[i%3], uuid.Nil, step(base+i, wss[i%3], base+i == fail, nil, committed))
+			})
 		}
 		time.Sleep(200 * time.Millisecond) // let them queue
 		close(hold)
@@ -123,4 +128,46 @@ func TestInGroupTxCommitsConcurrentStepsTogether(t *testing.T) {
 		require.Equal(t, 2, n, "step %d", i)
 	}
 	require.EqualValues(t, 2*(4+waiting)-1, hooks.Load(), "one after-commit hook per committed step")
+}
+
+// UpdateAtCommit's write reaches the row with the COMMIT, and not at all when the
+// transaction rolls back.
+func TestUpdateAtCommitWritesWithTheCommit(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	ctx := context.Background()
+	ws := uuid.New()
+	_, err := db.Owner.Exec(ctx, `INSERT INTO workspaces (id, name) VALUES ($1, 'ws')`, ws)
+	require.NoError(t, err)
+	ops := postgres.NewOperations()
+	op := domain.NewOperation(ws, uuid.Nil, "t", "t", uuid.New(), time.Now())
+	tr := postgres.Transactor{Pool: db.App}
+	require.NoError(t, tr.InTx(ctx, ws, uuid.Nil, func(ctx context.Context) error { return ops.Insert(ctx, op) }))
+	start := func(ctx context.Context) error {
+		_, err := ops.UpdateAtCommit(ctx, op.ID, func(o *domain.Operation) error {
+			_, err := o.Start(time.Now())
+			return err
+		})
+		if err != nil {
+			return err
+		}
+		got, err := ops.Get(ctx, op.ID)
+		require.NoError(t, err)
+		require.Equal(t, domain.OperationPending, got.Status, "written with the COMMIT, not before")
+		return nil
+	}
+	status := func() domain.OperationStatus {
+		var got domain.Operation
+		require.NoError(t, tr.InTx(ctx, ws, uuid.Nil, func(ctx context.Context) error {
+			var err error
+			got, err = ops.Get(ctx, op.ID)
+			return err
+		}))
+		return got.Status
+	}
+	boom := errors.New("boom")
+	require.ErrorIs(t, tr.InTx(ctx, ws, uuid.Nil, func(ctx context.Context) error { require.NoError(t, start(ctx)); return boom }), boom)
+	require.Equal(t, domain.OperationPending, status(), "rolled back")
+	require.NoError(t, tr.InTx(ctx, ws, uuid.Nil, start))
+	require.Equal(t, domain.OperationRunning, status())
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/listingkit/listing/app/worker/flows"
 	"github.com/listingkit/listing/domain"
 	"github.com/listingkit/listing/infra/console"
 	"github.com/listingkit/listing/infra/outbox"
@@ -46,6 +47,9 @@ func TestDomainLimitsMatchDatabase(t *testing.T) {
 		"operator_actions.reason":             outbox.MaxReasonLength,
 		"console_sessions.operator":           outbox.MaxOperatorLength,
 		"console_signin_failures.client":      console.MaxClientKeyLength,
+	}
+	for _, f := range flows.All() { // the lifecycle's error_message (prepare_task_table)
+		limits[f.Table+".error_message"] = domain.MaxTaskErrorLength
 	}
 	rows, err := db.Owner.Query(context.Background(), `
 		SELECT c.conrelid::regclass::text, pg_get_constraintdef(c.oid)

@@ -134,6 +134,35 @@ func (r *Repository[T]) Update(ctx context.Context, id uuid.UUID, fn func(*T) er
 	return v, nil
 }
 
+// UpdateAtCommit implements port.UpdaterAtCommit: Update with the write sent with the COMMIT
+// (BeforeCommit).
+func (r *Repository[T]) UpdateAtCommit(ctx context.Context, id uuid.UUID, fn func(*T) error) (T, error) {
+	v, err := r.get(ctx, id, " FOR UPDATE")
+	if err != nil {
+		return v, err
+	}
+	if err := fn(&v); err != nil {
+		var zero T
+		return zero, err
+	}
+	op := r.op("Save")
+	if err := BeforeCommit(ctx, func(err error) error { return fmt.Errorf("%s: %w", op, err) }, r.update, r.updateArgsOf(&v)...); err != nil {
+		var zero T
+		return zero, err
+	}
+	return v, nil
+}
+
+// updateArgsOf returns the parameters of the update of v.
+func (r *Repository[T]) updateArgsOf(v *T) []any {
+	all := r.t.values(v)
+	args := make([]any, len(r.updateArgs))
+	for i, idx := range r.updateArgs {
+		args[i] = all[idx]
+	}
+	return args
+}
+
 // Save writes every column of v but the write-once ones already set (callers hold the row
 // lock, see Update).
 func (r *Repository[T]) Save(ctx context.Context, v T) error {
@@ -141,12 +170,7 @@ func (r *Repository[T]) Save(ctx context.Context, v T) error {
 	if err != nil {
 		return err
 	}
-	all := r.t.values(&v)
-	args := make([]any, len(r.updateArgs))
-	for i, idx := range r.updateArgs {
-		args[i] = all[idx]
-	}
-	if _, err := tx.Exec(ctx, r.update, args...); err != nil {
+	if _, err := tx.Exec(ctx, r.update, r.updateArgsOf(&v)...); err != nil {
 		return fmt.Errorf("%s: %w", r.op("Save"), TranslateError(err))
 	}
 	return nil

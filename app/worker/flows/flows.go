@@ -21,6 +21,7 @@ import (
 	"github.com/listingkit/listing/app/worker/publish"
 	"github.com/listingkit/listing/app/worker/storeverify"
 	"github.com/listingkit/listing/app/worker/transfer"
+	"github.com/listingkit/listing/app/worker/unpublish"
 	"github.com/listingkit/listing/domain"
 )
 
@@ -33,6 +34,7 @@ var all = []worker.Spec{
 	productsync.Spec,
 	aitask.Spec,
 	listingupdate.Spec,
+	unpublish.Spec,
 }
 
 // All returns the registered flows.

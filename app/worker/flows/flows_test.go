@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/listingkit/listing/app/worker"
+	"github.com/listingkit/listing/app/worker/listingupdate"
 	"github.com/listingkit/listing/domain"
 )
 
@@ -25,7 +26,7 @@ func TestRegistryIsWhole(t *testing.T) {
 
 // A flow that lacks a part is refused, and the error names the flow and the part.
 func TestCheckNamesTheMissingPart(t *testing.T) {
-	base := all[len(all)-1]
+	base := listingupdate.Spec
 	require.NoError(t, base.Check())
 	cases := []struct {
 		part   string

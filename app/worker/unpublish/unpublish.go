@@ -1,0 +1,154 @@
+// Package unpublish handles the unpublish queue: an unpublish (domain.UnpublishRequested)
+// deletes a publication's platform product through the gateway's DELETE /v1/products/{id}
+// (a repeat's 404 counts as deleted), then records the publication unpublished
+// (Publication.UnpublishedAt; its task status stays succeeded) and emits
+// publication.unpublished. It holds the publication's push claim while it deletes, like a
+// listing update (app/worker/listingupdate), so the two never call the platform at once; a
+// final failure releases it and leaves the publication published.
+package unpublish
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/listingkit/listing/app/commands"
+	"github.com/listingkit/listing/app/port"
+	"github.com/listingkit/listing/app/worker"
+	"github.com/listingkit/listing/domain"
+)
+
+// Queue is the unpublish queue.
+const Queue = "listing-unpublish"
+
+// Spec declares the unpublishes to the engine (app/worker/flows registers it).
+var Spec = worker.Spec{
+	Name: "unpublish", Queue: Queue, Table: "unpublishes", Request: domain.UnpublishRequested{}, TaskIDField: "unpublish_id",
+	AggregateColumn: "id", NotFound: domain.ErrUnpublishNotFound, Operation: commands.OpUnpublish, StartedBy: "an unpublish",
+	Messages: []worker.Message{{Type: "listing.unpublish", Method: "POST", Path: "/publications/{publication_id}/unpublish"}},
+	LastLook: worker.Asks("finds the product by the publication's external_ref: absent, the unpublish succeeded"),
+	Resource: &worker.Resource{Parent: "/publications/{publication_id}", ParentTable: "publications",
+		ParentNotFound: domain.ErrPublicationNotFound, Path: "unpublishes", IDParam: "unpublish_id", Key: "unpublish",
+		GetOperation: "getUnpublish", ListOperation: "listUnpublishes", Body: Body},
+	Kind: func(e worker.Env) (worker.TaskKind, error) {
+		h, err := handler(e)
+		return h.flow.Kind, err
+	},
+	Handler: func(e worker.Env) (worker.Handler, error) { return handler(e) },
+}
+
+// Body is the JSON of an unpublish in the API.
+func Body(task any) any {
+	u := task.(domain.Unpublish)
+	return map[string]any{"id": u.ID, "publication_id": u.PublicationID, "status": u.Status, "error": worker.TaskError(u.Task),
+		"created_at": u.CreatedAt.UTC(), "updated_at": u.UpdatedAt.UTC()}
+}
+
+// Handler handles the jobs of Queue through the task lifecycle (worker.Flow).
+type Handler struct {
+	env  worker.Env
+	flow worker.Flow[domain.Unpublish, started, struct{}]
+}
+
+// Handle implements worker.Handler.
+func (h *Handler) Handle(ctx context.Context, job worker.Job) error { return h.flow.Handle(ctx, job) }
+
+type started struct{ sealed port.SealedCredentials }
+
+func handler(e worker.Env) (*Handler, error) {
+	tasks, err := worker.TaskRepository[domain.Unpublish](e, "unpublishes")
+	if err != nil {
+		return nil, err
+	}
+	h := &Handler{env: e}
+	kind := worker.Kind[domain.Unpublish]{QueueName: Queue, Deps: e.Deps, Tasks: tasks, AsksLastLook: true,
+		TaskOf: func(u *domain.Unpublish) *domain.Task { return &u.Task },
+		TaskID: worker.PayloadID(func(r domain.UnpublishRequested) uuid.UUID { return r.UnpublishID }),
+		OnFail: func(ctx context.Context, u domain.Unpublish, _ worker.Failure) error { return h.release(ctx, u) }}
+	h.flow = worker.Flow[domain.Unpublish, started, struct{}]{Kind: kind, Begin: h.begin, Call: h.delete, Record: h.record,
+		LastLook: h.lastLook}
+	return h, h.flow.Validate()
+}
+
+// lease is how long the unpublish holds the publication's push claim: longer than one call
+// of the adapter (listingupdate's lease rule).
+func (h *Handler) lease() time.Duration { return 4 * h.env.PlatformTimeout }
+
+// begin takes the publication's push claim (waiting, like an update, while another holds
+// it) and reads the store's credentials.
+func (h *Handler) begin(ctx context.Context, u *domain.Unpublish) (started, error) {
+	now := h.env.Deps.Now()
+	_, err := h.env.Publications.Update(ctx, u.PublicationID, func(p *domain.Publication) error {
+		if p.Push.HeldBy(u.ID, now) {
+			return domain.ErrListingUpdateBusy.WithRetryAfter(max(min(p.Push.Until.Sub(now), h.lease()/4), time.Second))
+		}
+		p.Claim(u.ID, 0, now, h.lease())
+		return nil
+	})
+	if err != nil {
+		return started{}, err
+	}
+	sealed, _, err := h.env.Stores.Credentials(ctx, u.StoreID)
+	return started{sealed: sealed}, err
+}
+
+// delete deletes the platform product, outside any transaction; a repeat's 404 is success
+// (port.Marketplace.DeleteProduct).
+func (h *Handler) delete(ctx context.Context, u domain.Unpublish, s started, _ worker.Tx) (struct{}, error) {
+	creds, err := worker.OpenCredentials(h.env.Cipher, u.WorkspaceID, u.StoreID, s.sealed)
+	if err != nil {
+		return struct{}{}, err
+	}
+	if err := h.env.Marketplace.DeleteProduct(ctx, creds, u.ExternalProductID); err != nil {
+		return struct{}{}, fmt.Errorf("unpublish: delete product: %w", err)
+	}
+	return struct{}{}, nil
+}
+
+// record marks the publication unpublished, releases the claim and emits
+// publication.unpublished, in the record transaction.
+func (h *Handler) record(ctx context.Context, u *domain.Unpublish, _ struct{}) (any, error) {
+	now := h.env.Deps.Now().UTC()
+	p, err := h.env.Publications.Update(ctx, u.PublicationID, func(p *domain.Publication) error {
+		p.Release(u.ID)
+		p.UnpublishedAt = &now
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	err = h.env.Deps.Events.Publish(ctx, domain.PublicationUnpublished{PublicationID: p.ID, OperationID: u.OperationID,
+		ProductID: p.ProductID, StoreID: p.StoreID, ExternalProductID: u.ExternalProductID})
+	return map[string]any{"unpublish_id": u.ID, "publication_id": p.ID, "external_product_id": u.ExternalProductID}, err
+}
+
+// lastLook asks the platform for the product by the publication's external_ref before a
+// final failure: absent, the delete happened, and the unpublish succeeded.
+func (h *Handler) lastLook(ctx context.Context, u domain.Unpublish, tx worker.Tx) (struct{}, bool, error) {
+	var sealed port.SealedCredentials
+	if err := tx(ctx, func(ctx context.Context) error {
+		var err error
+		sealed, _, err = h.env.Stores.Credentials(ctx, u.StoreID)
+		return err
+	}); err != nil {
+		return struct{}{}, false, err
+	}
+	creds, err := worker.OpenCredentials(h.env.Cipher, u.WorkspaceID, u.StoreID, sealed)
+	if err != nil {
+		return struct{}{}, false, err
+	}
+	found, err := h.env.Marketplace.FindProductByExternalRef(ctx, creds, u.PublicationID.String())
+	return struct{}{}, err == nil && found == nil, err
+}
+
+// release drops u's push claim, if it holds it (a final failure: the publication stays
+// published).
+func (h *Handler) release(ctx context.Context, u domain.Unpublish) error {
+	_, err := h.env.Publications.Update(ctx, u.PublicationID, func(p *domain.Publication) error {
+		p.Release(u.ID)
+		return nil
+	})
+	return err
+}
