@@ -9,6 +9,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -162,6 +163,7 @@ func runGroup(ctx context.Context, pool *pgxpool.Pool, batch []*groupUnit) error
 	slices.SortStableFunc(order, func(a, b *groupUnit) int { return slices.Compare(a.ws[:], b.ws[:]) })
 	return inTx(ctx, pool, Scope{WorkspaceID: order[0].ws}, nil, func(ctx context.Context, tx pgx.Tx) error {
 		st := ctx.Value(txKey{}).(*scopedTx)
+		st.tx = &groupTx{Tx: tx}
 		if order[len(order)-1].ws != order[0].ws {
 			// At the COMMIT the scope is the last step's: the first workspace's queued
 			// statements get theirs back first.
@@ -169,9 +171,7 @@ func runGroup(ctx context.Context, pool *pgxpool.Pool, batch []*groupUnit) error
 		}
 		for _, u := range order {
 			if u.ws != st.scope.WorkspaceID {
-				if err := switchScope(ctx, st, u.ws); err != nil {
-					return err
-				}
+				switchScope(st, u.ws)
 			}
 			if err := u.fn(ctx); err != nil {
 				return err
@@ -184,13 +184,132 @@ func runGroup(ctx context.Context, pool *pgxpool.Pool, batch []*groupUnit) error
 // groupScopeSQL sets the workspace of the rest of a group transaction (the user stays none).
 const groupScopeSQL = `SELECT set_config('app.workspace_id', $1, true)`
 
-// switchScope moves the group transaction of st to workspace ws: now, for the statements
-// the next step runs, and at the COMMIT, before the statements it queues (BeforeCommit).
-func switchScope(ctx context.Context, st *scopedTx, ws uuid.UUID) error {
-	if _, err := st.tx.Exec(ctx, groupScopeSQL, ws.String()); err != nil {
-		return fmt.Errorf("postgres.InGroupTx: scope: %w", TranslateError(err))
-	}
+// switchScope moves the group transaction of st to workspace ws: for the statements the next
+// step runs (sent with its first statement, groupTx), and at the COMMIT, before the statements
+// it queues (BeforeCommit).
+func switchScope(st *scopedTx, ws uuid.UUID) {
+	st.tx.(*groupTx).pending = ws.String()
 	st.beforeCommit = append(st.beforeCommit, queued{sql: groupScopeSQL, args: []any{ws.String()}})
 	st.scope.WorkspaceID = ws
+}
+
+// groupTx is the transaction of a group as its steps see it: a scope change (pending) travels
+// to the server in the round trip of the step's first statement (a row read, as the
+// repositories' loads, shares it; any other statement sends it first).
+type groupTx struct {
+	pgx.Tx
+	pending string
+}
+
+func (t *groupTx) flush(ctx context.Context) error {
+	if t.pending == "" {
+		return nil
+	}
+	ws := t.pending
+	t.pending = ""
+	if _, err := t.Tx.Exec(ctx, groupScopeSQL, ws); err != nil {
+		return fmt.Errorf("postgres.InGroupTx: scope: %w", err)
+	}
 	return nil
+}
+
+func (t *groupTx) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
+	if err := t.flush(ctx); err != nil {
+		return pgconn.CommandTag{}, err
+	}
+	return t.Tx.Exec(ctx, sql, args...)
+}
+
+func (t *groupTx) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
+	if err := t.flush(ctx); err != nil {
+		return nil, err
+	}
+	return t.Tx.Query(ctx, sql, args...)
+}
+
+func (t *groupTx) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
+	if t.pending != "" {
+		b.QueuedQueries = append([]*pgx.QueuedQuery{{SQL: groupScopeSQL, Arguments: []any{t.pending}}}, b.QueuedQueries...)
+		t.pending = ""
+		return &skipFirst{BatchResults: t.Tx.SendBatch(ctx, b)}
+	}
+	return t.Tx.SendBatch(ctx, b)
+}
+
+func (t *groupTx) CopyFrom(ctx context.Context, table pgx.Identifier, cols []string, src pgx.CopyFromSource) (int64, error) {
+	if err := t.flush(ctx); err != nil {
+		return 0, err
+	}
+	return t.Tx.CopyFrom(ctx, table, cols, src)
+}
+
+func (t *groupTx) Begin(ctx context.Context) (pgx.Tx, error) {
+	if err := t.flush(ctx); err != nil {
+		return nil, err
+	}
+	return t.Tx.Begin(ctx)
+}
+
+// QueryRow sends the pending scope change and the query in one round trip.
+func (t *groupTx) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
+	if t.pending == "" {
+		return t.Tx.QueryRow(ctx, sql, args...)
+	}
+	b := &pgx.Batch{}
+	b.Queue(sql, args...)
+	br := t.SendBatch(ctx, b)
+	return &batchRow{br: br}
+}
+
+// skipFirst reads (and drops) the result of the scope change queued first.
+type skipFirst struct {
+	pgx.BatchResults
+	done bool
+	err  error
+}
+
+func (s *skipFirst) first() error {
+	if !s.done {
+		s.done = true
+		if _, err := s.BatchResults.Exec(); err != nil {
+			s.err = fmt.Errorf("postgres.InGroupTx: scope: %w", err)
+		}
+	}
+	return s.err
+}
+
+func (s *skipFirst) Exec() (pgconn.CommandTag, error) {
+	if err := s.first(); err != nil {
+		return pgconn.CommandTag{}, err
+	}
+	return s.BatchResults.Exec()
+}
+
+func (s *skipFirst) Query() (pgx.Rows, error) {
+	if err := s.first(); err != nil {
+		return nil, err
+	}
+	return s.BatchResults.Query()
+}
+
+func (s *skipFirst) QueryRow() pgx.Row {
+	if err := s.first(); err != nil {
+		return errRow{err}
+	}
+	return s.BatchResults.QueryRow()
+}
+
+type errRow struct{ err error }
+
+func (r errRow) Scan(...any) error { return r.err }
+
+// batchRow is the row of a one-query batch: the batch is closed once it is scanned.
+type batchRow struct{ br pgx.BatchResults }
+
+func (r *batchRow) Scan(dest ...any) error {
+	err := r.br.QueryRow().Scan(dest...)
+	if cerr := r.br.Close(); err == nil {
+		err = cerr
+	}
+	return err
 }
