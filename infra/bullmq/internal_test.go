@@ -14,10 +14,9 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// A script Redis has never seen answers NOSCRIPT inside the pipeline;
-// runPipelined loads it and runs the calls again.
-func TestRunPipelinedReloadsOnNoScript(t *testing.T) {
-	t.Parallel()
+// testRedis is a client of REDIS_URL (or the local Redis), closed when t ends.
+func testRedis(t *testing.T) *redis.Client {
+	t.Helper()
 	u := os.Getenv("REDIS_URL")
 	if u == "" {
 		u = "redis://127.0.0.1:6379/0"
@@ -25,7 +24,15 @@ func TestRunPipelinedReloadsOnNoScript(t *testing.T) {
 	opt, err := redis.ParseURL(u)
 	require.NoError(t, err)
 	rdb := redis.NewClient(opt)
-	defer rdb.Close()
+	t.Cleanup(func() { _ = rdb.Close() })
+	return rdb
+}
+
+// A script Redis has never seen answers NOSCRIPT inside the pipeline;
+// runPipelined loads it and runs the calls again.
+func TestRunPipelinedReloadsOnNoScript(t *testing.T) {
+	t.Parallel()
+	rdb := testRedis(t)
 	s := redis.NewScript(fmt.Sprintf("-- %s\nreturn tonumber(ARGV[1]) * 2", uuid.NewString()))
 	calls := []scriptCall{{script: s, args: []any{1}}, {script: s, args: []any{21}}}
 	cmds, err := runPipelined(context.Background(), rdb, calls)
@@ -97,14 +104,7 @@ func TestParseOptionsFromNode(t *testing.T) {
 // promoted on a quiet queue).
 func TestWaitMarkerBelowAMillisecondEnds(t *testing.T) {
 	t.Parallel()
-	u := os.Getenv("REDIS_URL")
-	if u == "" {
-		u = "redis://127.0.0.1:6379/0"
-	}
-	opt, err := redis.ParseURL(u)
-	require.NoError(t, err)
-	rdb := redis.NewClient(opt)
-	defer rdb.Close()
+	rdb := testRedis(t)
 	w, err := NewWorker(WorkerConfig{Config: Config{Client: rdb, Prefix: "t" + uuid.NewString()[:8]}, Queue: "q"},
 		func(context.Context, *Job) (any, error) { return nil, nil })
 	require.NoError(t, err)
