@@ -337,7 +337,7 @@ func TestCanarySecretsNeverLeak(t *testing.T) {
 
 	// Every flow, started together, then awaited.
 	var ops []string
-	_, op = c.start("POST", "/products/"+productID+"/publications", map[string]any{"store_id": storeA}, http.StatusAccepted)
+	published, op := c.start("POST", "/products/"+productID+"/publications", map[string]any{"store_id": storeA}, http.StatusAccepted)
 	ops = append(ops, op)
 	_, op = c.start("POST", "/stores/"+storeA+"/product-syncs", map[string]any{}, http.StatusAccepted)
 	ops = append(ops, op)
@@ -370,6 +370,9 @@ func TestCanarySecretsNeverLeak(t *testing.T) {
 	for _, id := range ops {
 		c.wait(id, "succeeded")
 	}
+	// The publication, once made, is unpublished (its DELETE carries the canary key too).
+	_, op = c.start("POST", "/publications/"+canaryID(t, published, "publication")+"/unpublish", map[string]any{}, http.StatusAccepted)
+	c.wait(op, "succeeded")
 	t.Logf("%s flows succeeded", time.Now().Format(time.StampMilli))
 
 	// Failing paths. Store B's key verifies as invalid; publishing or syncing to it is refused.
