@@ -18,7 +18,7 @@ HELP_GROUPS := \
   "Daily:run test demo lint clean" \
   "Build and generate:build migrate wire api-doc events-doc flows-doc" \
   "Checks:test-short test-loaded wire-check docs-check openapi-lint fuzz model model-mutants ci" \
-  "Benchmarks and load:bench bench-idem bench-bullmq bench-outbox bench-scaleout chaos" \
+  "Benchmarks and load:bench bench-idem bench-bullmq bench-outbox bench-scaleout soak chaos" \
   "Clean-up:clean-testdb" \
   "Install helpers (make calls them when needed):node-deps openapi-deps browser-deps jq model-deps"
 

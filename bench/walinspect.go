@@ -156,6 +156,7 @@ func (w *walInspector) print(ctx context.Context, events int64) {
 		}
 		fmt.Fprintf(tw, "  %s\t%.0f B\t\n", t.k, float64(t.v)/float64(events))
 	}
+	_ = tw.Flush() // the record types above the summary line below
 	var rels []kv
 	for node, v := range w.outside.byRel {
 		name := "(no block: commits)"

@@ -6,21 +6,19 @@ package tests
 
 import (
 	"context"
-	"net"
 	"net/http"
-	"os/exec"
 	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
 	"github.com/listingkit/listing/infra/sandbox"
 	"github.com/listingkit/listing/infra/sandbox/aiprovider"
 	"github.com/listingkit/listing/infra/sandbox/marketplace"
+	"github.com/listingkit/listing/internal/redistest"
 	"github.com/listingkit/listing/internal/servicetest"
 )
 
@@ -156,38 +154,6 @@ func TestEdgesRecordFailsOnceAfterTheAICall(t *testing.T) {
 	require.Contains(t, work.out.String(), "outcome=succeeded")
 }
 
-// testRedis is a redis-server of the test's own (no persistence), which the test may pause
-// (SIGSTOP) and resume without pausing anybody else's; it is killed when the test ends.
-type testRedis struct {
-	url string
-	cmd *exec.Cmd
-}
-
-func startTestRedis(t *testing.T) *testRedis {
-	t.Helper()
-	addr := seedFreeAddr(t)
-	_, port, err := net.SplitHostPort(addr)
-	require.NoError(t, err)
-	cmd := exec.Command("redis-server", "--port", port, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-		"--dir", t.TempDir())
-	require.NoError(t, cmd.Start(), "redis-server")
-	done := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(done) }()
-	t.Cleanup(func() {
-		_ = cmd.Process.Signal(syscall.SIGCONT)
-		_ = cmd.Process.Kill()
-		<-done
-	})
-	r := &testRedis{url: "redis://" + addr + "/0", cmd: cmd}
-	rdb := redis.NewClient(&redis.Options{Addr: addr})
-	defer rdb.Close()
-	seedEventually(t, 10*time.Second, func() bool { return rdb.Ping(context.Background()).Err() == nil }, "redis-server did not answer")
-	return r
-}
-
-func (r *testRedis) pause(t *testing.T)  { require.NoError(t, r.cmd.Process.Signal(syscall.SIGSTOP)) }
-func (r *testRedis) resume(t *testing.T) { require.NoError(t, r.cmd.Process.Signal(syscall.SIGCONT)) }
-
 // lockFront serves a marketplace sandbox that ignores Idempotency-Key and logs every
 // request; the first create (POST /v1/products) is announced on creating, then applied and
 // answered after hold, whether or not its client still waits.
@@ -266,14 +232,14 @@ func TestEdgesLostLockStopsTheWork(t *testing.T) {
 	t.Parallel()
 	const lock = 12 * time.Second
 	front, url := newLockFront(t, lock/2-200*time.Millisecond)
-	rds := startTestRedis(t)
+	rds := redistest.StartPrivate(t)
 	w := newLivenessWorld(t, url, 0, map[string]string{
 		"JOB_LOCK_DURATION": lock.String(),
 		"PLATFORM_TIMEOUT":  (lock / 2).String(),
 		"AI_TIMEOUT":        (lock / 2).String(),
 		"FETCH_TIMEOUT":     (lock / 2).String(),
 		"RECONCILE_AFTER":   "5m", // not what this test is about
-	}, rds.url)
+	}, rds.URL)
 	pubID, opID, _ := w.publish(t)
 	ctx := context.Background()
 	held, err := w.db.Owner.Begin(ctx)
@@ -282,11 +248,15 @@ func TestEdgesLostLockStopsTheWork(t *testing.T) {
 	_, err = held.Exec(ctx, "SELECT 1 FROM publications WHERE id = $1 FOR UPDATE", pubID)
 	require.NoError(t, err)
 	w1 := w.startWork(t)
+	// Released before the worker is stopped (cleanups run last-registered first), so that a
+	// failure below does not leave it stopping against a held row or a paused Redis.
+	t.Cleanup(func() { _ = held.Rollback(ctx) })
 	seedEventually(t, 30*time.Second, func() bool {
 		return w.env.Count(`SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()
 			AND wait_event_type = 'Lock'`) > 0
 	}, "the worker did not take the job")
-	rds.pause(t)
+	rds.Pause(t)
+	t.Cleanup(func() { rds.Resume(t) })
 	paused := time.Now()
 	time.Sleep(time.Until(paused.Add(lock * 6 / 10)))
 	require.NoError(t, held.Rollback(ctx))
@@ -307,7 +277,7 @@ func TestEdgesLostLockStopsTheWork(t *testing.T) {
 	between, _ := front.requests(createAt.Add(time.Millisecond), time.Now())
 	require.Empty(t, between, "no call after the create while the lock was lost")
 	resumed := time.Now()
-	rds.resume(t)
+	rds.Resume(t)
 	w.startWork(t)
 
 	status, code := w.waitFinished(t, opID, resumed, lock+livenessJobBudget)

@@ -209,13 +209,7 @@ func (f Flow[T, W, R]) run(ctx context.Context, job Job, id uuid.UUID) (R, error
 		w, refused = zero, nil
 		// The task's write goes with the COMMIT unless Begin may refuse it: a refusal's
 		// OnFail may read the task again.
-		update := f.Tasks.Update
-		if f.Begin == nil {
-			update = func(ctx context.Context, id uuid.UUID, fn func(*T) error) (T, error) {
-				return updateAtCommit(ctx, f.Tasks, id, fn)
-			}
-		}
-		v, err := update(ctx, id, func(v *T) error {
+		v, err := updateWith(f.Tasks, f.Begin == nil)(ctx, id, func(v *T) error {
 			t := f.TaskOf(v)
 			if t.Status.Terminal() {
 				return errFinished

@@ -88,7 +88,8 @@ func (r Resource) ParentParam() string {
 	return last[1 : len(last)-1]
 }
 
-// ErrorJSON is a failed task's error as the API shows it.
+// ErrorJSON is the error of a failed task or operation as the API shows it: its code and
+// client-safe message.
 type ErrorJSON struct {
 	Code    string `json:"code"`
 	Message string `json:"message"`

@@ -168,6 +168,16 @@ func updateAtCommit[T any](ctx context.Context, repo port.Repository[T], id uuid
 	return repo.Update(ctx, id, fn)
 }
 
+// updateWith is repo's Update, or updateAtCommit on repo when atCommit.
+func updateWith[T any](repo port.Repository[T], atCommit bool) func(context.Context, uuid.UUID, func(*T) error) (T, error) {
+	if !atCommit {
+		return repo.Update
+	}
+	return func(ctx context.Context, id uuid.UUID, fn func(*T) error) (T, error) {
+		return updateAtCommit(ctx, repo, id, fn)
+	}
+}
+
 // errFinished is ErrSkip returned by a step that found its task finished before writing
 // anything: in a group transaction it fails no other step.
 var errFinished = fmt.Errorf("%w (nothing written)", ErrSkip)
@@ -210,13 +220,7 @@ func (d Deps) FailOperation(ctx context.Context, id uuid.UUID, code, message str
 // (updateAtCommit: the step reads and writes the operation no more).
 func (d Deps) finishOperation(ctx context.Context, id uuid.UUID, atCommit bool, fn func(*domain.Operation) error) error {
 	changed := false
-	update := d.Operations.Update
-	if atCommit {
-		update = func(ctx context.Context, id uuid.UUID, fn func(*domain.Operation) error) (domain.Operation, error) {
-			return updateAtCommit(ctx, d.Operations, id, fn)
-		}
-	}
-	op, err := update(ctx, id, func(o *domain.Operation) error {
+	op, err := updateWith(d.Operations, atCommit)(ctx, id, func(o *domain.Operation) error {
 		if o.Status.Terminal() {
 			return nil
 		}

@@ -6,11 +6,9 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -395,39 +393,4 @@ func startNodeWorkerOn(t testing.TB, target redisTarget, cfg map[string]any) *pr
 	cmd.Dir = nodeDir()
 	cmd.Env = target.env()
 	return startProc(t, cmd, "ready")
-}
-
-// privateRedis is a redis-server of the test's own (no persistence), which the test may
-// pause (SIGSTOP) and resume; it is killed when the test ends.
-type privateRedis struct {
-	addr string
-	cmd  *exec.Cmd
-}
-
-func startPrivateRedis(t testing.TB) *privateRedis {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	port := l.Addr().(*net.TCPAddr).Port
-	require.NoError(t, l.Close())
-	cmd := exec.Command("redis-server", "--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--save", "",
-		"--appendonly", "no", "--dir", t.TempDir())
-	require.NoError(t, cmd.Start(), "redis-server")
-	done := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(done) }()
-	t.Cleanup(func() {
-		_ = cmd.Process.Signal(syscall.SIGCONT)
-		_ = cmd.Process.Kill()
-		<-done
-	})
-	r := &privateRedis{addr: "127.0.0.1:" + strconv.Itoa(port), cmd: cmd}
-	rdb := redis.NewClient(&redis.Options{Addr: r.addr})
-	defer rdb.Close()
-	waitFor(t, 10*time.Second, "redis-server to answer", func() bool { return rdb.Ping(context.Background()).Err() == nil })
-	return r
-}
-
-func (r *privateRedis) pause(t testing.TB) { require.NoError(t, r.cmd.Process.Signal(syscall.SIGSTOP)) }
-func (r *privateRedis) resume(t testing.TB) {
-	require.NoError(t, r.cmd.Process.Signal(syscall.SIGCONT))
 }

@@ -233,8 +233,8 @@ func TestLostLockCancelsTheHandler(t *testing.T) {
 // is cancelled, before the lock's end, and the worker does not finish the job.
 func TestFailingRenewalsCancelTheHandlerBeforeTheLockEnds(t *testing.T) {
 	t.Parallel()
-	srv := startPrivateRedis(t)
-	rdb := redis.NewClient(&redis.Options{Addr: srv.addr, MaxRetries: -1})
+	srv := redistest.StartPrivate(t)
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr, MaxRetries: -1})
 	t.Cleanup(func() { _ = rdb.Close() })
 	b := newBundle(t, baseConfig(rdb), "paused", redisTarget{})
 	j := job(behaviour{}, nil)
@@ -254,7 +254,7 @@ func TestFailingRenewalsCancelTheHandlerBeforeTheLockEnds(t *testing.T) {
 	})
 	runWorker(t, w)
 	t0 := <-started
-	srv.pause(t)
+	srv.Pause(t)
 	select {
 	case at := <-cancelled:
 		assert.Less(t, at.Sub(t0), lock, "cancelled before the lock taken at the start could run out")
@@ -262,7 +262,7 @@ func TestFailingRenewalsCancelTheHandlerBeforeTheLockEnds(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		require.FailNow(t, "handler not cancelled")
 	}
-	srv.resume(t)
+	srv.Resume(t)
 	time.Sleep(300 * time.Millisecond)
 	ctx := context.Background()
 	assert.Equal(t, "", rdb.HGet(ctx, b.key(j.ID), "returnvalue").Val(), "not finished by the worker that lost it")

@@ -302,7 +302,7 @@ func (c *Consumer) claim(ctx context.Context, log *slog.Logger, run func(redis.X
 	for _, p := range pending {
 		// MinIdle makes the claim exclusive: of two consumers claiming at once, one gets it.
 		msgs, err := c.claimIDs(ctx, p.ID)
-		if err != nil && !errors.Is(err, redis.Nil) {
+		if err != nil {
 			if ctx.Err() == nil {
 				log.WarnContext(ctx, "command consumer: claiming a pending entry failed", "entry", p.ID, "err", err)
 			}

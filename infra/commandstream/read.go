@@ -57,8 +57,10 @@ func (c *Consumer) claimIDs(ctx context.Context, ids ...string) ([]redis.XMessag
 	return c.runScript(ctx, "claim", strconv.FormatInt(c.cfg.ClaimIdle.Milliseconds(), 10), ids...)
 }
 
-func (c *Consumer) runScript(ctx context.Context, mode, n string, ids ...string) ([]redis.XMessage, error) {
-	args := []any{mode, c.cfg.Group, c.cfg.Consumer, n, c.maxEntryBytes()}
+// runScript runs readScript in mode with arg: the count to read ("read") or the claim's
+// min-idle time in milliseconds ("claim").
+func (c *Consumer) runScript(ctx context.Context, mode, arg string, ids ...string) ([]redis.XMessage, error) {
+	args := []any{mode, c.cfg.Group, c.cfg.Consumer, arg, c.maxEntryBytes()}
 	for _, id := range ids {
 		args = append(args, id)
 	}

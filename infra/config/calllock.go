@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/listingkit/listing/app/worker"
+	"github.com/listingkit/listing/infra/jobs"
 )
 
 // LockedCall is an external call a worker makes while it holds a BullMQ job's lock: the
@@ -70,12 +71,13 @@ func StopWithinBound(stop time.Duration, calls []LockedCall) error {
 func CallWithinLease(lease time.Duration, calls []LockedCall) error {
 	longest := longestCall(calls)
 	need := longest.Timeout + worker.RecordRetryBudget
-	if handler := lease - lease/5; handler < need {
-		least := (need*5 + 3) / 4
+	if handler := jobs.HandlerTimeout(lease); handler < need {
+		// The least lease whose four fifths cover need, in whole seconds rounded up.
+		least := ((need*5+3)/4 + time.Second - 1).Truncate(time.Second)
 		return fmt.Errorf("with QUEUE_TRANSPORT=memory, JOB_LOCK_DURATION (%s) is the lease a job holds its outbox event "+
 			"for, and its handler runs within four fifths of it (%s), which must cover the longest call's time-out "+
 			"(%s, %s) plus the record step's retries (%s); raise JOB_LOCK_DURATION to at least %s",
-			lease, handler, longest.Setting, longest.Timeout, worker.RecordRetryBudget, least.Round(time.Second))
+			lease, handler, longest.Setting, longest.Timeout, worker.RecordRetryBudget, least)
 	}
 	return nil
 }

@@ -64,8 +64,6 @@ func (s *Server) secretDigest(operator string) ([]byte, bool) {
 	return sum[:], true
 }
 
-func equalBytes(a, b []byte) bool { return subtle.ConstantTimeCompare(a, b) == 1 }
-
 // csrfToken is the CSRF token of a session: an HMAC of a fixed label under its id, so every
 // console process derives the same one.
 func (s *Server) csrfToken(ss *session) string {
@@ -166,6 +164,40 @@ func tooManyFailures(w http.ResponseWriter, retryAfter time.Duration) {
 	http.Error(w, "too many failed sign-ins from this address: try again later", http.StatusTooManyRequests)
 }
 
+// refusedCheck answers a checkSecret that could not judge the secret: 500 for err, 429 while
+// the address is over its budget (retryAfter > 0). It reports whether it answered.
+func (s *Server) refusedCheck(w http.ResponseWriter, retryAfter time.Duration, err error) bool {
+	switch {
+	case err != nil:
+		s.internalError(w, err)
+	case retryAfter > 0:
+		tooManyFailures(w, retryAfter)
+	default:
+		return false
+	}
+	return true
+}
+
+// bearerOperator authenticates a request's Authorization header h (a Bearer secret), or
+// answers it (401, 429, 500) and returns false.
+func (s *Server) bearerOperator(w http.ResponseWriter, r *http.Request, h string) (identity, bool) {
+	scheme, secret, _ := strings.Cut(h, " ")
+	name, ok := "", false
+	if strings.EqualFold(scheme, "Bearer") {
+		var retryAfter time.Duration
+		var err error
+		if name, ok, retryAfter, err = s.checkSecret(r, strings.TrimSpace(secret)); s.refusedCheck(w, retryAfter, err) {
+			return identity{}, false
+		}
+	}
+	if !ok {
+		w.Header().Set("WWW-Authenticate", `Bearer realm="console"`)
+		http.Error(w, "unauthorized", http.StatusUnauthorized)
+		return identity{}, false
+	}
+	return identity{Operator: name}, true
+}
+
 // requireOperator serves next only to an authenticated operator: a Bearer secret, a live
 // session cookie, or (development without operators) a new "dev" session. POSTs from a
 // session must carry its CSRF token. Others get a redirect to the sign-in form (GET), 401,
@@ -174,27 +206,10 @@ func (s *Server) requireOperator(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		var id identity
 		if h := r.Header.Get("Authorization"); h != "" {
-			scheme, secret, _ := strings.Cut(h, " ")
-			name, ok := "", false
-			if strings.EqualFold(scheme, "Bearer") {
-				var retryAfter time.Duration
-				var err error
-				name, ok, retryAfter, err = s.checkSecret(r, strings.TrimSpace(secret))
-				switch {
-				case err != nil:
-					s.internalError(w, err)
-					return
-				case retryAfter > 0:
-					tooManyFailures(w, retryAfter)
-					return
-				}
-			}
-			if !ok {
-				w.Header().Set("WWW-Authenticate", `Bearer realm="console"`)
-				http.Error(w, "unauthorized", http.StatusUnauthorized)
+			var ok bool
+			if id, ok = s.bearerOperator(w, r, h); !ok {
 				return
 			}
-			id = identity{Operator: name}
 		} else {
 			ss, err := s.cookieSession(r)
 			if err == nil && ss == nil && s.dev() {

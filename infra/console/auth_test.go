@@ -1,6 +1,7 @@
 package console_test
 
 import (
+	"context"
 	"encoding/base64"
 	"fmt"
 	"io"
@@ -340,8 +341,8 @@ func TestDevelopmentWithoutTokens(t *testing.T) {
 
 // signinFrom posts the sign-in form with token to h as a client at remote, and returns the
 // recorded answer.
-func signinFrom(h http.Handler, remote, token string) *httptest.ResponseRecorder {
-	req := httptest.NewRequest(http.MethodPost, "/signin", strings.NewReader(url.Values{"token": {token}}.Encode()))
+func signinFrom(t *testing.T, h http.Handler, remote, token string) *httptest.ResponseRecorder {
+	req := httptest.NewRequestWithContext(requestContext(t), http.MethodPost, "/signin", strings.NewReader(url.Values{"token": {token}}.Encode()))
 	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
 	req.RemoteAddr = remote
 	rec := httptest.NewRecorder()
@@ -349,9 +350,16 @@ func signinFrom(h http.Handler, remote, token string) *httptest.ResponseRecorder
 	return rec
 }
 
+// requestContext bounds a request of the test: a stalled database fails it in seconds.
+func requestContext(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
 // bearerFrom sends GET / with Authorization: Bearer token to h as a client at remote.
-func bearerFrom(h http.Handler, remote, token string) *httptest.ResponseRecorder {
-	req := httptest.NewRequest(http.MethodGet, "/", nil)
+func bearerFrom(t *testing.T, h http.Handler, remote, token string) *httptest.ResponseRecorder {
+	req := httptest.NewRequestWithContext(requestContext(t), http.MethodGet, "/", nil)
 	req.Header.Set("Authorization", "Bearer "+token)
 	req.RemoteAddr = remote
 	rec := httptest.NewRecorder()
@@ -377,39 +385,39 @@ func TestSigninLimit(t *testing.T) {
 	for i := range 10 {
 		var rec *httptest.ResponseRecorder
 		if i%2 == 0 {
-			rec = signinFrom(s, attacker, fmt.Sprintf("guess-%02d-0123456789", i))
+			rec = signinFrom(t, s, attacker, fmt.Sprintf("guess-%02d-0123456789", i))
 		} else {
-			rec = bearerFrom(s, attacker, fmt.Sprintf("guess-%02d-0123456789", i))
+			rec = bearerFrom(t, s, attacker, fmt.Sprintf("guess-%02d-0123456789", i))
 		}
 		require.Equal(t, http.StatusUnauthorized, rec.Code, "failure %d is within the budget", i+1)
 	}
-	rec := signinFrom(s, attacker, "guess-10-0123456789")
+	rec := signinFrom(t, s, attacker, "guess-10-0123456789")
 	require.Equal(t, http.StatusTooManyRequests, rec.Code, "the 11th attempt")
 	require.Equal(t, "900", rec.Header().Get("Retry-After"))
-	require.Equal(t, http.StatusTooManyRequests, signinFrom(s, attacker, adaSecret).Code, "the right secret is not even compared")
-	require.Equal(t, http.StatusTooManyRequests, bearerFrom(s, "192.0.2.66:40001", bobSecret).Code, "nor through Bearer, from another port")
+	require.Equal(t, http.StatusTooManyRequests, signinFrom(t, s, attacker, adaSecret).Code, "the right secret is not even compared")
+	require.Equal(t, http.StatusTooManyRequests, bearerFrom(t, s, "192.0.2.66:40001", bobSecret).Code, "nor through Bearer, from another port")
 
 	// The operator, elsewhere, signs in and works while the stranger is held back.
-	rec = signinFrom(s, "198.51.100.7:50000", adaSecret)
+	rec = signinFrom(t, s, "198.51.100.7:50000", adaSecret)
 	require.Equal(t, http.StatusSeeOther, rec.Code)
 	require.NotEmpty(t, rec.Result().Cookies())
-	require.Equal(t, http.StatusOK, bearerFrom(s, "198.51.100.7:50001", bobSecret).Code)
+	require.Equal(t, http.StatusOK, bearerFrom(t, s, "198.51.100.7:50001", bobSecret).Code)
 
 	// The window moves on: the attacker's budget comes back, not before.
 	later := now.Add(15*time.Minute - time.Second)
 	clock.Store(&later)
-	require.Equal(t, http.StatusTooManyRequests, signinFrom(s, attacker, adaSecret).Code)
+	require.Equal(t, http.StatusTooManyRequests, signinFrom(t, s, attacker, adaSecret).Code)
 	later = now.Add(15*time.Minute + time.Second)
 	clock.Store(&later)
-	require.Equal(t, http.StatusSeeOther, signinFrom(s, attacker, adaSecret).Code)
+	require.Equal(t, http.StatusSeeOther, signinFrom(t, s, attacker, adaSecret).Code)
 
 	// IPv6: one /64 is one client.
 	for i := range 10 {
 		remote := fmt.Sprintf("[2001:db8:1:1::%x]:443", i+1)
-		require.Equal(t, http.StatusUnauthorized, bearerFrom(s, remote, "wrong-wrong-wrong-wrong").Code, remote)
+		require.Equal(t, http.StatusUnauthorized, bearerFrom(t, s, remote, "wrong-wrong-wrong-wrong").Code, remote)
 	}
-	require.Equal(t, http.StatusTooManyRequests, bearerFrom(s, "[2001:db8:1:1:ffff::1]:443", adaSecret).Code)
-	require.Equal(t, http.StatusOK, bearerFrom(s, "[2001:db8:1:2::1]:443", adaSecret).Code, "the next /64 is another client")
+	require.Equal(t, http.StatusTooManyRequests, bearerFrom(t, s, "[2001:db8:1:1:ffff::1]:443", adaSecret).Code)
+	require.Equal(t, http.StatusOK, bearerFrom(t, s, "[2001:db8:1:2::1]:443", adaSecret).Code, "the next /64 is another client")
 }
 
 // Concurrent wrong secrets from one address cannot overrun its budget: of 30 at once, at
@@ -421,7 +429,7 @@ func TestSigninLimitConcurrent(t *testing.T) {
 	codes := make([]int, 30)
 	var wg sync.WaitGroup
 	for i := range codes {
-		wg.Go(func() { codes[i] = signinFrom(s, "203.0.113.9:1000", fmt.Sprintf("guess-%02d-0123456789", i)).Code })
+		wg.Go(func() { codes[i] = signinFrom(t, s, "203.0.113.9:1000", fmt.Sprintf("guess-%02d-0123456789", i)).Code })
 	}
 	wg.Wait()
 	counts := map[int]int{}
@@ -430,5 +438,5 @@ func TestSigninLimitConcurrent(t *testing.T) {
 	}
 	require.LessOrEqual(t, counts[http.StatusUnauthorized], 10, "%v", counts)
 	require.Equal(t, 30, counts[http.StatusUnauthorized]+counts[http.StatusTooManyRequests], "%v", counts)
-	require.Equal(t, http.StatusTooManyRequests, signinFrom(s, "203.0.113.9:1001", adaSecret).Code)
+	require.Equal(t, http.StatusTooManyRequests, signinFrom(t, s, "203.0.113.9:1001", adaSecret).Code)
 }

@@ -54,14 +54,10 @@ func (s *Server) signin(w http.ResponseWriter, r *http.Request) {
 	}
 	r.Body = http.MaxBytesReader(w, r.Body, maxFormBytes)
 	name, ok, retryAfter, err := s.checkSecret(r, strings.TrimSpace(r.PostFormValue("token")))
-	switch {
-	case err != nil:
-		s.internalError(w, err)
+	if s.refusedCheck(w, retryAfter, err) {
 		return
-	case retryAfter > 0:
-		tooManyFailures(w, retryAfter)
-		return
-	case !ok:
+	}
+	if !ok {
 		time.Sleep(signinFailedPause)
 		s.render(w, r, http.StatusUnauthorized, "signin", page{Title: "Sign in", Error: "Unknown token."})
 		return

@@ -2,6 +2,7 @@ package console
 
 import (
 	"context"
+	"crypto/hmac"
 	"crypto/sha256"
 	"errors"
 	"fmt"
@@ -73,7 +74,7 @@ func (st sessionStore) find(ctx context.Context, id []byte) (session, bool, erro
 		return session{}, false, nil
 	}
 	digest, ok := st.s.secretDigest(ss.Operator)
-	if !ok || !equalBytes(check, secretCheck(id, digest)) {
+	if !ok || !hmac.Equal(check, secretCheck(id, digest)) {
 		return session{}, false, nil
 	}
 	ss.ID = id

@@ -8,6 +8,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/listingkit/listing/app/commands"
+	"github.com/listingkit/listing/app/worker"
 	"github.com/listingkit/listing/domain"
 )
 
@@ -18,14 +19,14 @@ type aiTaskJSON struct {
 	Input     map[string]string `json:"input"`
 	Status    string            `json:"status"`
 	Output    json.RawMessage   `json:"output"`
-	Error     *errorJSON        `json:"error"`
+	Error     *worker.ErrorJSON `json:"error"`
 	CreatedAt time.Time         `json:"created_at"`
 	UpdatedAt time.Time         `json:"updated_at"`
 }
 
 func aiTaskBody(t domain.AITask) aiTaskJSON {
 	out := aiTaskJSON{ID: t.ID.String(), Kind: t.Kind, ProductID: t.ProductID.String(), Input: map[string]string{"prompt": t.Prompt},
-		Status: string(t.Status), Output: t.Output, Error: taskError(t.Task), CreatedAt: t.CreatedAt.UTC(), UpdatedAt: t.UpdatedAt.UTC()}
+		Status: string(t.Status), Output: t.Output, Error: worker.TaskError(t.Task), CreatedAt: t.CreatedAt.UTC(), UpdatedAt: t.UpdatedAt.UTC()}
 	if len(out.Output) == 0 {
 		out.Output = json.RawMessage("null")
 	}

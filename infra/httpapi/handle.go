@@ -138,20 +138,6 @@ func pageOf(r *http.Request) (port.Page, error) {
 	return p, nil
 }
 
-// errorJSON is the error of a failed operation or task: its code and client-safe message.
-type errorJSON struct {
-	Code    string `json:"code"`
-	Message string `json:"message"`
-}
-
-// taskError is a task's error, or nil unless the task failed.
-func taskError(t domain.Task) *errorJSON {
-	if t.Status != domain.TaskFailed {
-		return nil
-	}
-	return &errorJSON{Code: t.ErrorCode, Message: t.ErrorMessage}
-}
-
 // listUnder serves GET of a parent's children, newest first: the {param} of the path names
 // the parent (nf when it is malformed or the workspace has no such parent), and list reads
 // one page of its children.

@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/listingkit/listing/app/worker"
 	"github.com/listingkit/listing/domain"
 )
 
@@ -14,7 +15,7 @@ type operationJSON struct {
 	Status    string            `json:"status"`
 	Resource  map[string]string `json:"resource"`
 	Result    json.RawMessage   `json:"result"`
-	Error     *errorJSON        `json:"error"`
+	Error     *worker.ErrorJSON `json:"error"`
 	CreatedAt time.Time         `json:"created_at"`
 	UpdatedAt time.Time         `json:"updated_at"`
 }
@@ -27,7 +28,7 @@ func operationBody(o domain.Operation) operationJSON {
 		out.Result = json.RawMessage("null")
 	}
 	if o.Status == domain.OperationFailed {
-		out.Error = &errorJSON{Code: o.ErrorCode, Message: o.ErrorMessage}
+		out.Error = &worker.ErrorJSON{Code: o.ErrorCode, Message: o.ErrorMessage}
 	}
 	return out
 }

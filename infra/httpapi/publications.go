@@ -6,19 +6,21 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/listingkit/listing/app/bus"
 	"github.com/listingkit/listing/app/commands"
+	"github.com/listingkit/listing/app/worker"
 	"github.com/listingkit/listing/app/worker/unpublish"
 	"github.com/listingkit/listing/domain"
 )
 
 type publicationJSON struct {
-	ID                string     `json:"id"`
-	ProductID         string     `json:"product_id"`
-	StoreID           string     `json:"store_id"`
-	ProductRevision   int        `json:"product_revision"`
-	Status            string     `json:"status"`
-	ExternalProductID string     `json:"external_product_id,omitempty"`
-	Error             *errorJSON `json:"error"`
+	ID                string            `json:"id"`
+	ProductID         string            `json:"product_id"`
+	StoreID           string            `json:"store_id"`
+	ProductRevision   int               `json:"product_revision"`
+	Status            string            `json:"status"`
+	ExternalProductID string            `json:"external_product_id,omitempty"`
+	Error             *worker.ErrorJSON `json:"error"`
 	// Unpublished and UnpublishedAt are set once an unpublish succeeded, else omitted.
 	Unpublished   bool       `json:"unpublished,omitempty"`
 	UnpublishedAt *time.Time `json:"unpublished_at,omitempty"`
@@ -28,23 +30,31 @@ type publicationJSON struct {
 
 func publicationBody(p domain.Publication) publicationJSON {
 	return publicationJSON{ID: p.ID.String(), ProductID: p.ProductID.String(), StoreID: p.StoreID.String(), ProductRevision: p.ProductRevision,
-		Status: string(p.Status), ExternalProductID: p.ExternalProductID, Error: taskError(p.Task), CreatedAt: p.CreatedAt.UTC(), UpdatedAt: p.UpdatedAt.UTC(),
+		Status: string(p.Status), ExternalProductID: p.ExternalProductID, Error: worker.TaskError(p.Task), CreatedAt: p.CreatedAt.UTC(), UpdatedAt: p.UpdatedAt.UTC(),
 		Unpublished: p.UnpublishedAt != nil, UnpublishedAt: p.UnpublishedAt}
 }
 
 func (s *Server) unpublish(w http.ResponseWriter, r *http.Request) {
+	startUnderPublication(s, w, r, s.app.Commands.UnpublishPublication, func(ws, user, pid uuid.UUID) commands.UnpublishPublication {
+		return commands.UnpublishPublication{UnpublishID: uuid.New(), WorkspaceID: ws, UserID: user, PublicationID: pid}
+	}, "unpublish", unpublish.Body)
+}
+
+// startUnderPublication serves a POST that starts a task of the publication in the path: an
+// empty JSON body, the command made from the workspace, the user and the publication, and
+// 202 with the task under key (its JSON: body) and its operation.
+func startUnderPublication[C bus.Command, T any](s *Server, w http.ResponseWriter, r *http.Request,
+	h bus.Handler[C, commands.Started[T]], newCmd func(ws, user, pid uuid.UUID) C, key string, body func(task any) any) {
 	pid, err := pathID(r, "publication_id", domain.ErrPublicationNotFound)
 	if err != nil {
 		writeError(w, r, err)
 		return
 	}
-	body, ok := s.decode(w, r, &struct{}{})
+	raw, ok := s.decode(w, r, &struct{}{})
 	if !ok {
 		return
 	}
-	cmd := commands.UnpublishPublication{UnpublishID: uuid.New(), WorkspaceID: workspaceID(r.Context()), UserID: userID(r.Context()), PublicationID: pid}
-	execute(s, w, r, body, s.app.Commands.UnpublishPublication, cmd,
-		startRender(http.StatusAccepted, "unpublish", func(v domain.Unpublish) any { return unpublish.Body(v) }))
+	execute(s, w, r, raw, h, newCmd(workspaceID(r.Context()), userID(r.Context()), pid), startRender(http.StatusAccepted, key, func(v T) any { return body(v) }))
 }
 
 func (s *Server) publishProduct(w http.ResponseWriter, r *http.Request) {

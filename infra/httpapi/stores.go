@@ -9,6 +9,7 @@ import (
 	"github.com/listingkit/listing/app/bus"
 	"github.com/listingkit/listing/app/commands"
 	"github.com/listingkit/listing/app/port"
+	"github.com/listingkit/listing/app/worker"
 	"github.com/listingkit/listing/domain"
 )
 
@@ -90,19 +91,19 @@ func (s *Server) verifyStore(w http.ResponseWriter, r *http.Request) {
 }
 
 type verificationJSON struct {
-	ID                 string     `json:"id"`
-	StoreID            string     `json:"store_id"`
-	CredentialsVersion int        `json:"credentials_version"`
-	Status             string     `json:"status"`
-	Valid              *bool      `json:"valid"`
-	Error              *errorJSON `json:"error"`
-	CreatedAt          time.Time  `json:"created_at"`
-	UpdatedAt          time.Time  `json:"updated_at"`
+	ID                 string            `json:"id"`
+	StoreID            string            `json:"store_id"`
+	CredentialsVersion int               `json:"credentials_version"`
+	Status             string            `json:"status"`
+	Valid              *bool             `json:"valid"`
+	Error              *worker.ErrorJSON `json:"error"`
+	CreatedAt          time.Time         `json:"created_at"`
+	UpdatedAt          time.Time         `json:"updated_at"`
 }
 
 func verificationBody(v domain.StoreVerification) verificationJSON {
 	return verificationJSON{ID: v.ID.String(), StoreID: v.StoreID.String(), CredentialsVersion: v.CredentialsVersion,
-		Status: string(v.Status), Valid: v.Valid, Error: taskError(v.Task), CreatedAt: v.CreatedAt.UTC(), UpdatedAt: v.UpdatedAt.UTC()}
+		Status: string(v.Status), Valid: v.Valid, Error: worker.TaskError(v.Task), CreatedAt: v.CreatedAt.UTC(), UpdatedAt: v.UpdatedAt.UTC()}
 }
 
 func (s *Server) listStoreVerifications(w http.ResponseWriter, r *http.Request) {

@@ -7,23 +7,24 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/listingkit/listing/app/commands"
+	"github.com/listingkit/listing/app/worker"
 	"github.com/listingkit/listing/domain"
 )
 
 type syncJSON struct {
-	ID          string     `json:"id"`
-	StoreID     string     `json:"store_id"`
-	Status      string     `json:"status"`
-	PagesDone   int        `json:"pages_done"`
-	ItemsSynced int        `json:"items_synced"`
-	Error       *errorJSON `json:"error"`
-	CreatedAt   time.Time  `json:"created_at"`
-	UpdatedAt   time.Time  `json:"updated_at"`
+	ID          string            `json:"id"`
+	StoreID     string            `json:"store_id"`
+	Status      string            `json:"status"`
+	PagesDone   int               `json:"pages_done"`
+	ItemsSynced int               `json:"items_synced"`
+	Error       *worker.ErrorJSON `json:"error"`
+	CreatedAt   time.Time         `json:"created_at"`
+	UpdatedAt   time.Time         `json:"updated_at"`
 }
 
 func syncBody(s domain.ProductSync) syncJSON {
 	return syncJSON{ID: s.ID.String(), StoreID: s.StoreID.String(), Status: string(s.Status), PagesDone: s.PagesDone,
-		ItemsSynced: s.ItemsSynced, Error: taskError(s.Task), CreatedAt: s.CreatedAt.UTC(), UpdatedAt: s.UpdatedAt.UTC()}
+		ItemsSynced: s.ItemsSynced, Error: worker.TaskError(s.Task), CreatedAt: s.CreatedAt.UTC(), UpdatedAt: s.UpdatedAt.UTC()}
 }
 
 func (s *Server) syncStore(w http.ResponseWriter, r *http.Request) {

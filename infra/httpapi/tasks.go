@@ -1,12 +1,16 @@
 package httpapi
 
 import (
+	"context"
 	"net/http"
 	"slices"
 	"strings"
 
 	"github.com/go-chi/chi/v5"
+	"github.com/google/uuid"
 
+	"github.com/listingkit/listing/app/port"
+	"github.com/listingkit/listing/app/query"
 	"github.com/listingkit/listing/app/worker"
 	"github.com/listingkit/listing/app/worker/flows"
 )
@@ -30,26 +34,10 @@ func (s *Server) taskRoutes(r chi.Router) {
 }
 
 func (s *Server) listTasks(w http.ResponseWriter, r *http.Request, f worker.Spec, res worker.Resource) {
-	parent, err := pathID(r, res.ParentParam(), res.ParentNotFound)
-	if err != nil {
-		writeError(w, r, err)
-		return
-	}
-	page, err := pageOf(r)
-	if err != nil {
-		writeError(w, r, err)
-		return
-	}
-	items, next, err := s.app.Queries.TaskList(r.Context(), s.scope(r), f.Table, res.ParentTable, res.ParentParam(), parent, page)
-	if err != nil {
-		writeError(w, r, notFoundAs(err, res.ParentNotFound))
-		return
-	}
-	out := make([]any, 0, len(items))
-	for _, v := range items {
-		out = append(out, res.Body(v))
-	}
-	writeJSON(w, http.StatusOK, listBody(out, next))
+	listUnder(s, w, r, res.ParentParam(), res.ParentNotFound,
+		func(ctx context.Context, sc query.Scope, parent uuid.UUID, page port.Page) ([]any, string, error) {
+			return s.app.Queries.TaskList(ctx, sc, f.Table, res.ParentTable, res.ParentParam(), parent, page)
+		}, res.Body)
 }
 
 func (s *Server) getTask(w http.ResponseWriter, r *http.Request, f worker.Spec, res worker.Resource) {

@@ -8,18 +8,19 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/listingkit/listing/app/commands"
+	"github.com/listingkit/listing/app/worker"
 	"github.com/listingkit/listing/domain"
 )
 
 type transferJSON struct {
-	ID        string     `json:"id"`
-	SourceURL string     `json:"source_url"`
-	Status    string     `json:"status"`
-	MediaID   string     `json:"media_id"`
-	Bytes     int64      `json:"bytes"`
-	Error     *errorJSON `json:"error"`
-	CreatedAt time.Time  `json:"created_at"`
-	UpdatedAt time.Time  `json:"updated_at"`
+	ID        string            `json:"id"`
+	SourceURL string            `json:"source_url"`
+	Status    string            `json:"status"`
+	MediaID   string            `json:"media_id"`
+	Bytes     int64             `json:"bytes"`
+	Error     *worker.ErrorJSON `json:"error"`
+	CreatedAt time.Time         `json:"created_at"`
+	UpdatedAt time.Time         `json:"updated_at"`
 }
 
 // withoutQuery drops the query and fragment of a source URL before it is shown or stored
@@ -35,7 +36,7 @@ func withoutQuery(raw string) string {
 
 func transferBody(t domain.MaterialTransfer) transferJSON {
 	return transferJSON{ID: t.ID.String(), SourceURL: withoutQuery(t.SourceURL), Status: string(t.Status), MediaID: t.MediaID.String(),
-		Bytes: t.Bytes, Error: taskError(t.Task), CreatedAt: t.CreatedAt.UTC(), UpdatedAt: t.UpdatedAt.UTC()}
+		Bytes: t.Bytes, Error: worker.TaskError(t.Task), CreatedAt: t.CreatedAt.UTC(), UpdatedAt: t.UpdatedAt.UTC()}
 }
 
 func (s *Server) createTransfer(w http.ResponseWriter, r *http.Request) {

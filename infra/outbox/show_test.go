@@ -26,7 +26,8 @@ func TestShowDispatchedEventDoesNotScanTheWorkspacesLog(t *testing.T) {
 	_, err := db.Owner.Exec(ctx, `ANALYZE outbox_dispatched`)
 	require.NoError(t, err)
 
-	ops := NewOps(db.OperatorPool(t))
+	op := db.OperatorPool(t)
+	ops := NewOps(op)
 	e, err := ops.Show(ctx, ws, ids[12345])
 	require.NoError(t, err)
 	require.Equal(t, StatusDispatched, e.Status)
@@ -37,7 +38,7 @@ func TestShowDispatchedEventDoesNotScanTheWorkspacesLog(t *testing.T) {
 			SharedRead int64 `json:"Shared Read Blocks"`
 		} `json:"Plan"`
 	}
-	require.NoError(t, postgres.InTx(ctx, db.OperatorPool(t), postgres.Scope{WorkspaceID: ws}, func(ctx context.Context, tx pgx.Tx) error {
+	require.NoError(t, postgres.InTx(ctx, op, postgres.Scope{WorkspaceID: ws}, func(ctx context.Context, tx pgx.Tx) error {
 		var raw []byte
 		if err := tx.QueryRow(ctx, `EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) `+showQuery, ws, ids[12345]).Scan(&raw); err != nil {
 			return err

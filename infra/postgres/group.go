@@ -142,10 +142,7 @@ func (g *grouper) lead(ctx context.Context, pool *pgxpool.Pool, first *groupUnit
 	if len(batch) == 1 {
 		err = InTx(ctx, pool, Scope{WorkspaceID: first.ws}, func(ctx context.Context, _ pgx.Tx) error { return first.fn(ctx) })
 		done = true
-		if err != nil {
-			return err
-		}
-		return nil
+		return err
 	}
 	err = runGroup(ctx, pool, batch)
 	done = true

@@ -176,7 +176,7 @@ func inTxSQL(ctx context.Context, db *dbsql.DB, fn func(*dbsql.Tx) (int64, error
 
 func isLockTimeout(err error) bool {
 	var pgErr *pgconn.PgError
-	return errors.As(err, &pgErr) && pgErr.Code == "55P03"
+	return errors.As(err, &pgErr) && pgErr.Code == CodeLockNotAvailable
 }
 
 // upWithStagedHistory applies the migrations, staging the outbox history around 018 when the
@@ -198,7 +198,7 @@ func upWithStagedHistory(ctx context.Context, db *dbsql.DB, p *goose.Provider) (
 	}
 	r, err := p.Up(ctx)
 	results = append(results, r...)
-	if err != nil && !errors.Is(err, goose.ErrNoNextVersion) {
+	if err != nil {
 		return results, mv, err
 	}
 	return results, mv, unstageOutboxHistory(ctx, db, mv)

@@ -117,8 +117,8 @@ func TestMigration018KeepsEveryEvent(t *testing.T) {
 }
 
 // postgres.Migrate on a database before 018 stages the dispatched history in batches, so that
-// 018's lock covers no history, then moves it to the log: every event survives, the staging
-// table is gone, and no batch held outbox_events long.
+// 018's lock covers no history, then moves it to the log: every event survives and the staging
+// table is gone (the longest batch is logged).
 func TestMigrateStagesTheOutboxHistory(t *testing.T) {
 	t.Parallel()
 	o := seedOutboxAt17(t)

@@ -46,12 +46,7 @@ func MigrateTo(t testing.TB, version int64) *Migration {
 		if m.db != nil {
 			_ = m.db.Close()
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		_ = withAdmin(ctx, admin, func(conn *pgx.Conn) error {
-			_, err := conn.Exec(ctx, "DROP DATABASE IF EXISTS "+pgx.Identifier{name}.Sanitize()+" WITH (FORCE)")
-			return err
-		})
+		dropDatabase(admin, name)
 	})
 	cfg, err := pgx.ParseConfig(m.URL)
 	if err != nil {
@@ -69,8 +64,10 @@ func MigrateTo(t testing.TB, version int64) *Migration {
 // (a migration's locks are held that long).
 func (m *Migration) UpTo(t testing.TB, version int64) time.Duration {
 	t.Helper()
+	ctx, cancel := migrationContext()
+	defer cancel()
 	start := time.Now()
-	if _, err := m.provider.UpTo(context.Background(), version); err != nil {
+	if _, err := m.provider.UpTo(ctx, version); err != nil {
 		t.Fatalf("pgtest: migrate to %d: %v", version, err)
 	}
 	return time.Since(start)
@@ -79,7 +76,9 @@ func (m *Migration) UpTo(t testing.TB, version int64) time.Duration {
 // Up applies the rest of the migrations.
 func (m *Migration) Up(t testing.TB) {
 	t.Helper()
-	if _, err := m.provider.Up(context.Background()); err != nil {
+	ctx, cancel := migrationContext()
+	defer cancel()
+	if _, err := m.provider.Up(ctx); err != nil {
 		t.Fatalf("pgtest: migrate up: %v", err)
 	}
 }
@@ -87,7 +86,9 @@ func (m *Migration) Up(t testing.TB) {
 // DownTo rolls the migrations back to version (0: all of them).
 func (m *Migration) DownTo(t testing.TB, version int64) {
 	t.Helper()
-	if _, err := m.provider.DownTo(context.Background(), version); err != nil {
+	ctx, cancel := migrationContext()
+	defer cancel()
+	if _, err := m.provider.DownTo(ctx, version); err != nil {
 		t.Fatalf("pgtest: migrate down to %d: %v", version, err)
 	}
 }
@@ -102,4 +103,10 @@ func (m *Migration) Conn(t testing.TB) *pgx.Conn {
 	}
 	t.Cleanup(func() { _ = conn.Close(context.Background()) })
 	return conn
+}
+
+// migrationContext bounds a migration of a test database: one stuck on a lock fails the test
+// in minutes, not at go test's -timeout.
+func migrationContext() (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.Background(), 5*time.Minute)
 }

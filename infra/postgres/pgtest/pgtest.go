@@ -151,12 +151,7 @@ func New(t testing.TB) *DB {
 	t.Cleanup(func() {
 		closePool(t, db.App, "app pool")
 		closePool(t, db.Owner, "owner pool")
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		_ = withAdmin(ctx, admin, func(conn *pgx.Conn) error {
-			_, err := conn.Exec(ctx, "DROP DATABASE IF EXISTS "+pgx.Identifier{name}.Sanitize()+" WITH (FORCE)")
-			return err
-		})
+		dropDatabase(admin, name)
 	})
 	if db.App, err = postgres.Connect(ctx, postgres.PoolConfig{URL: db.AppURL, MaxConns: AppConns}); err != nil {
 		t.Fatalf("pgtest: app pool: %v", err)
@@ -328,4 +323,14 @@ func randomHex(n int) string {
 	b := make([]byte, n)
 	_, _ = rand.Read(b)
 	return hex.EncodeToString(b)
+}
+
+// dropDatabase drops the test database name (its sessions ended by force), within a minute.
+func dropDatabase(admin, name string) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	_ = withAdmin(ctx, admin, func(conn *pgx.Conn) error {
+		_, err := conn.Exec(ctx, "DROP DATABASE IF EXISTS "+pgx.Identifier{name}.Sanitize()+" WITH (FORCE)")
+		return err
+	})
 }
