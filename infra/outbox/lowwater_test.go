@@ -18,8 +18,8 @@ import (
 // entry in outbox_events_due. The claim with low-water marks starts its scans past them and
 // stays at its level; the claim without (FullClaimInterval < 0, the earlier claim) walks
 // them all and slows down with the events dispatched since the snapshot. Both run in the
-// same test, on the same load: the figures are ratios of each one's own level before the
-// hold. The buffers the claim's index scan reads (EXPLAIN of the scan, with the workspace's
+// same test, on the same load: the times (logged, not asserted: the machine's load moves
+// them) are ratios of each one's own level before the hold. The buffers the claim's index scan reads (EXPLAIN of the scan, with the workspace's
 // mark) are the load-independent measure. Measured (load 15-20, 250 rounds): the claim
 // statement of 10 workspaces read 9,859 buffers in 52 ms without marks, 1,667 in 4.8 ms with.
 func TestClaimUnderHeldSnapshot(t *testing.T) {
@@ -105,18 +105,15 @@ func TestClaimUnderHeldSnapshot(t *testing.T) {
 		bufEnd = buffers()
 		return levelBefore, levelEnd, bufBefore, bufEnd
 	}
-	var ratio [2]float64
 	var bufs [2][2]int64
 	for i, marks := range []bool{false, true} {
 		b, e, bb, be := run(t, marks)
-		ratio[i] = float64(e) / float64(b)
 		bufs[i] = [2]int64{bb, be}
 		t.Logf("marks=%v: claim of %d workspaces, median of 20 rounds: %.2f ms before the hold, %.2f ms after %d events dispatched under it (%.1fx); "+
-			"one workspace's scan reads %d buffers before, %d after", marks, workspaces, ms(b), ms(e), during*perRound*workspaces, ratio[i], bb, be)
+			"one workspace's scan reads %d buffers before, %d after", marks, workspaces, ms(b), ms(e), during*perRound*workspaces, float64(e)/float64(b), bb, be)
 	}
 	// Load-independent: the scan without marks reads a buffer per few dead entries (2,400 of
 	// them in the workspace); the scan with marks reads those of the last round only.
 	require.Greater(t, bufs[0][1], 5*bufs[0][0], "without marks the scan walks the dead entries (the test's control)")
 	require.Less(t, 4*bufs[1][1], bufs[0][1], "with marks the scan does not walk the dead entries")
-	require.Less(t, ratio[1], ratio[0], "the claim with marks grows less than without")
 }
