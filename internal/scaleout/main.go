@@ -672,10 +672,10 @@ func printPerVerification(w io.Writer, b *bench, rs []result) {
 type proc struct {
 	name      string
 	adminAddr string // where it serves /metrics
-	logPath string
-	cmd     *exec.Cmd
-	done    chan struct{}
-	once    sync.Once
+	logPath   string
+	cmd       *exec.Cmd
+	done      chan struct{}
+	once      sync.Once
 }
 
 func (b *bench) start(name string, env []string, args ...string) (*proc, error) {
