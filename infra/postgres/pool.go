@@ -19,6 +19,8 @@ type PoolConfig struct {
 	MaxConns int32
 	// ConnectTimeout bounds each dial. Default 5s.
 	ConnectTimeout time.Duration
+	// Statements, when set, counts the statements and round trips the pool sends.
+	Statements *Statements
 }
 
 // Connect opens a pool (its connections know RegisterTypes) and checks that the server
@@ -37,6 +39,9 @@ func Connect(ctx context.Context, cfg PoolConfig) (*pgxpool.Pool, error) {
 		pc.ConnConfig.ConnectTimeout = cfg.ConnectTimeout
 	} else {
 		pc.ConnConfig.ConnectTimeout = 5 * time.Second
+	}
+	if cfg.Statements != nil {
+		pc.ConnConfig.Tracer = cfg.Statements
 	}
 	pc.AfterConnect = func(_ context.Context, c *pgx.Conn) error {
 		RegisterTypes(c.TypeMap())
