@@ -49,6 +49,16 @@
 // delays another workspace's events by at most one batch per busy workspace. Under load
 // rounds fill up, so the round trips per event fall as the rate rises.
 //
+// Each workspace's claim scans outbox_events_due from a low-water mark the dispatcher keeps
+// (lowWater: the lowest due time its last claim of the workspace took, at most 5 s before
+// that claim's now()), not from the workspace's first entry: a dispatched event leaves a
+// dead index entry that nothing can remove while an older snapshot is held (a long
+// REPEATABLE READ transaction), and a scan from the first entry would walk all of them. What
+// the mark may skip (an expired lease, an event another process released, a writer
+// transaction longer than 5 s) is claimed when the marks are forgotten: every
+// FullClaimInterval (default Lease), and at once after this dispatcher releases events or
+// fails to claim or mark.
+//
 // Every statement on outbox_events and outbox_dispatched runs in a transaction that first scopes it with
 // set_config(…, true): as app_user for the dispatcher and the Cleaner, as listing_operator
 // for Ops. A transaction of one workspace sets app.workspace_id; the dispatcher's
