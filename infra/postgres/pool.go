@@ -19,6 +19,9 @@ type PoolConfig struct {
 	MaxConns int32
 	// ConnectTimeout bounds each dial. Default 5s.
 	ConnectTimeout time.Duration
+	// Tracer, when set, is told of every query and batch of the pool's connections (pgx's
+	// QueryTracer; a BatchTracer too when it implements one), e.g. to count statements.
+	Tracer pgx.QueryTracer
 }
 
 // Connect opens a pool (its connections know RegisterTypes) and checks that the server
@@ -38,6 +41,7 @@ func Connect(ctx context.Context, cfg PoolConfig) (*pgxpool.Pool, error) {
 	} else {
 		pc.ConnConfig.ConnectTimeout = 5 * time.Second
 	}
+	pc.ConnConfig.Tracer = cfg.Tracer
 	pc.AfterConnect = func(_ context.Context, c *pgx.Conn) error {
 		RegisterTypes(c.TypeMap())
 		return nil
