@@ -61,6 +61,7 @@ type options struct {
 	redisURL  string
 	adminURL  string
 	cpuprof   string
+	memprof   string
 }
 
 func (o options) on(section string) bool { return len(o.only) == 0 || o.only[section] }
@@ -86,6 +87,7 @@ func main() {
 	flag.StringVar(&o.redisURL, "redis", envOr("REDIS_URL", "redis://127.0.0.1:6379/0"), "Redis URL")
 	flag.StringVar(&o.adminURL, "admin", envOr("TEST_DATABASE_URL", "postgres://root@127.0.0.1:5432/postgres"), "PostgreSQL superuser URL")
 	flag.StringVar(&o.cpuprof, "cpuprofile", "", "write a CPU profile of this process (the Go side of every section) to this file")
+	flag.StringVar(&o.memprof, "memprofile", "", "write an allocation profile of this process (every section) to this file at the end")
 	var so soakOptions
 	runSoak := flag.Bool("soak", false, "run the soak instead of the benchmark sections (make soak)")
 	flag.IntVar(&so.minutes, "soak-minutes", 30, "soak: minutes of load")
@@ -132,6 +134,14 @@ func run(ctx context.Context, o options) error {
 			return err
 		}
 		defer pprof.StopCPUProfile()
+	}
+	if o.memprof != "" {
+		defer func() {
+			if f, err := os.Create(o.memprof); err == nil {
+				_ = pprof.Lookup("allocs").WriteTo(f, 0)
+				f.Close()
+			}
+		}()
 	}
 	start := time.Now()
 	fmt.Printf("bench: n=%d rate=%d/s for %ds, workers %d; load average before: %s\n", o.n, o.rate, o.secs, o.workers, loadavg())

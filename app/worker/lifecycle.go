@@ -149,14 +149,19 @@ func (f Flow[T, W, R]) Handle(ctx context.Context, job Job) error {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	log = log.With(slog.String("queue", f.QueueName), slog.String("job_id", job.ID),
-		slog.String("event_type", job.EventType), slog.String("workspace_id", job.WorkspaceID.String()),
-		slog.Int("attempt", job.Attempt))
-	if job.CorrelationID != "" {
-		log = log.With(slog.String("correlation_id", job.CorrelationID))
-	}
-	if id := job.TraceID(); id != "" {
-		log = log.With(slog.String("trace_id", id))
+	// The line below is logged at Info, Warn or Error: a handler that takes none of them
+	// (slog.DiscardHandler) costs no attributes.
+	logging := log.Enabled(ctx, slog.LevelError)
+	if logging {
+		log = log.With(slog.String("queue", f.QueueName), slog.String("job_id", job.ID),
+			slog.String("event_type", job.EventType), slog.String("workspace_id", job.WorkspaceID.String()),
+			slog.Int("attempt", job.Attempt))
+		if job.CorrelationID != "" {
+			log = log.With(slog.String("correlation_id", job.CorrelationID))
+		}
+		if id := job.TraceID(); id != "" {
+			log = log.With(slog.String("trace_id", id))
+		}
 	}
 
 	var r R
@@ -165,14 +170,21 @@ func (f Flow[T, W, R]) Handle(ctx context.Context, job Job) error {
 	held, looking := LastLookOf(job)
 	switch {
 	case err == nil && looking && f.LastLook != nil:
-		log = log.With(slog.String("task_id", id.String()), slog.Bool("last_look", true))
+		if logging {
+			log = log.With(slog.String("task_id", id.String()), slog.Bool("last_look", true))
+		}
 		outcome, err = f.look(ctx, job, id, held)
 	default:
 		if err == nil {
-			log = log.With(slog.String("task_id", id.String()))
+			if logging {
+				log = log.With(slog.String("task_id", id.String()))
+			}
 			r, err = f.run(ctx, job, id)
 		}
 		outcome, err = f.decide(ctx, job, id, r, err)
+	}
+	if !logging {
+		return err
 	}
 	attrs := []any{slog.String("outcome", outcome), slog.Duration("duration", time.Since(start))}
 	level := slog.LevelInfo

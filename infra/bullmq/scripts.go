@@ -21,7 +21,8 @@ import "github.com/redis/go-redis/v9"
 // data, opts JSON, dedup ttl ms, dedup id ("" = none), watermill metadata
 // JSON ("" = none).
 // Returns {code, id, code, id, ...}: code 1 created, 0 duplicate (job hash
-// exists), 2 deduplicated (de: key holds id).
+// exists), 2 deduplicated (de: key holds id). The created ids go to wait in
+// one LPUSH.
 var addScript = redis.NewScript(`
 local rcall = redis.call
 local maxEvents = rcall("HGET", KEYS[2], "opts.maxLenEvents")
@@ -33,7 +34,7 @@ local n = (#KEYS - 6) / 2
 rcall("INCRBY", KEYS[3], n)
 local attrs = rcall("HMGET", KEYS[2], "paused", "concurrency")
 local out = {}
-local created = 0
+local pushed = {}
 for i = 1, n do
   local jk = KEYS[5 + 2 * i]
   local dk = KEYS[6 + 2 * i]
@@ -76,14 +77,16 @@ for i = 1, n do
         "delay", "0", "priority", "0")
     end
     rcall("XADD", KEYS[5], "*", "event", "added", "jobId", jobId, "name", name)
-    rcall("LPUSH", KEYS[1], jobId)
     rcall("XADD", KEYS[5], "MAXLEN", "~", maxEvents, "*", "event", "waiting", "jobId", jobId)
-    created = created + 1
+    pushed[#pushed + 1] = jobId
   end
   out[#out + 1] = code
   out[#out + 1] = current
 end
-if created > 0 and not attrs[1] and ((not attrs[2]) or rcall("LLEN", KEYS[4]) < tonumber(attrs[2])) then
+-- One LPUSH of every created id, in order: the list BullMQ's LPUSH per job leaves (the
+-- script is atomic: nobody sees the events before the push).
+if #pushed > 0 then rcall("LPUSH", KEYS[1], unpack(pushed)) end
+if #pushed > 0 and not attrs[1] and ((not attrs[2]) or rcall("LLEN", KEYS[4]) < tonumber(attrs[2])) then
   rcall("ZADD", KEYS[6], 0, "0")
 end
 return out
@@ -274,9 +277,11 @@ end
 // (the job key when none).
 // ARGV: 1 now ms, 2 queue key prefix, 3 jobs to take afterwards (0 = none),
 // 4 token base, 5 first token counter, 6 lockDuration ms, 7 worker name;
-// then for job i, from ARGV[8+11(i-1)]: jobId, token, kind, value
+// then for job i, from ARGV[8+12(i-1)]: jobId, token, kind, value
 // (returnvalue JSON or failedReason), keep count ("" = unset), keep age
-// seconds ("" = unset), keep limit, attempts, stacktrace JSON, deid, delay ms.
+// seconds ("" = unset), keep limit, attempts, stacktrace JSON, deid, delay ms,
+// attemptsMade + 1 (written as atm: the lock holder alone changes it, so the
+// value read at the take stands in for BullMQ's HINCRBY).
 // Returns {codes, taken, nextDelayedMs, rateLimitTTLms}: one code per job,
 // attemptsMade (>= 0) or a negative BullMQ error code (-1 missing job,
 // -2 missing lock, -3 not active, -6 lock of another worker).
@@ -301,7 +306,6 @@ local function finish(jobId, jk, dk, a, target)
   if target == "failed" then
     setKey = K.failed
     field = "failedReason"
-    rcall("HSET", jk, "failedReason", ARGV[a + 3], "stacktrace", ARGV[a + 8])
   end
   local deid = ARGV[a + 9]
   if deid ~= "" then
@@ -312,7 +316,8 @@ local function finish(jobId, jk, dk, a, target)
       rcall("DEL", dk)
     end
   end
-  local atm = rcall("HINCRBY", jk, "atm", 1)
+  -- atm + 1, known from the take: only the lock holder changes atm.
+  local atm = tonumber(ARGV[a + 11])
   if tonumber(ARGV[a + 4]) ~= 0 then
     local z = zadds[setKey]
     if not z then
@@ -321,8 +326,12 @@ local function finish(jobId, jk, dk, a, target)
     end
     z[#z + 1] = now
     z[#z + 1] = jobId
-    rcall("HSET", jk, field, ARGV[a + 3], "finishedOn", now)
-    if target == "failed" then rcall("HDEL", jk, "defa") end
+    if target == "failed" then
+      rcall("HSET", jk, "failedReason", ARGV[a + 3], "stacktrace", ARGV[a + 8], "finishedOn", now, "atm", atm)
+      rcall("HDEL", jk, "defa")
+    else
+      rcall("HSET", jk, "returnvalue", ARGV[a + 3], "finishedOn", now, "atm", atm)
+    end
     if ARGV[a + 4] ~= "-1" or ARGV[a + 5] ~= "" then
       trims[setKey .. "|" .. ARGV[a + 4] .. "|" .. ARGV[a + 5] .. "|" .. ARGV[a + 6]] =
         {setKey, tonumber(ARGV[a + 4]), tonumber(ARGV[a + 5]), tonumber(ARGV[a + 6])}
@@ -345,8 +354,8 @@ local function retry(jobId, jk, a, snooze)
     rcall("HINCRBY", jk, "snzms", delay)
     atm = tonumber(rcall("HGET", jk, "atm") or 0)
   else
-    rcall("HSET", jk, "failedReason", ARGV[a + 3], "stacktrace", ARGV[a + 8])
-    atm = rcall("HINCRBY", jk, "atm", 1)
+    atm = tonumber(ARGV[a + 11])
+    rcall("HSET", jk, "failedReason", ARGV[a + 3], "stacktrace", ARGV[a + 8], "atm", atm)
   end
   if delay > 0 then
     local ts = tonumber(now) + delay
@@ -386,30 +395,31 @@ local function handBack(jobId, jk)
   return tonumber(rcall("HGET", jk, "atm") or 0)
 end
 
+-- A job's own lock and its place in active vouch for its hash (BullMQ removes
+-- no locked job): the hash is looked up only to name a failure.
 for i = 1, n do
   local jk = KEYS[10 + 3 * i]
-  local a = 8 + 11 * (i - 1)
+  local a = 8 + 12 * (i - 1)
   local jobId = ARGV[a]
   local kind = ARGV[a + 2]
   local code
-  if rcall("EXISTS", jk) == 0 then
+  local lk = KEYS[11 + 3 * i]
+  local current = rcall("GET", lk)
+  if current == ARGV[a + 1] then
+    code = 0
+    locks[#locks + 1] = lk
+    released[#released + 1] = jobId
+  elseif rcall("EXISTS", jk) == 0 then
     code = -1
+  elseif current then
+    code = -6
   else
-    local lk = KEYS[11 + 3 * i]
-    local current = rcall("GET", lk)
-    if current == ARGV[a + 1] then
-      code = 0
-      locks[#locks + 1] = lk
-      released[#released + 1] = jobId
-    elseif current then
-      code = -6
-    else
-      code = -2
-    end
+    code = -2
   end
   if code == 0 then
     if rcall("LREM", K.active, -1, jobId) < 1 then
       code = -3
+      if rcall("EXISTS", jk) == 0 then code = -1 end
     elseif kind == "retry" then
       code = retry(jobId, jk, a, false)
     elseif kind == "snooze" then

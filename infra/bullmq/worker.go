@@ -558,7 +558,7 @@ func (w *Worker) finishCall(reqs []*finishReq, now int64, fetch int) scriptCall 
 	keys = append(keys, k.wait, k.active, k.prioritized, k.events, k.stalled, k.meta,
 		k.completed, k.failed, k.marker, k.delayed, k.pc, k.limiter)
 	first := w.seq.Add(int64(fetch)) - int64(fetch)
-	args := make([]any, 0, 7+11*len(reqs))
+	args := make([]any, 0, 7+12*len(reqs))
 	args = append(args, now, k.base, fetch, w.token, first, w.cfg.LockDuration.Milliseconds(), w.cfg.Name)
 	for _, r := range reqs {
 		j := r.job
@@ -582,7 +582,8 @@ func (w *Worker) finishCall(reqs []*finishReq, now int64, fetch int) scriptCall 
 			kind = "snooze"
 		}
 		count, age, limit := keep.keepArgs()
-		args = append(args, j.ID, j.token, kind, r.value, count, age, limit, j.Opts.Attempts, r.stack, dedupID, r.delay)
+		args = append(args, j.ID, j.token, kind, r.value, count, age, limit, j.Opts.Attempts, r.stack, dedupID, r.delay,
+			j.AttemptsMade+1)
 	}
 	return scriptCall{script: finishScript, keys: keys, args: args}
 }

@@ -1,13 +1,16 @@
 package outbox
 
 import (
+	"bytes"
 	"context"
 	stdsql "database/sql"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/ThreeDotsLabs/watermill"
 	wsql "github.com/ThreeDotsLabs/watermill-sql/v4/pkg/sql"
@@ -89,7 +92,9 @@ func (c PublisherConfig) Validate() error {
 // EventPublisher implements port.EventPublisher: it records domain events in outbox_events
 // within the RLS transaction ctx carries (postgres.TxFromContext), through a watermill
 // cqrs.EventBus → forwarder.Publisher → watermill-sql Publisher built on that transaction
-// with SchemaAdapter. One watermill publisher is built per Publish call, for the one
+// with SchemaAdapter (which reads each row's fields from the message the bus published,
+// carried in the forwarder message's context, rather than decoding the forwarder's JSON
+// envelope again). One watermill publisher is built per Publish call, for the one
 // transaction in ctx; nothing is committed or rolled back here: the owner of the transaction
 // decides. It is safe for concurrent use by different transactions.
 type EventPublisher struct {
@@ -176,10 +181,18 @@ func (p *EventPublisher) EventBus(ctx context.Context) (*cqrs.EventBus, error) {
 			return p.cfg.Routes.Destination(params.EventName)
 		},
 		OnPublish: func(params cqrs.OnEventSendParams) error {
-			md := MetadataFromContext(params.Message.Context())
+			msg := params.Message
+			md := MetadataFromContext(msg.Context())
 			for k, v := range md {
-				params.Message.Metadata.Set(k, v)
+				msg.Metadata.Set(k, v)
 			}
+			// The forwarder's envelope keeps this context: SchemaAdapter reads the row's
+			// fields from the message itself instead of decoding the envelope's JSON.
+			dest, err := p.cfg.Routes.Destination(params.EventName)
+			if err != nil {
+				return err
+			}
+			msg.SetContext(context.WithValue(msg.Context(), wrappedKey{}, &wrapped{msg: msg, dest: dest}))
 			return nil
 		},
 		Marshaler: EventMarshaler{},
@@ -340,9 +353,9 @@ func (a SchemaAdapter) InsertQuery(params wsql.InsertQueryParams) (wsql.Query, e
 	b.WriteString(`INSERT INTO outbox_events (id, workspace_id, event_type, destination, aggregate_type, aggregate_id, event_payload, metadata) VALUES `)
 	args := make([]any, 0, 8*len(params.Msgs))
 	for i, m := range params.Msgs {
-		var env envelope
-		if err := json.Unmarshal(m.Payload, &env); err != nil {
-			return wsql.Query{}, fmt.Errorf("outbox: message %s is not a forwarder envelope: %w", m.UUID, err)
+		env, trusted, err := unwrap(m)
+		if err != nil {
+			return wsql.Query{}, err
 		}
 		id, err := uuid.Parse(env.UUID)
 		if err != nil {
@@ -352,13 +365,10 @@ func (a SchemaAdapter) InsertQuery(params wsql.InsertQueryParams) (wsql.Query, e
 		if eventType == "" || env.DestinationTopic == "" {
 			return wsql.Query{}, fmt.Errorf("outbox: event %s lacks an event type or destination", id)
 		}
-		if !json.Valid(env.Payload) {
+		if !trusted && !json.Valid(env.Payload) {
 			return wsql.Query{}, fmt.Errorf("outbox: event %s payload is not JSON", id)
 		}
-		md, err := json.Marshal(env.Metadata)
-		if err != nil {
-			return wsql.Query{}, err
-		}
+		md := appendMetadataJSON(nil, env.Metadata)
 		if i > 0 {
 			b.WriteString(", ")
 		}
@@ -368,6 +378,93 @@ func (a SchemaAdapter) InsertQuery(params wsql.InsertQueryParams) (wsql.Query, e
 			env.Metadata[MetadataAggregateType], env.Metadata[MetadataAggregateID], string(env.Payload), string(md))
 	}
 	return wsql.Query{Query: b.String(), Args: args}, nil
+}
+
+// wrappedKey is the context key of the message EventBus hands to the forwarder (see
+// wrapped).
+type wrappedKey struct{}
+
+// wrapped is the message an EventBus of EventPublisher published, and its destination: the
+// forwarder wraps it in an envelope (JSON, its payload in base64) whose message keeps the
+// context, so SchemaAdapter reads the fields here instead of decoding the envelope.
+type wrapped struct {
+	msg  *message.Message
+	dest string
+}
+
+// unwrap returns the forwarder envelope of m: from the message EventBus published when m's
+// context carries it and m's envelope starts with its destination and id (trusted: its
+// payload is the JSON EventMarshaler wrote), else decoded from m's payload.
+func unwrap(m *message.Message) (env envelope, trusted bool, err error) {
+	if w, ok := m.Context().Value(wrappedKey{}).(*wrapped); ok && w.msg != nil && envelopeOf(m.Payload, w) {
+		return envelope{DestinationTopic: w.dest, UUID: w.msg.UUID, Payload: w.msg.Payload, Metadata: w.msg.Metadata}, true, nil
+	}
+	if err := json.Unmarshal(m.Payload, &env); err != nil {
+		return envelope{}, false, fmt.Errorf("outbox: message %s is not a forwarder envelope: %w", m.UUID, err)
+	}
+	return env, false, nil
+}
+
+// envelopeOf reports whether payload, a forwarder envelope as json.Marshal writes it
+// (fields in declaration order), starts with w's destination and id.
+func envelopeOf(payload []byte, w *wrapped) bool {
+	var buf [160]byte
+	b := append(buf[:0], `{"destination_topic":`...)
+	b = appendJSONString(b, w.dest)
+	b = append(b, `,"uuid":`...)
+	b = appendJSONString(b, w.msg.UUID)
+	b = append(b, ',')
+	return bytes.HasPrefix(payload, b)
+}
+
+// appendMetadataJSON appends md as a JSON object, keys sorted (what json.Marshal writes,
+// without its reflection).
+func appendMetadataJSON(b []byte, md map[string]string) []byte {
+	keys := make([]string, 0, len(md))
+	for k := range md {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	b = append(b, '{')
+	for i, k := range keys {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = appendJSONString(b, k)
+		b = append(b, ':')
+		b = appendJSONString(b, md[k])
+	}
+	return append(b, '}')
+}
+
+// appendJSONString appends s as a JSON string; invalid UTF-8 becomes U+FFFD, as
+// json.Marshal writes it.
+func appendJSONString(b []byte, s string) []byte {
+	const hex = "0123456789abcdef"
+	b = append(b, '"')
+	for i := 0; i < len(s); {
+		c := s[i]
+		if c < utf8.RuneSelf {
+			switch {
+			case c == '"' || c == '\\':
+				b = append(b, '\\', c)
+			case c < 0x20:
+				b = append(b, '\\', 'u', '0', '0', hex[c>>4], hex[c&0xf])
+			default:
+				b = append(b, c)
+			}
+			i++
+			continue
+		}
+		r, size := utf8.DecodeRuneInString(s[i:])
+		if r == utf8.RuneError && size == 1 {
+			b = append(b, `\ufffd`...)
+		} else {
+			b = append(b, s[i:i+size]...)
+		}
+		i += size
+	}
+	return append(b, '"')
 }
 
 var errPublishOnly = errors.New("outbox: SchemaAdapter is publish-only; the Dispatcher reads outbox_events")

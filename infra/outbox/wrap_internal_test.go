@@ -1,0 +1,60 @@
+package outbox
+
+import (
+	"context"
+	"encoding/json"
+	"testing"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/stretchr/testify/require"
+)
+
+// TestMetadataJSONMatchesMarshal: the hand-written metadata encoding decodes to what
+// json.Marshal's does, escapes and invalid UTF-8 included.
+func TestMetadataJSONMatchesMarshal(t *testing.T) {
+	t.Parallel()
+	for _, md := range []map[string]string{
+		{},
+		{"event_type": "task.started", "aggregate_id": "a", "traceparent": "00-x"},
+		{"q\"uote": "back\\slash", "ctl": "\x00\x1f\t\n", "html": "<&>", "uni": "héllo ✓", "bad": "a\xffb", "sep": "\u2028"},
+	} {
+		var got, want map[string]string
+		require.NoError(t, json.Unmarshal(appendMetadataJSON(nil, md), &got))
+		w, err := json.Marshal(md)
+		require.NoError(t, err)
+		require.NoError(t, json.Unmarshal(w, &want))
+		require.Equal(t, want, got)
+	}
+}
+
+// TestUnwrapTrustsOnlyItsOwnEnvelope: SchemaAdapter reads the published message from the
+// context only when the envelope it is given wraps that message; any other is decoded.
+func TestUnwrapTrustsOnlyItsOwnEnvelope(t *testing.T) {
+	t.Parallel()
+	src := message.NewMessage("0190f5a2-0000-7000-8000-000000000001", []byte(`{"a":1}`))
+	src.Metadata.Set(MetadataEventType, "test.happened")
+	w := &wrapped{msg: src, dest: "jobs"}
+	src.SetContext(context.WithValue(context.Background(), wrappedKey{}, w))
+	envJSON := func(dest, id string) []byte {
+		b, err := json.Marshal(envelope{DestinationTopic: dest, UUID: id, Payload: []byte(`{"b":2}`), Metadata: map[string]string{MetadataEventType: "other"}})
+		require.NoError(t, err)
+		return b
+	}
+
+	m := message.NewMessage("x", envJSON("jobs", src.UUID))
+	m.SetContext(src.Context())
+	env, trusted, err := unwrap(m)
+	require.NoError(t, err)
+	require.True(t, trusted)
+	require.Equal(t, `{"a":1}`, string(env.Payload))
+	require.Equal(t, "jobs", env.DestinationTopic)
+
+	for _, other := range [][]byte{envJSON("stream", src.UUID), envJSON("jobs", "0190f5a2-0000-7000-8000-000000000002")} {
+		m := message.NewMessage("x", other)
+		m.SetContext(src.Context())
+		env, trusted, err := unwrap(m)
+		require.NoError(t, err)
+		require.False(t, trusted)
+		require.Equal(t, `{"b":2}`, string(env.Payload))
+	}
+}
