@@ -77,10 +77,10 @@ func newRepository[T any](t table[T]) *Repository[T] {
 	return &Repository[T]{
 		lockOperation: lockOperation,
 		t:             t,
-		insert:     fmt.Sprintf("INSERT INTO %s (%s) VALUES (%s) ON CONFLICT DO NOTHING", t.name, cols, strings.Join(ph, ", ")),
-		sel:        fmt.Sprintf("SELECT %s FROM %s", cols, t.name),
-		update:     fmt.Sprintf("UPDATE %s SET %s WHERE id = $1", t.name, strings.Join(set, ", ")),
-		updateArgs: updateArgs,
+		insert:        fmt.Sprintf("INSERT INTO %s (%s) VALUES (%s) ON CONFLICT DO NOTHING", t.name, cols, strings.Join(ph, ", ")),
+		sel:           fmt.Sprintf("SELECT %s FROM %s", cols, t.name),
+		update:        fmt.Sprintf("UPDATE %s SET %s WHERE id = $1", t.name, strings.Join(set, ", ")),
+		updateArgs:    updateArgs,
 	}
 }
 
