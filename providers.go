@@ -63,9 +63,14 @@ func NewRegistry() *prometheus.Registry {
 	return reg
 }
 
-// ProvidePool opens the app_user pool.
-func ProvidePool(ctx context.Context, cfg config.Config) (*pgxpool.Pool, func(), error) {
-	pool, err := postgres.Connect(ctx, postgres.PoolConfig{URL: cfg.DatabaseURL, MaxConns: cfg.DatabaseMaxConns})
+// ProvidePool opens the app_user pool; reg receives the counts of its statements and round
+// trips.
+func ProvidePool(ctx context.Context, cfg config.Config, reg *prometheus.Registry) (*pgxpool.Pool, func(), error) {
+	stmts, err := postgres.NewStatements(reg)
+	if err != nil {
+		return nil, nil, err
+	}
+	pool, err := postgres.Connect(ctx, postgres.PoolConfig{URL: cfg.DatabaseURL, MaxConns: cfg.DatabaseMaxConns, Statements: stmts})
 	if err != nil {
 		return nil, nil, err
 	}

@@ -19,7 +19,7 @@ import (
 // InitializeAPI assembles the HTTP API. The cleanup function closes the pool and the Redis
 // client.
 func InitializeAPI(ctx context.Context, cfg config.Config, opts Options, reg *prometheus.Registry, log *slog.Logger) (*API, func(), error) {
-	pool, cleanup, err := ProvidePool(ctx, cfg)
+	pool, cleanup, err := ProvidePool(ctx, cfg, reg)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -109,7 +109,7 @@ func InitializeAPI(ctx context.Context, cfg config.Config, opts Options, reg *pr
 
 // InitializeDispatch assembles the outbox dispatcher, its publishers and the reconciler.
 func InitializeDispatch(ctx context.Context, cfg config.Config, q *Queues, reg *prometheus.Registry, log *slog.Logger) (*Dispatch, func(), error) {
-	pool, cleanup, err := ProvidePool(ctx, cfg)
+	pool, cleanup, err := ProvidePool(ctx, cfg, reg)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -182,7 +182,7 @@ func InitializeDispatch(ctx context.Context, cfg config.Config, q *Queues, reg *
 
 // InitializeCleanup assembles the retention jobs.
 func InitializeCleanup(ctx context.Context, cfg config.Config, reg *prometheus.Registry, log *slog.Logger) (*Cleanup, func(), error) {
-	pool, cleanup, err := ProvidePool(ctx, cfg)
+	pool, cleanup, err := ProvidePool(ctx, cfg, reg)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -204,7 +204,7 @@ func InitializeWork(ctx context.Context, cfg config.Config, q *Queues, reg *prom
 		return nil, nil, err
 	}
 	bullmqConfig := ProvideBullMQConfig(cfg, universalClient)
-	pool, cleanup2, err := ProvidePool(ctx, cfg)
+	pool, cleanup2, err := ProvidePool(ctx, cfg, reg)
 	if err != nil {
 		cleanup()
 		return nil, nil, err

@@ -19,8 +19,11 @@ type PoolConfig struct {
 	MaxConns int32
 	// ConnectTimeout bounds each dial. Default 5s.
 	ConnectTimeout time.Duration
+	// Statements, when set, counts the statements and round trips the pool sends.
+	Statements *Statements
 	// Tracer, when set, is told of every query and batch of the pool's connections (pgx's
 	// QueryTracer; a BatchTracer too when it implements one), e.g. to count statements.
+	// It takes the place of Statements' tracer.
 	Tracer pgx.QueryTracer
 }
 
@@ -41,7 +44,12 @@ func Connect(ctx context.Context, cfg PoolConfig) (*pgxpool.Pool, error) {
 	} else {
 		pc.ConnConfig.ConnectTimeout = 5 * time.Second
 	}
-	pc.ConnConfig.Tracer = cfg.Tracer
+	if cfg.Statements != nil {
+		pc.ConnConfig.Tracer = cfg.Statements
+	}
+	if cfg.Tracer != nil {
+		pc.ConnConfig.Tracer = cfg.Tracer
+	}
 	pc.AfterConnect = func(_ context.Context, c *pgx.Conn) error {
 		RegisterTypes(c.TypeMap())
 		return nil

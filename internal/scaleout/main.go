@@ -200,6 +200,7 @@ func run(ctx context.Context, o options) error {
 	}
 	fmt.Println()
 	printTable(os.Stdout, b, results, true)
+	printPerVerification(os.Stdout, b, results)
 	for _, r := range results {
 		for _, p := range r.profiles {
 			fmt.Printf("\nperf, N=%d, %s (%d s window; by symbol: %% with callees then self %%, Redis self %% only):\n%s", r.n, p.name, o.perfSeconds, p.top)
@@ -323,6 +324,10 @@ type result struct {
 	loadStart, loadEnd     string
 	maxOutboxLag, maxQueue int
 	profiles               []profile
+	// What the run sent, from the counters of PostgreSQL (transactions), of the dispatch and
+	// work processes (statements and round trips of their pools, from /metrics) and of the
+	// Redis nodes (commands, those Lua scripts run included).
+	xacts, statements, roundTrips, redisCmds float64
 }
 
 // runPairs drains a fresh copy of the backlog with n dispatch + work pairs.
@@ -360,14 +365,26 @@ func (b *bench) runPairs(ctx context.Context, n int, withPerf bool) (result, err
 			p.stop()
 		}
 	}()
+	xacts0, err := xacts(ctx, admin, db)
+	if err != nil {
+		return r, err
+	}
+	cmds0, err := b.redisCommands(ctx)
+	if err != nil {
+		return r, err
+	}
 	start := time.Now()
-	env := b.env(db, nil)
 	for i := 1; i <= n; i++ {
 		for _, role := range []string{"dispatch", "work"} {
-			p, err := b.start(fmt.Sprintf("n%d-%s-%d", n, role, i), env, role)
+			addr, err := freeAddr()
 			if err != nil {
 				return r, err
 			}
+			p, err := b.start(fmt.Sprintf("n%d-%s-%d", n, role, i), b.env(db, map[string]string{"ADMIN_ADDR": addr}), role)
+			if err != nil {
+				return r, err
+			}
+			p.adminAddr = addr
 			procs = append(procs, p)
 		}
 	}
@@ -437,6 +454,27 @@ func (b *bench) runPairs(ctx context.Context, n int, withPerf bool) (result, err
 	}
 	r.cpuSelf = cpuSeconds(os.Getpid()) - self0
 	r.loadEnd = loadavg()
+	for _, p := range procs {
+		st, rt, err := p.statements(ctx)
+		if err != nil {
+			return r, fmt.Errorf("%s: %w", p.name, err)
+		}
+		r.statements += st
+		r.roundTrips += rt
+	}
+	cmds1, err := b.redisCommands(ctx)
+	if err != nil {
+		return r, err
+	}
+	r.redisCmds = cmds1 - cmds0
+	for _, p := range procs {
+		p.stop() // their backends report their last transactions as they end
+	}
+	xacts1, err := xacts(ctx, admin, db)
+	if err != nil {
+		return r, err
+	}
+	r.xacts = xacts1 - xacts0
 	if err := mon.QueryRow(ctx, "SELECT count(*) FROM outbox_all_events").Scan(&r.allEvents); err != nil {
 		return r, err
 	}
@@ -610,14 +648,34 @@ func printTable(w io.Writer, b *bench, rs []result, header bool) {
 	}
 }
 
+// printPerVerification prints what each store verification cost (its job, its outbox events
+// and their dispatch): transactions, statements and round trips of the service's pools, Redis
+// commands, outbox events, and CPU by side (Go: the dispatch and work processes).
+func printPerVerification(w io.Writer, b *bench, rs []result) {
+	fmt.Fprintf(w, "\nper store verification (%d each run):\n%-3s %8s %8s %8s %8s %8s | %-33s\n", b.stores, "N", "tx", "stmts",
+		"trips", "redis", "outbox", "CPU ms: PostgreSQL Go Redis all")
+	v := float64(b.stores)
+	for _, r := range rs {
+		var redisCPU float64
+		for _, c := range r.cpuRedis {
+			redisCPU += c
+		}
+		all := r.cpuPG + r.cpuDispatch + r.cpuWork + redisCPU
+		fmt.Fprintf(w, "%-3d %8.2f %8.2f %8.2f %8.1f %8.2f | %10.2f %5.2f %5.2f %5.2f\n", r.n, r.xacts/v, r.statements/v,
+			r.roundTrips/v, r.redisCmds/v, float64(r.allEvents)/v, 1000*r.cpuPG/v, 1000*(r.cpuDispatch+r.cpuWork)/v,
+			1000*redisCPU/v, 1000*all/v)
+	}
+}
+
 // ---- children ----
 
 type proc struct {
-	name    string
-	logPath string
-	cmd     *exec.Cmd
-	done    chan struct{}
-	once    sync.Once
+	name      string
+	adminAddr string // where it serves /metrics
+	logPath   string
+	cmd       *exec.Cmd
+	done      chan struct{}
+	once      sync.Once
 }
 
 func (b *bench) start(name string, env []string, args ...string) (*proc, error) {
@@ -835,4 +893,70 @@ func randomHex(n int) string {
 	b := make([]byte, n)
 	_, _ = rand.Read(b)
 	return hex.EncodeToString(b)
+}
+
+// statements reads the counts of statements and round trips of p's database pools from its
+// /metrics.
+func (p *proc) statements(ctx context.Context) (statements, roundTrips float64, err error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+p.adminAddr+"/metrics", nil)
+	if err != nil {
+		return 0, 0, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, 0, err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return 0, 0, err
+	}
+	found := 0
+	for l := range strings.SplitSeq(string(body), "\n") {
+		name, v, _ := strings.Cut(l, " ")
+		f, perr := strconv.ParseFloat(strings.TrimSpace(v), 64)
+		switch {
+		case perr != nil:
+		case name == "listing_db_statements_total":
+			statements, found = f, found+1
+		case name == "listing_db_round_trips_total":
+			roundTrips, found = f, found+1
+		}
+	}
+	if found != 2 {
+		return 0, 0, fmt.Errorf("/metrics has no listing_db_statements_total and listing_db_round_trips_total")
+	}
+	return statements, roundTrips, nil
+}
+
+// xacts reads the transactions committed and rolled back in database db so far.
+func xacts(ctx context.Context, admin *pgx.Conn, db string) (float64, error) {
+	var n float64
+	err := admin.QueryRow(ctx, `SELECT xact_commit + xact_rollback FROM pg_stat_database WHERE datname = $1`, db).Scan(&n)
+	return n, err
+}
+
+// redisCommands sums the commands the cluster's primaries processed so far (INFO stats).
+func (b *bench) redisCommands(ctx context.Context) (float64, error) {
+	var mu sync.Mutex
+	var sum float64
+	err := b.rdb.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error {
+		info, err := c.Info(ctx, "stats").Result()
+		if err != nil {
+			return err
+		}
+		for l := range strings.SplitSeq(info, "\r\n") {
+			if v, ok := strings.CutPrefix(l, "total_commands_processed:"); ok {
+				f, err := strconv.ParseFloat(v, 64)
+				if err != nil {
+					return err
+				}
+				mu.Lock()
+				sum += f
+				mu.Unlock()
+			}
+		}
+		return nil
+	})
+	return sum, err
 }
