@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 	"unicode/utf8"
 
@@ -18,6 +19,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/components/forwarder"
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 
 	"github.com/listingkit/listing/app/port"
 	"github.com/listingkit/listing/domain"
@@ -150,12 +152,40 @@ func (p *EventPublisher) wakeAfterCommit(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("outbox.EventPublisher.Publish: %w", err)
 	}
-	db := tx.Conn().Config().Database
+	db := databaseOf(tx.Conn())
 	return postgres.AfterCommit(ctx, wakeKey{}, func() {
 		if !wakeLocal(db, scope.WorkspaceID) && p.cfg.Signal != nil {
 			p.cfg.Signal.Signal(scope.WorkspaceID)
 		}
 	})
+}
+
+// connDatabases caches the database name of connections: pgx's Conn.Config copies the whole
+// configuration on every call. A cached connection cannot be collected, so its address is
+// never another connection's; the cache is emptied when it grows past connDatabasesMax.
+var connDatabases struct {
+	sync.Mutex
+	m map[*pgx.Conn]string
+}
+
+const connDatabasesMax = 4096
+
+// databaseOf returns the database conn is connected to.
+func databaseOf(conn *pgx.Conn) string {
+	connDatabases.Lock()
+	db, ok := connDatabases.m[conn]
+	connDatabases.Unlock()
+	if ok {
+		return db
+	}
+	db = conn.Config().Database
+	connDatabases.Lock()
+	if connDatabases.m == nil || len(connDatabases.m) >= connDatabasesMax {
+		connDatabases.m = make(map[*pgx.Conn]string)
+	}
+	connDatabases.m[conn] = db
+	connDatabases.Unlock()
+	return db
 }
 
 // EventBus returns a watermill cqrs.EventBus bound to the transaction in ctx: what Publish
@@ -420,11 +450,15 @@ func envelopeOf(payload []byte, w *wrapped) bool {
 // appendMetadataJSON appends md as a JSON object, keys sorted (what json.Marshal writes,
 // without its reflection).
 func appendMetadataJSON(b []byte, md map[string]string) []byte {
-	keys := make([]string, 0, len(md))
-	for k := range md {
+	var buf [16]string
+	keys := buf[:0]
+	size := 2
+	for k, v := range md {
 		keys = append(keys, k)
+		size += len(k) + len(v) + 6
 	}
 	slices.Sort(keys)
+	b = slices.Grow(b, size)
 	b = append(b, '{')
 	for i, k := range keys {
 		if i > 0 {
