@@ -92,21 +92,31 @@ func (o *Operation) Fail(code, message string, now time.Time) error {
 	return nil
 }
 
-// OperationStatusChanged is emitted on every status change of an operation, so the outbox
-// holds the operation's history and integrations can follow it.
+// OperationStatusChanged is emitted when an operation is accepted (pending) and when it
+// finishes (succeeded or failed), in the transaction of that change, so integrations can
+// follow it. Its start (running) emits nothing: the finish carries StartedAt instead, which
+// saves every job an outbox row and its dispatch; GET of the operation shows its current
+// state, running included.
 type OperationStatusChanged struct {
 	// OperationID is the operation's id (GET /v1/workspaces/{ws}/operations/{id}).
 	OperationID uuid.UUID `json:"operation_id"`
 	// Type is the operation's type, e.g. "store.verification", "publication", "product_sync".
 	Type string `json:"type"`
-	// Status is the new status: pending, running, succeeded or failed.
-	Status OperationStatus `json:"status" jsonschema:"enum=pending,enum=running,enum=succeeded,enum=failed"`
+	// Status is the new status: pending (accepted), succeeded or failed (finished). Running
+	// is not published (events written before 2026-12-03 may say running): a finished
+	// operation's started_at says when it started.
+	Status OperationStatus `json:"status" jsonschema:"enum=pending,enum=succeeded,enum=failed"`
 	// ResourceType and ResourceID name what the operation works on, e.g. "publication".
 	ResourceType string    `json:"resource_type"`
 	ResourceID   uuid.UUID `json:"resource_id"`
-	// Version counts the operation's changes from 1 (pending); events may arrive out of
-	// order or twice: the highest version is the current state.
+	// Version counts the operation's changes from 1 (pending), its start included (a
+	// finished operation that ran is at version 3); events may arrive out of order or
+	// twice: the highest version is the current state.
 	Version int `json:"version"`
+	// StartedAt is when a finished operation started running (RFC 3339, UTC); absent when it
+	// finished without having started (e.g. its task was refused or given up before any
+	// delivery began it).
+	StartedAt *time.Time `json:"started_at,omitempty"`
 	// ErrorCode is the client-safe error code of a failed operation.
 	ErrorCode string `json:"error_code,omitempty"`
 }
@@ -126,7 +136,30 @@ func (o Operation) StatusChanged() OperationStatusChanged {
 		ResourceID: o.ResourceID, Version: o.Version, ErrorCode: o.ErrorCode}
 }
 
+// RunningSince is when a running operation started, and false when o is not running. A
+// running operation changes no more until it finishes (Start again changes nothing), so its
+// UpdatedAt is the time Start moved it.
+func (o Operation) RunningSince() (time.Time, bool) {
+	if o.Status != OperationRunning {
+		return time.Time{}, false
+	}
+	return o.UpdatedAt, true
+}
+
+// Finished returns the event of o's finish: StatusChanged with StartedAt, the start of the
+// run that ended (before's RunningSince; before is o as it was before it finished).
+func (o Operation) Finished(before Operation) OperationStatusChanged {
+	ev := o.StatusChanged()
+	if at, ok := before.RunningSince(); ok {
+		at = at.UTC()
+		ev.StartedAt = &at
+	}
+	return ev
+}
+
 func init() {
-	RegisterIntegrationEvent(OperationStatusChanged{}, "Every status change of an operation (pending, running, succeeded, failed): "+
-		"the operation's history, in the transaction that changed it.")
+	RegisterIntegrationEvent(OperationStatusChanged{}, "An operation was accepted (pending) or finished (succeeded or failed), "+
+		"in the transaction that changed it. Its start is not published (it would cost every job a third outbox row and its "+
+		"dispatch): the finish carries started_at, when it started running, and GET /v1/workspaces/{ws}/operations/{id} "+
+		"shows its current state, running included.")
 }

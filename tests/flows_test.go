@@ -45,18 +45,20 @@ func TestStorePublishEndToEnd(t *testing.T) {
 	pubID := pub.JSON(t)["publication"].(map[string]any)["id"].(string)
 	require.Equal(t, 1, env.Work.Externals.MarketplaceSandbox.ProductsWithRef(pubID))
 
-	// Every status change of the publish operation reaches the integration event stream
-	// once, as a CloudEvent. The outbox does not promise order: the versions tell it.
+	// The publish operation's acceptance and finish reach the integration event stream once
+	// each, as CloudEvents; its start does not (the finish carries started_at). The outbox
+	// does not promise order: the versions tell it (version 2, the start, is not published).
 	opID := op["id"].(string)
 	ropts, err := redis.ParseURL(env.Config.RedisURL)
 	require.NoError(t, err)
 	rdb := redis.NewClient(ropts)
 	defer rdb.Close()
 	var byVersion map[int]string
-	for deadline := time.Now().Add(10 * time.Second); len(byVersion) < 3 && time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+	var startedAt map[int]*time.Time
+	for deadline := time.Now().Add(10 * time.Second); len(byVersion) < 2 && time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
 		msgs, err := rdb.XRange(context.Background(), eventstream.Stream(env.Config.StreamPrefix), "-", "+").Result()
 		require.NoError(t, err)
-		byVersion = map[int]string{}
+		byVersion, startedAt = map[int]string{}, map[int]*time.Time{}
 		for _, m := range msgs {
 			ev, err := cloudevent.FromEntry(m.Values)
 			require.NoError(t, err)
@@ -65,9 +67,10 @@ func TestStorePublishEndToEnd(t *testing.T) {
 				continue
 			}
 			var data struct {
-				OperationID string `json:"operation_id"`
-				Status      string `json:"status"`
-				Version     int    `json:"version"`
+				OperationID string     `json:"operation_id"`
+				Status      string     `json:"status"`
+				Version     int        `json:"version"`
+				StartedAt   *time.Time `json:"started_at"`
 			}
 			require.NoError(t, json.Unmarshal(ev.Data, &data))
 			if data.OperationID != opID {
@@ -75,8 +78,16 @@ func TestStorePublishEndToEnd(t *testing.T) {
 			}
 			require.Equal(t, "operation/"+opID, ev.Subject)
 			require.NotContains(t, byVersion, data.Version, "version %d delivered twice", data.Version)
-			byVersion[data.Version] = data.Status
+			byVersion[data.Version], startedAt[data.Version] = data.Status, data.StartedAt
 		}
 	}
-	require.Equal(t, map[int]string{1: "pending", 2: "running", 3: "succeeded"}, byVersion)
+	require.Equal(t, map[int]string{1: "pending", 3: "succeeded"}, byVersion, "no running event")
+	require.Nil(t, startedAt[1], "pending carries no started_at")
+	require.NotNil(t, startedAt[3], "the finish carries started_at")
+	created, err := time.Parse(time.RFC3339Nano, op["created_at"].(string))
+	require.NoError(t, err)
+	updated, err := time.Parse(time.RFC3339Nano, op["updated_at"].(string))
+	require.NoError(t, err)
+	require.False(t, startedAt[3].Before(created) || startedAt[3].After(updated),
+		"started_at %s within the operation's life %s … %s", startedAt[3], created, updated)
 }

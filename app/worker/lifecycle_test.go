@@ -76,7 +76,7 @@ func TestLifecycleSucceedsOnceAndSkipsAfter(t *testing.T) {
 	require.Equal(t, "https://example.com/done", got.SourceURL)
 	require.Equal(t, domain.OperationSucceeded, op.Status)
 	require.JSONEq(t, `{"r":"done"}`, string(op.Result))
-	require.Equal(t, []string{"running", "succeeded"}, l.env.StatusEvents(t, tr.OperationID))
+	require.Equal(t, []string{"succeeded"}, l.env.StatusEvents(t, tr.OperationID))
 
 	require.NoError(t, f.Handle(context.Background(), job), "a redelivery of a finished task succeeds")
 	require.Equal(t, 1, l.calls, "and calls nothing")
@@ -105,6 +105,57 @@ func TestLifecycleRetriesThenRecordsTheLastAttempt(t *testing.T) {
 	require.Equal(t, domain.OperationFailed, op.Status)
 	require.Equal(t, 2, got.Attempts)
 	require.Contains(t, l.env.Logs.String(), `"retry":false`, "the last attempt's line says none follows")
+}
+
+// A job's start publishes no status event (the operation is running all the same); its
+// finish carries started_at, the start's time, and a version that counts the start.
+func TestLifecycleFinishCarriesItsStart(t *testing.T) {
+	for _, fails := range []bool{false, true} {
+		t.Run(map[bool]string{false: "succeeded", true: "failed"}[fails], func(t *testing.T) {
+			l := newLifecycle(t)
+			var mu sync.Mutex
+			start := time.Date(2026, 12, 3, 10, 0, 0, 123456000, time.UTC)
+			now := start
+			l.env.Deps.Now = func() time.Time {
+				mu.Lock()
+				defer mu.Unlock()
+				return now
+			}
+			var tr domain.MaterialTransfer
+			f := l.flow(t, func() (string, error) {
+				_, op := l.state(t, tr)
+				require.Equal(t, domain.OperationRunning, op.Status, "GET of the operation shows it running")
+				require.Empty(t, l.env.StatusEvents(t, tr.OperationID), "no running event")
+				mu.Lock()
+				now = now.Add(90 * time.Second)
+				mu.Unlock()
+				if fails {
+					return "", port.ErrPlatformRejected
+				}
+				return "done", nil
+			}, nil)
+			var job worker.Job
+			tr, job = l.task(t)
+			err := f.Handle(context.Background(), job)
+			want := domain.OperationSucceeded
+			if fails {
+				require.True(t, worker.IsPermanent(err))
+				want = domain.OperationFailed
+			} else {
+				require.NoError(t, err)
+			}
+			require.Equal(t, []string{string(want)}, l.env.StatusEvents(t, tr.OperationID))
+			var ev domain.OperationStatusChanged
+			require.NoError(t, l.env.DB.Owner.QueryRow(context.Background(), `SELECT event_payload FROM outbox_all_events
+				WHERE event_type = 'operation.status_changed' AND aggregate_id = $1`, tr.OperationID.String()).Scan(&ev))
+			require.Equal(t, want, ev.Status)
+			require.Equal(t, 3, ev.Version, "pending, running, finished")
+			require.NotNil(t, ev.StartedAt, "the finish carries started_at")
+			require.True(t, start.Equal(*ev.StartedAt), "started_at %s, want the start %s", ev.StartedAt, start)
+			_, op := l.state(t, tr)
+			require.True(t, start.Add(90*time.Second).Equal(op.UpdatedAt), "the operation's update is its finish")
+		})
+	}
 }
 
 func TestLifecyclePermanentErrorFailsAtOnce(t *testing.T) {
@@ -256,7 +307,7 @@ func TestLifecycleCancelledDeliveryRecordsNothing(t *testing.T) {
 
 // Jobs handled at the same time commit their steps together (group commit) and each still
 // succeeds once: two deliveries of every task run concurrently, every one returns nil, and
-// each operation reports running then succeeded, once each.
+// each operation publishes its finish once, with its start (StatusEvents checks started_at).
 func TestLifecycleConcurrentJobsEachSucceedOnce(t *testing.T) {
 	l := newLifecycle(t)
 	var calls atomic.Int64
@@ -286,7 +337,7 @@ func TestLifecycleConcurrentJobsEachSucceedOnce(t *testing.T) {
 		got, op := l.state(t, tr)
 		require.Equal(t, domain.TaskSucceeded, got.Status)
 		require.Equal(t, domain.OperationSucceeded, op.Status)
-		require.Equal(t, []string{"running", "succeeded"}, l.env.StatusEvents(t, tr.OperationID))
+		require.Equal(t, []string{"succeeded"}, l.env.StatusEvents(t, tr.OperationID))
 	}
 	require.GreaterOrEqual(t, calls.Load(), int64(n))
 }

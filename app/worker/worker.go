@@ -182,22 +182,18 @@ func updateWith[T any](repo port.Repository[T], atCommit bool) func(context.Cont
 // anything: in a group transaction it fails no other step.
 var errFinished = fmt.Errorf("%w (nothing written)", ErrSkip)
 
-// StartOperation moves the operation to running (once) and publishes the change. It must
-// run inside a Step.
+// StartOperation moves the operation to running (once). It publishes nothing: the
+// operation's finish carries when it started (domain.Operation.Finished), which saves every
+// job an outbox row and its dispatch. It must run inside a Step.
 func (d Deps) StartOperation(ctx context.Context, id uuid.UUID) error {
-	var changed bool
-	op, err := updateAtCommit(ctx, d.Operations, id, func(o *domain.Operation) error {
-		var err error
-		changed, err = o.Start(d.Now())
+	_, err := updateAtCommit(ctx, d.Operations, id, func(o *domain.Operation) error {
+		_, err := o.Start(d.Now())
 		if errors.Is(err, domain.ErrOperationFinished) {
 			return nil
 		}
 		return err
 	})
-	if err != nil || !changed {
-		return err
-	}
-	return d.Events.Publish(ctx, op.StatusChanged())
+	return err
 }
 
 // SucceedOperation finishes the operation with result (marshaled to JSON) and publishes
@@ -216,21 +212,23 @@ func (d Deps) FailOperation(ctx context.Context, id uuid.UUID, code, message str
 	return d.finishOperation(ctx, id, false, func(o *domain.Operation) error { return o.Fail(code, message, d.Now()) })
 }
 
-// finishOperation finishes the operation with fn; atCommit sends its write with the COMMIT
-// (updateAtCommit: the step reads and writes the operation no more).
+// finishOperation finishes the operation with fn and publishes the finish, with when the
+// operation started running (domain.Operation.Finished); atCommit sends its write with the
+// COMMIT (updateAtCommit: the step reads and writes the operation no more).
 func (d Deps) finishOperation(ctx context.Context, id uuid.UUID, atCommit bool, fn func(*domain.Operation) error) error {
 	changed := false
+	var before domain.Operation
 	op, err := updateWith(d.Operations, atCommit)(ctx, id, func(o *domain.Operation) error {
 		if o.Status.Terminal() {
 			return nil
 		}
-		changed = true
+		changed, before = true, *o
 		return fn(o)
 	})
 	if err != nil || !changed {
 		return err
 	}
-	return d.Events.Publish(ctx, op.StatusChanged())
+	return d.Events.Publish(ctx, op.Finished(before))
 }
 
 // Failure is the client-safe description of why a task failed: a stable code and a fixed

@@ -22,6 +22,8 @@ type claimed struct {
 	Metadata    map[string]string
 	CreatedAt   time.Time
 	Attempts    int
+	// DueAt is the row's next_attempt_at when claimed (the claim's low-water mark, lowWater).
+	DueAt time.Time
 }
 
 // byWorkspace indexes rows by workspace.
@@ -65,13 +67,17 @@ func idsOf(rows []claimed) []uuid.UUID {
 // again (an event whose every delivery ends without an outcome, e.g. one that crashes its
 // dispatcher, stops there). The update finds the rows by primary key (id = ANY of an
 // array): a join with e lets the planner, misled by e's estimate, scan every row of the
-// workspaces instead.
+// workspaces instead. Each workspace's scan starts at its low-water mark $6 (lowWater: the
+// zero time, 0001-01-01, for none), not at its first index entry, so that it does not walk
+// the entries of the events dispatched before (dead, and kept while an older snapshot is
+// held). It returns each row's due time and the claim's now(), from which the next marks are
+// derived.
 const claimSQL = `
-	WITH w AS (SELECT DISTINCT unnest($1::uuid[]) AS ws),
+	WITH w AS (SELECT DISTINCT ON (u.ws) u.ws, u.lw FROM unnest($1::uuid[], $6::timestamptz[]) AS u(ws, lw) ORDER BY u.ws, u.lw),
 	e AS (
 	  SELECT x.id, x.attempt_count, x.expired FROM w CROSS JOIN LATERAL (
 	    SELECT id, attempt_count, locked_until IS NOT NULL AS expired FROM outbox_events
-	    WHERE workspace_id = w.ws AND status = 'pending' AND next_attempt_at <= now()
+	    WHERE workspace_id = w.ws AND status = 'pending' AND next_attempt_at >= w.lw AND next_attempt_at <= now()
 	      AND (locked_until IS NULL OR locked_until <= now())
 	    ORDER BY next_attempt_at LIMIT $2 FOR UPDATE SKIP LOCKED) x),
 	dead AS (
@@ -83,43 +89,50 @@ const claimSQL = `
 	SET locked_by = $3, locked_until = now() + $4 * interval '1 millisecond',
 	    attempt_count = o.attempt_count + CASE WHEN o.id = ANY (ARRAY(SELECT id FROM e WHERE expired)) THEN 1 ELSE 0 END
 	WHERE o.id = ANY (ARRAY(SELECT id FROM e WHERE NOT (expired AND attempt_count + 1 >= $5)))
-	RETURNING o.id, o.workspace_id, o.event_type, o.destination, o.event_payload, o.metadata, o.created_at, o.attempt_count`
+	RETURNING o.id, o.workspace_id, o.event_type, o.destination, o.event_payload, o.metadata, o.created_at, o.attempt_count,
+	          o.next_attempt_at, now()`
 
 // claim claims up to limit due rows of each of wss under token, in one committed
-// transaction, one round trip. On error nothing is claimed (the rows stay due).
+// transaction, one round trip, each workspace's scan starting at its low-water mark. On
+// error nothing is claimed (the rows stay due).
 func (d *Dispatcher) claim(ctx context.Context, wss []uuid.UUID, token string, limit int) ([]claimed, error) {
 	var out []claimed
-	st := scopedStmt{wss: wss, sql: claimSQL, args: []any{wss, limit, token, d.cfg.Lease.Milliseconds(), d.cfg.MaxAttempts},
+	var now time.Time
+	marks, seq := d.low.begin(wss)
+	st := scopedStmt{wss: wss, sql: claimSQL, args: []any{wss, limit, token, d.cfg.Lease.Milliseconds(), d.cfg.MaxAttempts, marks},
 		read: func(rows pgx.Rows) (err error) {
-			out, err = collectClaimed(rows)
+			out, now, err = collectClaimed(rows)
 			return err
 		}}
 	start := time.Now()
 	if err := inWorkspaces(ctx, d.pool, []scopedStmt{st})[0]; err != nil {
-		// A failed read of a committed claim: its rows wait for their lease to expire.
+		// A failed read of a committed claim: its rows wait for their lease to expire (and
+		// the marks are forgotten, so that the next claims look at them again).
+		d.low.forget()
 		return nil, fmt.Errorf("outbox.Dispatcher.claim: %w", err)
 	}
 	d.metrics.Claim.Observe(time.Since(start).Seconds())
+	d.low.advance(seq, now, out)
 	return out, nil
 }
 
 // collectClaimed reads claimed rows. The metadata is context (correlation, trace, occurred
 // at): a row whose metadata is not an object of strings is delivered without it rather than
 // held back.
-func collectClaimed(rows pgx.Rows) ([]claimed, error) {
-	var out []claimed
+func collectClaimed(rows pgx.Rows) (out []claimed, now time.Time, err error) {
 	for rows.Next() {
 		var c claimed
 		var meta []byte
-		if err := rows.Scan(&c.ID, &c.WorkspaceID, &c.EventType, &c.Destination, &c.Payload, &meta, &c.CreatedAt, &c.Attempts); err != nil {
-			return nil, err
+		if err := rows.Scan(&c.ID, &c.WorkspaceID, &c.EventType, &c.Destination, &c.Payload, &meta, &c.CreatedAt, &c.Attempts,
+			&c.DueAt, &now); err != nil {
+			return nil, time.Time{}, err
 		}
 		if json.Unmarshal(meta, &c.Metadata) != nil {
 			c.Metadata = nil
 		}
 		out = append(out, c)
 	}
-	return out, rows.Err()
+	return out, now, rows.Err()
 }
 
 // markDispatchedSQL moves the events $1 that claim $2 still holds from outbox_events to the
@@ -188,6 +201,9 @@ func (d *Dispatcher) mark(ctx context.Context, token string, published, failed [
 			}})
 	}
 	markErrs := slices.DeleteFunc(inWorkspaces(ctx, d.pool, stmts), func(err error) bool { return err == nil })
+	if len(markErrs) > 0 {
+		d.low.forget() // events left leased below the marks: found again when their lease ends
+	}
 	for _, s := range latencies {
 		d.metrics.Latency.Observe(s)
 	}
@@ -222,7 +238,9 @@ func (d *Dispatcher) release(ctx context.Context, token string, rows []claimed) 
 	st := scopedStmt{wss: workspacesOf(rows), sql: releaseSQL, args: []any{idsOf(rows), token}}
 	ctx, cancel := context.WithTimeout(ctx, d.cfg.ShutdownTimeout)
 	defer cancel()
-	if err := inWorkspaces(ctx, d.pool, []scopedStmt{st})[0]; err != nil {
+	err := inWorkspaces(ctx, d.pool, []scopedStmt{st})[0]
+	d.low.forget() // the released events keep their due time, below the marks
+	if err != nil {
 		d.log.Warn("outbox release failed; the lease will expire", "events", len(rows),
 			"error", SanitizeError(fmt.Errorf("outbox.Dispatcher.release: %w", err), d.cfg.ErrorMaxLen))
 	}

@@ -40,6 +40,12 @@ type DispatcherConfig struct {
 	Lease time.Duration
 	// PublishTimeout bounds one Publish call. Default 10s.
 	PublishTimeout time.Duration
+	// FullClaimInterval is how often the claims' low-water marks are forgotten, so that each
+	// workspace's next claim walks its whole due index range again (lowWater): it bounds the
+	// extra delay of an expired lease, of an event released by another process, and of an
+	// event whose writer transaction ran longer than 5 s. Default Lease; negative keeps no marks
+	// (every claim walks the whole range, as before the marks).
+	FullClaimInterval time.Duration
 	// PollInterval is the longest period of workspace discovery (outbox_due_workspaces),
 	// reached when discoveries keep finding nothing: it bounds the delay a lost wake-up can
 	// cause, and the pick-up of retries whose backoff ended. Default 1s.
@@ -94,6 +100,7 @@ func (c *DispatcherConfig) setDefaults() {
 	setDefault(&c.Concurrency, 8)
 	setDefault(&c.Lease, 30*time.Second)
 	setDefault(&c.PublishTimeout, 10*time.Second)
+	setDefault(&c.FullClaimInterval, c.Lease)
 	setDefault(&c.PollInterval, time.Second)
 	setDefault(&c.BusyPollInterval, min(50*time.Millisecond, c.PollInterval))
 	setDefault(&c.WakeChannel, WakeChannel)

@@ -70,6 +70,7 @@ type Dispatcher struct {
 	metrics *Metrics
 
 	queue    *wsQueue
+	low      *lowWater
 	wake     chan struct{}
 	claimSeq atomic.Uint64
 	running  atomic.Bool
@@ -100,6 +101,7 @@ func NewDispatcher(cfg DispatcherConfig, pool *pgxpool.Pool, publishers Publishe
 		log:     logger.With("component", "outbox.dispatcher", "dispatcher_id", cfg.ID),
 		metrics: m,
 		queue:   newWSQueue(),
+		low:     newLowWater(cfg.FullClaimInterval),
 		wake:    make(chan struct{}, 1),
 	}, nil
 }

@@ -22,7 +22,6 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/listingkit/listing/app/port"
@@ -124,15 +123,30 @@ func (e *Env) Job(t testing.TB, ev domain.Event, attempt int, last bool) worker.
 }
 
 // StatusEvents returns the statuses of the operation's operation.status_changed outbox rows,
-// oldest first.
+// oldest first. It fails the test when a finish's started_at disagrees with its version: an
+// operation that started (running, version 2, published by no event) finishes at version 3
+// with started_at; one that never started finishes at version 2 without.
 func (e *Env) StatusEvents(t testing.TB, opID uuid.UUID) []string {
 	t.Helper()
-	rows, err := e.DB.Owner.Query(context.Background(), `SELECT event_payload->>'status' FROM outbox_all_events
+	rows, err := e.DB.Owner.Query(context.Background(), `SELECT event_payload->>'status', (event_payload->>'version')::int,
+		event_payload ? 'started_at' FROM outbox_all_events
 		WHERE event_type = 'operation.status_changed' AND aggregate_id = $1
 		ORDER BY created_at, (event_payload->>'version')::int`, opID.String())
 	require.NoError(t, err)
-	out, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	require.NoError(t, err)
+	var out []string
+	for rows.Next() {
+		var status string
+		var version int
+		var started bool
+		require.NoError(t, rows.Scan(&status, &version, &started))
+		if domain.OperationStatus(status).Terminal() {
+			require.Equal(t, version > 2, started, "%s at version %d: started_at present = %v", status, version, started)
+		} else {
+			require.False(t, started, "%s event with started_at", status)
+		}
+		out = append(out, status)
+	}
+	require.NoError(t, rows.Err())
 	return out
 }
 

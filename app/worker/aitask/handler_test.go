@@ -168,7 +168,7 @@ func TestTextHappyPathAndRedelivery(t *testing.T) {
 	require.Equal(t, "chatcmpl-sbx-000001", got.ProviderRequestID)
 	require.Equal(t, domain.OperationSucceeded, op.Status)
 	require.JSONEq(t, `{"ai_task_id":"`+task.ID.String()+`"}`, string(op.Result))
-	require.Equal(t, []string{"running", "succeeded"}, b.StatusEvents(t, op.ID))
+	require.Equal(t, []string{"succeeded"}, b.StatusEvents(t, op.ID))
 	rows := b.ledger(t, task.ID)
 	require.Len(t, rows, 1)
 	require.Equal(t, "gpt-4o-mini", rows[0].model)
@@ -184,7 +184,7 @@ func TestTextHappyPathAndRedelivery(t *testing.T) {
 	require.Equal(t, op.Version, opAgain.Version)
 	require.Equal(t, 1, b.sb.Calls(aiprovider.EndpointChat))
 	require.Len(t, b.ledger(t, task.ID), 1)
-	require.Equal(t, []string{"running", "succeeded"}, b.StatusEvents(t, op.ID))
+	require.Equal(t, []string{"succeeded"}, b.StatusEvents(t, op.ID))
 
 	logs := b.Logs.String()
 	require.NotContains(t, logs, "Cast iron")
@@ -275,7 +275,7 @@ func TestProvider5xxThenSuccess(t *testing.T) {
 	require.Equal(t, 2, b.sb.Calls(aiprovider.EndpointChat))
 	require.Equal(t, 1, b.chatExecutions())
 	require.Len(t, b.ledger(t, task.ID), 1)
-	require.Equal(t, []string{"running", "succeeded"}, b.StatusEvents(t, op.ID))
+	require.Equal(t, []string{"succeeded"}, b.StatusEvents(t, op.ID))
 }
 
 func TestRateLimitedIsRetryable(t *testing.T) {
@@ -307,7 +307,7 @@ func TestPermanentRejectionFailsTheTask(t *testing.T) {
 	require.Equal(t, domain.OperationFailed, op.Status)
 	require.Equal(t, "AI_PROVIDER_REJECTED", op.ErrorCode)
 	require.NotContains(t, op.ErrorMessage, "injected")
-	require.Equal(t, []string{"running", "failed"}, b.StatusEvents(t, op.ID))
+	require.Equal(t, []string{"failed"}, b.StatusEvents(t, op.ID))
 	rows := b.ledger(t, task.ID)
 	require.Len(t, rows, 1, "one ledger row per task, also a failed one")
 	require.Zero(t, rows[0].prompt+rows[0].completion+rows[0].img)

@@ -161,7 +161,7 @@ func (b *bundle) requireOutcome(t *testing.T, f fixture, outcome string, platfor
 	require.Equal(t, map[string]any{"update_id": f.update.ID.String(), "publication_id": b.pub.ID.String(),
 		"product_revision": float64(f.update.ProductRevision), "outcome": outcome,
 		"platform_revision": float64(platformRevision), "external_product_id": b.pub.ExternalProductID}, res)
-	require.Equal(t, []string{"running", "succeeded"}, b.StatusEvents(t, f.op.ID))
+	require.Equal(t, []string{"succeeded"}, b.StatusEvents(t, f.op.ID))
 }
 
 func redeliver(job worker.Job) worker.Job {
@@ -428,7 +428,7 @@ func TestLastAttemptFailsAndReleasesTheClaim(t *testing.T) {
 	require.Equal(t, domain.OperationFailed, op.Status)
 	require.Equal(t, "PLATFORM_UNAVAILABLE", op.ErrorCode)
 	require.Equal(t, port.ErrPlatformTransient.Message, op.ErrorMessage)
-	require.Equal(t, []string{"running", "failed"}, b.StatusEvents(t, f.op.ID))
+	require.Equal(t, []string{"failed"}, b.StatusEvents(t, f.op.ID))
 	p := b.publication(t)
 	require.Equal(t, uuid.Nil, p.Push.UpdateID, "the claim is released")
 	require.Equal(t, 1, p.PushedRevision)

@@ -151,7 +151,7 @@ func TestSyncHappyPathAndRedelivery(t *testing.T) {
 	require.Equal(t, domain.OperationSucceeded, op.Status)
 	require.JSONEq(t, `{"sync_id":"`+s.ID.String()+`","pages":3,"items":25}`, string(op.Result))
 	require.Equal(t, 25, b.platformProducts(t, s.StoreID))
-	require.Equal(t, []string{"running", "succeeded"}, b.StatusEvents(t, op.ID))
+	require.Equal(t, []string{"succeeded"}, b.StatusEvents(t, op.ID))
 	require.Equal(t, 3, b.listCalls())
 
 	// A redelivery after success changes nothing and calls nothing.
@@ -161,7 +161,7 @@ func TestSyncHappyPathAndRedelivery(t *testing.T) {
 	require.Equal(t, got, again)
 	require.Equal(t, op.Version, opAgain.Version)
 	require.Equal(t, 3, b.listCalls())
-	require.Equal(t, []string{"running", "succeeded"}, b.StatusEvents(t, op.ID))
+	require.Equal(t, []string{"succeeded"}, b.StatusEvents(t, op.ID))
 	require.Equal(t, 1, b.CountOutbox(t, "product_sync.completed", s.ID), "one product_sync.completed")
 	require.NotContains(t, b.Logs.String(), apiKey)
 }
@@ -216,7 +216,7 @@ func TestSyncResumesFromLastSavedPage(t *testing.T) {
 	require.Equal(t, 2, got.Attempts)
 	require.JSONEq(t, `{"sync_id":"`+s.ID.String()+`","pages":3,"items":25}`, string(op.Result))
 	require.Equal(t, 25, b.platformProducts(t, s.StoreID))
-	require.Equal(t, []string{"running", "succeeded"}, b.StatusEvents(t, op.ID))
+	require.Equal(t, []string{"succeeded"}, b.StatusEvents(t, op.ID))
 
 	tokens := b.market.seen()
 	require.Len(t, tokens, 4) // page 1, page 2 (failed), page 2, page 3
@@ -263,7 +263,7 @@ func TestSyncConcurrentDeliveryNeverDoubleCounts(t *testing.T) {
 	require.Equal(t, 25, got.ItemsSynced)
 	require.JSONEq(t, `{"sync_id":"`+s.ID.String()+`","pages":3,"items":25}`, string(op.Result))
 	require.Equal(t, 25, b.platformProducts(t, s.StoreID))
-	require.Equal(t, []string{"running", "succeeded"}, b.StatusEvents(t, op.ID))
+	require.Equal(t, []string{"succeeded"}, b.StatusEvents(t, op.ID))
 }
 
 func TestSyncConcurrentDeliveryFinishedFirst(t *testing.T) {
@@ -287,7 +287,7 @@ func TestSyncConcurrentDeliveryFinishedFirst(t *testing.T) {
 	require.Equal(t, domain.TaskSucceeded, got.Status)
 	require.Equal(t, 3, got.PagesDone)
 	require.Equal(t, 25, got.ItemsSynced)
-	require.Equal(t, []string{"running", "succeeded"}, b.StatusEvents(t, op.ID))
+	require.Equal(t, []string{"succeeded"}, b.StatusEvents(t, op.ID))
 }
 
 func TestSyncRateLimitedIsRetryable(t *testing.T) {
@@ -315,7 +315,7 @@ func TestSyncRateLimitedIsRetryable(t *testing.T) {
 	got, op := b.load(t, s.ID)
 	require.Equal(t, domain.TaskSucceeded, got.Status)
 	require.Equal(t, 5, got.ItemsSynced)
-	require.Equal(t, []string{"running", "succeeded"}, b.StatusEvents(t, op.ID))
+	require.Equal(t, []string{"succeeded"}, b.StatusEvents(t, op.ID))
 }
 
 func TestSyncLastAttemptRecordsFailure(t *testing.T) {
@@ -337,7 +337,7 @@ func TestSyncLastAttemptRecordsFailure(t *testing.T) {
 	require.Equal(t, "PLATFORM_UNAVAILABLE", op.ErrorCode)
 	require.Equal(t, port.ErrPlatformTransient.Message, op.ErrorMessage)
 	require.NotContains(t, op.ErrorMessage, "HTTP")
-	require.Equal(t, []string{"running", "failed"}, b.StatusEvents(t, op.ID))
+	require.Equal(t, []string{"failed"}, b.StatusEvents(t, op.ID))
 
 	// A redelivery of a failed sync does nothing.
 	calls := b.listCalls()
@@ -359,7 +359,7 @@ func TestSyncBadCredentialsFailAtOnce(t *testing.T) {
 	require.Equal(t, "PLATFORM_UNAUTHORIZED", got.ErrorCode)
 	require.Equal(t, "PLATFORM_UNAUTHORIZED", op.ErrorCode)
 	require.Equal(t, 1, b.listCalls())
-	require.Equal(t, []string{"running", "failed"}, b.StatusEvents(t, op.ID))
+	require.Equal(t, []string{"failed"}, b.StatusEvents(t, op.ID))
 	require.NotContains(t, b.Logs.String(), revoked)
 	var leaked int
 	require.NoError(t, b.DB.Owner.QueryRow(context.Background(),

@@ -147,7 +147,7 @@ func (b *bundle) requireSucceeded(t *testing.T, f fixture) state {
 	var res map[string]any
 	require.NoError(t, json.Unmarshal(s.op.Result, &res))
 	require.Equal(t, map[string]any{"publication_id": f.pub.ID.String(), "external_product_id": p.ID}, res)
-	require.Equal(t, []string{"running", "succeeded"}, s.events)
+	require.Equal(t, []string{"succeeded"}, s.events)
 	return s
 }
 
@@ -311,7 +311,7 @@ func TestLastAttemptRecordsClientSafeFailure(t *testing.T) {
 	require.Equal(t, domain.OperationFailed, s.op.Status)
 	require.Equal(t, "PLATFORM_UNAVAILABLE", s.op.ErrorCode)
 	require.Equal(t, port.ErrPlatformTransient.Message, s.op.ErrorMessage)
-	require.Equal(t, []string{"running", "failed"}, s.events)
+	require.Equal(t, []string{"failed"}, s.events)
 	require.Zero(t, b.sandbox.ProductsWithRef(f.pub.ExternalRef()))
 }
 
@@ -433,7 +433,7 @@ func TestRejectedCredentialsFailAtOnce(t *testing.T) {
 	require.Equal(t, domain.OperationFailed, s.op.Status)
 	require.Equal(t, "PLATFORM_UNAUTHORIZED", s.op.ErrorCode)
 	require.Equal(t, port.ErrPlatformUnauthorized.Message, s.op.ErrorMessage)
-	require.Equal(t, []string{"running", "failed"}, s.events)
+	require.Equal(t, []string{"failed"}, s.events)
 	require.Zero(t, b.sandbox.Calls(marketplace.EndpointCreateProduct))
 
 	require.NoError(t, b.handler.Handle(context.Background(), redeliver(f.job)), "a finished publication is skipped")
@@ -593,7 +593,7 @@ func TestOverlappingDeliveriesAcrossProcessesIgnoringKeyKnownLimit(t *testing.T)
 	require.Equal(t, domain.TaskSucceeded, s.pub.Status)
 	require.NotEmpty(t, s.pub.ExternalProductID)
 	require.Equal(t, domain.OperationSucceeded, s.op.Status)
-	require.Equal(t, []string{"running", "succeeded"}, s.events)
+	require.Equal(t, []string{"succeeded"}, s.events)
 	require.Contains(t, b.Logs.String(), "the platform holds a second product for this publication")
 }
 

@@ -141,7 +141,7 @@ func TestValidCredentials(t *testing.T) {
 	require.Equal(t, domain.OperationSucceeded, s.op.Status)
 	require.Equal(t, map[string]any{"store_id": f.store.ID.String(), "valid": true,
 		"message": "the marketplace accepted the store's credentials"}, result(t, s.op))
-	require.Equal(t, []string{"running", "succeeded"}, s.events)
+	require.Equal(t, []string{"succeeded"}, s.events)
 	require.Equal(t, 1, b.sandbox.Calls(marketplace.EndpointVerify))
 	require.Equal(t, 1, b.CountOutbox(t, "store.verified", f.store.ID), "store.verified, in the record transaction")
 }
@@ -164,7 +164,7 @@ func TestInvalidCredentialsSucceedWithValidFalse(t *testing.T) {
 	require.Equal(t, map[string]any{"store_id": f.store.ID.String(), "valid": false,
 		"message": "the marketplace rejected the store's credentials"}, result(t, s.op))
 	require.NotContains(t, string(s.op.Result), s.store.StatusReason)
-	require.Equal(t, []string{"running", "succeeded"}, s.events)
+	require.Equal(t, []string{"succeeded"}, s.events)
 	require.Zero(t, b.CountOutbox(t, "store.verified", f.store.ID), "invalid credentials: no store.verified")
 }
 
@@ -216,8 +216,9 @@ func TestRedeliveryAfterCrashBetweenCallAndRecord(t *testing.T) {
 	require.Equal(t, 2, s.verif.Attempts)
 	require.Equal(t, domain.StoreVerified, s.store.Status)
 	require.Equal(t, domain.OperationSucceeded, s.op.Status)
-	// The operation started once: one "running" event, not two.
-	require.Equal(t, []string{"running", "succeeded"}, s.events)
+	// The operation started once: its finish is at version 3 (the redelivery's start changed
+	// nothing) and carries started_at (StatusEvents checks both).
+	require.Equal(t, []string{"succeeded"}, s.events)
 	// VerifyStore is read-only; the redelivery asks again (two calls, no side effect).
 	require.Equal(t, 2, b.sandbox.Calls(marketplace.EndpointVerify))
 }
@@ -246,7 +247,7 @@ func TestRetryableErrorThenSuccess(t *testing.T) {
 	require.Equal(t, domain.TaskSucceeded, s.verif.Status)
 	require.Equal(t, 3, s.verif.Attempts)
 	require.Equal(t, domain.OperationSucceeded, s.op.Status)
-	require.Equal(t, []string{"running", "succeeded"}, s.events)
+	require.Equal(t, []string{"succeeded"}, s.events)
 }
 
 func TestLastAttemptRecordsClientSafeFailure(t *testing.T) {
@@ -269,7 +270,7 @@ func TestLastAttemptRecordsClientSafeFailure(t *testing.T) {
 	require.Equal(t, port.ErrPlatformTransient.Message, s.op.ErrorMessage)
 	require.NotContains(t, s.op.ErrorMessage, "HTTP")
 	require.Equal(t, domain.StorePendingVerification, s.store.Status)
-	require.Equal(t, []string{"running", "failed"}, s.events)
+	require.Equal(t, []string{"failed"}, s.events)
 }
 
 func TestPermanentPlatformErrorFailsAtOnce(t *testing.T) {
@@ -287,7 +288,7 @@ func TestPermanentPlatformErrorFailsAtOnce(t *testing.T) {
 	require.Equal(t, "PLATFORM_REJECTED", s.verif.ErrorCode)
 	require.Equal(t, domain.OperationFailed, s.op.Status)
 	require.Equal(t, "PLATFORM_REJECTED", s.op.ErrorCode)
-	require.Equal(t, []string{"running", "failed"}, s.events)
+	require.Equal(t, []string{"failed"}, s.events)
 
 	// A redelivery of the failed job does nothing.
 	require.NoError(t, b.handler.Handle(context.Background(), redeliver(f.job)))
@@ -381,7 +382,7 @@ func TestUnreadableCredentialsFailAtOnce(t *testing.T) {
 	require.Equal(t, domain.OperationFailed, s.op.Status)
 	require.Equal(t, "CREDENTIALS_UNREADABLE", s.op.ErrorCode)
 	require.Equal(t, storeverify.ErrCredentialsUnreadable.Message, s.op.ErrorMessage)
-	require.Equal(t, []string{"running", "failed"}, s.events)
+	require.Equal(t, []string{"failed"}, s.events)
 	require.Zero(t, b.sandbox.Calls(marketplace.EndpointVerify))
 }
 

@@ -219,7 +219,7 @@ func TestTransferStoresMediaAndStartsProcessing(t *testing.T) {
 	taskID, procOpID := transfer.ProcessingIDs(ev.TransferID)
 	require.JSONEq(t, `{"transfer_id": "`+ev.TransferID.String()+`", "media_id": "`+ev.MediaID.String()+
 		`", "bytes": `+strconv.Itoa(len(b.src.png))+`, "processing_operation_id": "`+procOpID.String()+`"}`, string(op.Result))
-	require.Equal(t, 2, b.CountOutbox(t, "operation.status_changed", ev.OperationID), "running and succeeded")
+	require.Equal(t, []string{"succeeded"}, b.StatusEvents(t, ev.OperationID), "the finish only")
 
 	// The object, byte for byte.
 	rc, info, err := b.store.Get(ctx, domain.MediaObjectKey(b.Workspace, ev.MediaID))
@@ -274,7 +274,7 @@ func TestTransferStoresMediaAndStartsProcessing(t *testing.T) {
 	require.Equal(t, op.Version, op2.Version)
 	require.Equal(t, 1, b.mediaRows(t))
 	require.Len(t, b.uploadCompletedEvents(t), 1)
-	require.Equal(t, 2, b.CountOutbox(t, "operation.status_changed", ev.OperationID))
+	require.Equal(t, 1, b.CountOutbox(t, "operation.status_changed", ev.OperationID))
 
 	// The media-processing flow takes it from there.
 	require.NoError(t, b.mediaproc(t).Handle(ctx, b.Job(t, started[0], 1, false)))
@@ -317,7 +317,7 @@ func TestCrashAfterStoringBeforeRecordingDoesNotDownloadAgain(t *testing.T) {
 	require.Equal(t, domain.OperationSucceeded, op.Status)
 	require.Equal(t, 1, b.mediaRows(t))
 	require.Len(t, b.uploadCompletedEvents(t), 1)
-	require.Equal(t, 2, b.CountOutbox(t, "operation.status_changed", ev.OperationID), "running once, succeeded once")
+	require.Equal(t, []string{"succeeded"}, b.StatusEvents(t, ev.OperationID), "succeeded once")
 
 	var m domain.Media
 	b.InTx(t, func(ctx context.Context) error {
@@ -353,7 +353,7 @@ func TestConcurrentDeliveriesCreateOneMedia(t *testing.T) {
 	require.Equal(t, 1, b.mediaRows(t))
 	require.Len(t, b.uploadCompletedEvents(t), 1)
 	require.Equal(t, 1, b.Count(t, `SELECT count(*) FROM media_processings WHERE workspace_id = $1`, b.Workspace))
-	require.Equal(t, 2, b.CountOutbox(t, "operation.status_changed", ev.OperationID))
+	require.Equal(t, 1, b.CountOutbox(t, "operation.status_changed", ev.OperationID))
 }
 
 // requireFailed checks a recorded, client-visible failure with code and no media.
@@ -370,7 +370,7 @@ func requireFailed(t *testing.T, b *bundle, ev domain.MaterialTransferRequested,
 	require.Equal(t, code, op.ErrorCode)
 	require.NotEmpty(t, op.ErrorMessage)
 	require.NotContains(t, op.ErrorMessage, "127.0.0.1")
-	require.Equal(t, 2, b.CountOutbox(t, "operation.status_changed", ev.OperationID), "running and failed")
+	require.Equal(t, []string{"failed"}, b.StatusEvents(t, ev.OperationID), "the finish only")
 	require.Zero(t, b.Count(t, `SELECT count(*) FROM media WHERE id = $1`, ev.MediaID))
 	require.Zero(t, b.Count(t, `SELECT count(*) FROM outbox_all_events WHERE event_type = 'media.upload_completed' AND aggregate_id = $1`, ev.MediaID.String()))
 

@@ -133,6 +133,13 @@ Example:
   and its bookkeeping appends the event again, with the same ` + "`id`" + `.
 - **No order** is promised across events. An operation's status changes carry ` + "`version`" + `: the
   highest version is the current state.
+- **An operation publishes two status changes**: ` + "`pending`" + ` when it is accepted (version 1),
+  then one when it finishes, ` + "`succeeded`" + ` or ` + "`failed`" + `, carrying ` + "`started_at`" + `, when it
+  started running (absent when it never ran). Its start is not published: a ` + "`running`" + `
+  event would be a third of the outbox rows and dispatch work of every job. The version
+  still counts the start (a finished operation that ran is at version 3, not 2); the
+  operation's current state, ` + "`running`" + ` included, is at
+  ` + "`GET /v1/workspaces/{ws}/operations/{id}`" + `.
 - Fields may be **added** to an event's ` + "`data`" + ` (its schema allows additional properties);
   none is renamed, retyped or removed. A new meaning gets a new type.
 

@@ -1,0 +1,53 @@
+package domain
+
+import (
+	"encoding/json"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/stretchr/testify/require"
+)
+
+// An operation's start publishes nothing; its finish carries when it started (started_at),
+// and only when it did.
+func TestOperationFinishedCarriesItsStart(t *testing.T) {
+	created := time.Date(2026, 12, 3, 9, 0, 0, 0, time.UTC)
+	started := created.Add(time.Minute).In(time.FixedZone("X", 3600))
+	op := NewOperation(uuid.New(), uuid.New(), "publication", "publication", uuid.New(), created)
+	_, ok := op.RunningSince()
+	require.False(t, ok, "pending")
+
+	changed, err := op.Start(started)
+	require.NoError(t, err)
+	require.True(t, changed)
+	again, err := op.Start(started.Add(time.Hour))
+	require.NoError(t, err)
+	require.False(t, again, "a second start changes nothing")
+	since, ok := op.RunningSince()
+	require.True(t, ok)
+	require.True(t, started.Equal(since))
+
+	before := op
+	require.NoError(t, op.Succeed(json.RawMessage(`{}`), started.Add(time.Minute)))
+	ev := op.Finished(before)
+	require.Equal(t, OperationSucceeded, ev.Status)
+	require.Equal(t, 3, ev.Version)
+	require.NotNil(t, ev.StartedAt)
+	require.True(t, started.Equal(*ev.StartedAt))
+	require.Equal(t, time.UTC, ev.StartedAt.Location(), "RFC 3339 in UTC")
+	raw, err := json.Marshal(ev)
+	require.NoError(t, err)
+	require.Contains(t, string(raw), `"started_at":"2026-12-03T09:01:00Z"`)
+
+	// Failed without having started: no started_at.
+	never := NewOperation(uuid.New(), uuid.New(), "publication", "publication", uuid.New(), created)
+	before = never
+	require.NoError(t, never.Fail("DELIVERY_EXHAUSTED", "gave up", created.Add(time.Hour)))
+	ev = never.Finished(before)
+	require.Nil(t, ev.StartedAt)
+	require.Equal(t, 2, ev.Version)
+	raw, err = json.Marshal(ev)
+	require.NoError(t, err)
+	require.NotContains(t, string(raw), "started_at")
+}
