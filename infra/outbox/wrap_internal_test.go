@@ -12,7 +12,8 @@ import (
 )
 
 // TestMetadataJSONMatchesMarshal: the hand-written metadata encoding decodes to what
-// json.Marshal's does, escapes and invalid UTF-8 included.
+// json.Marshal's does, escapes and invalid UTF-8 included, less the keys the row's columns
+// hold.
 func TestMetadataJSONMatchesMarshal(t *testing.T) {
 	t.Parallel()
 	for _, md := range []map[string]string{
@@ -25,6 +26,11 @@ func TestMetadataJSONMatchesMarshal(t *testing.T) {
 		w, err := json.Marshal(md)
 		require.NoError(t, err)
 		require.NoError(t, json.Unmarshal(w, &want))
+		for k := range want { // the keys the row's columns hold are left out
+			if !rowMetadataKey(k) {
+				delete(want, k)
+			}
+		}
 		require.Equal(t, want, got)
 	}
 }
