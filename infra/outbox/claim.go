@@ -18,10 +18,14 @@ type claimed struct {
 	WorkspaceID uuid.UUID
 	EventType   string
 	Destination string
-	Payload     []byte
-	Metadata    map[string]string
-	CreatedAt   time.Time
-	Attempts    int
+	// AggregateType and AggregateID are the row's columns (the stored metadata does not
+	// repeat them since rowMetadata; older rows may).
+	AggregateType string
+	AggregateID   string
+	Payload       []byte
+	Metadata      map[string]string
+	CreatedAt     time.Time
+	Attempts      int
 	// DueAt is the row's next_attempt_at when claimed (the claim's low-water mark, lowWater).
 	DueAt time.Time
 }
@@ -90,7 +94,7 @@ const claimSQL = `
 	    attempt_count = o.attempt_count + CASE WHEN o.id = ANY (ARRAY(SELECT id FROM e WHERE expired)) THEN 1 ELSE 0 END
 	WHERE o.id = ANY (ARRAY(SELECT id FROM e WHERE NOT (expired AND attempt_count + 1 >= $5)))
 	RETURNING o.id, o.workspace_id, o.event_type, o.destination, o.event_payload, o.metadata, o.created_at, o.attempt_count,
-	          o.next_attempt_at, now()`
+	          o.next_attempt_at, now(), o.aggregate_type, o.aggregate_id`
 
 // claim claims up to limit due rows of each of wss under token, in one committed
 // transaction, one round trip, each workspace's scan starting at its low-water mark. On
@@ -124,7 +128,7 @@ func collectClaimed(rows pgx.Rows) (out []claimed, now time.Time, err error) {
 		var c claimed
 		var meta []byte
 		if err := rows.Scan(&c.ID, &c.WorkspaceID, &c.EventType, &c.Destination, &c.Payload, &meta, &c.CreatedAt, &c.Attempts,
-			&c.DueAt, &now); err != nil {
+			&c.DueAt, &now, &c.AggregateType, &c.AggregateID); err != nil {
 			return nil, time.Time{}, err
 		}
 		if json.Unmarshal(meta, &c.Metadata) != nil {

@@ -51,7 +51,11 @@ func TestPublishWritesOutboxRowInTransaction(t *testing.T) {
 	require.Equal(t, "corr-1", md[MetadataCorrelationID])
 	require.Equal(t, "k=v", md[MetadataTraceState])
 	require.Contains(t, md[MetadataTraceParent], "0af7651916cd43dd8448eb211c80319c")
-	require.Equal(t, "test.happened", md[MetadataEventType])
+	// The columns hold the event type and the aggregate; the metadata does not repeat them.
+	require.NotContains(t, md, MetadataEventType)
+	require.NotContains(t, md, MetadataAggregateType)
+	require.NotContains(t, md, MetadataAggregateID)
+	require.Contains(t, md, MetadataOccurredAt)
 	require.Equal(t, StatusPending, status)
 
 	// Events without their own id get a fresh UUID; several per call.

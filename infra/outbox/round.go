@@ -82,6 +82,10 @@ func toMessage(c claimed) (*message.Message, error) {
 		}
 	}
 	msg.Metadata.Set(MetadataEventType, c.EventType)
+	if c.AggregateType != "" {
+		msg.Metadata.Set(MetadataAggregateType, c.AggregateType)
+		msg.Metadata.Set(MetadataAggregateID, c.AggregateID)
+	}
 	msg.Metadata.Set("workspace_id", ws)
 	return msg, nil
 }
