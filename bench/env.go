@@ -42,6 +42,9 @@ type scratch struct {
 	admin, name      string
 	ownerURL, appURL string
 	Owner, App       *pgxpool.Pool
+	// stmts counts the statements the App pool sends (for River's database: the pool its
+	// client runs on); nil when nothing counts them.
+	stmts *stmtCounter
 }
 
 // newScratch creates and migrates a database, with pools as its owner and as app_user.
@@ -65,7 +68,8 @@ func newScratch(ctx context.Context, admin string, appConns int32) (*scratch, er
 		db.Owner, err = pgxpool.New(ctx, db.ownerURL)
 	}
 	if err == nil {
-		db.App, err = postgres.Connect(ctx, postgres.PoolConfig{URL: db.appURL, MaxConns: appConns})
+		db.stmts = &stmtCounter{}
+		db.App, err = postgres.Connect(ctx, postgres.PoolConfig{URL: db.appURL, MaxConns: appConns, Tracer: db.stmts})
 	}
 	if err != nil {
 		return nil, errors.Join(err, db.drop())

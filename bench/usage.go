@@ -25,13 +25,18 @@ type usage struct {
 	redisCPU  time.Duration
 	pgXacts   int64
 	redisCmds int64
+	// stmts and trips are the statements and round trips the counted pool sent (scratch.stmts).
+	stmts, trips int64
+	// outboxRows counts outbox_all_events (-1: not counted, see countOutbox).
+	outboxRows int64
 }
 
 // clockTick is USER_HZ, the unit of /proc/<pid>/stat's times (100 on Linux).
 const clockTick = 100
 
 func snapshot(ctx context.Context, db *scratch, rdb *redis.Client) usage {
-	u := usage{at: time.Now()}
+	u := usage{at: time.Now(), outboxRows: -1}
+	u.stmts, u.trips = db.stmts.counts()
 	var ru syscall.Rusage
 	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) == nil {
 		u.goCPU = time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
@@ -91,6 +96,23 @@ func report(name string, before, after usage, n int, unit string) {
 		name, n, unit, el.Round(time.Millisecond), per(after.goCPU-before.goCPU), per(after.pgCPU-before.pgCPU),
 		per(after.redisCPU-before.redisCPU), float64(after.pgXacts-before.pgXacts)/float64(n), unit,
 		float64(after.redisCmds-before.redisCmds)/float64(n), unit)
+	if trips := after.trips - before.trips; trips > 0 {
+		fmt.Printf("   %s: %.2f statements/%s in %.2f round trips/%s (this process's pool, counted by a pgx tracer)",
+			name, float64(after.stmts-before.stmts)/float64(n), unit, float64(trips)/float64(n), unit)
+		if before.outboxRows >= 0 && after.outboxRows >= 0 {
+			fmt.Printf("; %.2f outbox rows/%s written", float64(after.outboxRows-before.outboxRows)/float64(n), unit)
+		}
+		fmt.Println()
+	}
+}
+
+// countOutbox sets u.outboxRows to the number of rows of outbox_all_events (as the owner:
+// every workspace's).
+func countOutbox(ctx context.Context, db *scratch, u usage) usage {
+	if err := db.Owner.QueryRow(ctx, `SELECT count(*) FROM outbox_all_events`).Scan(&u.outboxRows); err != nil {
+		u.outboxRows = -1
+	}
+	return u
 }
 
 // waits samples, every 50 ms until stopped (a sample costs the server about 1 ms), what the active PostgreSQL backends of the

@@ -124,3 +124,21 @@ type Integrations interface {
 	// Secret returns the integration with its sealed secret, or domain.ErrIntegrationNotFound.
 	Secret(ctx context.Context, id uuid.UUID) (domain.Integration, SealedSecret, error)
 }
+
+type locksOperationKey struct{}
+
+// LockingOperation marks ctx for a step that changes a task and then its operation (the worker's
+// lifecycle): a task repository's locking read (Update, UpdateAtCommit) in it also locks and
+// reads the task's operation, in the same round trip, and the operations repository's next
+// locking read of that operation in the transaction returns it without a round trip of its own.
+// The locks are taken in the order task, then operation, as the step would take them. An
+// adapter that cannot do so ignores the mark.
+func LockingOperation(ctx context.Context) context.Context {
+	return context.WithValue(ctx, locksOperationKey{}, true)
+}
+
+// LocksOperation reports whether ctx was marked with LockingOperation.
+func LocksOperation(ctx context.Context) bool {
+	v, _ := ctx.Value(locksOperationKey{}).(bool)
+	return v
+}

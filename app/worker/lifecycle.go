@@ -221,7 +221,8 @@ func (f Flow[T, W, R]) run(ctx context.Context, job Job, id uuid.UUID) (R, error
 		w, refused = zero, nil
 		// The task's write goes with the COMMIT unless Begin may refuse it: a refusal's
 		// OnFail may read the task again.
-		v, err := updateWith(f.Tasks, f.Begin == nil)(ctx, id, func(v *T) error {
+		// The operation is locked and read with the task (one round trip), for StartOperation.
+		v, err := updateWith(f.Tasks, f.Begin == nil)(port.LockingOperation(ctx), id, func(v *T) error {
 			t := f.TaskOf(v)
 			if t.Status.Terminal() {
 				return errFinished
@@ -316,7 +317,8 @@ func (f Flow[T, W, R]) recordOnce(ctx context.Context, job Job, id uuid.UUID, r 
 		finished = nil // set on every run: a group commit may run this again alone
 		var result any
 		// The task's write goes with the COMMIT: after Record nothing reads it again.
-		v, err := updateAtCommit(ctx, f.Tasks, id, func(v *T) error {
+		// The operation is locked and read with the task (one round trip), for SucceedOperation.
+		v, err := updateAtCommit(port.LockingOperation(ctx), f.Tasks, id, func(v *T) error {
 			t := f.TaskOf(v)
 			if t.Status.Terminal() {
 				finished = v

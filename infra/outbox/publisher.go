@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -405,7 +406,18 @@ func (a SchemaAdapter) InsertQuery(params wsql.InsertQueryParams) (wsql.Query, e
 			b.WriteString(", ")
 		}
 		n := len(args)
-		fmt.Fprintf(&b, "($%d, $%d, $%d, $%d, $%d, $%d, $%d::jsonb, $%d::jsonb)", n+1, n+2, n+3, n+4, n+5, n+6, n+7, n+8)
+		for f := 1; f <= 8; f++ {
+			switch f {
+			case 1:
+				b.WriteString("($")
+			case 8:
+				b.WriteString("::jsonb, $")
+			default:
+				b.WriteString(", $")
+			}
+			b.WriteString(strconv.Itoa(n + f))
+		}
+		b.WriteString("::jsonb)")
 		args = append(args, id, a.WorkspaceID, eventType, env.DestinationTopic,
 			env.Metadata[MetadataAggregateType], env.Metadata[MetadataAggregateID], string(env.Payload), string(md))
 	}

@@ -5,7 +5,9 @@ import (
 	"encoding/json"
 	"testing"
 
+	wsql "github.com/ThreeDotsLabs/watermill-sql/v4/pkg/sql"
 	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 )
 
@@ -62,5 +64,39 @@ func TestUnwrapTrustsOnlyItsOwnEnvelope(t *testing.T) {
 		require.NoError(t, err)
 		require.False(t, trusted)
 		require.Equal(t, `{"b":2}`, string(env.Payload))
+	}
+}
+
+// BenchmarkInsertQuery: one row's insert built from the message EventBus published (the
+// context shortcut) and from the forwarder's JSON envelope alone (decoded).
+func BenchmarkInsertQuery(b *testing.B) {
+	src := message.NewMessage("0190f5a2-0000-7000-8000-000000000001",
+		[]byte(`{"task_id":"0190f5a2-0000-7000-8000-0000000000aa","store_id":"0190f5a2-0000-7000-8000-0000000000bb","status":"succeeded","version":3}`))
+	for k, v := range map[string]string{MetadataEventType: "task.succeeded", MetadataAggregateType: "task",
+		MetadataAggregateID: "0190f5a2-0000-7000-8000-0000000000aa", MetadataOccurredAt: "2026-12-04T00:00:00.123456789Z",
+		MetadataCorrelationID: "req-1234", MetadataTraceParent: "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"} {
+		src.Metadata.Set(k, v)
+	}
+	w := &wrapped{msg: src, dest: "listing:events"}
+	src.SetContext(context.WithValue(context.Background(), wrappedKey{}, w))
+	payload, err := json.Marshal(envelope{DestinationTopic: w.dest, UUID: src.UUID, Payload: src.Payload, Metadata: src.Metadata})
+	if err != nil {
+		b.Fatal(err)
+	}
+	a := SchemaAdapter{WorkspaceID: uuid.MustParse("0190f5a2-0000-7000-8000-0000000000cc")}
+	for _, c := range []struct {
+		name string
+		ctx  context.Context
+	}{{"from-message", src.Context()}, {"decoded", context.Background()}} {
+		b.Run(c.name, func(b *testing.B) {
+			m := message.NewMessage("x", payload)
+			m.SetContext(c.ctx)
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := a.InsertQuery(wsql.InsertQueryParams{Topic: forwarderTopic, Msgs: message.Messages{m}}); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
 }

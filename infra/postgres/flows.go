@@ -30,16 +30,24 @@ func taskKey(t *domain.Task) (uuid.UUID, time.Time) { return t.ID, t.CreatedAt }
 
 func cols(extra ...string) []string { return append(append([]string(nil), taskColumns...), extra...) }
 
+// operationsTable and operationColumns are the operations table as NewOperations maps it
+// (task repositories read it too: port.LockingOperation).
+const operationsTable = "operations"
+
+var operationColumns = []string{"id", "workspace_id", "type", "status", "resource_type", "resource_id", "result",
+	"error_code", "error_message", "version", "created_by", "created_at", "updated_at"}
+
+func operationScan(o *domain.Operation) []any {
+	return []any{&o.ID, &o.WorkspaceID, &o.Type, &o.Status, &o.ResourceType, &o.ResourceID, &o.Result,
+		&o.ErrorCode, &o.ErrorMessage, &o.Version, &o.CreatedBy, &o.CreatedAt, &o.UpdatedAt}
+}
+
 // NewOperations returns the repository of operations.
 func NewOperations() *Repository[domain.Operation] {
 	return newRepository(table[domain.Operation]{
-		name: "operations",
-		columns: []string{"id", "workspace_id", "type", "status", "resource_type", "resource_id", "result",
-			"error_code", "error_message", "version", "created_by", "created_at", "updated_at"},
-		scan: func(o *domain.Operation) []any {
-			return []any{&o.ID, &o.WorkspaceID, &o.Type, &o.Status, &o.ResourceType, &o.ResourceID, &o.Result,
-				&o.ErrorCode, &o.ErrorMessage, &o.Version, &o.CreatedBy, &o.CreatedAt, &o.UpdatedAt}
-		},
+		name:    operationsTable,
+		columns: operationColumns,
+		scan:    operationScan,
 		values: func(o *domain.Operation) []any {
 			var result any
 			if len(o.Result) > 0 {

@@ -90,7 +90,7 @@ func (t Transactor) InGroupTx(ctx context.Context, workspaceID, key uuid.UUID, f
 		}
 	}
 	if err == errAlone {
-		return t.InTx(ctx, workspaceID, uuid.Nil, fn)
+		return runGroup(ctx, t.Pool, []*groupUnit{u})
 	}
 	return err
 }
@@ -139,43 +139,79 @@ func (g *grouper) lead(ctx context.Context, pool *pgxpool.Pool, first *groupUnit
 		}
 		g.mu.Unlock()
 	}()
-	if len(batch) == 1 {
-		err = InTx(ctx, pool, Scope{WorkspaceID: first.ws}, func(ctx context.Context, _ pgx.Tx) error { return first.fn(ctx) })
-		done = true
-		return err
-	}
 	err = runGroup(ctx, pool, batch)
 	done = true
-	if err != nil {
+	if err != nil && len(batch) > 1 {
 		return errAlone
 	}
-	return nil
+	return err
 }
 
 // runGroup runs the steps of batch in one transaction, each under its workspace's scope,
-// and commits: nil when every step returned nil and the commit succeeded.
+// and commits: nil when every step returned nil and the commit succeeded, else the first
+// error (a step's, or the commit's). The BEGIN and the first scope travel with the first
+// statement a step sends (groupTx), or with the COMMIT when no step sent any; a transaction
+// that sent nothing at all is never begun.
 func runGroup(ctx context.Context, pool *pgxpool.Pool, batch []*groupUnit) error {
 	// Same workspaces next to each other: one scope change per workspace.
 	order := slices.Clone(batch)
 	slices.SortStableFunc(order, func(a, b *groupUnit) int { return slices.Compare(a.ws[:], b.ws[:]) })
-	return inTx(ctx, pool, Scope{WorkspaceID: order[0].ws}, nil, func(ctx context.Context, tx pgx.Tx) error {
-		st := ctx.Value(txKey{}).(*scopedTx)
-		st.tx = &groupTx{Tx: tx}
-		if order[len(order)-1].ws != order[0].ws {
-			// At the COMMIT the scope is the last step's: the first workspace's queued
-			// statements get theirs back first.
-			st.beforeCommit = append(st.beforeCommit, queued{sql: groupScopeSQL, args: []any{order[0].ws.String()}})
+	conn, err := pool.Acquire(ctx)
+	if err != nil {
+		return fmt.Errorf("postgres.InGroupTx: begin: %w", TranslateError(err))
+	}
+	// Released last: a connection left inside a transaction is closed by the pool, not reused.
+	defer conn.Release()
+	first := order[0].ws.String()
+	gtx := &groupTx{Tx: &connTx{conn: conn.Conn()}, pending: []queued{
+		{sql: "BEGIN ISOLATION LEVEL READ COMMITTED"}, {sql: scopeSQL, args: []any{first, ""}}}}
+	st := &scopedTx{tx: gtx, scope: Scope{WorkspaceID: order[0].ws}}
+	committed := false
+	defer func() {
+		// Also on a panic or runtime.Goexit inside a step.
+		if !committed && conn.Conn().PgConn().TxStatus() != 'I' {
+			_, _ = conn.Exec(context.WithoutCancel(ctx), "ROLLBACK")
 		}
-		for _, u := range order {
-			if u.ws != st.scope.WorkspaceID {
-				switchScope(st, u.ws)
-			}
-			if err := u.fn(ctx); err != nil {
-				return err
-			}
+	}()
+	if order[len(order)-1].ws != order[0].ws {
+		// At the COMMIT the scope is the last step's: the first workspace's queued
+		// statements get theirs back first.
+		st.beforeCommit = append(st.beforeCommit, queued{sql: groupScopeSQL, args: []any{first}})
+	}
+	tctx := context.WithValue(ctx, txKey{}, st)
+	for _, u := range order {
+		if u.ws != st.scope.WorkspaceID {
+			switchScope(st, u.ws)
 		}
-		return nil
-	})
+		st.locked = nil // what a step kept is its own
+		if err := u.fn(tctx); err != nil {
+			return err
+		}
+	}
+	committed = true // a failed commit has ended the transaction too
+	stmts := st.beforeCommit
+	if !gtx.begun {
+		if len(stmts) == 0 {
+			// Nothing was sent and nothing is queued: no transaction to end.
+			gtx.pending = nil
+			runHooks(st)
+			return nil
+		}
+		stmts = append(gtx.take()[:2:2], stmts...) // the BEGIN and the first scope
+	}
+	gtx.pending = nil // scope changes no statement followed: the queued ones carry their own
+	if err := commit(ctx, conn, gtx, stmts); err != nil {
+		return fmt.Errorf("postgres.InGroupTx: commit: %w", TranslateError(err))
+	}
+	runHooks(st)
+	return nil
+}
+
+// runHooks runs the AfterCommit hooks of st, in order.
+func runHooks(st *scopedTx) {
+	for _, hook := range st.afterCommit {
+		hook()
+	}
 }
 
 // groupScopeSQL sets the workspace of the rest of a group transaction (the user stays none).
@@ -185,36 +221,75 @@ const groupScopeSQL = `SELECT set_config('app.workspace_id', $1, true)`
 // step runs (sent with its first statement, groupTx), and at the COMMIT, before the statements
 // it queues (BeforeCommit).
 func switchScope(st *scopedTx, ws uuid.UUID) {
-	st.tx.(*groupTx).pending = ws.String()
+	st.tx.(*groupTx).setScope(ws.String())
 	st.beforeCommit = append(st.beforeCommit, queued{sql: groupScopeSQL, args: []any{ws.String()}})
 	st.scope.WorkspaceID = ws
 }
 
-// groupTx is the transaction of a group as its steps see it: a scope change (pending) travels
-// to the server in the round trip of the step's first statement (a row read, as the
-// repositories' loads, shares it; any other statement sends it first).
+// groupTx is the transaction of a group as its steps see it: what is pending (the BEGIN and
+// the first scope, or a scope change) travels to the server in the round trip of the next
+// statement (a row read or a batch, as the repositories' loads, shares it; Exec sends it in a
+// batch with its statement; Query, CopyFrom and a savepoint send it first).
 type groupTx struct {
 	pgx.Tx
-	pending string
+	pending []queued
+	// begun is set once the BEGIN has been sent.
+	begun bool
+}
+
+// setScope makes ws the scope of the next statement.
+func (t *groupTx) setScope(ws string) {
+	if n := len(t.pending); n > 0 && t.pending[n-1].sql == groupScopeSQL {
+		t.pending[n-1].args = []any{ws} // the previous step sent nothing under its scope
+		return
+	}
+	t.pending = append(t.pending, queued{sql: groupScopeSQL, args: []any{ws}})
+}
+
+// take returns what is pending, as sent from now on.
+func (t *groupTx) take() []queued {
+	p := t.pending
+	t.pending = nil
+	t.begun = true
+	return p
 }
 
 func (t *groupTx) flush(ctx context.Context) error {
-	if t.pending == "" {
+	if len(t.pending) == 0 {
 		return nil
 	}
-	ws := t.pending
-	t.pending = ""
-	if _, err := t.Tx.Exec(ctx, groupScopeSQL, ws); err != nil {
-		return fmt.Errorf("postgres.InGroupTx: scope: %w", err)
+	b := &pgx.Batch{}
+	br := t.sendPending(ctx, b)
+	err := br.(*skipFirst).first()
+	if cerr := br.Close(); err == nil && cerr != nil {
+		err = fmt.Errorf("postgres.InGroupTx: scope: %w", cerr)
 	}
-	return nil
+	return err
+}
+
+// sendPending sends b after what is pending; the results it returns start with b's.
+func (t *groupTx) sendPending(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
+	pending := t.take()
+	qs := make([]*pgx.QueuedQuery, 0, len(pending)+len(b.QueuedQueries))
+	for _, q := range pending {
+		qs = append(qs, &pgx.QueuedQuery{SQL: q.sql, Arguments: q.args})
+	}
+	b.QueuedQueries = append(qs, b.QueuedQueries...)
+	return &skipFirst{BatchResults: t.Tx.SendBatch(ctx, b), n: len(pending)}
 }
 
 func (t *groupTx) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
-	if err := t.flush(ctx); err != nil {
-		return pgconn.CommandTag{}, err
+	if len(t.pending) == 0 {
+		return t.Tx.Exec(ctx, sql, args...)
 	}
-	return t.Tx.Exec(ctx, sql, args...)
+	b := &pgx.Batch{}
+	b.Queue(sql, args...)
+	br := t.sendPending(ctx, b)
+	tag, err := br.Exec()
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	return tag, err
 }
 
 func (t *groupTx) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
@@ -225,10 +300,8 @@ func (t *groupTx) Query(ctx context.Context, sql string, args ...any) (pgx.Rows,
 }
 
 func (t *groupTx) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
-	if t.pending != "" {
-		b.QueuedQueries = append([]*pgx.QueuedQuery{{SQL: groupScopeSQL, Arguments: []any{t.pending}}}, b.QueuedQueries...)
-		t.pending = ""
-		return &skipFirst{BatchResults: t.Tx.SendBatch(ctx, b)}
+	if len(t.pending) > 0 {
+		return t.sendPending(ctx, b)
 	}
 	return t.Tx.SendBatch(ctx, b)
 }
@@ -249,7 +322,7 @@ func (t *groupTx) Begin(ctx context.Context) (pgx.Tx, error) {
 
 // QueryRow sends the pending scope change and the query in one round trip.
 func (t *groupTx) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
-	if t.pending == "" {
+	if len(t.pending) == 0 {
 		return t.Tx.QueryRow(ctx, sql, args...)
 	}
 	b := &pgx.Batch{}
@@ -258,9 +331,11 @@ func (t *groupTx) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 	return &batchRow{br: br}
 }
 
-// skipFirst reads (and drops) the result of the scope change queued first.
+// skipFirst reads (and drops) the results of the n statements queued first (the BEGIN and
+// the scope changes that were pending).
 type skipFirst struct {
 	pgx.BatchResults
+	n    int
 	done bool
 	err  error
 }
@@ -268,8 +343,11 @@ type skipFirst struct {
 func (s *skipFirst) first() error {
 	if !s.done {
 		s.done = true
-		if _, err := s.BatchResults.Exec(); err != nil {
-			s.err = fmt.Errorf("postgres.InGroupTx: scope: %w", err)
+		for range s.n {
+			if _, err := s.BatchResults.Exec(); err != nil {
+				s.err = fmt.Errorf("postgres.InGroupTx: scope: %w", err)
+				break
+			}
 		}
 	}
 	return s.err

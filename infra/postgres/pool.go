@@ -21,6 +21,10 @@ type PoolConfig struct {
 	ConnectTimeout time.Duration
 	// Statements, when set, counts the statements and round trips the pool sends.
 	Statements *Statements
+	// Tracer, when set, is told of every query and batch of the pool's connections (pgx's
+	// QueryTracer; a BatchTracer too when it implements one), e.g. to count statements.
+	// It takes the place of Statements' tracer.
+	Tracer pgx.QueryTracer
 }
 
 // Connect opens a pool (its connections know RegisterTypes) and checks that the server
@@ -42,6 +46,9 @@ func Connect(ctx context.Context, cfg PoolConfig) (*pgxpool.Pool, error) {
 	}
 	if cfg.Statements != nil {
 		pc.ConnConfig.Tracer = cfg.Statements
+	}
+	if cfg.Tracer != nil {
+		pc.ConnConfig.Tracer = cfg.Tracer
 	}
 	pc.AfterConnect = func(_ context.Context, c *pgx.Conn) error {
 		RegisterTypes(c.TypeMap())

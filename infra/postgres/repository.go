@@ -46,6 +46,9 @@ type Repository[T any] struct {
 	// updateArgs are the indexes in columns of the update's parameters, in order: the id,
 	// then every column but workspace_id and created_at, which never change.
 	updateArgs []int
+	// lockOperation is the locking read of the operation of row $1, for a task table (one with
+	// an operation_id column): sent with the task's own locking read (port.LockingOperation).
+	lockOperation string
 }
 
 var _ port.Repository[domain.Operation] = (*Repository[domain.Operation])(nil)
@@ -66,12 +69,18 @@ func newRepository[T any](t table[T]) *Repository[T] {
 			}
 		}
 	}
+	lockOperation := ""
+	if t.name != operationsTable && slices.Contains(t.columns, "operation_id") {
+		lockOperation = "SELECT " + strings.Join(operationColumns, ", ") + " FROM " + operationsTable +
+			" WHERE id = (SELECT operation_id FROM " + t.name + " WHERE id = $1) FOR UPDATE"
+	}
 	return &Repository[T]{
-		t:          t,
-		insert:     fmt.Sprintf("INSERT INTO %s (%s) VALUES (%s) ON CONFLICT DO NOTHING", t.name, cols, strings.Join(ph, ", ")),
-		sel:        fmt.Sprintf("SELECT %s FROM %s", cols, t.name),
-		update:     fmt.Sprintf("UPDATE %s SET %s WHERE id = $1", t.name, strings.Join(set, ", ")),
-		updateArgs: updateArgs,
+		lockOperation: lockOperation,
+		t:             t,
+		insert:        fmt.Sprintf("INSERT INTO %s (%s) VALUES (%s) ON CONFLICT DO NOTHING", t.name, cols, strings.Join(ph, ", ")),
+		sel:           fmt.Sprintf("SELECT %s FROM %s", cols, t.name),
+		update:        fmt.Sprintf("UPDATE %s SET %s WHERE id = $1", t.name, strings.Join(set, ", ")),
+		updateArgs:    updateArgs,
 	}
 }
 
@@ -107,12 +116,51 @@ func (r *Repository[T]) get(ctx context.Context, id uuid.UUID, lock string) (T, 
 	if err != nil {
 		return v, err
 	}
+	if lock != "" {
+		if v, ok := takeLocked[T](ctx, r.t.name, id); ok {
+			return v, nil
+		}
+		if r.lockOperation != "" && port.LocksOperation(ctx) {
+			return r.getWithOperation(ctx, tx, id)
+		}
+	}
 	err = tx.QueryRow(ctx, r.sel+" WHERE id = $1"+lock, id).Scan(r.t.scan(&v)...)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return v, r.t.notFound
 	}
 	if err != nil {
 		return v, fmt.Errorf("%s: %w", r.op("Get"), TranslateError(err))
+	}
+	return v, nil
+}
+
+// getWithOperation is get under a row lock that also locks the task's operation and keeps it
+// for the operations repository's next locking read (port.LockingOperation): both statements
+// in one round trip, the task's lock first.
+func (r *Repository[T]) getWithOperation(ctx context.Context, tx pgx.Tx, id uuid.UUID) (v T, err error) {
+	b := &pgx.Batch{}
+	b.Queue(r.sel+" WHERE id = $1 FOR UPDATE", id)
+	b.Queue(r.lockOperation, id)
+	br := tx.SendBatch(ctx, b)
+	defer func() {
+		if cerr := br.Close(); err == nil && cerr != nil {
+			var zero T
+			v, err = zero, fmt.Errorf("%s: %w", r.op("Get"), TranslateError(cerr))
+		}
+	}()
+	if err := br.QueryRow().Scan(r.t.scan(&v)...); errors.Is(err, pgx.ErrNoRows) {
+		return v, r.t.notFound
+	} else if err != nil {
+		return v, fmt.Errorf("%s: %w", r.op("Get"), TranslateError(err))
+	}
+	var o domain.Operation
+	switch err := br.QueryRow().Scan(operationScan(&o)...); {
+	case errors.Is(err, pgx.ErrNoRows):
+		// No operation in sight: the operations repository reads (and reports) it itself.
+	case err != nil:
+		return v, fmt.Errorf("%s: operation: %w", r.op("Get"), TranslateError(err))
+	default:
+		keepLocked(ctx, operationsTable, o.ID, o)
 	}
 	return v, nil
 }
@@ -145,6 +193,7 @@ func (r *Repository[T]) UpdateAtCommit(ctx context.Context, id uuid.UUID, fn fun
 		var zero T
 		return zero, err
 	}
+	dropLocked(ctx, r.t.name, id)
 	op := r.op("Save")
 	if err := BeforeCommit(ctx, func(err error) error { return fmt.Errorf("%s: %w", op, err) }, r.update, r.updateArgsOf(&v)...); err != nil {
 		var zero T
@@ -170,6 +219,8 @@ func (r *Repository[T]) Save(ctx context.Context, v T) error {
 	if err != nil {
 		return err
 	}
+	id, _ := r.t.key(&v)
+	dropLocked(ctx, r.t.name, id)
 	if _, err := tx.Exec(ctx, r.update, r.updateArgsOf(&v)...); err != nil {
 		return fmt.Errorf("%s: %w", r.op("Save"), TranslateError(err))
 	}

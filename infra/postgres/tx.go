@@ -34,6 +34,49 @@ type scopedTx struct {
 	beforeCommit []queued
 	// opened holds what each Opening's Read returned, by Opening.Key.
 	opened map[any]any
+	// locked holds rows read under a row lock on behalf of the repository of their table
+	// (port.LockingOperation), until that repository's next locking read of the row takes it.
+	locked map[lockedKey]any
+}
+
+// lockedKey names a row of scopedTx.locked.
+type lockedKey struct {
+	ws    uuid.UUID // the scope it was read under (a group transaction changes it)
+	table string
+	id    uuid.UUID
+}
+
+// keepLocked keeps v, the row id of table just read under a row lock in the transaction of
+// ctx, for the next locking read of the row (takeLocked).
+func keepLocked(ctx context.Context, table string, id uuid.UUID, v any) {
+	st, ok := ctx.Value(txKey{}).(*scopedTx)
+	if !ok {
+		return
+	}
+	if st.locked == nil {
+		st.locked = map[lockedKey]any{}
+	}
+	st.locked[lockedKey{st.scope.WorkspaceID, table, id}] = v
+}
+
+// takeLocked returns (and forgets) the row id of table kept by keepLocked, if any.
+func takeLocked[T any](ctx context.Context, table string, id uuid.UUID) (T, bool) {
+	st, ok := ctx.Value(txKey{}).(*scopedTx)
+	if !ok || st.locked == nil {
+		var zero T
+		return zero, false
+	}
+	k := lockedKey{st.scope.WorkspaceID, table, id}
+	v, ok := st.locked[k].(T)
+	delete(st.locked, k)
+	return v, ok
+}
+
+// dropLocked forgets the row id of table kept by keepLocked: it is being written.
+func dropLocked(ctx context.Context, table string, id uuid.UUID) {
+	if st, ok := ctx.Value(txKey{}).(*scopedTx); ok && st.locked != nil {
+		delete(st.locked, lockedKey{st.scope.WorkspaceID, table, id})
+	}
 }
 
 // scopedKey is an AfterCommit key within the workspace it was registered under.
