@@ -204,7 +204,7 @@ func (r *Repository[T]) UpdateAtCommit(ctx context.Context, id uuid.UUID, fn fun
 	}
 	dropLocked(ctx, r.t.name, id)
 	op := r.op("Save")
-	if err := BeforeCommit(ctx, func(err error) error { return fmt.Errorf("%s: %w", op, err) }, r.update, r.updateArgsOf(&v)...); err != nil {
+	if err := BeforeCommitWrite(ctx, r.t.name, func(err error) error { return fmt.Errorf("%s: %w", op, err) }, r.update, r.updateArgsOf(&v)...); err != nil {
 		var zero T
 		return zero, err
 	}

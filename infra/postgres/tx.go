@@ -90,6 +90,8 @@ type queued struct {
 	sql   string
 	args  []any
 	onErr func(error) error
+	// table is the table a BeforeCommitWrite statement writes ("" for any other statement).
+	table string
 }
 
 // ErrNoTx is returned by TxFromContext when the context carries no transaction: repositories
@@ -201,13 +203,15 @@ func inTx(ctx context.Context, pool *pgxpool.Pool, scope Scope, openings []*Open
 	return nil
 }
 
-// commit commits tx, sending the queued statements and the COMMIT in one round trip. When a
+// commit commits tx, sending the queued statements and the COMMIT in one round trip (the
+// consecutive writes of BeforeCommitWrite as one statement: mergeWrites). When a
 // statement fails, the server skips the rest of the batch (the COMMIT too): the transaction
 // is rolled back on the connection before it returns to the pool.
 func commit(ctx context.Context, conn *pgxpool.Conn, tx pgx.Tx, stmts []queued) error {
 	if len(stmts) == 0 {
 		return tx.Commit(ctx)
 	}
+	stmts = mergeWrites(stmts)
 	b := &pgx.Batch{}
 	for _, q := range stmts {
 		b.Queue(q.sql, q.args...)
