@@ -138,7 +138,8 @@ func AfterCommit(ctx context.Context, key any, fn func()) error {
 
 // BeforeCommit queues a statement to run at the end of the transaction of ctx, after fn has
 // returned nil, sent to the server in the same round trip as the COMMIT (saving one round
-// trip per statement). Queued statements run in order. Their results are not read: to stop the
+// trip per statement); in a group transaction (InGroupTx), at the end of the step, in the
+// round trip of the next step's first statement or of the COMMIT. Queued statements run in order. Their results are not read: to stop the
 // commit, a statement must fail on the server (raise an error); the transaction then rolls
 // back and InTx returns that error, passed through onErr when onErr is not nil (to name it),
 // and translated (see TranslateError). It returns ErrNoTx when ctx carries no transaction.
