@@ -292,7 +292,7 @@ func parseJob(id, token string, flat []any) (*Job, error) {
 		case "deid":
 			j.dedupID = v
 		case "wm":
-			_ = json.Unmarshal([]byte(v), &j.Metadata)
+			j.Metadata = parseMapJSON(v)
 		}
 	}
 	o, err := parseOptions(opts)
