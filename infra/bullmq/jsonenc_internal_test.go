@@ -67,3 +67,23 @@ func TestParseMapJSON(t *testing.T) {
 	m := map[string]string{"event_type": "x", "workspace_id": "w", "k": "é<>&"}
 	require.Equal(t, m, parseMapJSON(string(appendMapJSON(nil, m))))
 }
+
+// parseJobOptions reads what parseOptions reads, from its cache or not.
+func TestParseJobOptionsCache(t *testing.T) {
+	p, err := NewPublisher(PublisherConfig{Config: Config{Client: testRedis(t), Attempts: 3,
+		Backoff: Backoff{Type: BackoffExponential, Delay: 1000}, DedupTTL: time.Hour}}, nil)
+	require.NoError(t, err)
+	for range 2 {
+		for _, id := range []string{"6f1c2b9e-0d7a-4c4e-9a57-3f0c1f2a9b10", "0f1c2b9e-0d7a-4c4e-9a57-3f0c1f2a9b11", "x", "3", "exponential"} {
+			raw, err := p.defaultOptions(id).marshal(id)
+			require.NoError(t, err)
+			for _, r := range []string{string(raw), `{"attempts":2,"jobId":"` + id + `","de":{"id":"other","ttl":5}}`, `{}`, `{"attempts":`,
+				`{"backoff":{"type":"` + id + `","delay":5},"jobId":"` + id + `"}`, `{"backoff":"` + id + `"}`} {
+				want, werr := parseOptions(r)
+				got, gerr := parseJobOptions(id, r)
+				require.Equal(t, werr != nil, gerr != nil, r)
+				require.Equal(t, want, got, r)
+			}
+		}
+	}
+}

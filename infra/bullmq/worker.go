@@ -42,7 +42,7 @@ type Worker struct {
 
 	inflight  atomic.Int64
 	slotFreed chan struct{}
-	ageTrimAt atomic.Int64 // when (unix ms) a finish call last trimmed finished jobs by age
+	ageTrimAt atomic.Int64  // when (unix ms) a finish call last trimmed finished jobs by age
 	renewing  chan struct{} // holds a token while a renewal is in flight
 }
 
@@ -485,8 +485,11 @@ const finishers = 2
 const finishChunk = 64
 
 // finishLinger bounds how long the finisher waits for more finished jobs
-// before settling a batch smaller than half the running jobs.
-const finishLinger = 500 * time.Microsecond
+// before settling a batch smaller than half the running jobs. Each call
+// costs Redis about nine commands besides those of its jobs (and the worker
+// a round trip): at 1,250 jobs/s with 50 running, 500 µs made batches of
+// about 3.7 jobs.
+const finishLinger = 2 * time.Millisecond
 
 func (w *Worker) finishBatch(ctx context.Context, batch []*finishReq, fetch int) []*Job {
 	sent := time.Now()
