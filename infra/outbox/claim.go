@@ -2,7 +2,6 @@ package outbox
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -131,9 +130,7 @@ func collectClaimed(rows pgx.Rows) (out []claimed, now time.Time, err error) {
 			&c.DueAt, &now, &c.AggregateType, &c.AggregateID); err != nil {
 			return nil, time.Time{}, err
 		}
-		if json.Unmarshal(meta, &c.Metadata) != nil {
-			c.Metadata = nil
-		}
+		c.Metadata = parseMetadata(meta)
 		out = append(out, c)
 	}
 	return out, now, rows.Err()
