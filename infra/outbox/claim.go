@@ -101,8 +101,8 @@ const claimSQL = `
 func (d *Dispatcher) claim(ctx context.Context, wss []uuid.UUID, token string, limit int) ([]claimed, error) {
 	var out []claimed
 	var now time.Time
-	marks, seq := d.low.begin(wss)
-	st := scopedStmt{wss: wss, sql: claimSQL, args: []any{wss, limit, token, d.cfg.Lease.Milliseconds(), d.cfg.MaxAttempts, marks},
+	marks := d.low.begin(wss)
+	st := scopedStmt{wss: wss, sql: claimSQL, args: []any{wss, limit, token, d.cfg.Lease.Milliseconds(), d.cfg.MaxAttempts, marks.at},
 		read: func(rows pgx.Rows) (err error) {
 			out, now, err = collectClaimed(rows)
 			return err
@@ -115,7 +115,7 @@ func (d *Dispatcher) claim(ctx context.Context, wss []uuid.UUID, token string, l
 		return nil, fmt.Errorf("outbox.Dispatcher.claim: %w", err)
 	}
 	d.metrics.Claim.Observe(time.Since(start).Seconds())
-	d.low.advance(seq, now, out)
+	d.low.advance(marks, wss, now, out)
 	return out, nil
 }
 
