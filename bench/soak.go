@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -170,6 +171,9 @@ func soak(ctx context.Context, o options, so soakOptions) error {
 		}
 	}()
 	prevHist := claimBuckets(reg)
+	// The claim's cumulative buckets at the start, at the hold's start and end, for the
+	// pooled quantiles printed at the end (each phase's claims together, not per minute).
+	phases := [][]bucket{prevHist, nil, nil}
 	prevEvents := int64(0)
 	prevWAL := walLSN(ctx, db)
 	prevFlush := flushLSN(ctx, db)
@@ -180,12 +184,16 @@ func soak(ctx context.Context, o options, so soakOptions) error {
 	prevCk := checkpoints(ctx, db)
 	for m := 1; m <= so.minutes; m++ {
 		if m-1 == so.holdFrom {
+			phases[1] = prevHist
 			if held, err = db.Owner.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead}); err != nil {
 				return err
 			}
 			if _, err := held.Exec(ctx, `SELECT count(*) FROM workspaces`); err != nil {
 				return err
 			}
+		}
+		if m-1 == so.holdTo {
+			phases[2] = prevHist
 		}
 		if m-1 == so.holdTo && held != nil {
 			_ = held.Rollback(ctx)
@@ -254,6 +262,7 @@ func soak(ctx context.Context, o options, so soakOptions) error {
 			mb(redisBytes(ctx, rdb, prefix)), vacuums.Load(), failed.Load())
 		prevEvents, prevWAL, prevCk = ev, wal, ck
 	}
+	printClaimPhases(phases, claimBuckets(reg))
 	if wi != nil && evTotal > 0 {
 		fmt.Printf("soak: own WAL: %d B over %d events, %.0f B/event", ownTotal, evTotal, float64(ownTotal)/float64(evTotal))
 		if evTotal > evHeld {
@@ -267,6 +276,25 @@ func soak(ctx context.Context, o options, so soakOptions) error {
 	}
 	fmt.Printf("soak: load average after: %s\n", loadavg())
 	return nil
+}
+
+// printClaimPhases prints the claim's p50/p99 over all the claims of each phase: before the
+// held transaction, while it is held, after it (marks: the cumulative buckets at the start,
+// the hold's start and its end; a phase the run did not reach is left out).
+func printClaimPhases(marks [][]bucket, end []bucket) {
+	bounds := append(slices.Clone(marks), end)
+	names := []string{"before the hold", "during it", "after it"}
+	for i, name := range names {
+		from, to := bounds[i], bounds[i+1]
+		if from == nil || to == nil {
+			continue
+		}
+		d := make([]bucket, len(to))
+		for j := range to {
+			d[j] = bucket{le: to[j].le, n: to[j].n - from[j].n}
+		}
+		fmt.Printf("soak: claims %s: %d, p50 %s, p99 %s\n", name, d[len(d)-1].n, msf(quantile(d, .5)), msf(quantile(d, .99)))
+	}
 }
 
 type bucket struct {

@@ -29,6 +29,9 @@ type usage struct {
 	stmts, trips int64
 	// outboxRows counts outbox_all_events (-1: not counted, see countOutbox).
 	outboxRows int64
+	// redisCalls counts Redis's calls per command (INFO commandstats; the commands a Lua
+	// script runs count, as does the EVALSHA that runs it).
+	redisCalls map[string]int64
 }
 
 // clockTick is USER_HZ, the unit of /proc/<pid>/stat's times (100 on Linux).
@@ -52,6 +55,18 @@ func snapshot(ctx context.Context, db *scratch, rdb *redis.Client) usage {
 	}
 	_ = db.Owner.QueryRow(ctx, `SELECT xact_commit + xact_rollback FROM pg_stat_database WHERE datname = current_database()`).Scan(&u.pgXacts)
 	if rdb != nil {
+		if info, err := rdb.Info(ctx, "commandstats").Result(); err == nil {
+			u.redisCalls = map[string]int64{}
+			for l := range strings.SplitSeq(info, "\r\n") {
+				// cmdstat_get:calls=1,usec=2,...
+				name, rest, ok := strings.Cut(strings.TrimPrefix(l, "cmdstat_"), ":calls=")
+				if !ok {
+					continue
+				}
+				calls, _, _ := strings.Cut(rest, ",")
+				u.redisCalls[name], _ = strconv.ParseInt(calls, 10, 64)
+			}
+		}
 		if info, err := rdb.Info(ctx, "cpu", "stats").Result(); err == nil {
 			for l := range strings.SplitSeq(info, "\r\n") {
 				k, v, _ := strings.Cut(l, ":")
@@ -96,6 +111,27 @@ func report(name string, before, after usage, n int, unit string) {
 		name, n, unit, el.Round(time.Millisecond), per(after.goCPU-before.goCPU), per(after.pgCPU-before.pgCPU),
 		per(after.redisCPU-before.redisCPU), float64(after.pgXacts-before.pgXacts)/float64(n), unit,
 		float64(after.redisCmds-before.redisCmds)/float64(n), unit)
+	if after.redisCalls != nil && before.redisCalls != nil {
+		type kv struct {
+			k string
+			v int64
+		}
+		var all []kv
+		for k, v := range after.redisCalls {
+			if d := v - before.redisCalls[k]; d > 0 {
+				all = append(all, kv{k, d})
+			}
+		}
+		slices.SortFunc(all, func(a, b kv) int { return int(b.v - a.v) })
+		var parts []string
+		for _, e := range all {
+			if float64(e.v)/float64(n) < 0.05 {
+				break
+			}
+			parts = append(parts, fmt.Sprintf("%s %.2f", e.k, float64(e.v)/float64(n)))
+		}
+		fmt.Printf("   %s: Redis commands/%s by command (INFO commandstats; other clients' count too): %s\n", name, unit, strings.Join(parts, ", "))
+	}
 	if trips := after.trips - before.trips; trips > 0 {
 		fmt.Printf("   %s: %.2f statements/%s in %.2f round trips/%s (this process's pool, counted by a pgx tracer)",
 			name, float64(after.stmts-before.stmts)/float64(n), unit, float64(trips)/float64(n), unit)

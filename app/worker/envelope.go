@@ -1,10 +1,12 @@
 package worker
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
+	"unicode/utf8"
 
 	"github.com/google/uuid"
 )
@@ -29,6 +31,118 @@ type Envelope struct {
 type Trace struct {
 	TraceParent string `json:"traceparent,omitempty"`
 	TraceState  string `json:"tracestate,omitempty"`
+}
+
+// AppendJSON appends e as JSON, byte for byte what json.Marshal(e) writes (the payload
+// compacted, strings HTML-escaped), without its reflection. It fails when the payload is
+// not valid JSON.
+func (e Envelope) AppendJSON(b []byte) ([]byte, error) {
+	b = append(b, `{"event_id":`...)
+	b = appendJSONString(b, e.EventID)
+	b = append(b, `,"workspace_id":`...)
+	b = appendJSONString(b, e.WorkspaceID)
+	b = append(b, `,"event_type":`...)
+	b = appendJSONString(b, e.EventType)
+	b = append(b, `,"payload":`...)
+	if len(e.Payload) == 0 {
+		b = append(b, "null"...)
+	} else {
+		n := len(b)
+		buf := bytes.NewBuffer(b)
+		if err := json.Compact(buf, e.Payload); err != nil {
+			return nil, fmt.Errorf("worker.Envelope: payload: %w", err)
+		}
+		b = buf.Bytes()
+		if bytes.ContainsAny(b[n:], "<>&\u2028\u2029") {
+			// json.Marshal also escapes these within a json.RawMessage.
+			var esc bytes.Buffer
+			json.HTMLEscape(&esc, b[n:])
+			b = append(b[:n], esc.Bytes()...)
+		}
+	}
+	b = append(b, `,"occurred_at":`...)
+	t, err := e.OccurredAt.MarshalJSON()
+	if err != nil {
+		return nil, fmt.Errorf("worker.Envelope: occurred_at: %w", err)
+	}
+	b = append(b, t...)
+	if e.CorrelationID != "" {
+		b = append(b, `,"correlation_id":`...)
+		b = appendJSONString(b, e.CorrelationID)
+	}
+	if e.Trace != nil {
+		b = append(b, `,"trace":{`...)
+		sep := false
+		if e.Trace.TraceParent != "" {
+			b = append(b, `"traceparent":`...)
+			b = appendJSONString(b, e.Trace.TraceParent)
+			sep = true
+		}
+		if e.Trace.TraceState != "" {
+			if sep {
+				b = append(b, ',')
+			}
+			b = append(b, `"tracestate":`...)
+			b = appendJSONString(b, e.Trace.TraceState)
+		}
+		b = append(b, '}')
+	}
+	return append(b, '}'), nil
+}
+
+// appendJSONString appends s as encoding/json writes a string: HTML characters, U+2028 and
+// U+2029 escaped, invalid UTF-8 as U+FFFD.
+func appendJSONString(b []byte, s string) []byte {
+	const hex = "0123456789abcdef"
+	b = append(b, '"')
+	start := 0
+	for i := 0; i < len(s); {
+		c := s[i]
+		if c < utf8.RuneSelf {
+			if c >= 0x20 && c != '"' && c != '\\' && c != '<' && c != '>' && c != '&' {
+				i++
+				continue
+			}
+			b = append(b, s[start:i]...)
+			switch c {
+			case '"', '\\':
+				b = append(b, '\\', c)
+			case '\n':
+				b = append(b, '\\', 'n')
+			case '\r':
+				b = append(b, '\\', 'r')
+			case '\t':
+				b = append(b, '\\', 't')
+			case '\b':
+				b = append(b, '\\', 'b')
+			case '\f':
+				b = append(b, '\\', 'f')
+			default:
+				b = append(b, '\\', 'u', '0', '0', hex[c>>4], hex[c&0xf])
+			}
+			i++
+			start = i
+			continue
+		}
+		r, size := utf8.DecodeRuneInString(s[i:])
+		if r == utf8.RuneError && size == 1 {
+			b = append(b, s[start:i]...)
+			b = append(b, `\ufffd`...)
+			i += size
+			start = i
+			continue
+		}
+		if r == '\u2028' || r == '\u2029' {
+			b = append(b, s[start:i]...)
+			b = append(b, '\\', 'u', '2', '0', '2', hex[r&0xf])
+			i += size
+			start = i
+			continue
+		}
+		i += size
+	}
+	b = append(b, s[start:]...)
+	return append(b, '"')
 }
 
 // DecodeEnvelope reads job data. Data that is not an envelope with a workspace id can never

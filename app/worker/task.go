@@ -1,6 +1,7 @@
 package worker
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -124,9 +125,17 @@ func (k Kind[T]) RequestLastLook(ctx context.Context, id uuid.UUID, f Failure) e
 	return k.Deps.Events.Publish(ctx, domain.LastLookRequested{Request: t.RequestEvent(), Code: f.Code, Message: f.Message})
 }
 
+// lastLookKey is the last look field as a JSON key.
+var lastLookKey = []byte(`"` + domain.LastLookField + `"`)
+
 // LastLookOf reports whether job is a last look (domain.LastLookRequested), and the failure
 // it holds.
 func LastLookOf(job Job) (Failure, bool) {
+	// Most payloads have no last look: without a backslash (an escaped key) the key's
+	// bytes appear in the payload if the field does.
+	if bytes.IndexByte(job.Payload, '\\') < 0 && !bytes.Contains(job.Payload, lastLookKey) {
+		return Failure{}, false
+	}
 	var ev map[string]json.RawMessage
 	if json.Unmarshal(job.Payload, &ev) != nil || ev[domain.LastLookField] == nil {
 		return Failure{}, false

@@ -7,6 +7,9 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -254,6 +257,44 @@ func parseOptions(raw string) (*JobOptions, error) {
 	return opts, nil
 }
 
+// optsCache holds the options parsed from opts JSON with the job's id, as a JSON string,
+// cut out (idMark in its place): the jobs of one producer differ only there (jobId, de.id). At most
+// optsCacheMax entries; the parsed options are never changed.
+var (
+	optsCache     sync.Map // string → *JobOptions
+	optsCacheSize atomic.Int64
+)
+
+const (
+	optsCacheMax = 256
+	idMark       = "\ue000" // a private-use character
+)
+
+// parseJobOptions is parseOptions(raw) for the job id, through optsCache.
+func parseJobOptions(id, raw string) (*JobOptions, error) {
+	if id == "" || raw == "" || strings.Contains(raw, idMark) || strings.Contains(id, idMark) {
+		return parseOptions(raw)
+	}
+	tmpl := strings.ReplaceAll(raw, `"`+id+`"`, `"`+idMark+`"`)
+	v, ok := optsCache.Load(tmpl)
+	if !ok {
+		t, err := parseOptions(tmpl)
+		if err != nil || (t.Backoff != nil && t.Backoff.Type == idMark) {
+			return parseOptions(raw)
+		}
+		if optsCacheSize.Add(1) <= optsCacheMax {
+			optsCache.Store(tmpl, t)
+		}
+		v = t
+	}
+	o := *v.(*JobOptions)
+	o.Raw = json.RawMessage(raw)
+	if d := o.Deduplication; d != nil && d.ID == idMark {
+		o.Deduplication = &Deduplication{ID: id, TTL: d.TTL}
+	}
+	return &o, nil
+}
+
 // parseJob builds a Job from the flat HGETALL reply of the take script.
 func parseJob(id, token string, flat []any) (*Job, error) {
 	j := &Job{ID: id, token: token}
@@ -292,10 +333,10 @@ func parseJob(id, token string, flat []any) (*Job, error) {
 		case "deid":
 			j.dedupID = v
 		case "wm":
-			_ = json.Unmarshal([]byte(v), &j.Metadata)
+			j.Metadata = parseMapJSON(v)
 		}
 	}
-	o, err := parseOptions(opts)
+	o, err := parseJobOptions(id, opts)
 	if err != nil {
 		j.Opts = &JobOptions{Raw: json.RawMessage(opts)}
 		return j, fmt.Errorf("bullmq: job %s has bad opts: %w", id, err)

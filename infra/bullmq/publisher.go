@@ -1,8 +1,8 @@
 package bullmq
 
 import (
+	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
@@ -52,6 +52,9 @@ type AddResult struct {
 type Publisher struct {
 	cfg    PublisherConfig
 	logger watermill.LoggerAdapter
+	// defOpts is the opts JSON of the Config defaults (defaultOptions), cut where the job
+	// id goes: the parts joined by the id as a JSON string.
+	defOpts [][]byte
 
 	mu     sync.RWMutex // held for reading by every Add; for writing by Close
 	closed bool
@@ -68,7 +71,14 @@ func NewPublisher(cfg PublisherConfig, logger watermill.LoggerAdapter) (*Publish
 	if logger == nil {
 		logger = watermill.NopLogger{}
 	}
-	return &Publisher{cfg: cfg, logger: logger}, nil
+	p := &Publisher{cfg: cfg, logger: logger}
+	const mark = "\"JOB-ID-HERE\""
+	b, err := p.defaultOptions("JOB-ID-HERE").marshal("JOB-ID-HERE")
+	if err != nil {
+		return nil, fmt.Errorf("bullmq.NewPublisher: %w", err)
+	}
+	p.defOpts = bytes.Split(b, []byte(mark))
+	return p, nil
 }
 
 // Publish adds one job per message to the queue named topic, all in one
@@ -194,27 +204,39 @@ func (p *Publisher) appendJob(c *scriptCall, keys queueKeys, j *Job) error {
 	if err := ValidateJobID(j.ID); err != nil {
 		return err
 	}
-	opts := j.Opts
-	if opts == nil {
-		opts = p.defaultOptions(j.ID)
-	}
-	optsJSON, err := opts.marshal(j.ID)
-	if err != nil {
-		return err
-	}
+	var optsJSON []byte
 	var dedupID string
 	var ttl int64
-	if opts.Deduplication != nil {
-		dedupID = opts.Deduplication.ID
-		ttl = opts.Deduplication.TTL
-	}
-	var wm string
-	if len(j.Metadata) > 0 {
-		b, err := json.Marshal(j.Metadata)
-		if err != nil {
+	if opts := j.Opts; opts != nil {
+		var err error
+		if optsJSON, err = opts.marshal(j.ID); err != nil {
 			return err
 		}
-		wm = string(b)
+		if opts.Deduplication != nil {
+			dedupID = opts.Deduplication.ID
+			ttl = opts.Deduplication.TTL
+		}
+	} else {
+		// defaultOptions(j.ID), marshalled, from the parts cut once.
+		id := appendJSONString(nil, j.ID)
+		n := len(id) * (len(p.defOpts) - 1)
+		for _, part := range p.defOpts {
+			n += len(part)
+		}
+		optsJSON = make([]byte, 0, n)
+		for i, part := range p.defOpts {
+			if i > 0 {
+				optsJSON = append(optsJSON, id...)
+			}
+			optsJSON = append(optsJSON, part...)
+		}
+		if p.cfg.DedupTTL > 0 {
+			dedupID, ttl = j.ID, p.cfg.DedupTTL.Milliseconds()
+		}
+	}
+	var wm []byte
+	if len(j.Metadata) > 0 {
+		wm = appendMapJSON(nil, j.Metadata)
 	}
 	dedupKey := keys.job(j.ID)
 	if dedupID != "" {

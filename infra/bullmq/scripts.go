@@ -11,8 +11,8 @@ import "github.com/redis/go-redis/v9"
 // Cluster slot because Config.ClusterSafe requires the hash tag in it.
 
 // addScript adds standard jobs (no delay, no priority, no parent), each
-// exactly as BullMQ 6.7.0 adds one; the meta reads and the marker are done
-// once per call.
+// exactly as BullMQ 6.7.0 adds one; the meta read (one HMGET) and the marker
+// are done once per call.
 //
 // KEYS: 1 wait, 2 meta, 3 id, 4 active, 5 events, 6 marker; then for job i
 // (from 1): KEYS[5+2i] the job hash, KEYS[6+2i] its de:<id> key (the job
@@ -25,14 +25,14 @@ import "github.com/redis/go-redis/v9"
 // one LPUSH.
 var addScript = redis.NewScript(`
 local rcall = redis.call
-local maxEvents = rcall("HGET", KEYS[2], "opts.maxLenEvents")
+local attrs = rcall("HMGET", KEYS[2], "paused", "concurrency", "opts.maxLenEvents")
+local maxEvents = attrs[3]
 if not maxEvents then
   maxEvents = 10000
   rcall("HSET", KEYS[2], "opts.maxLenEvents", maxEvents)
 end
 local n = (#KEYS - 6) / 2
 rcall("INCRBY", KEYS[3], n)
-local attrs = rcall("HMGET", KEYS[2], "paused", "concurrency")
 local out = {}
 local pushed = {}
 for i = 1, n do
@@ -94,12 +94,21 @@ return out
 
 // takeLua defines takeJobs: promote due delayed jobs, then move up to room
 // jobs from wait (FIFO) or prioritized to active, each locked with its own
-// token. K holds the queue keys. Returns {{id, token, hgetall, ...},
-// nextDelayedMs, rateLimitTTLms}.
+// token. K holds the queue keys; attrs, when not nil, is the meta's
+// {paused, concurrency, max, duration} read by the caller in this script.
+// Returns {{id, token, hgetall, ...}, nextDelayedMs, rateLimitTTLms}.
+// nextDelayedMs is read when nothing was taken, and also after a take that
+// left wait and prioritized empty when wantNext is set (the caller waits on
+// the marker next).
+//
+// The base marker is re-added after a take only while jobs may be left
+// (room filled, or delayed jobs promoted): BullMQ re-adds it after every take,
+// which wakes an idle worker for a take that finds nothing. A job added later
+// adds the marker itself. Wait is emptied with RPOP's count (Redis 6.2).
 const takeLua = `
-local function takeJobs(K, prefix, nowArg, tokenBase, n0, lockMs, room, name)
+local function takeJobs(K, prefix, nowArg, tokenBase, n0, lockMs, room, name, attrs, wantNext)
   local now = tonumber(nowArg)
-  local attrs = rcall("HMGET", K.meta, "paused", "concurrency", "max", "duration")
+  attrs = attrs or rcall("HMGET", K.meta, "paused", "concurrency", "max", "duration")
   local blocked = false
   if attrs[1] then
     blocked = true
@@ -107,8 +116,10 @@ local function takeJobs(K, prefix, nowArg, tokenBase, n0, lockMs, room, name)
     room = math.min(room, tonumber(attrs[2]) - rcall("LLEN", K.active))
     if room <= 0 then blocked = true end
   end
+  local more = false
   local due = rcall("ZRANGEBYSCORE", K.delayed, 0, (now + 1) * 0x1000 - 1, "LIMIT", 0, 1000)
   if #due > 0 then
+    more = true
     rcall("ZREM", K.delayed, unpack(due))
     for _, id in ipairs(due) do
       local jk = prefix .. id
@@ -139,15 +150,17 @@ local function takeJobs(K, prefix, nowArg, tokenBase, n0, lockMs, room, name)
   local out = {}
   local ids = {}
   if room > 0 then
-    -- RPOPLPUSH wait active, room times, in three calls.
-    local items = rcall("LRANGE", K.wait, -room, -1)
-    if #items > 0 then
-      rcall("LTRIM", K.wait, 0, -#items - 1)
-      for i = #items, 1, -1 do ids[#ids + 1] = items[i] end
+    -- RPOPLPUSH wait active, room times, in two calls (RPOP's count pops the oldest first).
+    local items = rcall("RPOP", K.wait, room)
+    if items then
+      ids = items
+      if #ids == room then more = true end
     end
     if #ids < room then
-      local p = rcall("ZPOPMIN", K.prioritized, room - #ids)
+      local want = room - #ids
+      local p = rcall("ZPOPMIN", K.prioritized, want)
       if #p == 0 then rcall("DEL", K.pc) end
+      if #p == 2 * want then more = true end
       for i = 1, #p, 2 do ids[#ids + 1] = p[i] end
     end
     if #ids > 0 then rcall("LPUSH", K.active, unpack(ids)) end
@@ -193,10 +206,8 @@ local function takeJobs(K, prefix, nowArg, tokenBase, n0, lockMs, room, name)
       out[#out+1] = h
     end
   end
-  if #out > 0 then
-    rcall("ZADD", K.marker, 0, "0")
-    return {out, 0, 0}
-  end
+  if more and #out > 0 then rcall("ZADD", K.marker, 0, "0") end
+  if #out > 0 and (more or not wantNext) then return {out, 0, 0} end
   local nxt = rcall("ZRANGE", K.delayed, 0, 0, "WITHSCORES")
   if nxt[2] then
     return {out, math.floor(tonumber(nxt[2]) / 0x1000), 0}
@@ -205,7 +216,8 @@ local function takeJobs(K, prefix, nowArg, tokenBase, n0, lockMs, room, name)
 end
 `
 
-// takeScript takes up to ARGV[6] jobs (see takeLua).
+// takeScript takes up to ARGV[6] jobs (see takeLua), and says when the next
+// delayed job is due unless it filled ARGV[6].
 //
 // KEYS: 1 wait, 2 active, 3 prioritized, 4 events, 5 limiter, 6 delayed,
 // 7 meta, 8 pc, 9 marker.
@@ -214,7 +226,7 @@ end
 var takeScript = redis.NewScript("local rcall = redis.call\n" + takeLua + `
 local K = {wait = KEYS[1], active = KEYS[2], prioritized = KEYS[3], events = KEYS[4],
   limiter = KEYS[5], delayed = KEYS[6], meta = KEYS[7], pc = KEYS[8], marker = KEYS[9]}
-return takeJobs(K, ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4]), ARGV[5], tonumber(ARGV[6]), ARGV[7])
+return takeJobs(K, ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4]), ARGV[5], tonumber(ARGV[6]), ARGV[7], nil, true)
 `)
 
 // extendScript renews the locks of the jobs a worker holds.
@@ -271,13 +283,21 @@ end
 //     snz + 1 and snzms + delay instead;
 //   - "handback": to the front of wait, no attempt counted.
 //
+// Unlike BullMQ, the events stream is trimmed by the XADD of each completed
+// or failed event (MAXLEN ~, the same bound) rather than by an XTRIM first,
+// the meta is read once per call, and the trim of finished jobs by age runs
+// only when ARGV[8] is "1" (the Worker asks for it at most once a second:
+// jobs past their age are removed up to that much later; trims by count run
+// on every call).
+//
 // KEYS: 1 wait, 2 active, 3 prioritized, 4 events, 5 stalled, 6 meta,
 // 7 completed, 8 failed, 9 marker, 10 delayed, 11 pc, 12 limiter; then for
 // job i (from 1): KEYS[10+3i] job, KEYS[11+3i] lock, KEYS[12+3i] de:<deid>
 // (the job key when none).
 // ARGV: 1 now ms, 2 queue key prefix, 3 jobs to take afterwards (0 = none),
-// 4 token base, 5 first token counter, 6 lockDuration ms, 7 worker name;
-// then for job i, from ARGV[8+12(i-1)]: jobId, token, kind, value
+// 4 token base, 5 first token counter, 6 lockDuration ms, 7 worker name,
+// 8 trim by age ("1") or not ("0");
+// then for job i, from ARGV[9+12(i-1)]: jobId, token, kind, value
 // (returnvalue JSON or failedReason), keep count ("" = unset), keep age
 // seconds ("" = unset), keep limit, attempts, stacktrace JSON, deid, delay ms,
 // attemptsMade + 1 (written as atm: the lock holder alone changes it, so the
@@ -291,8 +311,19 @@ local K = {wait = KEYS[1], active = KEYS[2], prioritized = KEYS[3], events = KEY
   delayed = KEYS[10], pc = KEYS[11], limiter = KEYS[12]}
 local now = ARGV[1]
 local prefix = ARGV[2]
-local mx = maxEvents(K.meta)
-rcall("XTRIM", K.events, "MAXLEN", "~", mx)
+local meta = rcall("HMGET", K.meta, "opts.maxLenEvents", "paused", "concurrency", "max", "duration")
+local mx = meta[1]
+if not mx then
+  mx = 10000
+  rcall("HSET", K.meta, "opts.maxLenEvents", mx)
+end
+local attrs = {meta[2], meta[3], meta[4], meta[5]}
+local function blocked()
+  if attrs[1] then return true end
+  if attrs[2] then return rcall("LLEN", K.active) >= tonumber(attrs[2]) end
+  return false
+end
+local trimAge = ARGV[8] == "1"
 local trims = {}
 local n = (#KEYS - 12) / 3
 local codes = {}
@@ -332,14 +363,14 @@ local function finish(jobId, jk, dk, a, target)
     else
       rcall("HSET", jk, "returnvalue", ARGV[a + 3], "finishedOn", now, "atm", atm)
     end
-    if ARGV[a + 4] ~= "-1" or ARGV[a + 5] ~= "" then
+    if ARGV[a + 4] ~= "-1" or (trimAge and ARGV[a + 5] ~= "") then
       trims[setKey .. "|" .. ARGV[a + 4] .. "|" .. ARGV[a + 5] .. "|" .. ARGV[a + 6]] =
         {setKey, tonumber(ARGV[a + 4]), tonumber(ARGV[a + 5]), tonumber(ARGV[a + 6])}
     end
   else
     removeJobKeys(jk)
   end
-  rcall("XADD", K.events, "*", "event", target, "jobId", jobId, field, ARGV[a + 3], "prev", "active")
+  rcall("XADD", K.events, "MAXLEN", "~", mx, "*", "event", target, "jobId", jobId, field, ARGV[a + 3], "prev", "active")
   if target == "failed" and atm >= (tonumber(ARGV[a + 7]) or 0) then
     rcall("XADD", K.events, "*", "event", "retries-exhausted", "jobId", jobId, "attemptsMade", atm)
   end
@@ -377,7 +408,7 @@ local function retry(jobId, jk, a, snooze)
       local c = rcall("INCR", K.pc)
       rcall("ZADD", K.prioritized, prio * 0x100000000 + c % 0x100000000, jobId)
     end
-    if not pausedOrMaxed(K.meta, K.active) then rcall("ZADD", K.marker, 0, "0") end
+    if not blocked() then rcall("ZADD", K.marker, 0, "0") end
     rcall("XADD", K.events, "MAXLEN", "~", mx, "*", "event", "waiting", "jobId", jobId, "prev", "active")
   end
   return atm
@@ -390,7 +421,7 @@ local function handBack(jobId, jk)
   else
     rcall("RPUSH", K.wait, jobId)
   end
-  if not pausedOrMaxed(K.meta, K.active) then rcall("ZADD", K.marker, 0, "0") end
+  if not blocked() then rcall("ZADD", K.marker, 0, "0") end
   rcall("XADD", K.events, "MAXLEN", "~", mx, "*", "event", "waiting", "jobId", jobId, "prev", "active")
   return tonumber(rcall("HGET", jk, "atm") or 0)
 end
@@ -399,7 +430,7 @@ end
 -- no locked job): the hash is looked up only to name a failure.
 for i = 1, n do
   local jk = KEYS[10 + 3 * i]
-  local a = 8 + 12 * (i - 1)
+  local a = 9 + 12 * (i - 1)
   local jobId = ARGV[a]
   local kind = ARGV[a + 2]
   local code
@@ -442,7 +473,7 @@ for set, z in pairs(zadds) do
 end
 for _, t in pairs(trims) do
   local set, count, age, limit = t[1], t[2], t[3], t[4]
-  if age then
+  if age and trimAge then
     local start = tonumber(now) - age * 1000
     local ids = rcall("ZREVRANGEBYSCORE", set, start, "-inf", "LIMIT", 0, limit)
     for _, id in ipairs(ids) do removeJobKeys(prefix .. id) end
@@ -465,7 +496,7 @@ end
 
 local fetch = tonumber(ARGV[3])
 if fetch > 0 then
-  local t = takeJobs(K, prefix, now, ARGV[4], tonumber(ARGV[5]), ARGV[6], fetch, ARGV[7])
+  local t = takeJobs(K, prefix, now, ARGV[4], tonumber(ARGV[5]), ARGV[6], fetch, ARGV[7], attrs, false)
   if #t[1] > 0 then
     return {codes, t[1], t[2], t[3]}
   end
@@ -474,7 +505,7 @@ if rcall("LLEN", K.wait) == 0 then
   if rcall("LLEN", K.active) == 0 and rcall("ZCARD", K.prioritized) == 0 then
     rcall("XADD", K.events, "*", "event", "drained")
   end
-elseif rcall("HEXISTS", K.meta, "concurrency") == 1 and not pausedOrMaxed(K.meta, K.active) then
+elseif attrs[2] and not blocked() then
   rcall("ZADD", K.marker, 0, "0")
 end
 if fetch > 0 then

@@ -42,6 +42,7 @@ type Worker struct {
 
 	inflight  atomic.Int64
 	slotFreed chan struct{}
+	ageTrimAt atomic.Int64  // when (unix ms) a finish call last trimmed finished jobs by age
 	renewing  chan struct{} // holds a token while a renewal is in flight
 }
 
@@ -184,9 +185,11 @@ func (w *Worker) fetchLoop(rs *runState) {
 			continue
 		}
 		errDelay = 100 * time.Millisecond
-		if len(taken) > 0 {
-			continue
+		if len(taken) == int(free) {
+			continue // wait may hold more
 		}
+		// A partial take left wait empty (and did not re-add the marker): wait on the
+		// marker, which the next add sets.
 		if limited > 0 {
 			sleepCtx(ctx, min(limited, w.cfg.DrainDelay))
 			continue
@@ -482,8 +485,11 @@ const finishers = 2
 const finishChunk = 64
 
 // finishLinger bounds how long the finisher waits for more finished jobs
-// before settling a batch smaller than half the running jobs.
-const finishLinger = 500 * time.Microsecond
+// before settling a batch smaller than half the running jobs. Each call
+// costs Redis about nine commands besides those of its jobs (and the worker
+// a round trip): at 1,250 jobs/s with 50 running, 500 µs made batches of
+// about 3.7 jobs.
+const finishLinger = 2 * time.Millisecond
 
 func (w *Worker) finishBatch(ctx context.Context, batch []*finishReq, fetch int) []*Job {
 	sent := time.Now()
@@ -538,6 +544,21 @@ func (w *Worker) finishBatch(ctx context.Context, batch []*finishReq, fetch int)
 	return taken
 }
 
+// ageTrimEvery is how often (at most) a Worker's finish calls trim finished
+// jobs by age: each trim reads the finished set, and a job past its age is
+// left a second longer at most.
+const ageTrimEvery = time.Second
+
+// trimAge returns the finish script's ARGV[8]: "1" when this call trims by
+// age (none did within ageTrimEvery), else "0".
+func (w *Worker) trimAge(now int64) string {
+	last := w.ageTrimAt.Load()
+	if now-last >= ageTrimEvery.Milliseconds() && w.ageTrimAt.CompareAndSwap(last, now) {
+		return "1"
+	}
+	return "0"
+}
+
 func finishError(code int64) error {
 	switch code {
 	case -1:
@@ -558,8 +579,8 @@ func (w *Worker) finishCall(reqs []*finishReq, now int64, fetch int) scriptCall 
 	keys = append(keys, k.wait, k.active, k.prioritized, k.events, k.stalled, k.meta,
 		k.completed, k.failed, k.marker, k.delayed, k.pc, k.limiter)
 	first := w.seq.Add(int64(fetch)) - int64(fetch)
-	args := make([]any, 0, 7+12*len(reqs))
-	args = append(args, now, k.base, fetch, w.token, first, w.cfg.LockDuration.Milliseconds(), w.cfg.Name)
+	args := make([]any, 0, 8+12*len(reqs))
+	args = append(args, now, k.base, fetch, w.token, first, w.cfg.LockDuration.Milliseconds(), w.cfg.Name, w.trimAge(now))
 	for _, r := range reqs {
 		j := r.job
 		// A de: key with a TTL outlives the job (BullMQ leaves it alone on

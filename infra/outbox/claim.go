@@ -2,7 +2,6 @@ package outbox
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -102,8 +101,8 @@ const claimSQL = `
 func (d *Dispatcher) claim(ctx context.Context, wss []uuid.UUID, token string, limit int) ([]claimed, error) {
 	var out []claimed
 	var now time.Time
-	marks, seq := d.low.begin(wss)
-	st := scopedStmt{wss: wss, sql: claimSQL, args: []any{wss, limit, token, d.cfg.Lease.Milliseconds(), d.cfg.MaxAttempts, marks},
+	marks := d.low.begin(wss)
+	st := scopedStmt{wss: wss, sql: claimSQL, args: []any{wss, limit, token, d.cfg.Lease.Milliseconds(), d.cfg.MaxAttempts, marks.at},
 		read: func(rows pgx.Rows) (err error) {
 			out, now, err = collectClaimed(rows)
 			return err
@@ -116,7 +115,7 @@ func (d *Dispatcher) claim(ctx context.Context, wss []uuid.UUID, token string, l
 		return nil, fmt.Errorf("outbox.Dispatcher.claim: %w", err)
 	}
 	d.metrics.Claim.Observe(time.Since(start).Seconds())
-	d.low.advance(seq, now, out)
+	d.low.advance(marks, wss, now, out)
 	return out, nil
 }
 
@@ -131,9 +130,7 @@ func collectClaimed(rows pgx.Rows) (out []claimed, now time.Time, err error) {
 			&c.DueAt, &now, &c.AggregateType, &c.AggregateID); err != nil {
 			return nil, time.Time{}, err
 		}
-		if json.Unmarshal(meta, &c.Metadata) != nil {
-			c.Metadata = nil
-		}
+		c.Metadata = parseMetadata(meta)
 		out = append(out, c)
 	}
 	return out, now, rows.Err()

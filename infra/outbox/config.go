@@ -40,11 +40,12 @@ type DispatcherConfig struct {
 	Lease time.Duration
 	// PublishTimeout bounds one Publish call. Default 10s.
 	PublishTimeout time.Duration
-	// FullClaimInterval is how often the claims' low-water marks are forgotten, so that each
-	// workspace's next claim walks its whole due index range again (lowWater): it bounds the
-	// extra delay of an expired lease, of an event released by another process, and of an
+	// FullClaimInterval is how long a claim's low-water mark of a workspace is used: once in
+	// every such period (shifted per workspace, so that the workspaces' full scans spread
+	// over it) a workspace's claim walks its whole due index range again (lowWater): it bounds
+	// the extra delay of an expired lease, of an event released by another process, and of an
 	// event whose writer transaction ran longer than 5 s. Default Lease; negative keeps no marks
-	// (every claim walks the whole range, as before the marks).
+	// (every claim walks the whole range).
 	FullClaimInterval time.Duration
 	// PollInterval is the longest period of workspace discovery (outbox_due_workspaces),
 	// reached when discoveries keep finding nothing: it bounds the delay a lost wake-up can

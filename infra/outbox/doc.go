@@ -55,9 +55,10 @@
 // dead index entry that nothing can remove while an older snapshot is held (a long
 // REPEATABLE READ transaction), and a scan from the first entry would walk all of them. What
 // the mark may skip (an expired lease, an event another process released, a writer
-// transaction longer than 5 s) is claimed when the marks are forgotten: every
-// FullClaimInterval (default Lease), and at once after this dispatcher releases events or
-// fails to claim or mark.
+// transaction longer than 5 s) is claimed by the workspace's first claim of each period of
+// FullClaimInterval (default Lease; the periods are shifted per workspace, so that these full
+// scans spread out), which starts at the first entry; and every mark is forgotten at once
+// after this dispatcher releases events or fails to claim or mark.
 //
 // Every statement on outbox_events and outbox_dispatched runs in a transaction that first scopes it with
 // set_config(…, true): as app_user for the dispatcher and the Cleaner, as listing_operator

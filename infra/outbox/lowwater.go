@@ -1,6 +1,7 @@
 package outbox
 
 import (
+	"encoding/binary"
 	"sync"
 	"time"
 
@@ -24,21 +25,32 @@ import (
 //     time (next_attempt_at defaults to the writer's transaction start): the mark is set
 //     lowWaterMargin below the claim's now(), so only a writer transaction longer than that
 //     is late; and an expired lease (its dispatcher died, or its mark failed), or an event
-//     another process released, whose due time is older than the mark. Every
-//     FullClaimInterval the marks are forgotten, so each workspace's next claim starts at its
-//     first entry again and takes them: they are delayed by at most that interval.
-//   - Events this dispatcher releases, or whose claim or mark failed: the marks are
+//     another process released, whose due time is older than the mark. Time is cut into
+//     periods of FullClaimInterval, shifted per workspace (phase, from its id): a claim uses
+//     a workspace's mark only if a claim that began in the same period of that workspace
+//     derived it, so the first claim of each workspace in each period starts at its first
+//     entry and takes them: they are delayed by at most one period. The shift spreads those
+//     full scans over the period instead of making every workspace's next claim a full scan
+//     at once (under a held snapshot each one walks the workspace's dead entries).
+//   - Events this dispatcher releases, or whose claim or mark failed: every mark is
 //     forgotten at once.
 //
 // A claim stores the mark it derives only if no forget happened since it read the marks (a
 // claim that started before a release must not set a mark past the released events).
 type lowWater struct {
-	mu       sync.Mutex
-	marks    map[uuid.UUID]time.Time
-	seq      uint64        // bumped by every forget
-	every    time.Duration // < 0: no marks kept (every claim starts at the first entry)
-	margin   time.Duration
-	lastFull time.Time
+	mu     sync.Mutex
+	marks  map[uuid.UUID]mark
+	seq    uint64        // bumped by every forget
+	every  time.Duration // <= 0: no marks kept (every claim starts at the first entry)
+	margin time.Duration
+	now    func() time.Time
+}
+
+// mark is a workspace's low-water mark and the period (of that workspace) in which the
+// claim that derived it began.
+type mark struct {
+	at     time.Time
+	period int64
 }
 
 // lowWaterMargin is how far below the claim's now() a new mark is set: a writer
@@ -46,29 +58,48 @@ type lowWater struct {
 const lowWaterMargin = 5 * time.Second
 
 func newLowWater(every time.Duration) *lowWater {
-	return &lowWater{marks: map[uuid.UUID]time.Time{}, every: every, margin: lowWaterMargin, lastFull: time.Now()}
+	return &lowWater{marks: map[uuid.UUID]mark{}, every: every, margin: lowWaterMargin, now: time.Now}
 }
 
-// begin returns the marks of wss (the zero time: none, the claim starts at the workspace's
-// first entry) and the sequence number to pass to advance.
-func (l *lowWater) begin(wss []uuid.UUID) ([]time.Time, uint64) {
+// period returns the number of ws's current period at t: periods last l.every and are
+// shifted by a fraction of it derived from ws.
+func (l *lowWater) period(ws uuid.UUID, t time.Time) int64 {
+	phase := int64(binary.BigEndian.Uint64(ws[8:]) % uint64(l.every))
+	return (t.UnixNano() + phase) / int64(l.every)
+}
+
+// claimMarks is what begin hands a claim: the marks to start at and what advance needs.
+type claimMarks struct {
+	at      []time.Time // per workspace; the zero time: none, the scan starts at the first entry
+	periods []int64
+	seq     uint64
+}
+
+// begin returns the marks of wss for a claim beginning now.
+func (l *lowWater) begin(wss []uuid.UUID) claimMarks {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if time.Since(l.lastFull) >= l.every {
-		l.forgetLocked()
+	c := claimMarks{at: make([]time.Time, len(wss)), seq: l.seq}
+	if l.every <= 0 {
+		return c
 	}
-	out := make([]time.Time, len(wss))
+	now := l.now()
+	c.periods = make([]int64, len(wss))
 	for i, ws := range wss {
-		out[i] = l.marks[ws]
+		c.periods[i] = l.period(ws, now)
+		if m, ok := l.marks[ws]; ok && m.period == c.periods[i] {
+			c.at[i] = m.at
+		}
 	}
-	return out, l.seq
+	return c
 }
 
-// advance records the marks derived from a claim that read the marks at seq: per workspace
+// advance records the marks derived from a claim of wss that began with c: per workspace
 // that had rows claimed, the lowest due time among them, or the claim's now() less
-// lowWaterMargin when lower. Rows below the mark are then leased by a claim, or late.
-func (l *lowWater) advance(seq uint64, now time.Time, rows []claimed) {
-	if len(rows) == 0 || now.IsZero() || l.every < 0 {
+// lowWaterMargin when lower, in the period the claim began in. Rows below the mark are then
+// leased by a claim, or late.
+func (l *lowWater) advance(c claimMarks, wss []uuid.UUID, now time.Time, rows []claimed) {
+	if len(rows) == 0 || now.IsZero() || l.every <= 0 {
 		return
 	}
 	next := map[uuid.UUID]time.Time{}
@@ -85,11 +116,13 @@ func (l *lowWater) advance(seq uint64, now time.Time, rows []claimed) {
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if seq != l.seq {
+	if c.seq != l.seq {
 		return
 	}
-	for ws, m := range next {
-		l.marks[ws] = m
+	for i, ws := range wss {
+		if m, ok := next[ws]; ok {
+			l.marks[ws] = mark{at: m, period: c.periods[i]}
+		}
 	}
 }
 
@@ -97,11 +130,6 @@ func (l *lowWater) advance(seq uint64, now time.Time, rows []claimed) {
 func (l *lowWater) forget() {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.forgetLocked()
-}
-
-func (l *lowWater) forgetLocked() {
 	clear(l.marks)
 	l.seq++
-	l.lastFull = time.Now()
 }

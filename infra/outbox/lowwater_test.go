@@ -60,7 +60,7 @@ func TestClaimUnderHeldSnapshot(t *testing.T) {
 		// claim scans it (the workspace's low-water mark, or none), in a rolled-back transaction.
 		buffers := func() int64 {
 			bulkInsert(t, db, wss[:1], 1)
-			marks, _ := d.low.begin(wss[:1])
+			marks := d.low.begin(wss[:1]).at
 			tx, err := db.Owner.Begin(ctx)
 			require.NoError(t, err)
 			defer func() { _ = tx.Rollback(ctx) }()
@@ -116,4 +116,60 @@ func TestClaimUnderHeldSnapshot(t *testing.T) {
 	// them in the workspace); the scan with marks reads those of the last round only.
 	require.Greater(t, bufs[0][1], 5*bufs[0][0], "without marks the scan walks the dead entries (the test's control)")
 	require.Less(t, 4*bufs[1][1], bufs[0][1], "with marks the scan does not walk the dead entries")
+}
+
+// TestLowWaterPeriods: a workspace's mark is used only by claims that begin in the period
+// of that workspace in which it was derived, so each workspace's first claim of a period
+// starts at its first entry; the periods are shifted per workspace, so that those full
+// scans spread over the period instead of all falling on one claim.
+func TestLowWaterPeriods(t *testing.T) {
+	const every = 30 * time.Second
+	clock := time.Date(2026, 12, 4, 6, 0, 0, 0, time.UTC)
+	l := newLowWater(every)
+	l.now = func() time.Time { return clock }
+
+	ws := uuid.New()
+	// Move the clock to 1 s before ws's period ends.
+	p := l.period(ws, clock)
+	for l.period(ws, clock.Add(time.Second)) == p {
+		clock = clock.Add(time.Second)
+	}
+	due := clock.Add(-time.Minute)
+	c := l.begin([]uuid.UUID{ws})
+	require.True(t, c.at[0].IsZero(), "no mark yet: the claim starts at the first entry")
+	l.advance(c, []uuid.UUID{ws}, clock, []claimed{{WorkspaceID: ws, DueAt: due}})
+	require.Equal(t, due, l.begin([]uuid.UUID{ws}).at[0], "same period: the mark is used")
+
+	// A claim that began in this period and advances after it ended stores a mark of this
+	// period: the next period's first claim still starts at the first entry.
+	c = l.begin([]uuid.UUID{ws})
+	clock = clock.Add(time.Second)
+	l.advance(c, []uuid.UUID{ws}, clock, []claimed{{WorkspaceID: ws, DueAt: due}})
+	c = l.begin([]uuid.UUID{ws})
+	require.True(t, c.at[0].IsZero(), "a new period: the first claim starts at the first entry")
+	l.advance(c, []uuid.UUID{ws}, clock, []claimed{{WorkspaceID: ws, DueAt: due}})
+	require.Equal(t, due, l.begin([]uuid.UUID{ws}).at[0])
+
+	// forget drops every mark, and a claim that began before it stores none.
+	c = l.begin([]uuid.UUID{ws})
+	l.forget()
+	l.advance(c, []uuid.UUID{ws}, clock, []claimed{{WorkspaceID: ws, DueAt: due}})
+	require.True(t, l.begin([]uuid.UUID{ws}).at[0].IsZero())
+
+	// Spread: of 1,000 workspaces, the share whose period ends within the next tenth of a
+	// period is about a tenth (all or none if the periods were not shifted).
+	ends := 0
+	for range 1000 {
+		w := uuid.New()
+		if l.period(w, clock) != l.period(w, clock.Add(every/10)) {
+			ends++
+		}
+	}
+	require.InDelta(t, 100, ends, 50, "workspaces whose period ends in the next tenth of it")
+
+	// Negative interval: no marks at all.
+	off := newLowWater(-1)
+	c = off.begin([]uuid.UUID{ws})
+	off.advance(c, []uuid.UUID{ws}, clock, []claimed{{WorkspaceID: ws, DueAt: due}})
+	require.True(t, off.begin([]uuid.UUID{ws}).at[0].IsZero())
 }

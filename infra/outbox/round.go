@@ -2,7 +2,6 @@ package outbox
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -70,7 +69,7 @@ func toMessage(c claimed) (*message.Message, error) {
 	if tp, ts := c.Metadata[MetadataTraceParent], c.Metadata[MetadataTraceState]; tp != "" || ts != "" {
 		jd.Trace = &worker.Trace{TraceParent: tp, TraceState: ts}
 	}
-	b, err := json.Marshal(jd)
+	b, err := jd.AppendJSON(make([]byte, 0, 256+len(c.Payload)))
 	if err != nil {
 		return nil, err
 	}
