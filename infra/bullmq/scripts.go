@@ -283,7 +283,9 @@ end
 //     snz + 1 and snzms + delay instead;
 //   - "handback": to the front of wait, no attempt counted.
 //
-// Unlike BullMQ, the locks of the batch are read in one MGET, the events stream is trimmed by the XADD of each completed
+// Unlike BullMQ, the locks of the batch are read in one MGET, a settled job is
+// not removed from the stalled set (the stalled check passes over ids no longer
+// in active, as Node's does: LREM finds nothing), the events stream is trimmed by the XADD of each completed
 // or failed event (MAXLEN ~, the same bound) rather than by an XTRIM first,
 // the meta is read once per call, and the trim of finished jobs by age runs
 // only when ARGV[8] is "1" (the Worker asks for it at most once a second:
@@ -328,7 +330,6 @@ local trims = {}
 local n = (#KEYS - 12) / 3
 local codes = {}
 local locks = {}
-local released = {}
 local zadds = {}
 
 local function finish(jobId, jk, dk, a, target)
@@ -444,7 +445,6 @@ for i = 1, n do
   if current == ARGV[a + 1] then
     code = 0
     locks[#locks + 1] = lk
-    released[#released + 1] = jobId
   elseif rcall("EXISTS", jk) == 0 then
     code = -1
   elseif current then
@@ -471,7 +471,6 @@ end
 
 if #locks > 0 then
   rcall("DEL", unpack(locks))
-  rcall("SREM", K.stalled, unpack(released))
 end
 for set, z in pairs(zadds) do
   rcall("ZADD", set, unpack(z))
