@@ -53,7 +53,7 @@ func (e Envelope) AppendJSON(b []byte) ([]byte, error) {
 			return nil, fmt.Errorf("worker.Envelope: payload: %w", err)
 		}
 		b = buf.Bytes()
-		if bytes.ContainsAny(b[n:], "<>&\u2028\u2029") {
+		if needsHTMLEscape(b[n:]) {
 			// json.Marshal also escapes these within a json.RawMessage.
 			var esc bytes.Buffer
 			json.HTMLEscape(&esc, b[n:])
@@ -88,6 +88,18 @@ func (e Envelope) AppendJSON(b []byte) ([]byte, error) {
 		b = append(b, '}')
 	}
 	return append(b, '}'), nil
+}
+
+// needsHTMLEscape reports whether compact JSON b may hold what json.HTMLEscape changes:
+// <, >, & or the first byte of U+2028 and U+2029 (a byte loop: bytes.ContainsAny decodes
+// runes when its set is not ASCII).
+func needsHTMLEscape(b []byte) bool {
+	for _, c := range b {
+		if c == '<' || c == '>' || c == '&' || c == 0xE2 {
+			return true
+		}
+	}
+	return false
 }
 
 // appendJSONString appends s as encoding/json writes a string: HTML characters, U+2028 and
