@@ -129,10 +129,10 @@ type locksOperationKey struct{}
 
 // LockingOperation marks ctx for a step that changes a task and then its operation (the worker's
 // lifecycle): a task repository's locking read (Update, UpdateAtCommit) in it also locks and
-// reads the task's operation, in the same round trip, and the operations repository's next
-// locking read of that operation in the transaction returns it without a round trip of its own.
-// The locks are taken in the order task, then operation, as the step would take them. An
-// adapter that cannot do so ignores the mark.
+// reads the task's operation, in the same round trip (PostgreSQL: the same statement), and the
+// operations repository's next locking read of that operation in the transaction returns it
+// without a round trip of its own. The locks are taken in the order task, then operation, as
+// the step would take them. An adapter that cannot do so ignores the mark.
 func LockingOperation(ctx context.Context) context.Context {
 	return context.WithValue(ctx, locksOperationKey{}, true)
 }

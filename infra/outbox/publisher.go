@@ -232,9 +232,10 @@ func (p *EventPublisher) EventBus(ctx context.Context) (*cqrs.EventBus, error) {
 }
 
 // atCommit is the watermill-sql executor of EventBus: each insert the publisher builds is
-// queued on the transaction of ctx with postgres.BeforeCommit, so it travels to the server
-// in the COMMIT's round trip (every event of a transaction, however many Publish calls,
-// costs no round trip of its own). A failing insert (a duplicate event id, a row outside the
+// queued on the transaction of ctx with postgres.BeforeCommitWrite, so it travels to the
+// server in the COMMIT's round trip (every event of a transaction, however many Publish
+// calls, costs no round trip of its own), and may be one statement with the other writes
+// queued for the COMMIT (the task's and the operation's updates of a worker's step). A failing insert (a duplicate event id, a row outside the
 // transaction's workspace) fails the COMMIT: the transaction rolls back, and its owner gets
 // the error from the commit instead of from Publish. The rows are therefore not visible
 // inside their own transaction; nothing reads them there (the dispatcher reads committed
@@ -242,7 +243,7 @@ func (p *EventPublisher) EventBus(ctx context.Context) (*cqrs.EventBus, error) {
 type atCommit struct{ ctx context.Context }
 
 func (e atCommit) ExecContext(_ context.Context, query string, args ...any) (wsql.Result, error) {
-	err := postgres.BeforeCommit(e.ctx, func(err error) error {
+	err := postgres.BeforeCommitWrite(e.ctx, "outbox_events", func(err error) error {
 		return fmt.Errorf("outbox.EventPublisher.Publish: %w", err)
 	}, query, args...)
 	return queuedResult{}, err

@@ -18,11 +18,13 @@ import (
 // in one transaction, instead of one transaction each. A step that arrives while fewer than
 // maxLeaders group transactions run starts one at once (alone, at low load: no wait); one that
 // arrives while they all run waits for the next, which takes every step waiting, up to
-// maxGroup. Each step runs under its own workspace's RLS scope: the transaction's
-// app.workspace_id is set to the step's workspace before the step runs, and again, in the
-// COMMIT's round trip, before the statements the step queued with BeforeCommit (its outbox
-// rows). When a step fails, the group's transaction rolls back and every step of it runs
-// again alone, in a transaction of its own: a failing step never fails another one.
+// maxGroup. Each step runs under its own workspace's RLS scope: the group's steps run ordered
+// by workspace, and the transaction's app.workspace_id is set before the first step of each
+// workspace. The statements a step queues with BeforeCommit (its last writes of the task and
+// the operation, its outbox rows) run under its scope right after it, sent in the round trip
+// of the next step's first statement, or of the COMMIT. When a step fails (or a statement it
+// queued), the group's transaction rolls back and every step of it runs again alone, in a
+// transaction of its own: a failing step never fails another one.
 const (
 	maxGroup   = 32
 	maxLeaders = 4
@@ -149,22 +151,26 @@ func (g *grouper) lead(ctx context.Context, pool *pgxpool.Pool, first *groupUnit
 
 // runGroup runs the steps of batch in one transaction, each under its workspace's scope,
 // and commits: nil when every step returned nil and the commit succeeded, else the first
-// error (a step's, or the commit's). The BEGIN and the first scope travel with the first
-// statement a step sends (groupTx), or with the COMMIT when no step sent any; a transaction
-// that sent nothing at all is never begun.
+// error (a step's, or the commit's). Steps of the same workspace run one after another, under
+// one scope change. What is pending (the BEGIN and the first scope, a scope change, the
+// statements the step before queued with BeforeCommit) travels with the first statement a
+// step sends (groupTx), or with the COMMIT; a transaction that sent nothing and queued
+// nothing is never begun.
 func runGroup(ctx context.Context, pool *pgxpool.Pool, batch []*groupUnit) error {
 	// Same workspaces next to each other: one scope change per workspace.
-	order := slices.Clone(batch)
-	slices.SortStableFunc(order, func(a, b *groupUnit) int { return slices.Compare(a.ws[:], b.ws[:]) })
+	order := batch
+	if len(batch) > 1 {
+		order = slices.Clone(batch)
+		slices.SortStableFunc(order, func(a, b *groupUnit) int { return slices.Compare(a.ws[:], b.ws[:]) })
+	}
 	conn, err := pool.Acquire(ctx)
 	if err != nil {
 		return fmt.Errorf("postgres.InGroupTx: begin: %w", TranslateError(err))
 	}
 	// Released last: a connection left inside a transaction is closed by the pool, not reused.
 	defer conn.Release()
-	first := order[0].ws.String()
 	gtx := &groupTx{Tx: &connTx{conn: conn.Conn()}, pending: []queued{
-		{sql: "BEGIN ISOLATION LEVEL READ COMMITTED"}, {sql: scopeSQL, args: []any{first, ""}}}}
+		{sql: beginSQL}, {sql: scopeSQL, args: []any{order[0].ws.String(), ""}}}}
 	st := &scopedTx{tx: gtx, scope: Scope{WorkspaceID: order[0].ws}}
 	committed := false
 	defer func() {
@@ -173,33 +179,37 @@ func runGroup(ctx context.Context, pool *pgxpool.Pool, batch []*groupUnit) error
 			_, _ = conn.Exec(context.WithoutCancel(ctx), "ROLLBACK")
 		}
 	}()
-	if order[len(order)-1].ws != order[0].ws {
-		// At the COMMIT the scope is the last step's: the first workspace's queued
-		// statements get theirs back first.
-		st.beforeCommit = append(st.beforeCommit, queued{sql: groupScopeSQL, args: []any{first}})
-	}
 	tctx := context.WithValue(ctx, txKey{}, st)
+	queuedAny := false
 	for _, u := range order {
 		if u.ws != st.scope.WorkspaceID {
-			switchScope(st, u.ws)
+			gtx.setScope(u.ws.String())
+			st.scope.WorkspaceID = u.ws
 		}
 		st.locked = nil // what a step kept is its own
 		if err := u.fn(tctx); err != nil {
 			return err
 		}
+		// The step's queued statements, under its scope, go with what the next step sends
+		// first, or with the COMMIT.
+		if len(st.beforeCommit) > 0 {
+			queuedAny = true
+			gtx.pending = append(gtx.pending, st.beforeCommit...)
+			st.beforeCommit = nil
+		}
 	}
 	committed = true // a failed commit has ended the transaction too
-	stmts := st.beforeCommit
-	if !gtx.begun {
-		if len(stmts) == 0 {
-			// Nothing was sent and nothing is queued: no transaction to end.
-			gtx.pending = nil
-			runHooks(st)
-			return nil
-		}
-		stmts = append(gtx.take()[:2:2], stmts...) // the BEGIN and the first scope
+	if !gtx.begun && !queuedAny {
+		// Nothing was sent and nothing is queued: no transaction to end.
+		gtx.pending = nil
+		runHooks(st)
+		return nil
 	}
-	gtx.pending = nil // scope changes no statement followed: the queued ones carry their own
+	stmts := gtx.pending
+	for len(stmts) > 0 && stmts[len(stmts)-1].sql == groupScopeSQL {
+		stmts = stmts[:len(stmts)-1] // a scope change no statement followed
+	}
+	gtx.pending = nil
 	if err := commit(ctx, conn, gtx, stmts); err != nil {
 		return fmt.Errorf("postgres.InGroupTx: commit: %w", TranslateError(err))
 	}
@@ -214,17 +224,11 @@ func runHooks(st *scopedTx) {
 	}
 }
 
+// beginSQL begins a group transaction.
+const beginSQL = "BEGIN ISOLATION LEVEL READ COMMITTED"
+
 // groupScopeSQL sets the workspace of the rest of a group transaction (the user stays none).
 const groupScopeSQL = `SELECT set_config('app.workspace_id', $1, true)`
-
-// switchScope moves the group transaction of st to workspace ws: for the statements the next
-// step runs (sent with its first statement, groupTx), and at the COMMIT, before the statements
-// it queues (BeforeCommit).
-func switchScope(st *scopedTx, ws uuid.UUID) {
-	st.tx.(*groupTx).setScope(ws.String())
-	st.beforeCommit = append(st.beforeCommit, queued{sql: groupScopeSQL, args: []any{ws.String()}})
-	st.scope.WorkspaceID = ws
-}
 
 // groupTx is the transaction of a group as its steps see it: what is pending (the BEGIN and
 // the first scope, or a scope change) travels to the server in the round trip of the next
@@ -237,18 +241,26 @@ type groupTx struct {
 	begun bool
 }
 
-// setScope makes ws the scope of the next statement.
+// setScope makes ws the scope of what is sent or queued next.
 func (t *groupTx) setScope(ws string) {
-	if n := len(t.pending); n > 0 && t.pending[n-1].sql == groupScopeSQL {
-		t.pending[n-1].args = []any{ws} // the previous step sent nothing under its scope
-		return
+	if n := len(t.pending); n > 0 {
+		// The previous scope has no statement after it: it changes.
+		switch last := &t.pending[n-1]; last.sql {
+		case groupScopeSQL:
+			last.args = []any{ws}
+			return
+		case scopeSQL:
+			last.args = []any{ws, ""}
+			return
+		}
 	}
 	t.pending = append(t.pending, queued{sql: groupScopeSQL, args: []any{ws}})
 }
 
-// take returns what is pending, as sent from now on.
+// take returns what is pending, as sent from now on (writes of one table run merged, see
+// mergeWrites).
 func (t *groupTx) take() []queued {
-	p := t.pending
+	p := mergeWrites(t.pending)
 	t.pending = nil
 	t.begun = true
 	return p
@@ -262,7 +274,7 @@ func (t *groupTx) flush(ctx context.Context) error {
 	br := t.sendPending(ctx, b)
 	err := br.(*skipFirst).first()
 	if cerr := br.Close(); err == nil && cerr != nil {
-		err = fmt.Errorf("postgres.InGroupTx: scope: %w", cerr)
+		err = fmt.Errorf("postgres.InGroupTx: %w", cerr)
 	}
 	return err
 }
@@ -275,7 +287,7 @@ func (t *groupTx) sendPending(ctx context.Context, b *pgx.Batch) pgx.BatchResult
 		qs = append(qs, &pgx.QueuedQuery{SQL: q.sql, Arguments: q.args})
 	}
 	b.QueuedQueries = append(qs, b.QueuedQueries...)
-	return &skipFirst{BatchResults: t.Tx.SendBatch(ctx, b), n: len(pending)}
+	return &skipFirst{BatchResults: t.Tx.SendBatch(ctx, b), pending: pending}
 }
 
 func (t *groupTx) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
@@ -331,21 +343,31 @@ func (t *groupTx) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 	return &batchRow{br: br}
 }
 
-// skipFirst reads (and drops) the results of the n statements queued first (the BEGIN and
-// the scope changes that were pending).
+// skipFirst reads (and drops) the results of the statements that were pending (the BEGIN,
+// scope changes, and the statements the steps before queued with BeforeCommit). A pending
+// statement that fails is not the sending step's: its error reaches that step opaque (the
+// group fails, and each step runs again alone, where it reports its own).
 type skipFirst struct {
 	pgx.BatchResults
-	n    int
-	done bool
-	err  error
+	pending []queued
+	done    bool
+	err     error
 }
 
 func (s *skipFirst) first() error {
 	if !s.done {
 		s.done = true
-		for range s.n {
+		for _, q := range s.pending {
 			if _, err := s.BatchResults.Exec(); err != nil {
-				s.err = fmt.Errorf("postgres.InGroupTx: scope: %w", err)
+				switch q.sql {
+				case groupScopeSQL, scopeSQL, beginSQL:
+					s.err = fmt.Errorf("postgres.InGroupTx: scope: %w", err)
+				default:
+					if q.onErr != nil {
+						err = q.onErr(err)
+					}
+					s.err = fmt.Errorf("postgres.InGroupTx: a statement an earlier step of the group queued failed: %v", err)
+				}
 				break
 			}
 		}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/stretchr/testify/require"
 
 	"github.com/listingkit/listing/domain"
@@ -28,7 +29,9 @@ func TestInGroupTxCommitsConcurrentStepsTogether(t *testing.T) {
 		ALTER TABLE group_probe ENABLE ROW LEVEL SECURITY, FORCE ROW LEVEL SECURITY;
 		CREATE POLICY group_probe_tenant ON group_probe USING (workspace_id = app_workspace_id())
 			WITH CHECK (workspace_id = app_workspace_id());
-		GRANT SELECT, INSERT ON group_probe TO app_user`)
+		GRANT SELECT, INSERT ON group_probe TO app_user;
+		CREATE TABLE group_unique (k int PRIMARY KEY); INSERT INTO group_unique VALUES (1);
+		GRANT SELECT, INSERT ON group_unique TO app_user`)
 	require.NoError(t, err)
 	tr := postgres.Transactor{Pool: db.App}
 	wss := []uuid.UUID{uuid.New(), uuid.New(), uuid.New()}
@@ -37,7 +40,8 @@ func TestInGroupTxCommitsConcurrentStepsTogether(t *testing.T) {
 	boom := errors.New("boom")
 	// step i writes a row now and one at the COMMIT, both under its workspace's scope, sees
 	// none of the other workspaces' rows, and notes its transaction when it has committed.
-	step := func(i int, ws uuid.UUID, fail bool, hold chan struct{}, committed func(int64)) func(ctx context.Context) error {
+	// With fail, it fails; with failQueued, a statement it queues for the COMMIT fails.
+	step := func(i int, ws uuid.UUID, fail, failQueued bool, hold chan struct{}, committed func(int64)) func(ctx context.Context) error {
 		return func(ctx context.Context) error {
 			tx, scope, err := postgres.TxFromContext(ctx)
 			require.NoError(t, err)
@@ -51,8 +55,19 @@ func TestInGroupTxCommitsConcurrentStepsTogether(t *testing.T) {
 			if _, err := tx.Exec(ctx, `INSERT INTO group_probe VALUES ($1, $2, false)`, ws, i); err != nil {
 				return err
 			}
-			if err := postgres.BeforeCommit(ctx, nil, `INSERT INTO group_probe VALUES ($1, $2, true)`, ws, i); err != nil {
+			if i%2 == 0 {
+				err = postgres.BeforeCommit(ctx, nil, `INSERT INTO group_probe VALUES ($1, $2, true)`, ws, i)
+			} else {
+				err = postgres.BeforeCommitWrite(ctx, "group_probe", nil, `INSERT INTO group_probe VALUES ($1, $2, true)`, ws, i)
+			}
+			if err != nil {
 				return err
+			}
+			if failQueued {
+				if err := postgres.BeforeCommitWrite(ctx, "group_unique", func(err error) error { return errors.Join(boom, err) },
+					`INSERT INTO group_unique VALUES ($1)`, 1); err != nil {
+					return err
+				}
 			}
 			if err := postgres.AfterCommit(ctx, nil, func() { hooks.Add(1); committed(txid) }); err != nil {
 				return err
@@ -68,9 +83,10 @@ func TestInGroupTxCommitsConcurrentStepsTogether(t *testing.T) {
 	}
 
 	// round: four steps hold every group transaction open; the waiting ones that arrive
-	// meanwhile then commit together. Steps are numbered from base; the one at fail fails.
+	// meanwhile then commit together. Steps are numbered from base; the one at fail fails,
+	// the one at failQueued queues a statement that fails.
 	const waiting = 24
-	round := func(base, fail int) ([]error, map[int64]int) {
+	round := func(base, fail, failQueued int) ([]error, map[int64]int) {
 		var mu sync.Mutex
 		txids := map[int64]int{}
 		committed := func(id int64) { mu.Lock(); txids[id]++; mu.Unlock() }
@@ -79,7 +95,7 @@ func TestInGroupTxCommitsConcurrentStepsTogether(t *testing.T) {
 		var wg sync.WaitGroup
 		for i := range 4 {
 			wg.Go(func() {
-				errs[i] = tr.InGroupTx(ctx, wss[i%3], uuid.Nil, step(base+i, wss[i%3], false, hold, committed))
+				errs[i] = tr.InGroupTx(ctx, wss[i%3], uuid.Nil, step(base+i, wss[i%3], false, false, hold, committed))
 			})
 		}
 		require.Eventually(t, func() bool {
@@ -89,7 +105,7 @@ func TestInGroupTxCommitsConcurrentStepsTogether(t *testing.T) {
 		}, 10*time.Second, 10*time.Millisecond)
 		for i := 4; i < 4+waiting; i++ {
 			wg.Go(func() {
-				errs[i] = tr.InGroupTx(ctx, wss[i%3], uuid.Nil, step(base+i, wss[i%3], base+i == fail, nil, committed))
+				errs[i] = tr.InGroupTx(ctx, wss[i%3], uuid.Nil, step(base+i, wss[i%3], base+i == fail, base+i == failQueued, nil, committed))
 			})
 		}
 		time.Sleep(200 * time.Millisecond) // let them queue
@@ -98,7 +114,7 @@ func TestInGroupTxCommitsConcurrentStepsTogether(t *testing.T) {
 		return errs, txids
 	}
 
-	errs, txids := round(0, -1)
+	errs, txids := round(0, -1, -1)
 	for i, err := range errs {
 		require.NoError(t, err, "step %d", i)
 	}
@@ -106,7 +122,7 @@ func TestInGroupTxCommitsConcurrentStepsTogether(t *testing.T) {
 	// The waiting steps shared transactions: far fewer commits than steps.
 	require.Less(t, len(txids), 4+waiting/2, "transactions of the %d steps: %v", 4+waiting, txids)
 
-	errs, _ = round(100, 110)
+	errs, _ = round(100, 110, -1)
 	for i, err := range errs {
 		if 100+i == 110 {
 			require.ErrorIs(t, err, boom)
@@ -114,20 +130,35 @@ func TestInGroupTxCommitsConcurrentStepsTogether(t *testing.T) {
 		}
 		require.NoError(t, err, "step %d", 100+i)
 	}
+	// A statement queued by a step in the middle of a group (sent with the next step's first
+	// statement) fails: that step fails alone, with its statement's error, named.
+	errs, _ = round(200, -1, 213)
+	for i, err := range errs {
+		if 200+i == 213 {
+			require.ErrorIs(t, err, boom)
+			var pe *pgconn.PgError
+			require.ErrorAs(t, err, &pe)
+			require.Equal(t, "23505", pe.Code)
+			continue
+		}
+		require.NoError(t, err, "step %d", 200+i)
+	}
 
 	// Every step but the failing one committed once, both rows, in its workspace.
 	var rows, dups, failed int
 	require.NoError(t, db.Owner.QueryRow(ctx, `SELECT count(*), count(*) - count(DISTINCT (step, at_commit)),
 		count(*) FILTER (WHERE step = 110) FROM group_probe`).Scan(&rows, &dups, &failed))
-	require.Equal(t, 2*(2*(4+waiting)-1), rows)
+	require.Equal(t, 2*(3*(4+waiting)-2), rows)
 	require.Zero(t, dups)
 	require.Zero(t, failed)
-	for _, i := range []int{0, 5, 27, 100, 109, 111, 127} {
+	require.NoError(t, db.Owner.QueryRow(ctx, `SELECT count(*) FROM group_probe WHERE step = 213`).Scan(&failed))
+	require.Zero(t, failed)
+	for _, i := range []int{0, 5, 27, 100, 109, 111, 127, 200, 212, 214, 227} {
 		var n int
 		require.NoError(t, db.Owner.QueryRow(ctx, `SELECT count(*) FROM group_probe WHERE step = $1 AND workspace_id = $2`, i, wss[(i%100)%3]).Scan(&n))
 		require.Equal(t, 2, n, "step %d", i)
 	}
-	require.EqualValues(t, 2*(4+waiting)-1, hooks.Load(), "one after-commit hook per committed step")
+	require.EqualValues(t, 3*(4+waiting)-2, hooks.Load(), "one after-commit hook per committed step")
 }
 
 // UpdateAtCommit's write reaches the row with the COMMIT, and not at all when the

@@ -8,6 +8,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/stretchr/testify/require"
 
 	"github.com/listingkit/listing/app/port"
@@ -129,4 +130,78 @@ func TestLockingOperationReadsTheOperationWithTheTask(t *testing.T) {
 	require.NoError(t, db.Owner.QueryRow(ctx, `SELECT valid, attempts FROM store_verifications WHERE id = $1`, task.ID).Scan(&valid, &attempts))
 	require.True(t, valid != nil && *valid)
 	require.Equal(t, task.Attempts+1, attempts)
+}
+
+// The task's and its operation's locking read locks the task first: while another
+// transaction holds the operation's row lock, the read waits with the task already locked.
+// A task whose operation is out of sight (another workspace's) is read and locked without
+// it, and the operations repository then reports the operation missing, as without the mark.
+func TestLockingOperationLocksTheTaskFirst(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	ws, other := uuid.New(), uuid.New()
+	store := domain.Store{ID: uuid.New(), WorkspaceID: ws, CredentialsVersion: 1}
+	_, err := db.Owner.Exec(ctx, `INSERT INTO workspaces (id, name) VALUES ($1, 'ws'), ($2, 'other')`, ws, other)
+	require.NoError(t, err)
+	_, err = db.Owner.Exec(ctx, `INSERT INTO stores (id, workspace_id, platform, shop_id, name, status)
+		VALUES ($1, $2, 'sandbox', $3, 'test', 'verified')`, store.ID, ws, store.ID.String())
+	require.NoError(t, err)
+	ops, tasks := postgres.NewOperations(), postgres.NewStoreVerifications()
+	now := time.Now().UTC().Truncate(time.Microsecond)
+	op := domain.NewOperation(ws, uuid.Nil, "store.verify", "store", store.ID, now)
+	task := domain.NewStoreVerification(uuid.New(), ws, op.ID, store, now)
+	tr := postgres.Transactor{Pool: db.App}
+	require.NoError(t, tr.InTx(ctx, ws, uuid.Nil, func(ctx context.Context) error {
+		require.NoError(t, ops.Insert(ctx, op))
+		return tasks.Insert(ctx, task)
+	}))
+
+	holder, err := db.Owner.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = holder.Rollback(context.WithoutCancel(ctx)) }()
+	_, err = holder.Exec(ctx, `SELECT 1 FROM operations WHERE id = $1 FOR UPDATE`, op.ID)
+	require.NoError(t, err)
+	read := make(chan error, 1)
+	go func() {
+		read <- tr.InTx(ctx, ws, uuid.Nil, func(ctx context.Context) error {
+			_, err := tasks.Update(port.LockingOperation(ctx), task.ID, func(*domain.StoreVerification) error { return nil })
+			return err
+		})
+	}()
+	require.Eventually(t, func() bool {
+		var n int
+		require.NoError(t, db.Owner.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
+			WHERE datname = $1 AND wait_event_type = 'Lock' AND query LIKE '%FOR UPDATE OF t, o%'`, db.Name).Scan(&n))
+		return n == 1
+	}, 10*time.Second, 10*time.Millisecond, "the read waits for the operation's lock")
+	_, err = db.Owner.Exec(ctx, `SELECT 1 FROM store_verifications WHERE id = $1 FOR UPDATE NOWAIT`, task.ID)
+	var pe *pgconn.PgError
+	require.ErrorAs(t, err, &pe, "the task is locked while the read waits for the operation")
+	require.Equal(t, postgres.CodeLockNotAvailable, pe.Code)
+	require.NoError(t, holder.Rollback(ctx))
+	require.NoError(t, <-read)
+
+	// An operation out of sight: the task alone.
+	hidden := domain.NewOperation(other, uuid.Nil, "store.verify", "store", store.ID, now)
+	orphan := domain.NewStoreVerification(uuid.New(), ws, hidden.ID, store, now)
+	_, err = db.Owner.Exec(ctx, `INSERT INTO operations (id, workspace_id, type, status, resource_type, resource_id, version, created_at, updated_at)
+		VALUES ($1, $2, 'store.verify', 'pending', 'store', $3, 1, now(), now())`, hidden.ID, other, store.ID)
+	require.NoError(t, err)
+	require.NoError(t, tr.InTx(ctx, ws, uuid.Nil, func(ctx context.Context) error { return tasks.Insert(ctx, orphan) }))
+	err = tr.InTx(ctx, ws, uuid.Nil, func(ctx context.Context) error {
+		got, err := tasks.Update(port.LockingOperation(ctx), orphan.ID, func(*domain.StoreVerification) error { return nil })
+		require.NoError(t, err)
+		require.Equal(t, orphan.ID, got.ID)
+		_, err = ops.Update(ctx, hidden.ID, func(*domain.Operation) error { return nil })
+		return err
+	})
+	require.ErrorIs(t, err, domain.ErrOperationNotFound)
+	// And no task at all: the task's not-found error.
+	err = tr.InTx(ctx, ws, uuid.Nil, func(ctx context.Context) error {
+		_, err := tasks.Update(port.LockingOperation(ctx), uuid.New(), func(*domain.StoreVerification) error { return nil })
+		return err
+	})
+	require.ErrorIs(t, err, domain.ErrStoreVerificationNotFound)
 }

@@ -46,8 +46,9 @@ type Repository[T any] struct {
 	// updateArgs are the indexes in columns of the update's parameters, in order: the id,
 	// then every column but workspace_id and created_at, which never change.
 	updateArgs []int
-	// lockOperation is the locking read of the operation of row $1, for a task table (one with
-	// an operation_id column): sent with the task's own locking read (port.LockingOperation).
+	// lockOperation is the locking read of row $1 and of its operation, in one statement, for
+	// a task table (one with an operation_id column; port.LockingOperation): the task's columns,
+	// then the operation's, the task's row locked first.
 	lockOperation string
 }
 
@@ -71,8 +72,10 @@ func newRepository[T any](t table[T]) *Repository[T] {
 	}
 	lockOperation := ""
 	if t.name != operationsTable && slices.Contains(t.columns, "operation_id") {
-		lockOperation = "SELECT " + strings.Join(operationColumns, ", ") + " FROM " + operationsTable +
-			" WHERE id = (SELECT operation_id FROM " + t.name + " WHERE id = $1) FOR UPDATE"
+		// FOR UPDATE OF t, o locks each joined row's task, then its operation (the executor
+		// locks the row marks in the order the clause names them).
+		lockOperation = "SELECT " + qualified("t", t.columns) + ", " + qualified("o", operationColumns) +
+			" FROM " + t.name + " t JOIN " + operationsTable + " o ON o.id = t.operation_id WHERE t.id = $1 FOR UPDATE OF t, o"
 	}
 	return &Repository[T]{
 		lockOperation: lockOperation,
@@ -135,34 +138,40 @@ func (r *Repository[T]) get(ctx context.Context, id uuid.UUID, lock string) (T, 
 }
 
 // getWithOperation is get under a row lock that also locks the task's operation and keeps it
-// for the operations repository's next locking read (port.LockingOperation): both statements
-// in one round trip, the task's lock first.
+// for the operations repository's next locking read (port.LockingOperation): one statement
+// (a join), the task's lock first. A task whose operation is not in sight is read again
+// alone, under its lock: the operations repository then reads (and reports) the operation
+// itself.
 func (r *Repository[T]) getWithOperation(ctx context.Context, tx pgx.Tx, id uuid.UUID) (v T, err error) {
-	b := &pgx.Batch{}
-	b.Queue(r.sel+" WHERE id = $1 FOR UPDATE", id)
-	b.Queue(r.lockOperation, id)
-	br := tx.SendBatch(ctx, b)
-	defer func() {
-		if cerr := br.Close(); err == nil && cerr != nil {
-			var zero T
-			v, err = zero, fmt.Errorf("%s: %w", r.op("Get"), TranslateError(cerr))
-		}
-	}()
-	if err := br.QueryRow().Scan(r.t.scan(&v)...); errors.Is(err, pgx.ErrNoRows) {
-		return v, r.t.notFound
-	} else if err != nil {
-		return v, fmt.Errorf("%s: %w", r.op("Get"), TranslateError(err))
-	}
 	var o domain.Operation
-	switch err := br.QueryRow().Scan(operationScan(&o)...); {
+	err = tx.QueryRow(ctx, r.lockOperation, id).Scan(append(r.t.scan(&v), operationScan(&o)...)...)
+	switch {
 	case errors.Is(err, pgx.ErrNoRows):
-		// No operation in sight: the operations repository reads (and reports) it itself.
-	case err != nil:
-		return v, fmt.Errorf("%s: operation: %w", r.op("Get"), TranslateError(err))
-	default:
+		// No task, or no operation in sight: the task alone.
+		err = tx.QueryRow(ctx, r.sel+" WHERE id = $1 FOR UPDATE", id).Scan(r.t.scan(&v)...)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return v, r.t.notFound
+		}
+	case err == nil:
 		keepLocked(ctx, operationsTable, o.ID, o)
 	}
+	if err != nil {
+		var zero T
+		return zero, fmt.Errorf("%s: %w", r.op("Get"), TranslateError(err))
+	}
 	return v, nil
+}
+
+// qualified returns columns, each prefixed with alias, comma-separated.
+func qualified(alias string, columns []string) string {
+	var b strings.Builder
+	for i, c := range columns {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString(alias + "." + c)
+	}
+	return b.String()
 }
 
 // Update implements port.Repository.
@@ -195,7 +204,7 @@ func (r *Repository[T]) UpdateAtCommit(ctx context.Context, id uuid.UUID, fn fun
 	}
 	dropLocked(ctx, r.t.name, id)
 	op := r.op("Save")
-	if err := BeforeCommit(ctx, func(err error) error { return fmt.Errorf("%s: %w", op, err) }, r.update, r.updateArgsOf(&v)...); err != nil {
+	if err := BeforeCommitWrite(ctx, r.t.name, func(err error) error { return fmt.Errorf("%s: %w", op, err) }, r.update, r.updateArgsOf(&v)...); err != nil {
 		var zero T
 		return zero, err
 	}

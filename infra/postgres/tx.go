@@ -90,6 +90,8 @@ type queued struct {
 	sql   string
 	args  []any
 	onErr func(error) error
+	// table is the table a BeforeCommitWrite statement writes ("" for any other statement).
+	table string
 }
 
 // ErrNoTx is returned by TxFromContext when the context carries no transaction: repositories
@@ -136,7 +138,8 @@ func AfterCommit(ctx context.Context, key any, fn func()) error {
 
 // BeforeCommit queues a statement to run at the end of the transaction of ctx, after fn has
 // returned nil, sent to the server in the same round trip as the COMMIT (saving one round
-// trip per statement). Queued statements run in order. Their results are not read: to stop the
+// trip per statement); in a group transaction (InGroupTx), at the end of the step, in the
+// round trip of the next step's first statement or of the COMMIT. Queued statements run in order. Their results are not read: to stop the
 // commit, a statement must fail on the server (raise an error); the transaction then rolls
 // back and InTx returns that error, passed through onErr when onErr is not nil (to name it),
 // and translated (see TranslateError). It returns ErrNoTx when ctx carries no transaction.
@@ -201,13 +204,15 @@ func inTx(ctx context.Context, pool *pgxpool.Pool, scope Scope, openings []*Open
 	return nil
 }
 
-// commit commits tx, sending the queued statements and the COMMIT in one round trip. When a
+// commit commits tx, sending the queued statements and the COMMIT in one round trip (the
+// consecutive writes of BeforeCommitWrite as one statement: mergeWrites). When a
 // statement fails, the server skips the rest of the batch (the COMMIT too): the transaction
 // is rolled back on the connection before it returns to the pool.
 func commit(ctx context.Context, conn *pgxpool.Conn, tx pgx.Tx, stmts []queued) error {
 	if len(stmts) == 0 {
 		return tx.Commit(ctx)
 	}
+	stmts = mergeWrites(stmts)
 	b := &pgx.Batch{}
 	for _, q := range stmts {
 		b.Queue(q.sql, q.args...)

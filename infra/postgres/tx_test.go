@@ -3,12 +3,14 @@ package postgres_test
 import (
 	"context"
 	"errors"
+	"sync"
 	"testing"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
+	"github.com/listingkit/listing/domain"
 	"github.com/listingkit/listing/infra/postgres"
 	"github.com/listingkit/listing/infra/postgres/pgtest"
 )
@@ -141,4 +143,70 @@ func TestBeforeCommit(t *testing.T) {
 	require.Equal(t, 2, count(), "the failed transaction kept nothing")
 	var status string
 	require.NoError(t, pool.QueryRow(ctx, `SELECT 'idle'`).Scan(&status), "the connection came back usable")
+}
+
+// batchRecorder records the statements of the batches a pool sends.
+type batchRecorder struct {
+	mu    sync.Mutex
+	stmts []string
+}
+
+func (*batchRecorder) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryStartData) context.Context {
+	return ctx
+}
+func (*batchRecorder) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+func (r *batchRecorder) TraceBatchStart(ctx context.Context, _ *pgx.Conn, d pgx.TraceBatchStartData) context.Context {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, q := range d.Batch.QueuedQueries {
+		r.stmts = append(r.stmts, q.SQL)
+	}
+	return ctx
+}
+func (*batchRecorder) TraceBatchQuery(context.Context, *pgx.Conn, pgx.TraceBatchQueryData) {}
+func (*batchRecorder) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData)     {}
+
+// Writes queued with BeforeCommitWrite on distinct tables travel as one statement with the
+// COMMIT and all take effect; when the server refuses one of them, the transaction rolls
+// back and the error goes through that write's onErr.
+func TestBeforeCommitWrite(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	ctx := context.Background()
+	_, err := db.Owner.Exec(ctx, `CREATE TABLE bcw_a (x int PRIMARY KEY, n int NOT NULL DEFAULT 0);
+		CREATE TABLE bcw_b (x int PRIMARY KEY);
+		INSERT INTO bcw_a VALUES (1, 0);
+		GRANT ALL ON bcw_a, bcw_b TO app_user`)
+	require.NoError(t, err)
+	rec := &batchRecorder{}
+	pool, err := postgres.Connect(ctx, postgres.PoolConfig{URL: db.AppURL, MaxConns: 1, Tracer: rec})
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	nameA := errors.New("a")
+	nameB := errors.New("b")
+	onA := func(err error) error { return errors.Join(nameA, err) }
+	onB := func(err error) error { return errors.Join(nameB, err) }
+
+	require.NoError(t, postgres.InTx(ctx, pool, postgres.Scope{}, func(ctx context.Context, _ pgx.Tx) error {
+		require.NoError(t, postgres.BeforeCommitWrite(ctx, "bcw_a", onA, `UPDATE bcw_a SET n = n + $2 WHERE x = $1`, 1, 5))
+		return postgres.BeforeCommitWrite(ctx, "bcw_b", onB, `INSERT INTO bcw_b VALUES ($1)`, 7)
+	}))
+	require.Equal(t, []string{`WITH w1 AS (UPDATE bcw_a SET n = n + $2 WHERE x = $1) INSERT INTO bcw_b VALUES ($3)`, "COMMIT"}, rec.stmts)
+	var n, b int
+	require.NoError(t, db.Owner.QueryRow(ctx, `SELECT (SELECT n FROM bcw_a WHERE x = 1), (SELECT count(*) FROM bcw_b)`).Scan(&n, &b))
+	require.Equal(t, 5, n)
+	require.Equal(t, 1, b)
+
+	hooked := false
+	err = postgres.InTx(ctx, pool, postgres.Scope{}, func(ctx context.Context, _ pgx.Tx) error {
+		require.NoError(t, postgres.AfterCommit(ctx, nil, func() { hooked = true }))
+		require.NoError(t, postgres.BeforeCommitWrite(ctx, "bcw_a", onA, `UPDATE bcw_a SET n = n + $2 WHERE x = $1`, 1, 5))
+		return postgres.BeforeCommitWrite(ctx, "bcw_b", onB, `INSERT INTO bcw_b VALUES ($1)`, 7) // duplicate key
+	})
+	require.ErrorIs(t, err, nameB)
+	require.NotErrorIs(t, err, nameA)
+	require.ErrorIs(t, err, domain.ErrConflict)
+	require.False(t, hooked)
+	require.NoError(t, db.Owner.QueryRow(ctx, `SELECT n FROM bcw_a WHERE x = 1`).Scan(&n))
+	require.Equal(t, 5, n, "rolled back")
 }
