@@ -53,7 +53,7 @@ func (e Envelope) AppendJSON(b []byte) ([]byte, error) {
 			return nil, fmt.Errorf("worker.Envelope: payload: %w", err)
 		}
 		b = buf.Bytes()
-		if bytes.ContainsAny(b[n:], "<>&\u2028\u2029") {
+		if needsHTMLEscape(b[n:]) {
 			// json.Marshal also escapes these within a json.RawMessage.
 			var esc bytes.Buffer
 			json.HTMLEscape(&esc, b[n:])
@@ -88,6 +88,18 @@ func (e Envelope) AppendJSON(b []byte) ([]byte, error) {
 		b = append(b, '}')
 	}
 	return append(b, '}'), nil
+}
+
+// needsHTMLEscape reports whether compact JSON b may hold what json.HTMLEscape changes:
+// <, >, & or the first byte of U+2028 and U+2029 (a byte loop: bytes.ContainsAny decodes
+// runes when its set is not ASCII).
+func needsHTMLEscape(b []byte) bool {
+	for _, c := range b {
+		if c == '<' || c == '>' || c == '&' || c == 0xE2 {
+			return true
+		}
+	}
+	return false
 }
 
 // appendJSONString appends s as encoding/json writes a string: HTML characters, U+2028 and
@@ -148,7 +160,14 @@ func appendJSONString(b []byte, s string) []byte {
 // DecodeEnvelope reads job data. Data that is not an envelope with a workspace id can never
 // be handled: the error is Permanent.
 func DecodeEnvelope(data []byte) (Envelope, error) {
-	var e Envelope
+	e, ok := decodePlainEnvelope(data)
+	if ok {
+		if _, err := uuid.Parse(e.WorkspaceID); err != nil {
+			return Envelope{}, Permanent(errors.New("job envelope: bad workspace_id"))
+		}
+		return e, nil
+	}
+	e = Envelope{}
 	if err := json.Unmarshal(data, &e); err != nil {
 		return Envelope{}, Permanent(fmt.Errorf("job data is not a job envelope: %w", err))
 	}
@@ -186,4 +205,129 @@ func (e Envelope) Job(d Delivery) Job {
 		j.TraceParent, j.TraceState = e.Trace.TraceParent, e.Trace.TraceState
 	}
 	return j
+}
+
+// decodePlainEnvelope reads an envelope as AppendJSON writes it, its fields in that order,
+// when no string of it holds an escape (no backslash anywhere): what json.Unmarshal would
+// read, without its reflection. ok is false for any other input, which json.Unmarshal may
+// still read.
+func decodePlainEnvelope(b []byte) (e Envelope, ok bool) {
+	if bytes.IndexByte(b, '\\') >= 0 {
+		return Envelope{}, false
+	}
+	r := plainReader{b: b}
+	if !r.lit(`{"event_id":`) || !r.str(&e.EventID) || !r.lit(`,"workspace_id":`) || !r.str(&e.WorkspaceID) ||
+		!r.lit(`,"event_type":`) || !r.str(&e.EventType) || !r.lit(`,"payload":`) {
+		return Envelope{}, false
+	}
+	p, ok := r.value()
+	if !ok {
+		return Envelope{}, false
+	}
+	e.Payload = bytes.Clone(p)
+	var at string
+	if !r.lit(`,"occurred_at":`) || !r.str(&at) {
+		return Envelope{}, false
+	}
+	if err := e.OccurredAt.UnmarshalJSON([]byte(`"` + at + `"`)); err != nil {
+		return Envelope{}, false
+	}
+	if r.lit(`,"correlation_id":`) && !r.str(&e.CorrelationID) {
+		return Envelope{}, false
+	}
+	if r.lit(`,"trace":{`) {
+		e.Trace = &Trace{}
+		sep := false
+		if r.lit(`"traceparent":`) {
+			if !r.str(&e.Trace.TraceParent) {
+				return Envelope{}, false
+			}
+			sep = true
+		}
+		if (!sep && r.lit(`"tracestate":`)) || (sep && r.lit(`,"tracestate":`)) {
+			if !r.str(&e.Trace.TraceState) {
+				return Envelope{}, false
+			}
+		}
+		if !r.lit(`}`) {
+			return Envelope{}, false
+		}
+	}
+	if !r.lit(`}`) || len(r.b) != 0 {
+		return Envelope{}, false
+	}
+	return e, true
+}
+
+// plainReader reads JSON without escapes from the front of b.
+type plainReader struct{ b []byte }
+
+// lit consumes s if b starts with it.
+func (r *plainReader) lit(s string) bool {
+	if len(r.b) < len(s) || string(r.b[:len(s)]) != s {
+		return false
+	}
+	r.b = r.b[len(s):]
+	return true
+}
+
+// str consumes a string (no escapes, no control characters, valid UTF-8) into v.
+func (r *plainReader) str(v *string) bool {
+	if len(r.b) == 0 || r.b[0] != '"' {
+		return false
+	}
+	end := bytes.IndexByte(r.b[1:], '"')
+	if end < 0 {
+		return false
+	}
+	raw := r.b[1 : 1+end]
+	for _, c := range raw {
+		if c < 0x20 {
+			return false
+		}
+	}
+	if !utf8.Valid(raw) {
+		return false
+	}
+	*v = string(raw)
+	r.b = r.b[2+end:]
+	return true
+}
+
+// value consumes one JSON value (objects and arrays matched by their brackets outside
+// strings, then checked with json.Valid).
+func (r *plainReader) value() ([]byte, bool) {
+	depth, in := 0, false
+	i := 0
+	for ; i < len(r.b); i++ {
+		c := r.b[i]
+		if in {
+			if c == '"' {
+				in = false
+			}
+			continue
+		}
+		switch c {
+		case '"':
+			in = true
+		case '{', '[':
+			depth++
+		case '}', ']':
+			depth--
+		case ',':
+			if depth == 0 {
+				goto end
+			}
+		}
+		if depth < 0 {
+			break
+		}
+	}
+end:
+	if depth != 0 || in || i == 0 || !json.Valid(r.b[:i]) {
+		return nil, false
+	}
+	v := r.b[:i]
+	r.b = r.b[i:]
+	return v, true
 }

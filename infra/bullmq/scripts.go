@@ -283,7 +283,9 @@ end
 //     snz + 1 and snzms + delay instead;
 //   - "handback": to the front of wait, no attempt counted.
 //
-// Unlike BullMQ, the events stream is trimmed by the XADD of each completed
+// Unlike BullMQ, the locks of the batch are read in one MGET, a settled job is
+// not removed from the stalled set (the stalled check passes over ids no longer
+// in active, as Node's does: LREM finds nothing), the events stream is trimmed by the XADD of each completed
 // or failed event (MAXLEN ~, the same bound) rather than by an XTRIM first,
 // the meta is read once per call, and the trim of finished jobs by age runs
 // only when ARGV[8] is "1" (the Worker asks for it at most once a second:
@@ -328,7 +330,6 @@ local trims = {}
 local n = (#KEYS - 12) / 3
 local codes = {}
 local locks = {}
-local released = {}
 local zadds = {}
 
 local function finish(jobId, jk, dk, a, target)
@@ -427,7 +428,12 @@ local function handBack(jobId, jk)
 end
 
 -- A job's own lock and its place in active vouch for its hash (BullMQ removes
--- no locked job): the hash is looked up only to name a failure.
+-- no locked job): the hash is looked up only to name a failure. The locks are
+-- read in one MGET.
+local lockKeys = {}
+for i = 1, n do lockKeys[i] = KEYS[11 + 3 * i] end
+local currents = {}
+if n > 0 then currents = rcall("MGET", unpack(lockKeys)) end
 for i = 1, n do
   local jk = KEYS[10 + 3 * i]
   local a = 9 + 12 * (i - 1)
@@ -435,11 +441,10 @@ for i = 1, n do
   local kind = ARGV[a + 2]
   local code
   local lk = KEYS[11 + 3 * i]
-  local current = rcall("GET", lk)
+  local current = currents[i]
   if current == ARGV[a + 1] then
     code = 0
     locks[#locks + 1] = lk
-    released[#released + 1] = jobId
   elseif rcall("EXISTS", jk) == 0 then
     code = -1
   elseif current then
@@ -466,7 +471,6 @@ end
 
 if #locks > 0 then
   rcall("DEL", unpack(locks))
-  rcall("SREM", K.stalled, unpack(released))
 end
 for set, z in pairs(zadds) do
   rcall("ZADD", set, unpack(z))
