@@ -137,6 +137,19 @@ func LockingOperation(ctx context.Context) context.Context {
 	return context.WithValue(ctx, locksOperationKey{}, true)
 }
 
+// LockPreloader is a task repository whose locking read of a task and its operation (as
+// under LockingOperation) a group transaction (GroupTransactor) can send ahead of its steps.
+// PreloadLocking marks ctx, the context given to InGroupTx, with that read of task id: the
+// group sends the reads of all its steps so marked in one round trip, each under its step's
+// workspace scope, before the first step runs, and keeps the rows, locked; a locking read of
+// such a row by any step of the group (Update, UpdateAtCommit) then takes it without a round
+// trip, unless a step of the group wrote the row since (then it is read again). Rows are
+// locked in the order of the group's steps, earlier than each step would lock them. An
+// adapter that cannot ignores the mark; outside InGroupTx it changes nothing.
+type LockPreloader interface {
+	PreloadLocking(ctx context.Context, id uuid.UUID) context.Context
+}
+
 // LocksOperation reports whether ctx was marked with LockingOperation.
 func LocksOperation(ctx context.Context) bool {
 	v, _ := ctx.Value(locksOperationKey{}).(bool)

@@ -215,7 +215,8 @@ func (f Flow[T, W, R]) run(ctx context.Context, job Job, id uuid.UUID) (R, error
 	var task T
 	var w W
 	var refused *domain.Error
-	err := d.groupStep(ctx, job, id, func(ctx context.Context) error {
+	// The task's locking read (with its operation) may be sent ahead with the group's others.
+	err := d.groupStep(preloadLocking(ctx, f.Tasks, id), job, id, func(ctx context.Context) error {
 		// Set on every run: a group commit may run this again alone.
 		var zero W
 		w, refused = zero, nil
@@ -313,7 +314,7 @@ func recordRetryable(err error) bool {
 func (f Flow[T, W, R]) recordOnce(ctx context.Context, job Job, id uuid.UUID, r R) error {
 	d := f.Deps
 	var finished *T
-	err := d.groupStep(ctx, job, id, func(ctx context.Context) error {
+	err := d.groupStep(preloadLocking(ctx, f.Tasks, id), job, id, func(ctx context.Context) error {
 		finished = nil // set on every run: a group commit may run this again alone
 		var result any
 		// The task's write goes with the COMMIT: after Record nothing reads it again.

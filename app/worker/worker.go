@@ -158,6 +158,15 @@ func (d Deps) groupStep(ctx context.Context, job Job, key uuid.UUID, fn func(ctx
 	return err
 }
 
+// preloadLocking marks ctx, given to groupStep, with the locking read of task id and its
+// operation, when tasks can send it ahead of the group's steps (port.LockPreloader).
+func preloadLocking[T any](ctx context.Context, tasks port.Repository[T], id uuid.UUID) context.Context {
+	if p, ok := tasks.(port.LockPreloader); ok {
+		return p.PreloadLocking(ctx, id)
+	}
+	return ctx
+}
+
 // updateAtCommit is repo's Update with its write sent with the COMMIT, when repo can
 // (port.UpdaterAtCommit): for the last write of a row in a step, which nothing in the step
 // reads or writes again.

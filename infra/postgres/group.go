@@ -22,7 +22,10 @@ import (
 // by workspace, and the transaction's app.workspace_id is set before the first step of each
 // workspace. The statements a step queues with BeforeCommit (its last writes of the task and
 // the operation, its outbox rows) run under its scope right after it, sent in the round trip
-// of the next step's first statement, or of the COMMIT. When a step fails (or a statement it
+// of the next step's first statement, or of the COMMIT. The locking reads the steps declare
+// (port.LockPreloader: a task and its operation) are sent ahead, all in the group's first
+// round trip, so that a group of steps that read only those rows costs two round trips (that
+// one and the COMMIT's), not one per step. When a step fails (or a statement it
 // queued), the group's transaction rolls back and every step of it runs again alone, in a
 // transaction of its own: a failing step never fails another one.
 const (
@@ -36,7 +39,9 @@ var errAlone = errors.New("postgres: the group transaction failed; run alone")
 // groupUnit is one step waiting for, or running in, a group transaction.
 type groupUnit struct {
 	ws, key uuid.UUID
-	fn      func(ctx context.Context) error
+	// pre is the step's locking read to send ahead (port.LockPreloader), or nil.
+	pre *preload
+	fn  func(ctx context.Context) error
 	// res receives the outcome: nil (committed), errAlone, or errLead (this step's goroutine
 	// leads the next group).
 	res chan error
@@ -77,7 +82,8 @@ func (t Transactor) InGroupTx(ctx context.Context, workspaceID, key uuid.UUID, f
 		return errors.New("postgres.InGroupTx: already inside a transaction")
 	}
 	g := grouperOf(t.Pool)
-	u := &groupUnit{ws: workspaceID, key: key, fn: fn, res: make(chan error, 1)}
+	pre, _ := ctx.Value(preloadKey{}).(*preload)
+	u := &groupUnit{ws: workspaceID, key: key, pre: pre, fn: fn, res: make(chan error, 1)}
 	g.mu.Lock()
 	var err error
 	if g.leaders < maxLeaders {
@@ -152,10 +158,10 @@ func (g *grouper) lead(ctx context.Context, pool *pgxpool.Pool, first *groupUnit
 // runGroup runs the steps of batch in one transaction, each under its workspace's scope,
 // and commits: nil when every step returned nil and the commit succeeded, else the first
 // error (a step's, or the commit's). Steps of the same workspace run one after another, under
-// one scope change. What is pending (the BEGIN and the first scope, a scope change, the
-// statements the step before queued with BeforeCommit) travels with the first statement a
-// step sends (groupTx), or with the COMMIT; a transaction that sent nothing and queued
-// nothing is never begun.
+// one scope change. The steps' declared locking reads go first, together (preloadRows). What
+// is pending (the BEGIN and the first scope, a scope change, the statements the step before
+// queued with BeforeCommit) travels with the first statement a step sends (groupTx), or with
+// the COMMIT; a transaction that sent nothing and queued nothing is never begun.
 func runGroup(ctx context.Context, pool *pgxpool.Pool, batch []*groupUnit) error {
 	// Same workspaces next to each other: one scope change per workspace.
 	order := batch
@@ -179,6 +185,9 @@ func runGroup(ctx context.Context, pool *pgxpool.Pool, batch []*groupUnit) error
 			_, _ = conn.Exec(context.WithoutCancel(ctx), "ROLLBACK")
 		}
 	}()
+	if err := preloadRows(ctx, gtx, st, order); err != nil {
+		return err
+	}
 	tctx := context.WithValue(ctx, txKey{}, st)
 	queuedAny := false
 	for _, u := range order {
@@ -214,6 +223,83 @@ func runGroup(ctx context.Context, pool *pgxpool.Pool, batch []*groupUnit) error
 		return fmt.Errorf("postgres.InGroupTx: commit: %w", TranslateError(err))
 	}
 	runHooks(st)
+	return nil
+}
+
+// preloadKey marks a context given to InGroupTx with the step's locking read to send ahead
+// (*preload; Repository.PreloadLocking).
+type preloadKey struct{}
+
+// preload is a locking read of one row (and the rows locked with it) that a group
+// transaction sends ahead of its steps.
+type preload struct {
+	sql  string
+	args []any
+	// read scans the statement's row: the rows to keep (none when there is no row).
+	read func(pgx.Row) ([]preloadedRow, error)
+}
+
+// preloadedRow is a row read ahead, kept for the locking reads of the group's steps.
+type preloadedRow struct {
+	table string
+	id    uuid.UUID
+	v     any
+}
+
+// preloadRows sends the locking reads the steps of order declared (port.LockPreloader),
+// each under its step's scope, in one round trip with what is pending (the BEGIN and the first
+// scope), and keeps the rows they return in st.preloaded, under their step's workspace. The
+// scope is then set back to the first step's (pending, sent with the next statement).
+func preloadRows(ctx context.Context, gtx *groupTx, st *scopedTx, order []*groupUnit) error {
+	b := &pgx.Batch{}
+	var sent []*groupUnit // per queued statement: its step, or nil for a scope change
+	ws := order[0].ws     // the scope pending sets
+	for _, u := range order {
+		if u.pre == nil {
+			continue
+		}
+		if u.ws != ws {
+			b.Queue(groupScopeSQL, u.ws.String())
+			sent = append(sent, nil)
+			ws = u.ws
+		}
+		b.Queue(u.pre.sql, u.pre.args...)
+		sent = append(sent, u)
+	}
+	if len(b.QueuedQueries) == 0 {
+		return nil
+	}
+	br := gtx.sendPending(ctx, b)
+	err := func() error {
+		for _, u := range sent {
+			if u == nil {
+				if _, err := br.Exec(); err != nil {
+					return fmt.Errorf("postgres.InGroupTx: scope: %w", err)
+				}
+				continue
+			}
+			rows, err := u.pre.read(br.QueryRow())
+			if err != nil {
+				return err
+			}
+			for _, r := range rows {
+				if st.preloaded == nil {
+					st.preloaded = make(map[lockedKey]any, 2*len(sent))
+				}
+				st.preloaded[lockedKey{u.ws, r.table, r.id}] = r.v
+			}
+		}
+		return nil
+	}()
+	if cerr := br.Close(); err == nil && cerr != nil {
+		err = fmt.Errorf("postgres.InGroupTx: %w", TranslateError(cerr))
+	}
+	if err != nil {
+		return err
+	}
+	if ws != order[0].ws {
+		gtx.pending = append(gtx.pending, queued{sql: groupScopeSQL, args: []any{order[0].ws.String()}})
+	}
 	return nil
 }
 

@@ -162,6 +162,30 @@ func (r *Repository[T]) getWithOperation(ctx context.Context, tx pgx.Tx, id uuid
 	return v, nil
 }
 
+var _ port.LockPreloader = (*Repository[domain.Publication])(nil)
+
+// PreloadLocking implements port.LockPreloader for a task table (one with an operation_id
+// column); for any other table it returns ctx as it is.
+func (r *Repository[T]) PreloadLocking(ctx context.Context, id uuid.UUID) context.Context {
+	if r.lockOperation == "" {
+		return ctx
+	}
+	return context.WithValue(ctx, preloadKey{}, &preload{sql: r.lockOperation, args: []any{id},
+		read: func(row pgx.Row) ([]preloadedRow, error) {
+			var v T
+			var o domain.Operation
+			err := row.Scan(append(r.t.scan(&v), operationScan(&o)...)...)
+			switch {
+			case errors.Is(err, pgx.ErrNoRows):
+				// No task, or no operation in sight: the step reads (and reports) them itself.
+				return nil, nil
+			case err != nil:
+				return nil, fmt.Errorf("%s: %w", r.op("Get"), TranslateError(err))
+			}
+			return []preloadedRow{{table: r.t.name, id: id, v: v}, {table: operationsTable, id: o.ID, v: o}}, nil
+		}})
+}
+
 // qualified returns columns, each prefixed with alias, comma-separated.
 func qualified(alias string, columns []string) string {
 	var b strings.Builder

@@ -37,6 +37,10 @@ type scopedTx struct {
 	// locked holds rows read under a row lock on behalf of the repository of their table
 	// (port.LockingOperation), until that repository's next locking read of the row takes it.
 	locked map[lockedKey]any
+	// preloaded holds the rows a group transaction read ahead for its steps
+	// (port.LockPreloader), under row locks, for any step's next locking read of the row;
+	// a write of the row drops it.
+	preloaded map[lockedKey]any
 }
 
 // lockedKey names a row of scopedTx.locked.
@@ -59,23 +63,32 @@ func keepLocked(ctx context.Context, table string, id uuid.UUID, v any) {
 	st.locked[lockedKey{st.scope.WorkspaceID, table, id}] = v
 }
 
-// takeLocked returns (and forgets) the row id of table kept by keepLocked, if any.
+// takeLocked returns (and forgets) the row id of table kept by keepLocked, or read ahead by
+// the group transaction (scopedTx.preloaded), if any.
 func takeLocked[T any](ctx context.Context, table string, id uuid.UUID) (T, bool) {
 	st, ok := ctx.Value(txKey{}).(*scopedTx)
-	if !ok || st.locked == nil {
+	if !ok || (st.locked == nil && st.preloaded == nil) {
 		var zero T
 		return zero, false
 	}
 	k := lockedKey{st.scope.WorkspaceID, table, id}
-	v, ok := st.locked[k].(T)
-	delete(st.locked, k)
+	if v, ok := st.locked[k].(T); ok {
+		delete(st.locked, k)
+		delete(st.preloaded, k) // read before the kept row: older
+		return v, true
+	}
+	v, ok := st.preloaded[k].(T)
+	delete(st.preloaded, k)
 	return v, ok
 }
 
-// dropLocked forgets the row id of table kept by keepLocked: it is being written.
+// dropLocked forgets the row id of table kept by keepLocked or read ahead: it is being
+// written.
 func dropLocked(ctx context.Context, table string, id uuid.UUID) {
-	if st, ok := ctx.Value(txKey{}).(*scopedTx); ok && st.locked != nil {
-		delete(st.locked, lockedKey{st.scope.WorkspaceID, table, id})
+	if st, ok := ctx.Value(txKey{}).(*scopedTx); ok {
+		k := lockedKey{st.scope.WorkspaceID, table, id}
+		delete(st.locked, k)
+		delete(st.preloaded, k)
 	}
 }
 
