@@ -82,18 +82,19 @@ func TestInGroupTxCommitsConcurrentStepsTogether(t *testing.T) {
 		}
 	}
 
-	// round: four steps hold every group transaction open; the waiting ones that arrive
+	// round: holders steps hold every group transaction open; the waiting ones that arrive
 	// meanwhile then commit together. Steps are numbered from base; the one at fail fails,
 	// the one at failQueued queues a statement that fails.
-	const waiting = 24
+	const holders = postgres.MaxLeaders
+	const waiting = 28 - holders
 	round := func(base, fail, failQueued int) ([]error, map[int64]int) {
 		var mu sync.Mutex
 		txids := map[int64]int{}
 		committed := func(id int64) { mu.Lock(); txids[id]++; mu.Unlock() }
 		hold := make(chan struct{})
-		errs := make([]error, 4+waiting)
+		errs := make([]error, holders+waiting)
 		var wg sync.WaitGroup
-		for i := range 4 {
+		for i := range holders {
 			wg.Go(func() {
 				errs[i] = tr.InGroupTx(ctx, wss[i%3], uuid.Nil, step(base+i, wss[i%3], false, false, hold, committed))
 			})
@@ -101,9 +102,9 @@ func TestInGroupTxCommitsConcurrentStepsTogether(t *testing.T) {
 		require.Eventually(t, func() bool {
 			var n int
 			require.NoError(t, db.Owner.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE datname = $1 AND state = 'idle in transaction'`, db.Name).Scan(&n))
-			return n == 4
+			return n == holders
 		}, 10*time.Second, 10*time.Millisecond)
-		for i := 4; i < 4+waiting; i++ {
+		for i := holders; i < holders+waiting; i++ {
 			wg.Go(func() {
 				errs[i] = tr.InGroupTx(ctx, wss[i%3], uuid.Nil, step(base+i, wss[i%3], base+i == fail, base+i == failQueued, nil, committed))
 			})
@@ -118,9 +119,9 @@ func TestInGroupTxCommitsConcurrentStepsTogether(t *testing.T) {
 	for i, err := range errs {
 		require.NoError(t, err, "step %d", i)
 	}
-	require.EqualValues(t, 4+waiting, hooks.Load(), "one after-commit hook per committed step")
+	require.EqualValues(t, holders+waiting, hooks.Load(), "one after-commit hook per committed step")
 	// The waiting steps shared transactions: far fewer commits than steps.
-	require.Less(t, len(txids), 4+waiting/2, "transactions of the %d steps: %v", 4+waiting, txids)
+	require.Less(t, len(txids), holders+waiting/2, "transactions of the %d steps: %v", holders+waiting, txids)
 
 	errs, _ = round(100, 110, -1)
 	for i, err := range errs {
@@ -148,7 +149,7 @@ func TestInGroupTxCommitsConcurrentStepsTogether(t *testing.T) {
 	var rows, dups, failed int
 	require.NoError(t, db.Owner.QueryRow(ctx, `SELECT count(*), count(*) - count(DISTINCT (step, at_commit)),
 		count(*) FILTER (WHERE step = 110) FROM group_probe`).Scan(&rows, &dups, &failed))
-	require.Equal(t, 2*(3*(4+waiting)-2), rows)
+	require.Equal(t, 2*(3*(holders+waiting)-2), rows)
 	require.Zero(t, dups)
 	require.Zero(t, failed)
 	require.NoError(t, db.Owner.QueryRow(ctx, `SELECT count(*) FROM group_probe WHERE step = 213`).Scan(&failed))
@@ -158,7 +159,7 @@ func TestInGroupTxCommitsConcurrentStepsTogether(t *testing.T) {
 		require.NoError(t, db.Owner.QueryRow(ctx, `SELECT count(*) FROM group_probe WHERE step = $1 AND workspace_id = $2`, i, wss[(i%100)%3]).Scan(&n))
 		require.Equal(t, 2, n, "step %d", i)
 	}
-	require.EqualValues(t, 3*(4+waiting)-2, hooks.Load(), "one after-commit hook per committed step")
+	require.EqualValues(t, 3*(holders+waiting)-2, hooks.Load(), "one after-commit hook per committed step")
 }
 
 // UpdateAtCommit's write reaches the row with the COMMIT, and not at all when the

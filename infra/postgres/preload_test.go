@@ -55,7 +55,7 @@ func TestInGroupTxPreloadsTheStepsLockingReads(t *testing.T) {
 	}
 	tr := postgres.Transactor{Pool: pool}
 
-	// group runs step(task) for every task in one group transaction: four steps that send
+	// group runs step(task) for every task in one group transaction: steps that send
 	// nothing hold every group's lead while the steps queue, then one of them lets go (its
 	// goroutine hands the lead to the first step waiting, which takes them all), then the
 	// others. It returns the round trips the group made.
@@ -63,7 +63,7 @@ func TestInGroupTxPreloadsTheStepsLockingReads(t *testing.T) {
 		holds := []chan struct{}{make(chan struct{}), make(chan struct{})}
 		held := sync.WaitGroup{}
 		var wg sync.WaitGroup
-		for i := range 4 {
+		for i := range postgres.MaxLeaders {
 			held.Add(1)
 			hold := holds[min(i, 1)]
 			wg.Go(func() {
