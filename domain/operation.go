@@ -45,7 +45,7 @@ type Operation struct {
 
 // NewOperation returns a pending operation about a resource.
 func NewOperation(workspaceID, createdBy uuid.UUID, typ, resourceType string, resourceID uuid.UUID, now time.Time) Operation {
-	return Operation{ID: uuid.New(), WorkspaceID: workspaceID, Type: typ, Status: OperationPending,
+	return Operation{ID: NewID(), WorkspaceID: workspaceID, Type: typ, Status: OperationPending,
 		ResourceType: resourceType, ResourceID: resourceID, Version: 1, CreatedBy: createdBy, CreatedAt: now, UpdatedAt: now}
 }
 

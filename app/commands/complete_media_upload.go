@@ -41,7 +41,7 @@ func NewCompleteMediaUploadHandler(flow FlowDeps, media port.Repository[domain.M
 // its upload is MEDIA_ALREADY_COMPLETED; nothing uploaded is MEDIA_NOT_UPLOADED.
 func (h CompleteMediaUploadHandler) Handle(ctx context.Context, cmd CompleteMediaUpload) (Started[domain.Media], error) {
 	op := h.flow.newOperation(cmd.WorkspaceID, cmd.UserID, OpMediaProcessing, "media", cmd.MediaID)
-	task := domain.MediaTask{Task: domain.NewTask(uuid.New(), cmd.WorkspaceID, op.ID, h.flow.Now()), MediaID: cmd.MediaID}
+	task := domain.MediaTask{Task: domain.NewTask(domain.NewID(), cmd.WorkspaceID, op.ID, h.flow.Now()), MediaID: cmd.MediaID}
 	m, err := h.media.Update(ctx, cmd.MediaID, func(m *domain.Media) error {
 		switch {
 		case m.Status != domain.MediaAwaitingUpload:

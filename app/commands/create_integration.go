@@ -60,7 +60,7 @@ func (h CreateIntegrationHandler) Handle(ctx context.Context, cmd CreateIntegrat
 	if err := requireOwner(ctx, h.accounts, cmd.WorkspaceID, cmd.UserID); err != nil {
 		return CreatedIntegration{}, err
 	}
-	in, err := domain.NewIntegration(cmd.IntegrationID, cmd.WorkspaceID, uuid.New(), cmd.UserID, cmd.Name,
+	in, err := domain.NewIntegration(cmd.IntegrationID, cmd.WorkspaceID, domain.NewID(), cmd.UserID, cmd.Name,
 		h.now().UTC().Truncate(time.Microsecond)) // as stored: the response and later reads agree
 	if err != nil {
 		return CreatedIntegration{}, err

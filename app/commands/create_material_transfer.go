@@ -42,7 +42,7 @@ func (h CreateMaterialTransferHandler) Handle(ctx context.Context, cmd CreateMat
 	}
 	op := h.flow.newOperation(cmd.WorkspaceID, cmd.UserID, OpMaterialTransfer, "material_transfer", cmd.TransferID)
 	t := domain.MaterialTransfer{Task: domain.NewTask(cmd.TransferID, cmd.WorkspaceID, op.ID, h.flow.Now()),
-		SourceURL: cmd.SourceURL, MediaID: uuid.New()}
+		SourceURL: cmd.SourceURL, MediaID: domain.NewID()}
 	err := h.flow.start(ctx, op, func() error { return h.transfers.Insert(ctx, t) }, t.RequestEvent())
 	if err != nil {
 		return Started[domain.MaterialTransfer]{}, err

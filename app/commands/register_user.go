@@ -29,7 +29,7 @@ func (c RegisterUser) String() string { return "RegisterUser{" + c.Email + "}" }
 
 // NewRegisterUser returns the command with fresh ids.
 func NewRegisterUser(email, password, workspaceName string) RegisterUser {
-	return RegisterUser{UserID: uuid.New(), WorkspaceID: uuid.New(), Email: email, Password: password, WorkspaceName: workspaceName}
+	return RegisterUser{UserID: domain.NewID(), WorkspaceID: domain.NewID(), Email: email, Password: password, WorkspaceName: workspaceName}
 }
 
 // RegisterUserResult is the new account, its workspace and a session.

@@ -132,7 +132,7 @@ func sealCredentials(ctx context.Context, stores port.Stores, cipher port.Creden
 func startStoreVerification(ctx context.Context, flow FlowDeps, verifications port.Repository[domain.StoreVerification],
 	s domain.Store, user uuid.UUID) (Started[domain.Store], error) {
 	op := flow.newOperation(s.WorkspaceID, user, OpStoreVerification, "store", s.ID)
-	v := domain.NewStoreVerification(uuid.New(), s.WorkspaceID, op.ID, s, flow.Now())
+	v := domain.NewStoreVerification(domain.NewID(), s.WorkspaceID, op.ID, s, flow.Now())
 	if err := flow.start(ctx, op, func() error { return verifications.Insert(ctx, v) }, v.RequestEvent()); err != nil {
 		return Started[domain.Store]{}, err
 	}

@@ -489,10 +489,7 @@ func (c *Consumer) replyOf(out outcome, res httpapi.MessageResult, ev cloudevent
 }
 
 func (c *Consumer) newReply(typ, correlation, workspace string, body []byte) cloudevent.Event {
-	id, err := uuid.NewV7()
-	if err != nil {
-		id = uuid.New()
-	}
+	id := domain.NewID()
 	ct := cloudevent.ContentTypeJSON
 	if typ == TypeRejected {
 		ct = ContentTypeProblem

@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/listingkit/listing/domain"
 	"github.com/listingkit/listing/infra/outbox"
 )
 
@@ -185,7 +186,7 @@ func (r reader) recorded(ctx context.Context, a QueueAction, act func(context.Co
 	}
 	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
 	if _, err := tx.Exec(ctx, `INSERT INTO operator_actions (id, operator, action, target, reason) VALUES ($1, $2, $3, $4, $5)`,
-		uuid.New(), a.Operator, a.Action, a.Target, a.Reason); err != nil {
+		domain.NewID(), a.Operator, a.Action, a.Target, a.Reason); err != nil {
 		return fmt.Errorf("console.recorded: %w", err)
 	}
 	if err := act(ctx); err != nil {

@@ -50,7 +50,7 @@ func (s *Server) createAITask(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, domain.Invalid("product_id", "must be a product id"))
 		return
 	}
-	cmd := commands.CreateAITask{TaskID: uuid.New(), WorkspaceID: workspaceID(r.Context()), UserID: userID(r.Context()),
+	cmd := commands.CreateAITask{TaskID: domain.NewID(), WorkspaceID: workspaceID(r.Context()), UserID: userID(r.Context()),
 		Kind: in.Kind, ProductID: pid, Prompt: in.Input.Prompt}
 	execute(s, w, r, body, s.app.Commands.CreateAITask, cmd,
 		startRender(http.StatusAccepted, "ai_task", func(v domain.AITask) any { return aiTaskBody(v) }))

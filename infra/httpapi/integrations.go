@@ -4,8 +4,6 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/google/uuid"
-
 	"github.com/listingkit/listing/app/bus"
 	"github.com/listingkit/listing/app/commands"
 	"github.com/listingkit/listing/domain"
@@ -43,7 +41,7 @@ func (s *Server) createIntegration(w http.ResponseWriter, r *http.Request) {
 	if _, ok := s.decode(w, r, &in); !ok {
 		return
 	}
-	cmd := commands.CreateIntegration{IntegrationID: uuid.New(), WorkspaceID: workspaceID(r.Context()), UserID: userID(r.Context()), Name: in.Name}
+	cmd := commands.CreateIntegration{IntegrationID: domain.NewID(), WorkspaceID: workspaceID(r.Context()), UserID: userID(r.Context()), Name: in.Name}
 	reply, err := bus.Execute(r.Context(), s.app.Bus, s.app.Commands.CreateIntegration, bus.Request[commands.CreateIntegration]{Command: cmd, Actor: s.actor(r)})
 	if err != nil {
 		writeError(w, r, err)

@@ -4,8 +4,6 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/google/uuid"
-
 	"github.com/listingkit/listing/app/bus"
 	"github.com/listingkit/listing/app/commands"
 	"github.com/listingkit/listing/domain"
@@ -49,7 +47,7 @@ func (s *Server) createMedia(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	reply, err := bus.Execute(r.Context(), s.app.Bus, s.app.Commands.CreateMedia, bus.Request[commands.CreateMedia]{
-		Command: commands.CreateMedia{MediaID: uuid.New(), WorkspaceID: workspaceID(r.Context()), Filename: in.Filename, ContentType: in.ContentType, Size: in.Size},
+		Command: commands.CreateMedia{MediaID: domain.NewID(), WorkspaceID: workspaceID(r.Context()), Filename: in.Filename, ContentType: in.ContentType, Size: in.Size},
 		Actor:   s.actor(r),
 	})
 	if err != nil {

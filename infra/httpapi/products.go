@@ -74,7 +74,7 @@ func (s *Server) createProduct(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	reply, err := bus.Execute(r.Context(), s.app.Bus, s.app.Commands.CreateProduct, bus.Request[commands.CreateProduct]{
-		Command:     commands.CreateProduct{ProductID: uuid.New(), WorkspaceID: ws, Content: in.content()},
+		Command:     commands.CreateProduct{ProductID: domain.NewID(), WorkspaceID: ws, Content: in.content()},
 		Actor:       s.actor(r),
 		Idempotency: idem,
 	})

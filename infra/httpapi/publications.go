@@ -36,7 +36,7 @@ func publicationBody(p domain.Publication) publicationJSON {
 
 func (s *Server) unpublish(w http.ResponseWriter, r *http.Request) {
 	startUnderPublication(s, w, r, s.app.Commands.UnpublishPublication, func(ws, user, pid uuid.UUID) commands.UnpublishPublication {
-		return commands.UnpublishPublication{UnpublishID: uuid.New(), WorkspaceID: ws, UserID: user, PublicationID: pid}
+		return commands.UnpublishPublication{UnpublishID: domain.NewID(), WorkspaceID: ws, UserID: user, PublicationID: pid}
 	}, "unpublish", unpublish.Body)
 }
 
@@ -75,7 +75,7 @@ func (s *Server) publishProduct(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, domain.Invalid("store_id", "must be a store id"))
 		return
 	}
-	cmd := commands.PublishProduct{PublicationID: uuid.New(), WorkspaceID: workspaceID(r.Context()), UserID: userID(r.Context()), ProductID: pid, StoreID: storeID}
+	cmd := commands.PublishProduct{PublicationID: domain.NewID(), WorkspaceID: workspaceID(r.Context()), UserID: userID(r.Context()), ProductID: pid, StoreID: storeID}
 	execute(s, w, r, body, s.app.Commands.PublishProduct, cmd,
 		startRender(http.StatusAccepted, "publication", func(v domain.Publication) any { return publicationBody(v) }))
 }

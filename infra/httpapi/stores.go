@@ -44,7 +44,7 @@ func (s *Server) createStore(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	cmd := commands.CreateStore{StoreID: uuid.New(), WorkspaceID: workspaceID(r.Context()), UserID: userID(r.Context()),
+	cmd := commands.CreateStore{StoreID: domain.NewID(), WorkspaceID: workspaceID(r.Context()), UserID: userID(r.Context()),
 		Platform: in.Platform, ShopID: in.ShopID, Name: in.Name, Credentials: in.Credentials}
 	execute(s, w, r, body, s.app.Commands.CreateStore, cmd,
 		startRender(http.StatusCreated, "store", func(v domain.Store) any { return storeBody(v) }))

@@ -29,7 +29,7 @@ func syncBody(s domain.ProductSync) syncJSON {
 
 func (s *Server) syncStore(w http.ResponseWriter, r *http.Request) {
 	storeCommand(s, w, r, &struct{}{}, s.app.Commands.SyncStoreProducts, func(id uuid.UUID) commands.SyncStoreProducts {
-		return commands.SyncStoreProducts{SyncID: uuid.New(), WorkspaceID: workspaceID(r.Context()), UserID: userID(r.Context()), StoreID: id}
+		return commands.SyncStoreProducts{SyncID: domain.NewID(), WorkspaceID: workspaceID(r.Context()), UserID: userID(r.Context()), StoreID: id}
 	}, startRender(http.StatusAccepted, "sync", func(v domain.ProductSync) any { return syncBody(v) }))
 }
 

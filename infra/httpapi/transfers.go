@@ -5,8 +5,6 @@ import (
 	"net/url"
 	"time"
 
-	"github.com/google/uuid"
-
 	"github.com/listingkit/listing/app/commands"
 	"github.com/listingkit/listing/app/worker"
 	"github.com/listingkit/listing/domain"
@@ -51,7 +49,7 @@ func (s *Server) createTransfer(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, err)
 		return
 	}
-	cmd := commands.CreateMaterialTransfer{TransferID: uuid.New(), WorkspaceID: workspaceID(r.Context()), UserID: userID(r.Context()), SourceURL: in.SourceURL}
+	cmd := commands.CreateMaterialTransfer{TransferID: domain.NewID(), WorkspaceID: workspaceID(r.Context()), UserID: userID(r.Context()), SourceURL: in.SourceURL}
 	execute(s, w, r, body, s.app.Commands.CreateMaterialTransfer, cmd,
 		startRender(http.StatusAccepted, "transfer", func(v domain.MaterialTransfer) any { return transferBody(v) }))
 }

@@ -295,10 +295,5 @@ func (g *Guard) storable(resp bus.Response) (bus.Response, error) {
 	return out, nil
 }
 
-// newRecordID returns a time-ordered UUID (v7) for index locality, or a random one.
-func newRecordID() uuid.UUID {
-	if id, err := uuid.NewV7(); err == nil {
-		return id
-	}
-	return uuid.New()
-}
+// newRecordID returns a time-ordered id (domain.NewID) for index locality.
+func newRecordID() uuid.UUID { return domain.NewID() }

@@ -135,7 +135,7 @@ func (Accounts) NewFamily(ctx context.Context, user uuid.UUID) (uuid.UUID, error
 	if err != nil {
 		return uuid.Nil, err
 	}
-	id := uuid.New()
+	id := domain.NewID()
 	if _, err := tx.Exec(ctx, `INSERT INTO refresh_token_families (id, user_id) VALUES ($1, $2)`, id, user); err != nil {
 		return uuid.Nil, fmt.Errorf("postgres.NewFamily: %w", TranslateError(err))
 	}
