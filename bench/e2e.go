@@ -124,7 +124,10 @@ func e2eOurs(ctx context.Context, o options) (float64, error) {
 	if err != nil {
 		return 0, err
 	}
+	// The queues and the integration event stream under a prefix of the run's own, deleted
+	// after it.
 	cfg.RedisURL, cfg.BullMQPrefix = o.redisURL, "bench-"+randomHex(4)
+	cfg.StreamPrefix = cfg.BullMQPrefix
 	rdb, err := newRedis(ctx, o.redisURL, 4*o.workers)
 	if err != nil {
 		return 0, err
