@@ -281,9 +281,7 @@ func (EventMarshaler) Marshal(v any) (*message.Message, error) {
 		id = ie.EventID()
 	}
 	if id == uuid.Nil {
-		if id, err = uuid.NewV7(); err != nil {
-			return nil, err
-		}
+		id = domain.NewID()
 	}
 	msg := message.NewMessage(id.String(), payload)
 	msg.Metadata.Set(MetadataEventType, ev.EventType())

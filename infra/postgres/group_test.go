@@ -73,7 +73,11 @@ func TestInGroupTxCommitsConcurrentStepsTogether(t *testing.T) {
 				return err
 			}
 			if hold != nil {
-				<-hold
+				select {
+				case <-hold:
+				case <-ctx.Done(): // the test ended (its deferred cancel): let go of the connection
+					return ctx.Err()
+				}
 			}
 			if fail {
 				return boom

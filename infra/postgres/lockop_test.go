@@ -32,6 +32,27 @@ func (c *tripCounter) TraceBatchStart(ctx context.Context, _ *pgx.Conn, _ pgx.Tr
 func (*tripCounter) TraceBatchQuery(context.Context, *pgx.Conn, pgx.TraceBatchQueryData) {}
 func (*tripCounter) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData)     {}
 
+// seedVerification inserts workspace ws (unless it exists), a verified sandbox store of it,
+// and a pending store verification of the store with its operation; it returns all three.
+func seedVerification(ctx context.Context, t *testing.T, db *pgtest.DB, ws uuid.UUID, now time.Time) (domain.Store, domain.Operation, domain.StoreVerification) {
+	t.Helper()
+	_, err := db.Owner.Exec(ctx, `INSERT INTO workspaces (id, name) VALUES ($1, 'ws') ON CONFLICT DO NOTHING`, ws)
+	require.NoError(t, err)
+	store := domain.Store{ID: uuid.New(), WorkspaceID: ws, CredentialsVersion: 1}
+	_, err = db.Owner.Exec(ctx, `INSERT INTO stores (id, workspace_id, platform, shop_id, name, status)
+		VALUES ($1, $2, 'sandbox', $3, 'test', 'verified')`, store.ID, ws, store.ID.String())
+	require.NoError(t, err)
+	op := domain.NewOperation(ws, uuid.Nil, "store.verify", "store", store.ID, now)
+	task := domain.NewStoreVerification(uuid.New(), ws, op.ID, store, now)
+	require.NoError(t, postgres.InTx(ctx, db.App, postgres.Scope{WorkspaceID: ws}, func(ctx context.Context, _ pgx.Tx) error {
+		if err := postgres.NewOperations().Insert(ctx, op); err != nil {
+			return err
+		}
+		return postgres.NewStoreVerifications().Insert(ctx, task)
+	}))
+	return store, op, task
+}
+
 // A task's locking read in a context marked port.LockingOperation locks and reads its
 // operation in the same round trip; the operations repository's next locking read takes that
 // row without a round trip of its own, and one after a write of the operation reads it again.
@@ -41,24 +62,13 @@ func TestLockingOperationReadsTheOperationWithTheTask(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	ws := uuid.New()
-	store := domain.Store{ID: uuid.New(), WorkspaceID: ws, CredentialsVersion: 1}
-	_, err := db.Owner.Exec(ctx, `INSERT INTO workspaces (id, name) VALUES ($1, 'ws')`, ws)
-	require.NoError(t, err)
-	_, err = db.Owner.Exec(ctx, `INSERT INTO stores (id, workspace_id, platform, shop_id, name, status)
-		VALUES ($1, $2, 'sandbox', $3, 'test', 'verified')`, store.ID, ws, store.ID.String())
-	require.NoError(t, err)
+	now := time.Now().UTC().Truncate(time.Microsecond)
+	_, op, task := seedVerification(ctx, t, db, ws, now)
 	counter := &tripCounter{}
 	pool, err := postgres.Connect(ctx, postgres.PoolConfig{URL: db.AppURL, MaxConns: 2, Tracer: counter})
 	require.NoError(t, err)
 	t.Cleanup(pool.Close)
 	ops, tasks := postgres.NewOperations(), postgres.NewStoreVerifications()
-	now := time.Now().UTC().Truncate(time.Microsecond)
-	op := domain.NewOperation(ws, uuid.Nil, "store.verify", "store", store.ID, now)
-	task := domain.NewStoreVerification(uuid.New(), ws, op.ID, store, now)
-	require.NoError(t, postgres.InTx(ctx, pool, postgres.Scope{WorkspaceID: ws}, func(ctx context.Context, _ pgx.Tx) error {
-		require.NoError(t, ops.Insert(ctx, op))
-		return tasks.Insert(ctx, task)
-	}))
 
 	trips := func(fn func(ctx context.Context)) int64 {
 		before := counter.trips.Load()
@@ -142,21 +152,12 @@ func TestLockingOperationLocksTheTaskFirst(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	ws, other := uuid.New(), uuid.New()
-	store := domain.Store{ID: uuid.New(), WorkspaceID: ws, CredentialsVersion: 1}
-	_, err := db.Owner.Exec(ctx, `INSERT INTO workspaces (id, name) VALUES ($1, 'ws'), ($2, 'other')`, ws, other)
+	_, err := db.Owner.Exec(ctx, `INSERT INTO workspaces (id, name) VALUES ($1, 'other')`, other)
 	require.NoError(t, err)
-	_, err = db.Owner.Exec(ctx, `INSERT INTO stores (id, workspace_id, platform, shop_id, name, status)
-		VALUES ($1, $2, 'sandbox', $3, 'test', 'verified')`, store.ID, ws, store.ID.String())
-	require.NoError(t, err)
-	ops, tasks := postgres.NewOperations(), postgres.NewStoreVerifications()
 	now := time.Now().UTC().Truncate(time.Microsecond)
-	op := domain.NewOperation(ws, uuid.Nil, "store.verify", "store", store.ID, now)
-	task := domain.NewStoreVerification(uuid.New(), ws, op.ID, store, now)
+	store, op, task := seedVerification(ctx, t, db, ws, now)
+	ops, tasks := postgres.NewOperations(), postgres.NewStoreVerifications()
 	tr := postgres.Transactor{Pool: db.App}
-	require.NoError(t, tr.InTx(ctx, ws, uuid.Nil, func(ctx context.Context) error {
-		require.NoError(t, ops.Insert(ctx, op))
-		return tasks.Insert(ctx, task)
-	}))
 
 	holder, err := db.Owner.Begin(ctx)
 	require.NoError(t, err)

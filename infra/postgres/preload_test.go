@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/listingkit/listing/app/port"
@@ -27,58 +27,55 @@ func TestInGroupTxPreloadsTheStepsLockingReads(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	wss := []uuid.UUID{uuid.New(), uuid.New()}
-	for _, ws := range wss {
-		_, err := db.Owner.Exec(ctx, `INSERT INTO workspaces (id, name) VALUES ($1, 'ws')`, ws)
-		require.NoError(t, err)
+	now := time.Now().UTC().Truncate(time.Microsecond)
+	// Three tasks in the first workspace, one in the second.
+	var all []domain.StoreVerification
+	for i := range 4 {
+		_, _, task := seedVerification(ctx, t, db, wss[i/3], now)
+		all = append(all, task)
 	}
 	counter := &tripCounter{}
 	pool, err := postgres.Connect(ctx, postgres.PoolConfig{URL: db.AppURL, MaxConns: 8, Tracer: counter})
 	require.NoError(t, err)
 	t.Cleanup(pool.Close)
 	ops, tasks := postgres.NewOperations(), postgres.NewStoreVerifications()
-	now := time.Now().UTC().Truncate(time.Microsecond)
-	// Three tasks in the first workspace, one in the second.
-	var all []domain.StoreVerification
-	for i := range 4 {
-		ws := wss[i/3]
-		store := domain.Store{ID: uuid.New(), WorkspaceID: ws, CredentialsVersion: 1}
-		_, err := db.Owner.Exec(ctx, `INSERT INTO stores (id, workspace_id, platform, shop_id, name, status)
-			VALUES ($1, $2, 'sandbox', $3, 'test', 'verified')`, store.ID, ws, store.ID.String())
-		require.NoError(t, err)
-		op := domain.NewOperation(ws, uuid.Nil, "store.verify", "store", store.ID, now)
-		task := domain.NewStoreVerification(uuid.New(), ws, op.ID, store, now)
-		require.NoError(t, postgres.InTx(ctx, pool, postgres.Scope{WorkspaceID: ws}, func(ctx context.Context, _ pgx.Tx) error {
-			require.NoError(t, ops.Insert(ctx, op))
-			return tasks.Insert(ctx, task)
-		}))
-		all = append(all, task)
-	}
 	tr := postgres.Transactor{Pool: pool}
 
 	// group runs step(task) for every task in one group transaction: steps that send
 	// nothing hold every group's lead while the steps queue, then one of them lets go (its
 	// goroutine hands the lead to the first step waiting, which takes them all), then the
-	// others. It returns the round trips the group made.
+	// others. It returns the round trips the group made. Every wait ends with ctx (the
+	// test's end cancels it).
 	group := func(step func(task domain.StoreVerification) func(ctx context.Context) error) int64 {
 		holds := []chan struct{}{make(chan struct{}), make(chan struct{})}
-		held := sync.WaitGroup{}
+		leading := make(chan struct{}, postgres.MaxLeaders)
 		var wg sync.WaitGroup
+		t.Cleanup(wg.Wait) // after ctx is cancelled: no step outlives the test
 		for i := range postgres.MaxLeaders {
-			held.Add(1)
 			hold := holds[min(i, 1)]
 			wg.Go(func() {
-				require.NoError(t, tr.InGroupTx(ctx, wss[0], uuid.Nil, func(context.Context) error {
-					held.Done()
-					<-hold
-					return nil
+				assert.NoError(t, tr.InGroupTx(ctx, wss[0], uuid.Nil, func(ctx context.Context) error {
+					leading <- struct{}{}
+					select {
+					case <-hold:
+						return nil
+					case <-ctx.Done():
+						return ctx.Err()
+					}
 				}))
 			})
 		}
-		held.Wait()
+		for range postgres.MaxLeaders {
+			select {
+			case <-leading:
+			case <-ctx.Done():
+				t.Fatalf("the holding steps did not lead: %v", ctx.Err())
+			}
+		}
 		before := counter.trips.Load()
 		for _, task := range all {
 			wg.Go(func() {
-				require.NoError(t, tr.InGroupTx(tasks.PreloadLocking(ctx, task.ID), task.WorkspaceID, task.ID, step(task)))
+				assert.NoError(t, tr.InGroupTx(tasks.PreloadLocking(ctx, task.ID), task.WorkspaceID, task.ID, step(task)))
 			})
 		}
 		time.Sleep(200 * time.Millisecond) // let them queue

@@ -143,8 +143,7 @@ func (r *Repository[T]) get(ctx context.Context, id uuid.UUID, lock string) (T, 
 // alone, under its lock: the operations repository then reads (and reports) the operation
 // itself.
 func (r *Repository[T]) getWithOperation(ctx context.Context, tx pgx.Tx, id uuid.UUID) (v T, err error) {
-	var o domain.Operation
-	err = tx.QueryRow(ctx, r.lockOperation, id).Scan(append(r.t.scan(&v), operationScan(&o)...)...)
+	v, o, err := r.scanWithOperation(tx.QueryRow(ctx, r.lockOperation, id))
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		// No task, or no operation in sight: the task alone.
@@ -162,6 +161,12 @@ func (r *Repository[T]) getWithOperation(ctx context.Context, tx pgx.Tx, id uuid
 	return v, nil
 }
 
+// scanWithOperation scans a row of lockOperation: the task, then its operation.
+func (r *Repository[T]) scanWithOperation(row pgx.Row) (v T, o domain.Operation, err error) {
+	err = row.Scan(append(r.t.scan(&v), operationScan(&o)...)...)
+	return v, o, err
+}
+
 var _ port.LockPreloader = (*Repository[domain.Publication])(nil)
 
 // PreloadLocking implements port.LockPreloader for a task table (one with an operation_id
@@ -172,9 +177,7 @@ func (r *Repository[T]) PreloadLocking(ctx context.Context, id uuid.UUID) contex
 	}
 	return context.WithValue(ctx, preloadKey{}, &preload{sql: r.lockOperation, args: []any{id},
 		read: func(row pgx.Row) ([]preloadedRow, error) {
-			var v T
-			var o domain.Operation
-			err := row.Scan(append(r.t.scan(&v), operationScan(&o)...)...)
+			v, o, err := r.scanWithOperation(row)
 			switch {
 			case errors.Is(err, pgx.ErrNoRows):
 				// No task, or no operation in sight: the step reads (and reports) them itself.
