@@ -243,10 +243,13 @@ func (p *EventPublisher) EventBus(ctx context.Context) (*cqrs.EventBus, error) {
 type atCommit struct{ ctx context.Context }
 
 func (e atCommit) ExecContext(_ context.Context, query string, args ...any) (wsql.Result, error) {
-	err := postgres.BeforeCommitWrite(e.ctx, "outbox_events", func(err error) error {
-		return fmt.Errorf("outbox.EventPublisher.Publish: %w", err)
-	}, query, args...)
-	return queuedResult{}, err
+	onErr := func(err error) error { return fmt.Errorf("outbox.EventPublisher.Publish: %w", err) }
+	if n := len(args); n > 0 && n%insertColumns == 0 && query == insertRows.SQL(n/insertColumns) {
+		// Rows of insertRows (SchemaAdapter's): with the other events queued in the
+		// transaction's scope, one statement.
+		return queuedResult{}, postgres.BeforeCommitRows(e.ctx, insertRows, onErr, args...)
+	}
+	return queuedResult{}, postgres.BeforeCommitWrite(e.ctx, "outbox_events", onErr, query, args...)
 }
 
 func (atCommit) QueryContext(context.Context, string, ...any) (wsql.Rows, error) {
@@ -379,10 +382,8 @@ func (a SchemaAdapter) InsertQuery(params wsql.InsertQueryParams) (wsql.Query, e
 	if len(params.Msgs) == 0 {
 		return wsql.Query{}, errors.New("outbox: no messages")
 	}
-	var b strings.Builder
-	b.WriteString(`INSERT INTO outbox_events (id, workspace_id, event_type, destination, aggregate_type, aggregate_id, event_payload, metadata) VALUES `)
-	args := make([]any, 0, 8*len(params.Msgs))
-	for i, m := range params.Msgs {
+	args := make([]any, 0, insertColumns*len(params.Msgs))
+	for _, m := range params.Msgs {
 		env, trusted, err := unwrap(m)
 		if err != nil {
 			return wsql.Query{}, err
@@ -401,27 +402,38 @@ func (a SchemaAdapter) InsertQuery(params wsql.InsertQueryParams) (wsql.Query, e
 		// The row's columns hold the event type and the aggregate: the stored metadata does
 		// not repeat them (rowMetadataKey).
 		md := appendMetadataJSON(nil, env.Metadata)
+		args = append(args, id, a.WorkspaceID, eventType, env.DestinationTopic,
+			env.Metadata[MetadataAggregateType], env.Metadata[MetadataAggregateID], string(env.Payload), string(md))
+	}
+	return wsql.Query{Query: insertRows.SQL(len(params.Msgs)), Args: args}, nil
+}
+
+// insertRows is the insert of outbox rows, insertColumns parameters a row (the payload and
+// metadata as JSON text).
+var insertRows = postgres.NewRowsWrite("outbox_events", insertColumns, func(rows int) string {
+	var b strings.Builder
+	b.WriteString(`INSERT INTO outbox_events (id, workspace_id, event_type, destination, aggregate_type, aggregate_id, event_payload, metadata) VALUES `)
+	for i := range rows {
 		if i > 0 {
 			b.WriteString(", ")
 		}
-		n := len(args)
-		for f := 1; f <= 8; f++ {
+		for f := 1; f <= insertColumns; f++ {
 			switch f {
 			case 1:
 				b.WriteString("($")
-			case 8:
+			case insertColumns:
 				b.WriteString("::jsonb, $")
 			default:
 				b.WriteString(", $")
 			}
-			b.WriteString(strconv.Itoa(n + f))
+			b.WriteString(strconv.Itoa(i*insertColumns + f))
 		}
 		b.WriteString("::jsonb)")
-		args = append(args, id, a.WorkspaceID, eventType, env.DestinationTopic,
-			env.Metadata[MetadataAggregateType], env.Metadata[MetadataAggregateID], string(env.Payload), string(md))
 	}
-	return wsql.Query{Query: b.String(), Args: args}, nil
-}
+	return b.String()
+})
+
+const insertColumns = 8
 
 // wrappedKey is the context key of the message EventBus hands to the forwarder (see
 // wrapped).

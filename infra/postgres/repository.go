@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -46,6 +47,9 @@ type Repository[T any] struct {
 	// updateArgs are the indexes in columns of the update's parameters, in order: the id,
 	// then every column but workspace_id and created_at, which never change.
 	updateArgs []int
+	// updateRows is the update as a RowsWrite (UpdateAtCommit): the rows of several updates
+	// in one statement.
+	updateRows *RowsWrite
 	// lockOperation is the locking read of row $1 and of its operation, in one statement, for
 	// a task table (one with an operation_id column; port.LockingOperation): the task's columns,
 	// then the operation's, the task's row locked first.
@@ -57,19 +61,24 @@ var _ port.Repository[domain.Operation] = (*Repository[domain.Operation])(nil)
 func newRepository[T any](t table[T]) *Repository[T] {
 	cols := strings.Join(t.columns, ", ")
 	ph := make([]string, len(t.columns))
-	set := []string{}
+	set, setRows := []string{}, []string{}
 	updateArgs := []int{0} // id is $1
+	updated := []string{t.columns[0]}
 	for i, c := range t.columns {
 		ph[i] = fmt.Sprintf("$%d", i+1)
 		if i != 0 && c != "workspace_id" && c != "created_at" {
 			updateArgs = append(updateArgs, i)
+			updated = append(updated, c)
 			if slices.Contains(t.once, c) {
 				set = append(set, fmt.Sprintf("%s = COALESCE(%s, $%d)", c, c, len(updateArgs)))
+				setRows = append(setRows, fmt.Sprintf("%s = COALESCE(x.%s, v.%s)", c, c, c))
 			} else {
 				set = append(set, fmt.Sprintf("%s = $%d", c, len(updateArgs)))
+				setRows = append(setRows, fmt.Sprintf("%s = v.%s", c, c))
 			}
 		}
 	}
+	update := fmt.Sprintf("UPDATE %s SET %s WHERE id = $1", t.name, strings.Join(set, ", "))
 	lockOperation := ""
 	if t.name != operationsTable && slices.Contains(t.columns, "operation_id") {
 		// FOR UPDATE OF t, o locks each joined row's task, then its operation (the executor
@@ -82,9 +91,45 @@ func newRepository[T any](t table[T]) *Repository[T] {
 		t:             t,
 		insert:        fmt.Sprintf("INSERT INTO %s (%s) VALUES (%s) ON CONFLICT DO NOTHING", t.name, cols, strings.Join(ph, ", ")),
 		sel:           fmt.Sprintf("SELECT %s FROM %s", cols, t.name),
-		update:        fmt.Sprintf("UPDATE %s SET %s WHERE id = $1", t.name, strings.Join(set, ", ")),
+		update:        update,
 		updateArgs:    updateArgs,
+		updateRows:    newUpdateRows(t.name, updated, update, strings.Join(setRows, ", ")),
 	}
+}
+
+// newUpdateRows returns the RowsWrite of the updates of table by id (columns[0]) that update
+// its columns: for one row the statement update, for more an UPDATE … FROM of a VALUES list
+// whose first row, NULLs of the table's column types, matches no row and types the
+// parameters of the others (set assigns from v, the table being x).
+func newUpdateRows(table string, columns []string, update, set string) *RowsWrite {
+	typed := make([]string, len(columns))
+	for i, c := range columns {
+		typed[i] = "(NULL::" + table + ")." + c
+	}
+	head := "UPDATE " + table + " AS x SET " + set + " FROM (VALUES (" + strings.Join(typed, ", ") + ")"
+	tail := ") AS v(" + strings.Join(columns, ", ") + ") WHERE x." + columns[0] + " = v." + columns[0]
+	return NewRowsWrite(table, len(columns), func(rows int) string {
+		if rows == 1 {
+			return update
+		}
+		var b strings.Builder
+		b.WriteString(head)
+		p := 0
+		for range rows {
+			b.WriteString(", (")
+			for i := range columns {
+				if i > 0 {
+					b.WriteString(", ")
+				}
+				p++
+				b.WriteString("$")
+				b.WriteString(strconv.Itoa(p))
+			}
+			b.WriteString(")")
+		}
+		b.WriteString(tail)
+		return b.String()
+	})
 }
 
 func (r *Repository[T]) op(name string) string { return "postgres." + r.t.name + "." + name }
@@ -231,7 +276,7 @@ func (r *Repository[T]) UpdateAtCommit(ctx context.Context, id uuid.UUID, fn fun
 	}
 	dropLocked(ctx, r.t.name, id)
 	op := r.op("Save")
-	if err := BeforeCommitWrite(ctx, r.t.name, func(err error) error { return fmt.Errorf("%s: %w", op, err) }, r.update, r.updateArgsOf(&v)...); err != nil {
+	if err := BeforeCommitRows(ctx, r.updateRows, func(err error) error { return fmt.Errorf("%s: %w", op, err) }, r.updateArgsOf(&v)...); err != nil {
 		var zero T
 		return zero, err
 	}

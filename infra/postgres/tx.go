@@ -105,6 +105,8 @@ type queued struct {
 	onErr func(error) error
 	// table is the table a BeforeCommitWrite statement writes ("" for any other statement).
 	table string
+	// rows is the RowsWrite of a BeforeCommitRows statement, else nil.
+	rows *RowsWrite
 }
 
 // ErrNoTx is returned by TxFromContext when the context carries no transaction: repositories

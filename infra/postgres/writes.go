@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -39,17 +41,78 @@ func mergeable(sql string) bool {
 	return ok
 }
 
-// mergeWrites returns qs with each run of consecutive BeforeCommitWrite statements of
-// distinct tables sent as one statement: WITH w1 AS (first), w2 AS (second) … last, its
-// parameters renumbered. A run never spans another statement (a scope change among them),
-// and two writes of one table never share one (a row written twice in a statement is
-// undefined). The merged statement's error goes through the onErr of the member whose table
-// the server's error names (its table field, or the quoted name in its message); an error
-// naming none of them is named after all of them.
+// RowsWrite is a statement that writes rows of one table, PerRow parameters a row: its text
+// for n rows (SQL) numbers the parameters of each row after those of the row before, and a
+// row's first parameter is its key (a comparable value, the row's id). Writes of one
+// RowsWrite queued with BeforeCommitRows under one RLS scope, with nothing but other
+// BeforeCommitWrite statements between them, are sent as one statement of all their rows
+// (never one key twice in a statement: a row updated twice by one statement is updated
+// once), itself merged with the writes of other tables (mergeWrites): the writes of a group
+// transaction's steps of one workspace (their tasks, operations and outbox rows) cost the
+// server one statement, not one per step.
+type RowsWrite struct {
+	table  string
+	perRow int
+	build  func(rows int) string
+
+	mu   sync.Mutex
+	sqls map[int]string
+}
+
+// NewRowsWrite returns the RowsWrite of table whose text for n rows build returns (the same
+// text for the same n; no dollar quote, semicolon or comment, see BeforeCommitWrite).
+func NewRowsWrite(table string, perRow int, build func(rows int) string) *RowsWrite {
+	return &RowsWrite{table: table, perRow: perRow, build: build, sqls: map[int]string{}}
+}
+
+// SQL returns the statement writing rows rows.
+func (w *RowsWrite) SQL(rows int) string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	sql, ok := w.sqls[rows]
+	if !ok {
+		sql = w.build(rows)
+		if !mergeable(sql) {
+			panic(fmt.Sprintf("postgres.RowsWrite: the statement of %s cannot be merged: %s", w.table, sql))
+		}
+		if len(w.sqls) < 256 {
+			w.sqls[rows] = sql
+		}
+	}
+	return sql
+}
+
+// BeforeCommitRows is BeforeCommitWrite for rows of w, args holding PerRow parameters a row
+// (at least one row).
+func BeforeCommitRows(ctx context.Context, w *RowsWrite, onErr func(error) error, args ...any) error {
+	st, ok := ctx.Value(txKey{}).(*scopedTx)
+	if !ok {
+		return ErrNoTx
+	}
+	if len(args) == 0 || len(args)%w.perRow != 0 {
+		return fmt.Errorf("postgres.BeforeCommitRows: %d parameters for rows of %d", len(args), w.perRow)
+	}
+	q := queued{sql: w.SQL(len(args) / w.perRow), args: args, onErr: onErr, table: w.table, rows: w}
+	if k := reflect.TypeOf(args[0]); k == nil || !k.Comparable() {
+		q.rows = nil // keys that cannot be told apart: the write keeps a statement of its own
+	}
+	st.beforeCommit = append(st.beforeCommit, q)
+	return nil
+}
+
+// mergeWrites returns qs with each run of consecutive BeforeCommitWrite statements sent as
+// few statements as it can: the writes of one RowsWrite as one statement of their rows, and
+// those of distinct tables as one statement, WITH w1 AS (first), w2 AS (second) … last, its
+// parameters renumbered. A run never spans another statement (a scope change among them);
+// two writes of one table share a statement only as rows of one RowsWrite with distinct
+// keys, else the second starts the next statement. A statement of rows goes through its
+// first write's onErr; a merged statement's error through the onErr of the member whose
+// table the server's error names (its table field, or the quoted name in its message), and
+// an error naming none of them is named after all of them.
 func mergeWrites(qs []queued) []queued {
 	merges := false
 	for i := 1; i < len(qs); i++ {
-		if qs[i].table != "" && qs[i-1].table != "" && qs[i].table != qs[i-1].table {
+		if qs[i].table != "" && qs[i-1].table != "" {
 			merges = true
 			break
 		}
@@ -61,23 +124,93 @@ func mergeWrites(qs []queued) []queued {
 	for i := 0; i < len(qs); {
 		j := i + 1
 		if qs[i].table != "" {
-		run:
-			for ; j < len(qs) && qs[j].table != ""; j++ {
-				for _, m := range qs[i:j] {
-					if m.table == qs[j].table {
-						break run
-					}
-				}
+			for j < len(qs) && qs[j].table != "" {
+				j++
 			}
 		}
 		if j-i == 1 {
 			out = append(out, qs[i])
 		} else {
-			out = append(out, merge(qs[i:j]))
+			out = appendRun(out, qs[i:j])
 		}
 		i = j
 	}
 	return out
+}
+
+// appendRun appends to out the statements of run, consecutive BeforeCommitWrite statements
+// (see mergeWrites).
+func appendRun(out []queued, run []queued) []queued {
+	var tables []*tableWrites // of the statement being built, in the order of their first write
+	flush := func() {
+		switch len(tables) {
+		case 0:
+		case 1:
+			out = append(out, tables[0].statement())
+		default:
+			members := make([]queued, len(tables))
+			for k, t := range tables {
+				members[k] = t.statement()
+			}
+			out = append(out, merge(members))
+		}
+		tables = tables[:0]
+	}
+	for _, q := range run {
+		k := slices.IndexFunc(tables, func(t *tableWrites) bool { return t.writes[0].table == q.table })
+		if k >= 0 && !tables[k].add(q) {
+			flush()
+			k = -1
+		}
+		if k < 0 {
+			tables = append(tables, &tableWrites{writes: []queued{q}})
+		}
+	}
+	flush()
+	return out
+}
+
+// tableWrites are the writes of one table in a statement being built: one write, or the
+// writes of one RowsWrite with distinct keys.
+type tableWrites struct {
+	writes []queued
+}
+
+// add adds q when it can share the statement: rows of the same RowsWrite, none of whose keys
+// is there already.
+func (t *tableWrites) add(q queued) bool {
+	w := t.writes[0].rows
+	if w == nil || q.rows != w {
+		return false
+	}
+	for i := 0; i < len(q.args); i += w.perRow {
+		for _, p := range t.writes {
+			for j := 0; j < len(p.args); j += w.perRow {
+				if p.args[j] == q.args[i] {
+					return false
+				}
+			}
+		}
+	}
+	t.writes = append(t.writes, q)
+	return true
+}
+
+// statement returns the one statement of t's writes.
+func (t *tableWrites) statement() queued {
+	if len(t.writes) == 1 {
+		return t.writes[0]
+	}
+	first := t.writes[0]
+	n := 0
+	for _, q := range t.writes {
+		n += len(q.args)
+	}
+	args := make([]any, 0, n)
+	for _, q := range t.writes {
+		args = append(args, q.args...)
+	}
+	return queued{sql: first.rows.SQL(n / first.rows.perRow), args: args, onErr: first.onErr, table: first.table, rows: first.rows}
 }
 
 // merge is the one statement of members (at least two).
