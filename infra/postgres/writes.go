@@ -41,9 +41,9 @@ func mergeable(sql string) bool {
 	return ok
 }
 
-// RowsWrite is a statement that writes rows of one table, PerRow parameters a row: its text
-// for n rows (SQL) numbers the parameters of each row after those of the row before, and a
-// row's first parameter is its key (a comparable value, the row's id). Writes of one
+// RowsWrite is a statement that writes rows of one table, the same number of parameters a
+// row: its text for n rows (SQL) numbers the parameters of each row after those of the row
+// before, and a row's first parameter is its key (a comparable value, the row's id). Writes of one
 // RowsWrite queued with BeforeCommitRows under one RLS scope, with nothing but other
 // BeforeCommitWrite statements between them, are sent as one statement of all their rows
 // (never one key twice in a statement: a row updated twice by one statement is updated
@@ -82,8 +82,8 @@ func (w *RowsWrite) SQL(rows int) string {
 	return sql
 }
 
-// BeforeCommitRows is BeforeCommitWrite for rows of w, args holding PerRow parameters a row
-// (at least one row).
+// BeforeCommitRows is BeforeCommitWrite for rows of w, args holding the parameters of one
+// row or more, row after row.
 func BeforeCommitRows(ctx context.Context, w *RowsWrite, onErr func(error) error, args ...any) error {
 	st, ok := ctx.Value(txKey{}).(*scopedTx)
 	if !ok {
