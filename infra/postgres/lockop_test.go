@@ -9,6 +9,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/listingkit/listing/app/port"
@@ -31,6 +32,16 @@ func (c *tripCounter) TraceBatchStart(ctx context.Context, _ *pgx.Conn, _ pgx.Tr
 }
 func (*tripCounter) TraceBatchQuery(context.Context, *pgx.Conn, pgx.TraceBatchQueryData) {}
 func (*tripCounter) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData)     {}
+
+// tracedPool opens a pool of conns connections as app_user on db, traced by tracer, closed
+// when the test ends.
+func tracedPool(ctx context.Context, t *testing.T, db *pgtest.DB, conns int32, tracer pgx.QueryTracer) *pgxpool.Pool {
+	t.Helper()
+	pool, err := postgres.Connect(ctx, postgres.PoolConfig{URL: db.AppURL, MaxConns: conns, Tracer: tracer})
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	return pool
+}
 
 // seedVerification inserts workspace ws (unless it exists), a verified sandbox store of it,
 // and a pending store verification of the store with its operation; it returns all three.
@@ -65,9 +76,7 @@ func TestLockingOperationReadsTheOperationWithTheTask(t *testing.T) {
 	now := time.Now().UTC().Truncate(time.Microsecond)
 	_, op, task := seedVerification(ctx, t, db, ws, now)
 	counter := &tripCounter{}
-	pool, err := postgres.Connect(ctx, postgres.PoolConfig{URL: db.AppURL, MaxConns: 2, Tracer: counter})
-	require.NoError(t, err)
-	t.Cleanup(pool.Close)
+	pool := tracedPool(ctx, t, db, 2, counter)
 	ops, tasks := postgres.NewOperations(), postgres.NewStoreVerifications()
 
 	trips := func(fn func(ctx context.Context)) int64 {

@@ -35,9 +35,7 @@ func TestInGroupTxPreloadsTheStepsLockingReads(t *testing.T) {
 		all = append(all, task)
 	}
 	counter := &tripCounter{}
-	pool, err := postgres.Connect(ctx, postgres.PoolConfig{URL: db.AppURL, MaxConns: 8, Tracer: counter})
-	require.NoError(t, err)
-	t.Cleanup(pool.Close)
+	pool := tracedPool(ctx, t, db, 8, counter)
 	ops, tasks := postgres.NewOperations(), postgres.NewStoreVerifications()
 	tr := postgres.Transactor{Pool: pool}
 

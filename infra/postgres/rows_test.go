@@ -3,7 +3,6 @@ package postgres_test
 import (
 	"context"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -16,43 +15,6 @@ import (
 	"github.com/listingkit/listing/infra/postgres"
 	"github.com/listingkit/listing/infra/postgres/pgtest"
 )
-
-// statementLog records the statements a pool sends, each query of a batch on its own.
-type statementLog struct {
-	mu   sync.Mutex
-	sqls []string
-}
-
-func (l *statementLog) add(sql string) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.sqls = append(l.sqls, sql)
-}
-
-func (l *statementLog) since(n int) []string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return append([]string(nil), l.sqls[n:]...)
-}
-
-func (l *statementLog) len() int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return len(l.sqls)
-}
-
-func (l *statementLog) TraceQueryStart(ctx context.Context, _ *pgx.Conn, d pgx.TraceQueryStartData) context.Context {
-	l.add(d.SQL)
-	return ctx
-}
-func (*statementLog) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
-func (*statementLog) TraceBatchStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceBatchStartData) context.Context {
-	return ctx
-}
-func (l *statementLog) TraceBatchQuery(_ context.Context, _ *pgx.Conn, d pgx.TraceBatchQueryData) {
-	l.add(d.SQL)
-}
-func (*statementLog) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData) {}
 
 // The updates at commit of several tasks and their operations in one workspace's
 // transaction reach the server as one statement (the tasks' rows and the operations' rows,
@@ -70,14 +32,11 @@ func TestUpdatesAtCommitOfManyRowsAreOneStatement(t *testing.T) {
 		_, _, task := seedVerification(ctx, t, db, ws, now)
 		seeded = append(seeded, task)
 	}
-	log := &statementLog{}
-	pool, err := postgres.Connect(ctx, postgres.PoolConfig{URL: db.AppURL, MaxConns: 2, Tracer: log})
-	require.NoError(t, err)
-	t.Cleanup(pool.Close)
+	rec := &batchRecorder{}
+	pool := tracedPool(ctx, t, db, 2, rec)
 	ops, tasks := postgres.NewOperations(), postgres.NewStoreVerifications()
 
 	later := now.Add(time.Second)
-	before := log.len()
 	require.NoError(t, postgres.InTx(ctx, pool, postgres.Scope{WorkspaceID: ws}, func(ctx context.Context, _ pgx.Tx) error {
 		for i, s := range seeded {
 			task, err := tasks.UpdateAtCommit(port.LockingOperation(ctx), s.ID, func(v *domain.StoreVerification) error {
@@ -100,7 +59,7 @@ func TestUpdatesAtCommitOfManyRowsAreOneStatement(t *testing.T) {
 		return nil
 	}))
 	var writes []string
-	for _, sql := range log.since(before) {
+	for _, sql := range rec.stmts {
 		if strings.HasPrefix(sql, "WITH") || strings.HasPrefix(sql, "UPDATE") {
 			writes = append(writes, sql)
 		}

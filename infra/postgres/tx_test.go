@@ -179,9 +179,7 @@ func TestBeforeCommitWrite(t *testing.T) {
 		GRANT ALL ON bcw_a, bcw_b TO app_user`)
 	require.NoError(t, err)
 	rec := &batchRecorder{}
-	pool, err := postgres.Connect(ctx, postgres.PoolConfig{URL: db.AppURL, MaxConns: 1, Tracer: rec})
-	require.NoError(t, err)
-	t.Cleanup(pool.Close)
+	pool := tracedPool(ctx, t, db, 1, rec)
 	nameA := errors.New("a")
 	nameB := errors.New("b")
 	onA := func(err error) error { return errors.Join(nameA, err) }

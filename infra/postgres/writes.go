@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/jackc/pgx/v5/pgconn"
 )
@@ -54,30 +55,34 @@ type RowsWrite struct {
 	table  string
 	perRow int
 	build  func(rows int) string
-
-	mu   sync.Mutex
-	sqls map[int]string
+	// sqls caches the statement by its row count (up to maxCachedRows rows).
+	sqls [maxCachedRows + 1]atomic.Pointer[string]
 }
+
+// maxCachedRows is the largest row count whose statement a RowsWrite keeps (a group holds
+// at most maxGroup steps; a step's write rarely has more than a few rows).
+const maxCachedRows = 4 * maxGroup
 
 // NewRowsWrite returns the RowsWrite of table whose text for n rows build returns (the same
 // text for the same n; no dollar quote, semicolon or comment, see BeforeCommitWrite).
 func NewRowsWrite(table string, perRow int, build func(rows int) string) *RowsWrite {
-	return &RowsWrite{table: table, perRow: perRow, build: build, sqls: map[int]string{}}
+	return &RowsWrite{table: table, perRow: perRow, build: build}
 }
 
 // SQL returns the statement writing rows rows.
 func (w *RowsWrite) SQL(rows int) string {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	sql, ok := w.sqls[rows]
-	if !ok {
-		sql = w.build(rows)
-		if !mergeable(sql) {
-			panic(fmt.Sprintf("postgres.RowsWrite: the statement of %s cannot be merged: %s", w.table, sql))
+	cached := rows <= maxCachedRows
+	if cached {
+		if sql := w.sqls[rows].Load(); sql != nil {
+			return *sql
 		}
-		if len(w.sqls) < 256 {
-			w.sqls[rows] = sql
-		}
+	}
+	sql := w.build(rows)
+	if !mergeable(sql) {
+		panic(fmt.Sprintf("postgres.RowsWrite: the statement of %s cannot be merged: %s", w.table, sql))
+	}
+	if cached {
+		w.sqls[rows].Store(&sql)
 	}
 	return sql
 }
@@ -163,7 +168,7 @@ func appendRun(out []queued, run []queued) []queued {
 			k = -1
 		}
 		if k < 0 {
-			tables = append(tables, &tableWrites{writes: []queued{q}})
+			tables = append(tables, newTableWrites(q))
 		}
 	}
 	flush()
@@ -174,6 +179,15 @@ func appendRun(out []queued, run []queued) []queued {
 // writes of one RowsWrite with distinct keys.
 type tableWrites struct {
 	writes []queued
+	keys   []any // of the rows of writes, for a RowsWrite
+}
+
+func newTableWrites(q queued) *tableWrites {
+	t := &tableWrites{writes: []queued{q}}
+	if q.rows != nil {
+		t.keys = q.rows.keysOf(q.args, nil)
+	}
+	return t
 }
 
 // add adds q when it can share the statement: rows of the same RowsWrite, none of whose keys
@@ -183,17 +197,23 @@ func (t *tableWrites) add(q queued) bool {
 	if w == nil || q.rows != w {
 		return false
 	}
-	for i := 0; i < len(q.args); i += w.perRow {
-		for _, p := range t.writes {
-			for j := 0; j < len(p.args); j += w.perRow {
-				if p.args[j] == q.args[i] {
-					return false
-				}
-			}
+	keys := w.keysOf(q.args, t.keys)
+	for _, k := range keys[len(t.keys):] {
+		if slices.Contains(t.keys, k) {
+			return false
 		}
 	}
+	t.keys = keys
 	t.writes = append(t.writes, q)
 	return true
+}
+
+// keysOf appends the keys of the rows of args (each row's first parameter) to keys.
+func (w *RowsWrite) keysOf(args []any, keys []any) []any {
+	for i := 0; i < len(args); i += w.perRow {
+		keys = append(keys, args[i])
+	}
+	return keys
 }
 
 // statement returns the one statement of t's writes.
