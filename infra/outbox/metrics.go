@@ -66,6 +66,9 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Name: "listing_outbox_published_total", Help: "Outbox events published, by destination.",
 		}, []string{"destination"}),
 	}
+	// Both results exist from the start, so a rate over them sees the first failure.
+	m.Attempts.WithLabelValues("success")
+	m.Attempts.WithLabelValues("failure")
 	if reg == nil {
 		return m, nil
 	}
