@@ -54,6 +54,9 @@ func newConsole(ctx context.Context, cfg config.Config, log *slog.Logger) (*cons
 	cleanup := pool.Close
 	ccfg := console.Config{Operators: operators, Production: cfg.Production(), Pool: pool, Queues: flows.Queues(), Logger: log,
 		SessionTTL: cfg.ConsoleSessionTTL, SigninFailures: cfg.ConsoleSigninFailures}
+	for _, f := range flows.All() {
+		ccfg.Flows = append(ccfg.Flows, console.Flow{Name: f.Name, Queue: f.Queue, Table: f.Table})
+	}
 	if !cfg.Memory() {
 		rdb, closeRedis, err := listing.ProvideRedis(ctx, cfg)
 		if err != nil {

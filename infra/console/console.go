@@ -39,6 +39,10 @@ type Config struct {
 	// QUEUE_TRANSPORT=memory: the jobs live in the process that runs them).
 	Queues []string
 	BullMQ bullmq.Config
+	// Flows are the flows the failures and workspaces pages name (a flow filter, a task
+	// table's flow). Empty: task tables are shown by their names and the failures page offers
+	// no flow filter.
+	Flows []Flow
 	// SessionTTL is how long a browser session lasts (CONSOLE_SESSION_TTL). Default 8h.
 	// Sessions live in console_sessions: shared by every console on the database, kept
 	// across restarts, ended everywhere by sign-out.
@@ -53,6 +57,11 @@ type Config struct {
 	Logger *slog.Logger
 	// Now is the clock. Default time.Now.
 	Now func() time.Time
+}
+
+// Flow is one flow as the console names it: its name, queue and task table.
+type Flow struct {
+	Name, Queue, Table string
 }
 
 // Server is the operator console. Safe for concurrent use.
@@ -126,6 +135,9 @@ func (s *Server) routes() http.Handler {
 	auth("POST /queues/retry", s.queueAction)
 	auth("POST /queues/remove", s.queueAction)
 	auth("GET /operations", s.operationsPage)
+	auth("GET /failures", s.failuresPage)
+	auth("GET /workspaces", s.workspacesPage)
+	auth("GET /workspaces/{id}", s.workspacePage)
 
 	return securityHeaders(http.NewCrossOriginProtection().Handler(s.loopbackOnly(mux)))
 }
@@ -153,7 +165,7 @@ type page struct {
 	Data          any
 }
 
-var pageNames = []string{"signin", "index", "outbox", "event", "queues", "operations"}
+var pageNames = []string{"signin", "index", "outbox", "event", "queues", "operations", "failures", "workspaces", "workspace"}
 
 func parsePages() (map[string]*template.Template, error) {
 	funcs := template.FuncMap{

@@ -33,6 +33,12 @@ type pagesBundle struct {
 
 func setupPages(t *testing.T) pagesBundle {
 	t.Helper()
+	return setupPagesWith(t, func(*console.Config) {})
+}
+
+// setupPagesWith is setupPages with the console's Config changed by configure.
+func setupPagesWith(t *testing.T, configure func(*console.Config)) pagesBundle {
+	t.Helper()
 	t.Parallel()
 	db := pgtest.New(t)
 	redisURL := os.Getenv("REDIS_URL")
@@ -53,7 +59,9 @@ func setupPages(t *testing.T) pagesBundle {
 	})
 	bcfg := bullmq.Config{Client: rdb, Prefix: prefix}
 	queue := "store-verification"
-	ts := newServer(t, console.Config{Operators: operators(), Pool: db.OperatorPool(t), Queues: []string{queue}, BullMQ: bcfg})
+	cfg := console.Config{Operators: operators(), Pool: db.OperatorPool(t), Queues: []string{queue}, BullMQ: bcfg}
+	configure(&cfg)
+	ts := newServer(t, cfg)
 	c := newClient(t, ts.URL)
 	c.header.Set("Authorization", "Bearer "+adaSecret)
 	return pagesBundle{db: db, rdb: rdb, bcfg: bcfg, queue: queue, c: c}

@@ -39,6 +39,11 @@ var securityDefiners = map[string]definer{
 	"operator_outbox_actions(integer)":         {"listing_inspector", "listing_operator"},
 	"operator_operation(uuid)":                 {"listing_inspector", "listing_operator"},
 	"operator_failed_operations(uuid,integer)": {"listing_inspector", "listing_operator"},
+	// Failures and backlogs of every task table (sql/041): lifecycle columns only.
+	"operator_failures(text,text,timestamp with time zone,timestamp with time zone,uuid,integer)": {"listing_inspector", "listing_operator"},
+	"operator_workspaces(timestamp with time zone,integer)":                                       {"listing_inspector", "listing_operator"},
+	"operator_recent_operations(uuid,integer)":                                                    {"listing_inspector", "listing_operator"},
+	"operator_workspace_flows(uuid,timestamp with time zone)":                                     {"listing_inspector", "listing_operator"},
 	// Auth flows that act before the user is known.
 	"auth_user_by_email(text)":                               {"listing_auth", "app_user"},
 	"auth_use_refresh_token(bytea,timestamp with time zone)": {"listing_auth", "app_user"},

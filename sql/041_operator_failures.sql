@@ -1,0 +1,270 @@
+-- The operators' view of failures and workspaces across workspaces (docs/operations.md, "The
+-- operator console"): read only by listing_operator, through SECURITY DEFINER functions owned
+-- by listing_inspector (011_operator_console.sql), like the console's other reads.
+--
+-- prepare_task_table (026_task_tables.sql) now also gives every task table
+--   <table>_failed      a partial index of failed tasks, latest first: a task enters it once,
+--                       when it fails, so the lifecycle's other updates pay nothing for it;
+--   <table>_inspector   listing_inspector may read the lifecycle columns the functions below
+--                       return, through a policy of its own.
+-- It runs again on every registered task table.
+--
+--   operator_failures        failed tasks of every workspace, latest first, by page; filters:
+--                            one task table, one error code, a time since which
+--   operator_workspaces      the workspaces with the most unfinished tasks and failures
+--   operator_workspace_flows one workspace's unfinished and failed tasks per task table
+--   operator_recent_operations one workspace's latest operations
+
+-- +goose Up
+SET LOCAL ROLE listing_owner;
+
+-- +goose StatementBegin
+CREATE OR REPLACE FUNCTION prepare_task_table(p_table text) RETURNS void
+LANGUAGE plpgsql SET search_path = pg_catalog, public AS $$
+DECLARE
+  rel regclass := format('public.%I', p_table)::regclass;
+  want constant text[][] := ARRAY[
+    ['id', 'uuid'], ['workspace_id', 'uuid'], ['operation_id', 'uuid'], ['status', 'text'],
+    ['attempts', 'integer'], ['reconciliations', 'integer'], ['error_code', 'text'],
+    ['error_message', 'text'], ['version', 'integer'], ['created_at', 'timestamp with time zone'],
+    ['updated_at', 'timestamp with time zone']];
+  got text;
+  not_null boolean;
+BEGIN
+  EXECUTE format($f$ALTER TABLE %s
+    ADD COLUMN IF NOT EXISTS id uuid PRIMARY KEY,
+    ADD COLUMN IF NOT EXISTS workspace_id uuid NOT NULL REFERENCES workspaces (id) ON DELETE CASCADE,
+    ADD COLUMN IF NOT EXISTS operation_id uuid NOT NULL REFERENCES operations (id),
+    ADD COLUMN IF NOT EXISTS status text NOT NULL CHECK (status IN ('pending', 'running', 'succeeded', 'failed')),
+    ADD COLUMN IF NOT EXISTS attempts int NOT NULL DEFAULT 0,
+    ADD COLUMN IF NOT EXISTS reconciliations int NOT NULL DEFAULT 0,
+    ADD COLUMN IF NOT EXISTS error_code text NOT NULL DEFAULT '',
+    ADD COLUMN IF NOT EXISTS error_message text NOT NULL DEFAULT '' CHECK (length(error_message) <= 500),
+    ADD COLUMN IF NOT EXISTS version int NOT NULL DEFAULT 1,
+    ADD COLUMN IF NOT EXISTS created_at timestamptz NOT NULL DEFAULT now(),
+    ADD COLUMN IF NOT EXISTS updated_at timestamptz NOT NULL DEFAULT now()$f$, rel);
+  FOR i IN 1 .. array_length(want, 1) LOOP
+    SELECT format_type(a.atttypid, a.atttypmod), a.attnotnull INTO got, not_null
+    FROM pg_attribute a WHERE a.attrelid = rel AND a.attname = want[i][1] AND NOT a.attisdropped;
+    IF got IS DISTINCT FROM want[i][2] OR NOT not_null THEN
+      RAISE EXCEPTION 'task table %: column % is % (the lifecycle wants % NOT NULL)', p_table, want[i][1],
+        coalesce(got, 'missing') || CASE WHEN not_null THEN ' NOT NULL' ELSE '' END, want[i][2];
+    END IF;
+  END LOOP;
+
+  EXECUTE format('ALTER TABLE %s ENABLE ROW LEVEL SECURITY, FORCE ROW LEVEL SECURITY', rel);
+  IF NOT EXISTS (SELECT 1 FROM pg_policy WHERE polrelid = rel AND polname = p_table || '_tenant') THEN
+    EXECUTE format('CREATE POLICY %I ON %s USING (workspace_id = app_workspace_id()) WITH CHECK (workspace_id = app_workspace_id())',
+      p_table || '_tenant', rel);
+  END IF;
+  EXECUTE format($f$CREATE INDEX IF NOT EXISTS %I ON %s (updated_at) WHERE status IN ('pending', 'running')$f$,
+    p_table || '_unfinished', rel);
+  EXECUTE format('GRANT SELECT (workspace_id, status, updated_at) ON %s TO listing_discovery', rel);
+  IF NOT EXISTS (SELECT 1 FROM pg_policy WHERE polrelid = rel AND polname = p_table || '_discovery') THEN
+    EXECUTE format('CREATE POLICY %I ON %s FOR SELECT TO listing_discovery USING (true)', p_table || '_discovery', rel);
+  END IF;
+  -- The operators' view across workspaces (041_operator_failures.sql): failed tasks by time,
+  -- read by listing_inspector through the operator_… functions only.
+  EXECUTE format($f$CREATE INDEX IF NOT EXISTS %I ON %s (updated_at DESC, id DESC) WHERE status = 'failed'$f$,
+    p_table || '_failed', rel);
+  EXECUTE format('GRANT SELECT (id, workspace_id, operation_id, status, attempts, reconciliations, error_code, updated_at) ON %s TO listing_inspector', rel);
+  IF NOT EXISTS (SELECT 1 FROM pg_policy WHERE polrelid = rel AND polname = p_table || '_inspector') THEN
+    EXECUTE format('CREATE POLICY %I ON %s FOR SELECT TO listing_inspector USING (true)', p_table || '_inspector', rel);
+  END IF;
+  INSERT INTO task_tables (table_name) VALUES (p_table) ON CONFLICT DO NOTHING;
+END
+$$;
+-- +goose StatementEnd
+
+SELECT prepare_task_table(table_name) FROM task_tables;
+
+RESET ROLE;
+GRANT SELECT (table_name) ON task_tables TO listing_inspector;
+GRANT SELECT (id, name) ON workspaces TO listing_inspector;
+CREATE POLICY workspaces_inspector ON workspaces FOR SELECT TO listing_inspector USING (true);
+
+-- operator_failures returns failed tasks, the latest first: those of table p_table (NULL:
+-- every task table), of error code p_code (NULL: any), that failed at or after p_since and
+-- before the page's key (p_before_at, p_before_id) (NULLs: the first page), at most p_limit
+-- (<= 200), each with its operation (without its result).
+-- +goose StatementBegin
+CREATE FUNCTION operator_failures(p_table text, p_code text, p_since timestamptz,
+                                  p_before_at timestamptz, p_before_id uuid, p_limit int)
+RETURNS TABLE (task_table text, task_id uuid, attempts int, reconciliations int, failed_at timestamptz,
+               id uuid, workspace_id uuid, type text, status text, resource_type text, resource_id uuid,
+               error_code text, error_message text, created_at timestamptz, updated_at timestamptz)
+LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, public AS $$
+DECLARE
+  n constant int := least(greatest(p_limit, 0), 200);
+  branches text;
+BEGIN
+  SELECT string_agg(format($f$(SELECT %L::text AS task_table, t.id, t.operation_id, t.attempts, t.reconciliations,
+        t.error_code, t.updated_at FROM public.%I t
+      WHERE t.status = 'failed' AND t.updated_at >= $3 AND ($2::text IS NULL OR t.error_code = $2)
+        AND ($4::timestamptz IS NULL OR (t.updated_at, t.id) < ($4, $5))
+      ORDER BY t.updated_at DESC, t.id DESC LIMIT $6)$f$, x.table_name, x.table_name), ' UNION ALL ' ORDER BY x.table_name)
+    INTO branches FROM task_tables x WHERE p_table IS NULL OR x.table_name = p_table;
+  IF branches IS NULL THEN
+    RETURN;
+  END IF;
+  RETURN QUERY EXECUTE format($f$SELECT f.task_table, f.id, f.attempts, f.reconciliations, f.updated_at,
+      p.id, p.workspace_id, p.type, p.status, p.resource_type, p.resource_id,
+      CASE WHEN p.error_code <> '' THEN p.error_code ELSE f.error_code END, p.error_message, p.created_at, p.updated_at
+    FROM (%s) f JOIN operations p ON p.id = f.operation_id
+    ORDER BY f.updated_at DESC, f.id DESC LIMIT $6$f$, branches)
+    USING p_table, p_code, coalesce(p_since, '-infinity'::timestamptz), p_before_at, p_before_id, n;
+END
+$$;
+-- +goose StatementEnd
+
+-- operator_workspaces returns up to p_limit (<= 500) workspaces holding unfinished tasks or
+-- tasks failed at or after p_since, the largest backlog first, then the most failures.
+-- +goose StatementBegin
+CREATE FUNCTION operator_workspaces(p_since timestamptz, p_limit int)
+RETURNS TABLE (workspace_id uuid, name text, unfinished bigint, failed bigint, oldest_unfinished_at timestamptz)
+LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, public AS $$
+DECLARE
+  branches text;
+BEGIN
+  SELECT string_agg(format($f$SELECT t.workspace_id, t.status, t.updated_at FROM public.%I t
+      WHERE t.status IN ('pending', 'running') OR (t.status = 'failed' AND t.updated_at >= $1)$f$, x.table_name),
+      ' UNION ALL ' ORDER BY x.table_name)
+    INTO branches FROM task_tables x;
+  IF branches IS NULL THEN
+    RETURN;
+  END IF;
+  RETURN QUERY EXECUTE format($f$SELECT s.workspace_id, w.name,
+      count(*) FILTER (WHERE s.status <> 'failed'), count(*) FILTER (WHERE s.status = 'failed'),
+      min(s.updated_at) FILTER (WHERE s.status <> 'failed')
+    FROM (%s) s JOIN workspaces w ON w.id = s.workspace_id
+    GROUP BY s.workspace_id, w.name
+    ORDER BY 3 DESC, 4 DESC, s.workspace_id LIMIT least(greatest($2, 0), 500)$f$, branches)
+    USING coalesce(p_since, '-infinity'::timestamptz), p_limit;
+END
+$$;
+-- +goose StatementEnd
+
+-- operator_workspace_flows returns, for workspace p_workspace, one row per task table with
+-- its unfinished tasks (pending, running), the oldest one's last move, and its tasks failed at
+-- or after p_since.
+-- +goose StatementBegin
+CREATE FUNCTION operator_workspace_flows(p_workspace uuid, p_since timestamptz)
+RETURNS TABLE (task_table text, pending bigint, running bigint, failed bigint, oldest_unfinished_at timestamptz)
+LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, public AS $$
+DECLARE
+  branches text;
+BEGIN
+  SELECT string_agg(format($f$SELECT %L::text, count(*) FILTER (WHERE t.status = 'pending'),
+        count(*) FILTER (WHERE t.status = 'running'), count(*) FILTER (WHERE t.status = 'failed'),
+        min(t.updated_at) FILTER (WHERE t.status <> 'failed')
+      FROM public.%I t WHERE t.workspace_id = $1
+        AND (t.status IN ('pending', 'running') OR (t.status = 'failed' AND t.updated_at >= $2))$f$,
+      x.table_name, x.table_name), ' UNION ALL ' ORDER BY x.table_name)
+    INTO branches FROM task_tables x;
+  IF branches IS NULL THEN
+    RETURN;
+  END IF;
+  RETURN QUERY EXECUTE branches USING p_workspace, coalesce(p_since, '-infinity'::timestamptz);
+END
+$$;
+-- +goose StatementEnd
+
+-- operator_recent_operations returns the latest operations of workspace p_workspace, at most
+-- p_limit (<= 200), without their results.
+-- +goose StatementBegin
+CREATE FUNCTION operator_recent_operations(p_workspace uuid, p_limit int)
+RETURNS TABLE (id uuid, workspace_id uuid, type text, status text, resource_type text, resource_id uuid,
+               error_code text, error_message text, created_at timestamptz, updated_at timestamptz)
+LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, public AS $$
+  SELECT p.id, p.workspace_id, p.type, p.status, p.resource_type, p.resource_id, p.error_code, p.error_message,
+         p.created_at, p.updated_at
+  FROM operations p
+  WHERE p.workspace_id = p_workspace
+  ORDER BY p.created_at DESC, p.id DESC
+  LIMIT least(greatest(p_limit, 0), 200)
+$$;
+-- +goose StatementEnd
+
+ALTER FUNCTION operator_recent_operations(uuid, int) OWNER TO listing_inspector;
+ALTER FUNCTION operator_failures(text, text, timestamptz, timestamptz, uuid, int) OWNER TO listing_inspector;
+ALTER FUNCTION operator_workspaces(timestamptz, int) OWNER TO listing_inspector;
+ALTER FUNCTION operator_workspace_flows(uuid, timestamptz) OWNER TO listing_inspector;
+REVOKE ALL ON FUNCTION operator_failures(text, text, timestamptz, timestamptz, uuid, int),
+  operator_workspaces(timestamptz, int), operator_workspace_flows(uuid, timestamptz),
+  operator_recent_operations(uuid, int) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION operator_failures(text, text, timestamptz, timestamptz, uuid, int),
+  operator_workspaces(timestamptz, int), operator_workspace_flows(uuid, timestamptz),
+  operator_recent_operations(uuid, int) TO listing_operator;
+
+-- +goose Down
+DROP FUNCTION IF EXISTS operator_recent_operations(uuid, int);
+DROP FUNCTION IF EXISTS operator_workspace_flows(uuid, timestamptz);
+DROP FUNCTION IF EXISTS operator_workspaces(timestamptz, int);
+DROP FUNCTION IF EXISTS operator_failures(text, text, timestamptz, timestamptz, uuid, int);
+DROP POLICY IF EXISTS workspaces_inspector ON workspaces;
+REVOKE SELECT (id, name) ON workspaces FROM listing_inspector;
+REVOKE SELECT (table_name) ON task_tables FROM listing_inspector;
+SET LOCAL ROLE listing_owner;
+-- +goose StatementBegin
+DO $$
+DECLARE
+  t text;
+BEGIN
+  FOR t IN SELECT table_name FROM task_tables LOOP
+    EXECUTE format('DROP POLICY IF EXISTS %I ON public.%I', t || '_inspector', t);
+    EXECUTE format('REVOKE SELECT (id, workspace_id, operation_id, status, attempts, reconciliations, error_code, updated_at) ON public.%I FROM listing_inspector', t);
+    EXECUTE format('DROP INDEX IF EXISTS public.%I', t || '_failed');
+  END LOOP;
+END
+$$;
+-- +goose StatementEnd
+-- +goose StatementBegin
+CREATE OR REPLACE FUNCTION prepare_task_table(p_table text) RETURNS void
+LANGUAGE plpgsql SET search_path = pg_catalog, public AS $$
+DECLARE
+  rel regclass := format('public.%I', p_table)::regclass;
+  want constant text[][] := ARRAY[
+    ['id', 'uuid'], ['workspace_id', 'uuid'], ['operation_id', 'uuid'], ['status', 'text'],
+    ['attempts', 'integer'], ['reconciliations', 'integer'], ['error_code', 'text'],
+    ['error_message', 'text'], ['version', 'integer'], ['created_at', 'timestamp with time zone'],
+    ['updated_at', 'timestamp with time zone']];
+  got text;
+  not_null boolean;
+BEGIN
+  EXECUTE format($f$ALTER TABLE %s
+    ADD COLUMN IF NOT EXISTS id uuid PRIMARY KEY,
+    ADD COLUMN IF NOT EXISTS workspace_id uuid NOT NULL REFERENCES workspaces (id) ON DELETE CASCADE,
+    ADD COLUMN IF NOT EXISTS operation_id uuid NOT NULL REFERENCES operations (id),
+    ADD COLUMN IF NOT EXISTS status text NOT NULL CHECK (status IN ('pending', 'running', 'succeeded', 'failed')),
+    ADD COLUMN IF NOT EXISTS attempts int NOT NULL DEFAULT 0,
+    ADD COLUMN IF NOT EXISTS reconciliations int NOT NULL DEFAULT 0,
+    ADD COLUMN IF NOT EXISTS error_code text NOT NULL DEFAULT '',
+    ADD COLUMN IF NOT EXISTS error_message text NOT NULL DEFAULT '' CHECK (length(error_message) <= 500),
+    ADD COLUMN IF NOT EXISTS version int NOT NULL DEFAULT 1,
+    ADD COLUMN IF NOT EXISTS created_at timestamptz NOT NULL DEFAULT now(),
+    ADD COLUMN IF NOT EXISTS updated_at timestamptz NOT NULL DEFAULT now()$f$, rel);
+  FOR i IN 1 .. array_length(want, 1) LOOP
+    SELECT format_type(a.atttypid, a.atttypmod), a.attnotnull INTO got, not_null
+    FROM pg_attribute a WHERE a.attrelid = rel AND a.attname = want[i][1] AND NOT a.attisdropped;
+    IF got IS DISTINCT FROM want[i][2] OR NOT not_null THEN
+      RAISE EXCEPTION 'task table %: column % is % (the lifecycle wants % NOT NULL)', p_table, want[i][1],
+        coalesce(got, 'missing') || CASE WHEN not_null THEN ' NOT NULL' ELSE '' END, want[i][2];
+    END IF;
+  END LOOP;
+
+  EXECUTE format('ALTER TABLE %s ENABLE ROW LEVEL SECURITY, FORCE ROW LEVEL SECURITY', rel);
+  IF NOT EXISTS (SELECT 1 FROM pg_policy WHERE polrelid = rel AND polname = p_table || '_tenant') THEN
+    EXECUTE format('CREATE POLICY %I ON %s USING (workspace_id = app_workspace_id()) WITH CHECK (workspace_id = app_workspace_id())',
+      p_table || '_tenant', rel);
+  END IF;
+  EXECUTE format($f$CREATE INDEX IF NOT EXISTS %I ON %s (updated_at) WHERE status IN ('pending', 'running')$f$,
+    p_table || '_unfinished', rel);
+  EXECUTE format('GRANT SELECT (workspace_id, status, updated_at) ON %s TO listing_discovery', rel);
+  IF NOT EXISTS (SELECT 1 FROM pg_policy WHERE polrelid = rel AND polname = p_table || '_discovery') THEN
+    EXECUTE format('CREATE POLICY %I ON %s FOR SELECT TO listing_discovery USING (true)', p_table || '_discovery', rel);
+  END IF;
+  INSERT INTO task_tables (table_name) VALUES (p_table) ON CONFLICT DO NOTHING;
+END
+$$;
+-- +goose StatementEnd
+RESET ROLE;
