@@ -14,6 +14,9 @@
 --   operator_workspaces      the workspaces with the most unfinished tasks and failures
 --   operator_workspace_flows one workspace's unfinished and failed tasks per task table
 --   operator_recent_operations one workspace's latest operations
+--   operator_outbox_delivered  events delivered per minute and destination, from the log
+--                            of dispatched events, over a BRIN index of dispatched_at (the
+--                            log is insert-only in time order: a few pages per partition)
 
 -- +goose Up
 SET LOCAL ROLE listing_owner;
@@ -82,6 +85,25 @@ RESET ROLE;
 GRANT SELECT (table_name) ON task_tables TO listing_inspector;
 GRANT SELECT (id, name) ON workspaces TO listing_inspector;
 CREATE POLICY workspaces_inspector ON workspaces FOR SELECT TO listing_inspector USING (true);
+SET LOCAL ROLE listing_owner;
+CREATE INDEX outbox_dispatched_at ON outbox_dispatched USING brin (dispatched_at);
+RESET ROLE;
+GRANT SELECT (destination, created_at, dispatched_at) ON outbox_dispatched TO listing_inspector;
+CREATE POLICY outbox_dispatched_inspector ON outbox_dispatched FOR SELECT TO listing_inspector USING (true);
+
+-- operator_outbox_delivered returns, per minute (UTC, truncated) from p_since and destination,
+-- the events delivered and the slowest commit → delivery of that minute.
+-- +goose StatementBegin
+CREATE FUNCTION operator_outbox_delivered(p_since timestamptz)
+RETURNS TABLE (minute timestamptz, destination text, events bigint, max_latency interval)
+LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, public AS $$
+  SELECT date_trunc('minute', d.dispatched_at), d.destination, count(*), max(d.dispatched_at - d.created_at)
+  FROM outbox_dispatched d
+  WHERE d.dispatched_at >= greatest(p_since, now() - interval '1 day')
+  GROUP BY 1, 2
+  ORDER BY 1, 2
+$$;
+-- +goose StatementEnd
 
 -- operator_failures returns failed tasks, the latest first: those of table p_table (NULL:
 -- every task table), of error code p_code (NULL: any), that failed at or after p_since and
@@ -186,17 +208,24 @@ $$;
 -- +goose StatementEnd
 
 ALTER FUNCTION operator_recent_operations(uuid, int) OWNER TO listing_inspector;
+ALTER FUNCTION operator_outbox_delivered(timestamptz) OWNER TO listing_inspector;
 ALTER FUNCTION operator_failures(text, text, timestamptz, timestamptz, uuid, int) OWNER TO listing_inspector;
 ALTER FUNCTION operator_workspaces(timestamptz, int) OWNER TO listing_inspector;
 ALTER FUNCTION operator_workspace_flows(uuid, timestamptz) OWNER TO listing_inspector;
 REVOKE ALL ON FUNCTION operator_failures(text, text, timestamptz, timestamptz, uuid, int),
   operator_workspaces(timestamptz, int), operator_workspace_flows(uuid, timestamptz),
-  operator_recent_operations(uuid, int) FROM PUBLIC;
+  operator_recent_operations(uuid, int), operator_outbox_delivered(timestamptz) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION operator_failures(text, text, timestamptz, timestamptz, uuid, int),
   operator_workspaces(timestamptz, int), operator_workspace_flows(uuid, timestamptz),
-  operator_recent_operations(uuid, int) TO listing_operator;
+  operator_recent_operations(uuid, int), operator_outbox_delivered(timestamptz) TO listing_operator;
 
 -- +goose Down
+DROP FUNCTION IF EXISTS operator_outbox_delivered(timestamptz);
+DROP POLICY IF EXISTS outbox_dispatched_inspector ON outbox_dispatched;
+REVOKE SELECT (destination, created_at, dispatched_at) ON outbox_dispatched FROM listing_inspector;
+SET LOCAL ROLE listing_owner;
+DROP INDEX IF EXISTS outbox_dispatched_at;
+RESET ROLE;
 DROP FUNCTION IF EXISTS operator_recent_operations(uuid, int);
 DROP FUNCTION IF EXISTS operator_workspace_flows(uuid, timestamptz);
 DROP FUNCTION IF EXISTS operator_workspaces(timestamptz, int);

@@ -55,14 +55,31 @@ func TestOutboxOperatorCLI(t *testing.T) {
 		require.NoError(t, err)
 	}
 
+	// Two events delivered a minute ago: they live in the log of dispatched events.
+	_, err = db.Owner.Exec(ctx, `INSERT INTO outbox_dispatched (id, workspace_id, event_type, destination, aggregate_type,
+		aggregate_id, event_payload, metadata, attempt_count, created_at, dispatched_at)
+		SELECT gen_random_uuid(), $1, 'store.verification_requested', 'store-verification', 'store', 'a', '{}', '{}', 1,
+		       now() - interval '62 seconds', now() - interval '61 seconds' FROM generate_series(1, 2)`, ws)
+	require.NoError(t, err)
+
 	out, errOut, ok := appOutbox(t, db, "stats")
 	require.True(t, ok, errOut)
 	var stats struct {
-		ByStatus map[string]struct{ Events, Workspaces int } `json:"by_status"`
+		ByStatus  map[string]struct{ Events, Workspaces int } `json:"by_status"`
+		Delivered struct {
+			LastHour      int            `json:"last_hour"`
+			ByDestination map[string]int `json:"by_destination"`
+			PerMinute     []int          `json:"per_minute"`
+		} `json:"delivered"`
+		MaxLatency float64 `json:"delivered_max_latency_seconds"`
 	}
 	require.NoError(t, json.Unmarshal([]byte(out), &stats), out)
 	require.Equal(t, 3, stats.ByStatus["dead_letter"].Events)
 	require.Equal(t, 1, stats.ByStatus["dead_letter"].Workspaces)
+	require.Equal(t, 2, stats.Delivered.LastHour, out)
+	require.Equal(t, map[string]int{"store-verification": 2}, stats.Delivered.ByDestination)
+	require.Len(t, stats.Delivered.PerMinute, 60)
+	require.InDelta(t, 1, stats.MaxLatency, 0.01)
 	_, errOut, ok = appOutboxAs(t, db, db.AppURL, "stats")
 	require.False(t, ok, "app_user cannot read the operators' stats")
 	require.Contains(t, errOut, "permission denied")

@@ -151,7 +151,7 @@ func cleanupLoop(ctx context.Context, c *listing.Cleanup, every time.Duration, l
 
 // outboxCommands are the commands of `app outbox`, in the order its usage lists them.
 var outboxCommands = []struct{ name, args, summary string }{
-	{"stats", "", "events per status across workspaces, and the age of the oldest undelivered one"},
+	{"stats", "", "events owed per status across workspaces, the age of the oldest undelivered one, and those delivered in the last hour (per minute and destination)"},
 	{"list", "-workspace ID [-status S] [-limit N]", "a workspace's events, newest first"},
 	{"show", "-workspace ID -id EVENT", "one event with its payload, metadata and redrive history"},
 	{"redrive", "-workspace ID (-id EVENT,... | -all) -by NAME -reason TEXT", "send dead letters again (recorded in outbox_redrives)"},
@@ -258,7 +258,8 @@ func runOutbox(ctx context.Context, cfg config.Config, log *slog.Logger, args []
 		if err != nil {
 			return err
 		}
-		return out.Encode(outboxStatsJSON{At: st.At, ByStatus: st.ByStatus, OldestPendingAgeSeconds: st.OldestPendingAge.Seconds()})
+		return out.Encode(outboxStatsJSON{At: st.At, ByStatus: st.ByStatus, OldestPendingAgeSeconds: st.OldestPendingAge.Seconds(),
+			Delivered: st.Delivered, DeliveredMaxLatencySeconds: st.Delivered.MaxLatency.Seconds()})
 	case "list":
 		items, err := ops.List(ctx, outbox.ListParams{WorkspaceID: w, Status: *status, Limit: *limit})
 		if err != nil {
@@ -294,6 +295,10 @@ type outboxStatsJSON struct {
 	At                      time.Time                     `json:"at"`
 	ByStatus                map[string]outbox.StatusStats `json:"by_status"`
 	OldestPendingAgeSeconds float64                       `json:"oldest_pending_age_seconds"`
+	// Delivered is the last hour of the log of dispatched events (live statuses are in
+	// ByStatus; a delivered event leaves the live table).
+	Delivered                  outbox.Delivered `json:"delivered"`
+	DeliveredMaxLatencySeconds float64          `json:"delivered_max_latency_seconds"`
 }
 
 // nonNil returns s, or an empty slice when s is nil: JSON lists are [], never null.

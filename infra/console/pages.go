@@ -89,8 +89,10 @@ func (s *Server) index(w http.ResponseWriter, r *http.Request) {
 
 // outboxData is the outbox page.
 type outboxData struct {
-	Stats       outbox.Stats
-	Statuses    []string
+	Stats    outbox.Stats
+	Statuses []string
+	// Delivered draws Stats.Delivered.PerMinute.
+	Delivered   Chart
 	Totals      []Total
 	DeadLetters []DeadLetter
 	Actions     []OutboxAction
@@ -98,9 +100,16 @@ type outboxData struct {
 
 func (s *Server) outboxPage(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
-	d := outboxData{Statuses: []string{outbox.StatusPending, outbox.StatusDispatching, outbox.StatusDispatched, outbox.StatusDeadLetter}}
+	// The live table's statuses: a delivered event leaves it for the log (Stats.Delivered).
+	d := outboxData{Statuses: []string{outbox.StatusPending, outbox.StatusDispatching, outbox.StatusDeadLetter}}
 	var err error
 	if d.Stats, err = s.ops.Stats(ctx); err == nil {
+		per := make([]float64, len(d.Stats.Delivered.PerMinute))
+		for i, n := range d.Stats.Delivered.PerMinute {
+			per[i] = float64(n)
+		}
+		d.Delivered = Chart{ID: "delivered-chart", Title: "Events delivered per minute, the last hour", Unit: "events",
+			End: d.Stats.At.Truncate(time.Minute), Step: time.Minute, Series: []Series{{Points: per}}, Bars: true}
 		if d.Totals, err = s.data.totals(ctx, totalsLimit); err == nil {
 			if d.DeadLetters, err = s.data.deadLetters(ctx, deadLettersLimit); err == nil {
 				d.Actions, err = s.data.outboxActions(ctx, actionsLimit)

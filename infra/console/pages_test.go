@@ -123,6 +123,11 @@ func TestOutboxPage(t *testing.T) {
 		require.NotContains(t, body, secret)
 	}
 	require.NotContains(t, body, `{"store_id"`, "no payload")
+	// The delivered event is in the log, not in the live table's statuses.
+	require.Contains(t, body, `in the last hour <strong id="delivered-hour">1</strong>`)
+	require.Regexp(t, `<svg class="chart" id="delivered-chart" role="img"[^>]*>.*<rect `, body, "a bar for the delivered minute")
+	require.Contains(t, body, `<tr><td>store-verification</td><td>1</td></tr>`)
+	require.NotContains(t, body, `<th scope="row">dispatched</th>`)
 
 	// A reason is required; the event stays a dead letter.
 	form := url.Values{"workspace": {wsA.String()}, "id": {dead.String()}, "reason": {"  "}}

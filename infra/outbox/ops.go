@@ -10,6 +10,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/listingkit/listing/domain"
@@ -45,6 +46,23 @@ type Stats struct {
 	// OldestPendingAge is the age of the oldest event not yet delivered (pending or
 	// dispatching); zero when none.
 	OldestPendingAge time.Duration `json:"-"`
+	// Delivered is what the log of dispatched events says of the last hour.
+	Delivered Delivered `json:"delivered"`
+}
+
+// Delivered counts the events delivered (moved to the log of dispatched events) in the hour
+// before Stats.At.
+type Delivered struct {
+	// LastMinute counts the minute before Stats.At; LastHour the hour.
+	LastMinute int64 `json:"last_minute"`
+	LastHour   int64 `json:"last_hour"`
+	// ByDestination counts the hour per destination (queue or stream).
+	ByDestination map[string]int64 `json:"by_destination"`
+	// PerMinute counts each of the hour's 60 minutes, the oldest first; the last is the
+	// minute of Stats.At, still running.
+	PerMinute []int64 `json:"per_minute"`
+	// MaxLatency is the slowest commit → delivery of the hour.
+	MaxLatency time.Duration `json:"-"`
 }
 
 // Stats returns per-status counts and the oldest pending age across workspaces.
@@ -77,7 +95,45 @@ func (o *Ops) Stats(ctx context.Context) (Stats, error) {
 			}
 		}
 	}
+	if st.Delivered, err = o.delivered(ctx, st.At); err != nil {
+		return Stats{}, err
+	}
 	return st, nil
+}
+
+// delivered reads the log's last hour before now through operator_outbox_delivered
+// (sql/041), per minute and destination.
+func (o *Ops) delivered(ctx context.Context, now time.Time) (Delivered, error) {
+	d := Delivered{ByDestination: map[string]int64{}, PerMinute: make([]int64, 60)}
+	last := now.UTC().Truncate(time.Minute)
+	first := last.Add(-59 * time.Minute)
+	rows, err := o.pool.Query(ctx, `SELECT minute, destination, events, max_latency FROM operator_outbox_delivered($1)`, first)
+	if err != nil {
+		return Delivered{}, fmt.Errorf("outbox.Ops.Stats: delivered: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var minute time.Time
+		var dest string
+		var n int64
+		var latency pgtype.Interval
+		if err := rows.Scan(&minute, &dest, &n, &latency); err != nil {
+			return Delivered{}, fmt.Errorf("outbox.Ops.Stats: delivered: %w", err)
+		}
+		i := int(minute.Sub(first) / time.Minute)
+		if i < 0 || i >= len(d.PerMinute) {
+			continue // delivered after now was read
+		}
+		d.PerMinute[i] += n
+		d.ByDestination[dest] += n
+		d.LastHour += n
+		d.MaxLatency = max(d.MaxLatency, time.Duration(latency.Microseconds+int64(latency.Days)*86_400_000_000)*time.Microsecond)
+	}
+	if err := rows.Err(); err != nil {
+		return Delivered{}, fmt.Errorf("outbox.Ops.Stats: delivered: %w", err)
+	}
+	d.LastMinute = d.PerMinute[len(d.PerMinute)-1]
+	return d, nil
 }
 
 // EventSummary is one outbox row without its payload.

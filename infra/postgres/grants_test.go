@@ -42,6 +42,7 @@ var securityDefiners = map[string]definer{
 	// Failures and backlogs of every task table (sql/041): lifecycle columns only.
 	"operator_failures(text,text,timestamp with time zone,timestamp with time zone,uuid,integer)": {"listing_inspector", "listing_operator"},
 	"operator_workspaces(timestamp with time zone,integer)":                                       {"listing_inspector", "listing_operator"},
+	"operator_outbox_delivered(timestamp with time zone)":                                         {"listing_inspector", "listing_operator"},
 	"operator_recent_operations(uuid,integer)":                                                    {"listing_inspector", "listing_operator"},
 	"operator_workspace_flows(uuid,timestamp with time zone)":                                     {"listing_inspector", "listing_operator"},
 	// Auth flows that act before the user is known.
