@@ -41,6 +41,68 @@ type Operation struct {
 	CreatedBy    uuid.UUID
 	CreatedAt    time.Time
 	UpdatedAt    time.Time
+	// Progress is how far the work went, as its flow last reported it while running (nil:
+	// never reported). It changes neither Version nor UpdatedAt: ProgressAt is its time.
+	Progress   *Progress
+	ProgressAt time.Time
+}
+
+// Progress is how far long work is: Done units of Total (nil when the total is unknown). A
+// flow states its unit (product sync: products; material transfer: bytes).
+type Progress struct {
+	Done  int64  `json:"done"`
+	Total *int64 `json:"total"`
+}
+
+// ProgressInterval is the least time between two progress reports of one operation that are
+// kept (and announced).
+const ProgressInterval = time.Second
+
+// ReportProgress keeps p as o's progress when o is running and its last report is at least
+// ProgressInterval old: it reports whether it did (then publish o.Progressed()).
+func (o *Operation) ReportProgress(p Progress, now time.Time) bool {
+	if o.Status != OperationRunning || (!o.ProgressAt.IsZero() && now.Sub(o.ProgressAt) < ProgressInterval) {
+		return false
+	}
+	o.Progress, o.ProgressAt = &p, now
+	return true
+}
+
+// OperationProgressed is emitted, at most once a second per operation, when a running
+// operation's work advances: in the transaction that recorded the progress.
+type OperationProgressed struct {
+	// OperationID is the operation's id (GET /v1/workspaces/{ws}/operations/{id}).
+	OperationID uuid.UUID `json:"operation_id"`
+	// Type is the operation's type, e.g. "product_sync".
+	Type string `json:"type"`
+	// ResourceType and ResourceID name what the operation works on.
+	ResourceType string    `json:"resource_type"`
+	ResourceID   uuid.UUID `json:"resource_id"`
+	// Done counts the units done; Total the units in all (null when unknown).
+	Done  int64  `json:"done"`
+	Total *int64 `json:"total" jsonschema:"nullable"`
+	// At is when the progress was recorded (RFC 3339, UTC): of two events of one operation,
+	// the later At is the current progress.
+	At time.Time `json:"at"`
+}
+
+// EventType implements Event.
+func (OperationProgressed) EventType() string { return "operation.progressed" }
+
+// AggregateType implements Event.
+func (OperationProgressed) AggregateType() string { return "operation" }
+
+// AggregateID implements Event.
+func (e OperationProgressed) AggregateID() string { return e.OperationID.String() }
+
+// Progressed returns the event of o's current progress (o.Progress must be set).
+func (o Operation) Progressed() OperationProgressed {
+	ev := OperationProgressed{OperationID: o.ID, Type: o.Type, ResourceType: o.ResourceType, ResourceID: o.ResourceID,
+		At: o.ProgressAt.UTC()}
+	if o.Progress != nil {
+		ev.Done, ev.Total = o.Progress.Done, o.Progress.Total
+	}
+	return ev
 }
 
 // NewOperation returns a pending operation about a resource.
@@ -158,6 +220,9 @@ func (o Operation) Finished(before Operation) OperationStatusChanged {
 }
 
 func init() {
+	RegisterIntegrationEvent(OperationProgressed{}, "A running operation's long work advanced (product sync: products "+
+		"synced; material transfer: bytes downloaded, of the source's length when it said it): at most once a second per "+
+		"operation, in the transaction that recorded it. operation.status_changed still announces its finish.")
 	RegisterIntegrationEvent(OperationStatusChanged{}, "An operation was accepted (pending) or finished (succeeded or failed), "+
 		"in the transaction that changed it. Its start is not published (it would cost every job a third outbox row and its "+
 		"dispatch): the finish carries started_at, when it started running, and GET /v1/workspaces/{ws}/operations/{id} "+

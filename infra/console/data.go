@@ -56,6 +56,18 @@ type Operation struct {
 	ID, WorkspaceID, ResourceID                         uuid.UUID
 	Type, Status, ResourceType, ErrorCode, ErrorMessage string
 	CreatedAt, UpdatedAt                                time.Time
+	// Progress and ProgressAt are read on the operation's own page only (nil elsewhere).
+	Progress   *domain.Progress
+	ProgressAt *time.Time
+}
+
+// ProgressPercent is Progress as a whole percentage of its total; -1 when there is no
+// progress or no total.
+func (o Operation) ProgressPercent() int {
+	if o.Progress == nil || o.Progress.Total == nil || *o.Progress.Total <= 0 {
+		return -1
+	}
+	return int(min(100, o.Progress.Done*100 / *o.Progress.Total))
 }
 
 // Bounds of an operator_actions row, in bytes (its CHECKs count characters, never more than
@@ -134,11 +146,15 @@ func scanOperation(row pgx.CollectableRow) (Operation, error) {
 }
 
 func (r reader) operation(ctx context.Context, id uuid.UUID) (Operation, error) {
-	rows, err := r.pool.Query(ctx, `SELECT `+operationColumns+` FROM operator_operation($1)`, id)
+	rows, err := r.pool.Query(ctx, `SELECT `+operationColumns+`, progress, progress_at FROM operator_operation($1)`, id)
 	if err != nil {
 		return Operation{}, fmt.Errorf("console.operation: %w", err)
 	}
-	o, err := pgx.CollectExactlyOneRow(rows, scanOperation)
+	o, err := pgx.CollectExactlyOneRow(rows, func(row pgx.CollectableRow) (Operation, error) {
+		var o Operation
+		return o, row.Scan(&o.ID, &o.WorkspaceID, &o.Type, &o.Status, &o.ResourceType, &o.ResourceID, &o.ErrorCode,
+			&o.ErrorMessage, &o.CreatedAt, &o.UpdatedAt, &o.Progress, &o.ProgressAt)
+	})
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Operation{}, errOperationNotFound
 	}

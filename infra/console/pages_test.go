@@ -268,6 +268,23 @@ func TestOperationsPage(t *testing.T) {
 	require.Equal(t, http.StatusOK, status)
 	require.Contains(t, body, "succeeded")
 	require.Contains(t, body, ws.String())
+	// A running operation shows its progress as a bar.
+	running, syncing := uuid.New(), uuid.New()
+	_, err = b.db.Owner.Exec(ctx, `INSERT INTO operations (id, workspace_id, type, status, resource_type, resource_id, progress, progress_at)
+		VALUES ($1, $3, 'material_transfer', 'running', 'media', gen_random_uuid(), '{"done": 30, "total": 120}', now()),
+		       ($2, $3, 'product_sync', 'running', 'product_sync', gen_random_uuid(), '{"done": 250, "total": null}', now())`,
+		running, syncing, ws)
+	require.NoError(t, err)
+	status, body = b.c.get("/operations?id=" + running.String())
+	require.Equal(t, http.StatusOK, status)
+	require.Contains(t, body, `<progress max="100" value="25">25%</progress> 30 of 120 (25%)`)
+	status, body = b.c.get("/operations?id=" + syncing.String())
+	require.Equal(t, http.StatusOK, status)
+	require.Contains(t, body, `250 done (total unknown)`)
+	status, body = b.c.get("/operations?id=" + ok.String())
+	require.Equal(t, http.StatusOK, status)
+	require.NotContains(t, body, `id="progress"`, "no progress reported")
+
 	status, body = b.c.get("/operations?workspace=" + ws.String())
 	require.Equal(t, http.StatusOK, status)
 	require.Contains(t, body, "PLATFORM_REJECTED: title too long")

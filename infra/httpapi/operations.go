@@ -18,12 +18,14 @@ type operationJSON struct {
 	Error     *worker.ErrorJSON `json:"error"`
 	CreatedAt time.Time         `json:"created_at"`
 	UpdatedAt time.Time         `json:"updated_at"`
+	// Progress is absent until the operation's flow reports one.
+	Progress *domain.Progress `json:"progress,omitempty"`
 }
 
 func operationBody(o domain.Operation) operationJSON {
 	out := operationJSON{ID: o.ID.String(), Type: o.Type, Status: string(o.Status),
 		Resource: map[string]string{"type": o.ResourceType, "id": o.ResourceID.String()},
-		Result:   o.Result, CreatedAt: o.CreatedAt.UTC(), UpdatedAt: o.UpdatedAt.UTC()}
+		Result:   o.Result, CreatedAt: o.CreatedAt.UTC(), UpdatedAt: o.UpdatedAt.UTC(), Progress: o.Progress}
 	if len(out.Result) == 0 {
 		out.Result = json.RawMessage("null")
 	}

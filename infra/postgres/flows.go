@@ -35,11 +35,12 @@ func cols(extra ...string) []string { return append(append([]string(nil), taskCo
 const operationsTable = "operations"
 
 var operationColumns = []string{"id", "workspace_id", "type", "status", "resource_type", "resource_id", "result",
-	"error_code", "error_message", "version", "created_by", "created_at", "updated_at"}
+	"error_code", "error_message", "version", "created_by", "created_at", "updated_at", "progress", "progress_at"}
 
 func operationScan(o *domain.Operation) []any {
 	return []any{&o.ID, &o.WorkspaceID, &o.Type, &o.Status, &o.ResourceType, &o.ResourceID, &o.Result,
-		&o.ErrorCode, &o.ErrorMessage, &o.Version, &o.CreatedBy, &o.CreatedAt, &o.UpdatedAt}
+		&o.ErrorCode, &o.ErrorMessage, &o.Version, &o.CreatedBy, &o.CreatedAt, &o.UpdatedAt, &o.Progress,
+		(*nullTime)(&o.ProgressAt)}
 }
 
 // NewOperations returns the repository of operations.
@@ -53,8 +54,12 @@ func NewOperations() *Repository[domain.Operation] {
 			if len(o.Result) > 0 {
 				result = o.Result
 			}
+			var progressAt *time.Time
+			if !o.ProgressAt.IsZero() {
+				progressAt = &o.ProgressAt
+			}
 			return []any{o.ID, o.WorkspaceID, o.Type, o.Status, o.ResourceType, o.ResourceID, result,
-				o.ErrorCode, o.ErrorMessage, o.Version, nullIfNil(o.CreatedBy), o.CreatedAt, o.UpdatedAt}
+				o.ErrorCode, o.ErrorMessage, o.Version, nullIfNil(o.CreatedBy), o.CreatedAt, o.UpdatedAt, o.Progress, progressAt}
 		},
 		key:      func(o *domain.Operation) (uuid.UUID, time.Time) { return o.ID, o.CreatedAt },
 		notFound: domain.ErrOperationNotFound,
@@ -407,4 +412,20 @@ func nullIfNil(id uuid.UUID) any {
 		return nil
 	}
 	return id
+}
+
+// nullTime scans a nullable timestamp into a time.Time, NULL as the zero time.
+type nullTime time.Time
+
+// Scan implements sql.Scanner.
+func (t *nullTime) Scan(src any) error {
+	switch v := src.(type) {
+	case nil:
+		*t = nullTime{}
+	case time.Time:
+		*t = nullTime(v)
+	default:
+		return fmt.Errorf("postgres: cannot scan %T into a time", src)
+	}
+	return nil
 }

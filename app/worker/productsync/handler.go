@@ -136,6 +136,7 @@ func (h *Handler) sync(ctx context.Context, s domain.ProductSync, sealed port.Se
 		return lastPage{}, err
 	}
 	pos := position{token: s.NextPageToken, pages: s.PagesDone}
+	var gate worker.ProgressGate
 	for {
 		page, err := h.cfg.Marketplace.ListProducts(ctx, creds, h.cfg.PageSize, pos.token)
 		if err != nil {
@@ -163,7 +164,14 @@ func (h *Handler) sync(ctx context.Context, s domain.ProductSync, sealed port.Se
 			if err != nil {
 				return err
 			}
-			return h.upsert(ctx, cur, page)
+			if err := h.upsert(ctx, cur, page); err != nil {
+				return err
+			}
+			if !gate.Due(h.cfg.Deps.Now()) {
+				return nil
+			}
+			// Products synced so far; the marketplace does not say how many there are.
+			return h.cfg.Deps.ReportProgress(ctx, cur.OperationID, domain.Progress{Done: int64(cur.ItemsSynced)})
 		})
 		switch {
 		case errors.Is(err, errMoved):

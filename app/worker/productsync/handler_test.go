@@ -425,3 +425,41 @@ func TestNewValidates(t *testing.T) {
 	_, err := productsync.New(productsync.Config{})
 	require.Error(t, err)
 }
+
+// A running sync reports the products synced so far on its operation, in the transaction of
+// the page that got it there, at most once a second: operation.progressed announces each report.
+func TestSyncReportsProgressAtMostOnceASecond(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	b.sb.Seed(apiKey, 45) // five pages of 10: four saved by the call step, the last by the record step
+	s := b.seedSync(t, domain.StoreVerified, apiKey)
+
+	var mu sync.Mutex
+	now := time.Date(2026, 12, 5, 12, 0, 0, 0, time.UTC)
+	deps := b.Deps
+	deps.Now = func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+	h, err := productsync.New(productsync.Config{Deps: deps, Syncs: postgres.NewProductSyncs(), Stores: postgres.NewStores(),
+		Cipher: b.cipher, Marketplace: b.market, PageSize: 10})
+	require.NoError(t, err)
+	var seen []*domain.Progress
+	b.market.before = func(n int, _ string) error {
+		seen = append(seen, b.Operation(t, s.OperationID).Progress)
+		if n == 3 {
+			mu.Lock()
+			now = now.Add(domain.ProgressInterval) // pages 1 and 2 saved in the same second; page 3 a second later
+			mu.Unlock()
+		}
+		return nil
+	}
+	require.NoError(t, h.Handle(ctx, b.job(t, s)))
+
+	ten, thirty := int64(10), int64(30)
+	require.Equal(t, []*domain.Progress{nil, {Done: ten}, {Done: ten}, {Done: thirty}, {Done: thirty}}, seen,
+		"reported after page 1, not after page 2 (the same second), after page 3")
+	op := b.Operation(t, s.OperationID)
+	require.Equal(t, domain.OperationSucceeded, op.Status)
+	require.Equal(t, &domain.Progress{Done: thirty}, op.Progress, "the last report while running")
+	require.Equal(t, 2, b.CountOutbox(t, "operation.progressed", s.OperationID))
+	require.Equal(t, []string{"succeeded"}, b.StatusEvents(t, op.ID), "status events keep their meaning")
+}

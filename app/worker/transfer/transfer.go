@@ -78,8 +78,8 @@ func New(cfg Config) (*Handler, error) {
 	}
 	h := &Handler{cfg: cfg}
 	h.flow = worker.Flow[domain.MaterialTransfer, struct{}, stored]{Kind: Tasks(cfg.Deps, cfg.Transfers),
-		Call: func(ctx context.Context, t domain.MaterialTransfer, _ struct{}, _ worker.Tx) (stored, error) {
-			return h.store(ctx, t)
+		Call: func(ctx context.Context, t domain.MaterialTransfer, _ struct{}, tx worker.Tx) (stored, error) {
+			return h.store(ctx, t, tx)
 		},
 		Record: h.record}
 	return h, nil
@@ -151,8 +151,10 @@ func (h *Handler) createMedia(ctx context.Context, t domain.MaterialTransfer, ob
 
 // store makes sure the transfer's object exists and describes it: an object already stored
 // under the key (by a delivery that crashed before recording) is used as is; otherwise the
-// source is downloaded into it.
-func (h *Handler) store(ctx context.Context, t domain.MaterialTransfer) (stored, error) {
+// source is downloaded into it, its progress (bytes read, of the source's length when it
+// said it) reported on the operation at most once a second, each report in a transaction
+// of its own (tx).
+func (h *Handler) store(ctx context.Context, t domain.MaterialTransfer, tx worker.Tx) (stored, error) {
 	key := domain.MediaObjectKey(t.WorkspaceID, t.MediaID)
 	info, err := h.cfg.Storage.Stat(ctx, key)
 	switch {
@@ -180,7 +182,23 @@ func (h *Handler) store(ctx context.Context, t domain.MaterialTransfer) (stored,
 	if size < 0 || size > h.cfg.MaxBytes {
 		size = -1 // the fetcher enforces MaxBytes while reading
 	}
-	cr := &countingReader{r: br}
+	var total *int64
+	if size >= 0 {
+		total = &size
+	}
+	var gate worker.ProgressGate
+	cr := &countingReader{r: br, progress: func(n int64) {
+		if !gate.Due(h.cfg.Deps.Now()) {
+			return
+		}
+		err := tx(ctx, func(ctx context.Context) error {
+			return h.cfg.Deps.ReportProgress(ctx, t.OperationID, domain.Progress{Done: n, Total: total})
+		})
+		if err != nil && ctx.Err() == nil {
+			// Progress is for people watching: a report that fails leaves the last one.
+			h.cfg.Deps.Log.Warn("transfer: progress not recorded", "operation_id", t.OperationID.String(), "err", err)
+		}
+	}}
 	if err := h.cfg.Storage.Put(ctx, key, cr, size, ct); err != nil {
 		return stored{}, scrub(err, "store")
 	}
@@ -212,15 +230,20 @@ func filename(sourceURL string) string {
 	return name
 }
 
-// countingReader counts the bytes read through it.
+// countingReader counts the bytes read through it and tells progress (when set) the count
+// after each read.
 type countingReader struct {
-	r io.Reader
-	n int64
+	r        io.Reader
+	n        int64
+	progress func(n int64)
 }
 
 func (c *countingReader) Read(p []byte) (int, error) {
 	n, err := c.r.Read(p)
 	c.n += int64(n)
+	if n > 0 && c.progress != nil {
+		c.progress(c.n)
+	}
 	return n, err
 }
 

@@ -220,6 +220,11 @@ func TestTransferStoresMediaAndStartsProcessing(t *testing.T) {
 	require.JSONEq(t, `{"transfer_id": "`+ev.TransferID.String()+`", "media_id": "`+ev.MediaID.String()+
 		`", "bytes": `+strconv.Itoa(len(b.src.png))+`, "processing_operation_id": "`+procOpID.String()+`"}`, string(op.Result))
 	require.Equal(t, []string{"succeeded"}, b.StatusEvents(t, ev.OperationID), "the finish only")
+	// The download reported its progress once (it took less than a second), of the source's length.
+	require.NotNil(t, op.Progress)
+	require.Positive(t, op.Progress.Done)
+	require.Equal(t, int64(len(b.src.png)), *op.Progress.Total)
+	require.Equal(t, 1, b.CountOutbox(t, "operation.progressed", ev.OperationID))
 
 	// The object, byte for byte.
 	rc, info, err := b.store.Get(ctx, domain.MediaObjectKey(b.Workspace, ev.MediaID))
@@ -290,8 +295,9 @@ func TestTransferStoresMediaAndStartsProcessing(t *testing.T) {
 
 func TestCrashAfterStoringBeforeRecordingDoesNotDownloadAgain(t *testing.T) {
 	t.Parallel()
-	// Call 1 is Step A, call 2 is Step B: it "crashes" after the object was stored.
-	b := setup(t, options{failAt: 2})
+	// Transaction 1 is Step A, 2 the download's progress report (its first read), 3 Step B:
+	// it "crashes" after the object was stored.
+	b := setup(t, options{failAt: 3})
 	ctx := context.Background()
 	ev := b.seed(t, b.src.url("/streamed.png"))
 

@@ -2,6 +2,10 @@
 -- operator console"): read only by listing_operator, through SECURITY DEFINER functions owned
 -- by listing_inspector (011_operator_console.sql), like the console's other reads.
 --
+-- operations.progress and progress_at: how far a running operation's long work went
+-- ({"done": n, "total": m or null}), written at most once a second; neither column is indexed,
+-- so the write stays a HOT update. operator_operation returns them too.
+--
 -- prepare_task_table (026_task_tables.sql) now also gives every task table
 --   <table>_failed      a partial index of failed tasks, latest first: a task enters it once,
 --                       when it fails, so the lifecycle's other updates pay nothing for it;
@@ -20,6 +24,10 @@
 
 -- +goose Up
 SET LOCAL ROLE listing_owner;
+
+ALTER TABLE operations
+  ADD COLUMN progress jsonb CHECK (progress IS NULL OR jsonb_typeof(progress) = 'object'),
+  ADD COLUMN progress_at timestamptz;
 
 -- +goose StatementBegin
 CREATE OR REPLACE FUNCTION prepare_task_table(p_table text) RETURNS void
@@ -66,7 +74,7 @@ BEGIN
   IF NOT EXISTS (SELECT 1 FROM pg_policy WHERE polrelid = rel AND polname = p_table || '_discovery') THEN
     EXECUTE format('CREATE POLICY %I ON %s FOR SELECT TO listing_discovery USING (true)', p_table || '_discovery', rel);
   END IF;
-  -- The operators' view across workspaces (041_operator_failures.sql): failed tasks by time,
+  -- The operators' view across workspaces (041_operator_view.sql): failed tasks by time,
   -- read by listing_inspector through the operator_… functions only.
   EXECUTE format($f$CREATE INDEX IF NOT EXISTS %I ON %s (updated_at DESC, id DESC) WHERE status = 'failed'$f$,
     p_table || '_failed', rel);
@@ -191,6 +199,21 @@ END
 $$;
 -- +goose StatementEnd
 
+-- operator_operation (011_operator_console.sql) returns the operation's progress too.
+DROP FUNCTION operator_operation(uuid);
+-- +goose StatementBegin
+CREATE FUNCTION operator_operation(p_id uuid)
+RETURNS TABLE (id uuid, workspace_id uuid, type text, status text, resource_type text, resource_id uuid,
+               error_code text, error_message text, created_at timestamptz, updated_at timestamptz,
+               progress jsonb, progress_at timestamptz)
+LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, public AS $$
+  SELECT p.id, p.workspace_id, p.type, p.status, p.resource_type, p.resource_id, p.error_code, p.error_message,
+         p.created_at, p.updated_at, p.progress, p.progress_at
+  FROM operations p WHERE p.id = p_id
+$$;
+-- +goose StatementEnd
+GRANT SELECT (progress, progress_at) ON operations TO listing_inspector;
+
 -- operator_recent_operations returns the latest operations of workspace p_workspace, at most
 -- p_limit (<= 200), without their results.
 -- +goose StatementBegin
@@ -208,18 +231,34 @@ $$;
 -- +goose StatementEnd
 
 ALTER FUNCTION operator_recent_operations(uuid, int) OWNER TO listing_inspector;
+ALTER FUNCTION operator_operation(uuid) OWNER TO listing_inspector;
 ALTER FUNCTION operator_outbox_delivered(timestamptz) OWNER TO listing_inspector;
 ALTER FUNCTION operator_failures(text, text, timestamptz, timestamptz, uuid, int) OWNER TO listing_inspector;
 ALTER FUNCTION operator_workspaces(timestamptz, int) OWNER TO listing_inspector;
 ALTER FUNCTION operator_workspace_flows(uuid, timestamptz) OWNER TO listing_inspector;
 REVOKE ALL ON FUNCTION operator_failures(text, text, timestamptz, timestamptz, uuid, int),
   operator_workspaces(timestamptz, int), operator_workspace_flows(uuid, timestamptz),
-  operator_recent_operations(uuid, int), operator_outbox_delivered(timestamptz) FROM PUBLIC;
+  operator_recent_operations(uuid, int), operator_outbox_delivered(timestamptz), operator_operation(uuid) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION operator_failures(text, text, timestamptz, timestamptz, uuid, int),
   operator_workspaces(timestamptz, int), operator_workspace_flows(uuid, timestamptz),
-  operator_recent_operations(uuid, int), operator_outbox_delivered(timestamptz) TO listing_operator;
+  operator_recent_operations(uuid, int), operator_outbox_delivered(timestamptz), operator_operation(uuid) TO listing_operator;
 
 -- +goose Down
+DROP FUNCTION IF EXISTS operator_operation(uuid);
+-- +goose StatementBegin
+CREATE FUNCTION operator_operation(p_id uuid)
+RETURNS TABLE (id uuid, workspace_id uuid, type text, status text, resource_type text, resource_id uuid,
+               error_code text, error_message text, created_at timestamptz, updated_at timestamptz)
+LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, public AS $$
+  SELECT p.id, p.workspace_id, p.type, p.status, p.resource_type, p.resource_id, p.error_code, p.error_message,
+         p.created_at, p.updated_at
+  FROM operations p WHERE p.id = p_id
+$$;
+-- +goose StatementEnd
+ALTER FUNCTION operator_operation(uuid) OWNER TO listing_inspector;
+REVOKE ALL ON FUNCTION operator_operation(uuid) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION operator_operation(uuid) TO listing_operator;
+REVOKE SELECT (progress, progress_at) ON operations FROM listing_inspector;
 DROP FUNCTION IF EXISTS operator_outbox_delivered(timestamptz);
 DROP POLICY IF EXISTS outbox_dispatched_inspector ON outbox_dispatched;
 REVOKE SELECT (destination, created_at, dispatched_at) ON outbox_dispatched FROM listing_inspector;
@@ -296,4 +335,5 @@ BEGIN
 END
 $$;
 -- +goose StatementEnd
+ALTER TABLE operations DROP COLUMN IF EXISTS progress, DROP COLUMN IF EXISTS progress_at;
 RESET ROLE;
