@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -84,8 +85,11 @@ const groupLeaders = 2
 // handleGrouped handles every job at once with f, whose Call is wrapped so that every
 // job's begin step has committed before any record step starts, and whose Record is wrapped
 // so that the first groupLeaders record steps hold their transactions until the others
-// have queued: those then run in one group. It returns each job's error.
-func (w *groupWorld) handleGrouped(t *testing.T, ctx context.Context, f worker.Flow[domain.MaterialTransfer, struct{}, string]) []error {
+// have queued: those then run in one group. whileHeld, when set, runs while they hold (with
+// the ids of the held tasks). It returns each job's error and when its Handle returned, and
+// when the held steps were let go.
+func (w *groupWorld) handleGrouped(t *testing.T, ctx context.Context, f worker.Flow[domain.MaterialTransfer, struct{}, string],
+	whileHeld func(held []uuid.UUID)) (errs []error, ends []time.Time, released time.Time) {
 	var called, recording atomic.Int64
 	n := int64(len(w.jobs))
 	hold := make(chan struct{})
@@ -97,8 +101,13 @@ func (w *groupWorld) handleGrouped(t *testing.T, ctx context.Context, f worker.F
 		}
 		return call(cctx, tr, s, tx)
 	}
+	var mu sync.Mutex
+	var held []uuid.UUID
 	f.Record = func(rctx context.Context, tr *domain.MaterialTransfer, r string) (any, error) {
 		if recording.Add(1) <= groupLeaders {
+			mu.Lock()
+			held = append(held, tr.ID)
+			mu.Unlock()
 			select {
 			case <-hold:
 			case <-ctx.Done():
@@ -107,16 +116,25 @@ func (w *groupWorld) handleGrouped(t *testing.T, ctx context.Context, f worker.F
 		}
 		return record(rctx, tr, r)
 	}
-	errs := make([]error, len(w.jobs))
+	errs, ends = make([]error, len(w.jobs)), make([]time.Time, len(w.jobs))
 	var wg sync.WaitGroup
 	for i, job := range w.jobs {
-		wg.Go(func() { errs[i] = f.Handle(jobContext(ctx, job), job) })
+		wg.Go(func() {
+			errs[i] = f.Handle(jobContext(ctx, job), job)
+			ends[i] = time.Now()
+		})
 	}
 	require.Eventually(t, func() bool { return recording.Load() >= groupLeaders }, 30*time.Second, time.Millisecond)
+	if whileHeld != nil {
+		mu.Lock()
+		whileHeld(slices.Clone(held))
+		mu.Unlock()
+	}
 	time.Sleep(300 * time.Millisecond) // let the other record steps queue
+	released = time.Now()
 	close(hold)
 	wg.Wait()
-	return errs
+	return errs, ends, released
 }
 
 // Every outbox row a job's steps write carries that job's own correlation id and trace
@@ -130,7 +148,8 @@ func TestGroupedStepsKeepTheirOwnRequestMetadata(t *testing.T) {
 	f.Call = func(context.Context, domain.MaterialTransfer, struct{}, worker.Tx) (string, error) {
 		return "done", nil
 	}
-	for i, err := range w.handleGrouped(t, ctx, f) {
+	errs, _, _ := w.handleGrouped(t, ctx, f, nil)
+	for i, err := range errs {
 		require.NoError(t, err, "job %d", i)
 	}
 
@@ -182,7 +201,7 @@ func TestGroupedStepPanicIsThatStepsError(t *testing.T) {
 		}
 		return record(ctx, tr, r)
 	}
-	errs := w.handleGrouped(t, ctx, f)
+	errs, _, _ := w.handleGrouped(t, ctx, f, nil)
 	for i, err := range errs {
 		if w.trs[i].ID == bad {
 			var p *postgres.StepPanic
@@ -203,4 +222,116 @@ func TestGroupedStepPanicIsThatStepsError(t *testing.T) {
 	}
 	require.Contains(t, w.l.env.Logs.String(), "boom in a record step")
 	require.Contains(t, w.l.env.Logs.String(), "group_test.go", "the panicking step's stack is logged")
+}
+
+// A task row of the group locked by another session for longer than the group's lock
+// time-out holds up only its own step: the other record steps of the group commit within
+// the time-out plus a group's time, the locked one once the lock is let go.
+func TestGroupedStepMeetingALockWaitsAlone(t *testing.T) {
+	w := newGroupWorld(t, 16)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	f := w.l.flow(t, func() (string, error) { return "done", nil }, nil)
+	f.Call = func(context.Context, domain.MaterialTransfer, struct{}, worker.Tx) (string, error) {
+		return "done", nil
+	}
+	const lockFor = 3 * time.Second
+	locked := -1
+	var unlocked time.Time
+	lockDone := make(chan struct{})
+	errs, ends, released := w.handleGrouped(t, ctx, f, func(held []uuid.UUID) {
+		// Lock a task whose record step is queued, not held.
+		for i, tr := range w.trs {
+			if !slices.Contains(held, tr.ID) {
+				locked = i
+				break
+			}
+		}
+		tx, err := w.l.env.DB.Owner.Begin(ctx)
+		require.NoError(t, err)
+		_, err = tx.Exec(ctx, `SELECT 1 FROM material_transfers WHERE id = $1 FOR UPDATE`, w.trs[locked].ID)
+		require.NoError(t, err)
+		go func() {
+			defer close(lockDone)
+			time.Sleep(300*time.Millisecond + lockFor)
+			unlocked = time.Now()
+			_ = tx.Rollback(context.Background())
+		}()
+	})
+	<-lockDone
+	// The lock time-out (500ms) plus one group's time, with room for a loaded machine.
+	const bound = 500*time.Millisecond + 1500*time.Millisecond
+	for i, err := range errs {
+		require.NoError(t, err, "job %d", i)
+		if i == locked {
+			require.True(t, ends[i].After(unlocked), "the locked job ended %s after the lock was let go", ends[i].Sub(unlocked))
+			continue
+		}
+		require.Less(t, ends[i].Sub(released), bound, "job %d", i)
+		require.Equal(t, domain.TaskSucceeded, w.load(t, i).Status)
+	}
+	require.Equal(t, domain.TaskSucceeded, w.load(t, locked).Status)
+	var last time.Duration
+	for i, end := range ends {
+		if i != locked {
+			last = max(last, end.Sub(released))
+		}
+	}
+	t.Logf("the others ended within %s of their release; the locked one %s after its lock", last, ends[locked].Sub(unlocked))
+}
+
+// A begin step answered busy (Begin's error with a Retry-After) writes nothing and leaves
+// its group intact: the other begin steps of the group commit with it, each Begin run
+// once (not again alone), and the busy job is snoozed.
+func TestGroupedBusyBeginLeavesTheGroupIntact(t *testing.T) {
+	w := newGroupWorld(t, 16)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	busy := w.trs[len(w.trs)-1].ID
+	var holding atomic.Int64
+	hold := make(chan struct{})
+	var mu sync.Mutex
+	begins := map[uuid.UUID]int{}
+	f := w.l.flow(t, func() (string, error) { return "done", nil }, func(*domain.MaterialTransfer) error { return nil })
+	f.Call = func(context.Context, domain.MaterialTransfer, struct{}, worker.Tx) (string, error) {
+		return "done", nil
+	}
+	f.Begin = func(_ context.Context, tr *domain.MaterialTransfer) (struct{}, error) {
+		mu.Lock()
+		begins[tr.ID]++
+		mu.Unlock()
+		if tr.ID == busy {
+			return struct{}{}, domain.ErrListingUpdateBusy.WithRetryAfter(time.Second)
+		}
+		if holding.Add(1) <= groupLeaders {
+			select {
+			case <-hold:
+			case <-ctx.Done():
+				return struct{}{}, ctx.Err()
+			}
+		}
+		return struct{}{}, nil
+	}
+	errs := make([]error, len(w.jobs))
+	var wg sync.WaitGroup
+	for i, job := range w.jobs {
+		wg.Go(func() { errs[i] = f.Handle(jobContext(ctx, job), job) })
+	}
+	require.Eventually(t, func() bool { return holding.Load() >= groupLeaders }, 30*time.Second, time.Millisecond)
+	time.Sleep(300 * time.Millisecond) // let the other begin steps queue
+	close(hold)
+	wg.Wait()
+	for i, err := range errs {
+		if w.trs[i].ID == busy {
+			_, snoozed := worker.SnoozeOf(err)
+			require.True(t, snoozed, "job %d: %v", i, err)
+			require.Equal(t, domain.TaskPending, w.load(t, i).Status)
+			continue
+		}
+		require.NoError(t, err, "job %d", i)
+		require.Equal(t, domain.TaskSucceeded, w.load(t, i).Status)
+	}
+	for i, tr := range w.trs {
+		require.Equal(t, 1, begins[tr.ID], "Begin runs of job %d", i)
+	}
 }
