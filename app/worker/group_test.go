@@ -335,3 +335,33 @@ func TestGroupedBusyBeginLeavesTheGroupIntact(t *testing.T) {
 		require.Equal(t, 1, begins[tr.ID], "Begin runs of job %d", i)
 	}
 }
+
+// The record step gives up within RecordRetryBudget when the database stalls it (its task
+// row locked by another session for longer): the job is retried (its result held is the
+// liveness rules' concern), and the step does not outlive the stop bound built on it.
+func TestRecordGivesUpWithinItsBudget(t *testing.T) {
+	l := newLifecycle(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	tr, job := l.task(t)
+	lock, err := l.env.DB.Owner.Begin(ctx)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = lock.Rollback(context.Background()) })
+	var called time.Time
+	f := l.flow(t, func() (string, error) { return "done", nil }, nil)
+	f.Call = func(ctx context.Context, _ domain.MaterialTransfer, _ struct{}, _ worker.Tx) (string, error) {
+		// The database stalls the record step: its task row is held elsewhere.
+		_, err := lock.Exec(ctx, `SELECT 1 FROM material_transfers WHERE id = $1 FOR UPDATE`, tr.ID)
+		called = time.Now()
+		return "done", err
+	}
+	err = f.Handle(ctx, job)
+	took := time.Since(called)
+	require.Error(t, err)
+	require.False(t, worker.IsPermanent(err))
+	require.Less(t, took, worker.RecordRetryBudget)
+	t.Logf("the record step gave up after %s (budget %s): %v", took, worker.RecordRetryBudget, err)
+	require.NoError(t, lock.Rollback(ctx))
+	got, _ := l.state(t, tr)
+	require.Equal(t, domain.TaskRunning, got.Status)
+}

@@ -286,7 +286,8 @@ func (f Flow[T, W, R]) run(ctx context.Context, job Job, id uuid.UUID) (R, error
 // Record-step retries: a record transaction that fails after a successful call is tried
 // again RecordRetries times, waiting RecordBackoff, then twice as long each time, with the
 // result held; the call is not made again for it. RecordRetryBudget bounds the whole step
-// (the waits and the transactions), for the stop bound (WORKER_STOP_TIMEOUT).
+// (the waits and the transactions, a row lock or a stalled database included): record gives
+// up once it is spent, for the stop bound (WORKER_STOP_TIMEOUT).
 const (
 	RecordRetries     = 4
 	RecordBackoff     = 250 * time.Millisecond
@@ -295,8 +296,12 @@ const (
 
 // record is step 4 with its retries: the record transaction, tried again (bounded, with
 // backoff) while it fails with a retryable error and ctx lives. A finished task (ErrSkip),
-// a permanent or domain error ends it at once.
+// a permanent or domain error ends it at once. It returns within RecordRetryBudget: its
+// transactions run under a deadline that leaves, of the budget, the longest a try that is
+// in a group transaction at the deadline may still take (port.GroupTimeout).
 func (f Flow[T, W, R]) record(ctx context.Context, job Job, id uuid.UUID, r R) error {
+	ctx, cancel := context.WithTimeout(ctx, RecordRetryBudget-port.GroupTimeout)
+	defer cancel()
 	wait := RecordBackoff
 	for try := 0; ; try++ {
 		err := f.recordOnce(ctx, job, id, r)

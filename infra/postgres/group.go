@@ -13,6 +13,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/listingkit/listing/app/port"
 )
 
 // Group commit: the short steps that concurrent goroutines of one process run on a pool
@@ -55,7 +57,7 @@ const (
 	groupLockTimeout = 500 * time.Millisecond
 	// groupTimeout bounds a group's transaction, from the connection's acquisition to the
 	// COMMIT: its statements run under a context of their own (no step's), ended then.
-	groupTimeout = 5 * time.Second
+	groupTimeout = port.GroupTimeout
 )
 
 // errAlone tells a step that its group failed: it runs again alone.
