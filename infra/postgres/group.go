@@ -297,12 +297,12 @@ func runGroup(pool *pgxpool.Pool, batch []*groupUnit, bounded bool) (*groupUnit,
 	}
 	// Released last: a connection left inside a transaction is closed by the pool, not reused.
 	defer conn.Release()
-	pending := []queued{{sql: beginSQL}}
+	open := scopeSQL
 	if bounded {
-		pending = append(pending, queued{sql: lockTimeoutSQL})
+		open = boundedScopeSQL
 	}
-	gtx := &groupTx{Tx: &connTx{conn: conn.Conn()}, pending: append(pending,
-		queued{sql: scopeSQL, args: []any{order[0].ws.String(), ""}})}
+	gtx := &groupTx{Tx: &connTx{conn: conn.Conn()}, pending: []queued{
+		{sql: beginSQL}, {sql: open, args: []any{order[0].ws.String(), ""}}}}
 	st := &scopedTx{tx: gtx, scope: Scope{WorkspaceID: order[0].ws}}
 	committed := false
 	defer func() {
@@ -513,8 +513,10 @@ func runHooks(st *scopedTx) {
 // beginSQL begins a group transaction.
 const beginSQL = "BEGIN ISOLATION LEVEL READ COMMITTED"
 
-// lockTimeoutSQL bounds the row-lock waits of a group transaction (groupLockTimeout).
-var lockTimeoutSQL = fmt.Sprintf("SET LOCAL lock_timeout = %d", groupLockTimeout.Milliseconds())
+// boundedScopeSQL is scopeSQL that also bounds the row-lock waits of the rest of the
+// transaction (groupLockTimeout).
+var boundedScopeSQL = fmt.Sprintf(`SELECT set_config('app.workspace_id', $1, true), set_config('app.user_id', $2, true), `+
+	`set_config('lock_timeout', '%dms', true)`, groupLockTimeout.Milliseconds())
 
 // groupScopeSQL sets the workspace of the rest of a group transaction (the user stays none).
 const groupScopeSQL = `SELECT set_config('app.workspace_id', $1, true)`
@@ -538,7 +540,7 @@ func (t *groupTx) setScope(ws string) {
 		case groupScopeSQL:
 			last.args = []any{ws}
 			return
-		case scopeSQL:
+		case scopeSQL, boundedScopeSQL:
 			last.args = []any{ws, ""}
 			return
 		}
@@ -649,7 +651,7 @@ func (s *skipFirst) first() error {
 		for _, q := range s.pending {
 			if _, err := s.BatchResults.Exec(); err != nil {
 				switch q.sql {
-				case groupScopeSQL, scopeSQL, beginSQL, lockTimeoutSQL:
+				case groupScopeSQL, scopeSQL, boundedScopeSQL, beginSQL:
 					s.err = fmt.Errorf("postgres.InGroupTx: scope: %w", err)
 				default:
 					if q.onErr != nil {
