@@ -42,5 +42,11 @@ type GroupTransactor interface {
 	InGroupTx(ctx context.Context, workspaceID, key uuid.UUID, fn func(ctx context.Context) error) error
 }
 
+// GroupTimeout bounds one group transaction of a GroupTransactor, from its connection to its
+// COMMIT. A step that runs in a group ends with it, whatever its own context: InGroupTx
+// returns at most GroupTimeout after ctx's end (a step whose context has ended when its
+// group starts is not run).
+const GroupTimeout = 2 * time.Second
+
 // Clock tells the time; tests may fix it.
 type Clock func() time.Time

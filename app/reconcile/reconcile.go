@@ -8,7 +8,9 @@
 // with the code DELIVERY_EXHAUSTED.
 //
 // One Reconciler runs at a time across processes (StuckTasks.Exclusive); it works per
-// workspace, in a transaction of that workspace, under RLS like the dispatcher.
+// workspace, in transactions of that workspace, under RLS like the dispatcher. It holds no
+// task row while it asks Redis about the tasks' jobs (Probe): it finds the candidates, lets
+// them go, probes, and reconciles, under the row lock, only those that did not move since.
 package reconcile
 
 import (
@@ -199,12 +201,7 @@ func (r *Reconciler) RunOnce(ctx context.Context) (Result, error) {
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
-			var done []reconciled
-			err := r.cfg.Tx.InTx(ctx, ws, uuid.Nil, func(ctx context.Context) error {
-				var err error
-				done, err = r.workspace(ctx, now)
-				return err
-			})
+			done, err := r.workspace(ctx, ws, now)
 			if err != nil {
 				res.Failed++
 				r.cfg.Log.ErrorContext(ctx, "reconcile: workspace failed; retried next sweep",
@@ -236,10 +233,10 @@ func (r *Reconciler) RunOnce(ctx context.Context) (Result, error) {
 	return res, nil
 }
 
-// unqueued returns the ids of the tasks whose last job the Probe does not see unfinished.
-// A failing probe fails the workspace's sweep (retried next sweep): without it a backlog
-// could not be told from a loss.
-func (r *Reconciler) unqueued(ctx context.Context, queue string, tasks []port.StuckTask) ([]uuid.UUID, error) {
+// unqueued returns the tasks whose last job the Probe does not see unfinished. A failing
+// probe fails the workspace's sweep (retried next sweep): without it a backlog could not be
+// told from a loss.
+func (r *Reconciler) unqueued(ctx context.Context, queue string, tasks []port.StuckTask) (map[port.StuckTask]bool, error) {
 	var jobs []string
 	for _, t := range tasks {
 		if t.LastJobID != "" {
@@ -253,13 +250,13 @@ func (r *Reconciler) unqueued(ctx context.Context, queue string, tasks []port.St
 			return nil, fmt.Errorf("probe the jobs of %s: %w", queue, err)
 		}
 	}
-	ids := make([]uuid.UUID, 0, len(tasks))
+	out := make(map[port.StuckTask]bool, len(tasks))
 	for _, t := range tasks {
 		if !queued[t.LastJobID] {
-			ids = append(ids, t.ID)
+			out[t] = true
 		}
 	}
-	return ids, nil
+	return out, nil
 }
 
 // reconciled is one task a sweep delivered again or failed.
@@ -269,27 +266,67 @@ type reconciled struct {
 	outcome worker.Reconciled
 }
 
-// workspace reconciles the stuck tasks of the transaction's workspace.
-func (r *Reconciler) workspace(ctx context.Context, now time.Time) ([]reconciled, error) {
-	var done []reconciled
-	for _, k := range r.cfg.Kinds {
-		found, err := r.cfg.Stuck.Find(ctx, k.Queue(), now.Add(-r.after[k.Queue()]), r.cfg.Batch)
-		if err != nil {
-			return nil, err
-		}
-		stuck, err := r.unqueued(ctx, k.Queue(), found)
-		if err != nil {
-			return nil, err
-		}
-		for _, id := range stuck {
-			outcome, err := k.Reconcile(ctx, id, r.cfg.MaxReconciliations)
+// workspace reconciles the stuck tasks of workspace ws in three moves, so that no task row
+// is held across the Probe (a call to Redis): the candidates are found in a transaction of
+// their own (which ends, letting their rows go); the Probe asks about their last jobs outside
+// any transaction; then, in a second transaction, the tasks are found again under their row
+// locks and only those that did not move meanwhile (still stuck, with the same last job as
+// probed) are reconciled.
+func (r *Reconciler) workspace(ctx context.Context, ws uuid.UUID, now time.Time) ([]reconciled, error) {
+	found := make(map[string][]port.StuckTask, len(r.cfg.Kinds))
+	if err := r.cfg.Tx.InTx(ctx, ws, uuid.Nil, func(ctx context.Context) error {
+		for _, k := range r.cfg.Kinds {
+			tasks, err := r.cfg.Stuck.Find(ctx, k.Queue(), now.Add(-r.after[k.Queue()]), r.cfg.Batch)
 			if err != nil {
-				return nil, err
+				return err
 			}
-			if outcome != worker.Unchanged {
-				done = append(done, reconciled{queue: k.Queue(), id: id, outcome: outcome})
+			found[k.Queue()] = tasks
+		}
+		return nil
+	}); err != nil {
+		return nil, err
+	}
+	stuck := make(map[string]map[port.StuckTask]bool, len(found))
+	some := false
+	for queue, tasks := range found {
+		if len(tasks) == 0 {
+			continue
+		}
+		ts, err := r.unqueued(ctx, queue, tasks)
+		if err != nil {
+			return nil, err
+		}
+		stuck[queue] = ts
+		some = some || len(ts) > 0
+	}
+	if !some {
+		return nil, nil
+	}
+	var done []reconciled
+	err := r.cfg.Tx.InTx(ctx, ws, uuid.Nil, func(ctx context.Context) error {
+		done = done[:0]
+		for _, k := range r.cfg.Kinds {
+			if len(stuck[k.Queue()]) == 0 {
+				continue
+			}
+			again, err := r.cfg.Stuck.Find(ctx, k.Queue(), now.Add(-r.after[k.Queue()]), r.cfg.Batch)
+			if err != nil {
+				return err
+			}
+			for _, t := range again {
+				if !stuck[k.Queue()][t] {
+					continue // moved since it was probed, or not probed: the next sweep looks again
+				}
+				outcome, err := k.Reconcile(ctx, t.ID, r.cfg.MaxReconciliations)
+				if err != nil {
+					return err
+				}
+				if outcome != worker.Unchanged {
+					done = append(done, reconciled{queue: k.Queue(), id: t.ID, outcome: outcome})
+				}
 			}
 		}
-	}
-	return done, nil
+		return nil
+	})
+	return done, err
 }

@@ -282,3 +282,48 @@ func counter(t *testing.T, reg *prometheus.Registry, queue, outcome string) floa
 	t.Fatalf("no listing_reconciliations_total{queue=%q,outcome=%q}", queue, outcome)
 	return 0
 }
+
+// hookProbe is a probe that sees every job finished and runs during while it is asked.
+type hookProbe struct{ during func() }
+
+func (p *hookProbe) Unfinished(context.Context, string, []string) (map[string]bool, error) {
+	if p.during != nil {
+		p.during()
+	}
+	return map[string]bool{}, nil
+}
+
+// The reconciler holds no task row while it asks Redis about the tasks' jobs (another
+// session locks the row at once, NOWAIT), and delivers again only a task that did not move
+// meanwhile: one touched while it was probed is left to the next sweep.
+func TestProbeRunsOutsideTheTaskRowLocks(t *testing.T) {
+	p := &hookProbe{}
+	b := setupWith(t, 3, p)
+	tr := b.transferTask(t)
+	b.age(t, "material_transfers", tr.ID)
+	require.Equal(t, 1, b.sweep(t).Redelivered, "no delivered job: stuck")
+	b.dispatchAll(t)
+	b.age(t, "material_transfers", tr.ID)
+
+	probed := 0
+	p.during = func() {
+		probed++
+		ctx := context.Background()
+		tx, err := b.env.DB.Owner.Begin(ctx)
+		require.NoError(t, err)
+		defer func() { _ = tx.Rollback(ctx) }()
+		_, err = tx.Exec(ctx, `SELECT 1 FROM material_transfers WHERE id = $1 FOR UPDATE NOWAIT`, tr.ID)
+		require.NoError(t, err, "the task's row is held across the probe")
+		_, err = tx.Exec(ctx, `UPDATE material_transfers SET updated_at = now() WHERE id = $1`, tr.ID)
+		require.NoError(t, err)
+		require.NoError(t, tx.Commit(ctx))
+	}
+	res := b.sweep(t)
+	require.Equal(t, 1, probed)
+	require.Zero(t, res.Redelivered+res.Exhausted, "the task moved while it was probed")
+	require.Len(t, b.requests(t, tr.ID), 1)
+
+	p.during = nil
+	b.age(t, "material_transfers", tr.ID)
+	require.Equal(t, 1, b.sweep(t).Redelivered, "stuck again: delivered again")
+}

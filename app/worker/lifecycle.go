@@ -43,7 +43,11 @@ type Flow[T domain.Requested, W, R any] struct {
 	Kind[T]
 	// Begin runs in the begin transaction with the task locked and unfinished, before the
 	// engine starts it; it may change the task (it is saved). It returns what Call needs, or
-	// Refuse(reason) to fail the task at once without a call, or an error (retried). Optional.
+	// Refuse(reason) to fail the task at once without a call, or an error (retried). An error
+	// with a Retry-After (busy: another holds what the task needs; snoozed) must come before
+	// Begin wrote anything: the step ends without a write and, in a group transaction, the
+	// other steps commit (a busy task is a routine answer, not the group's failure).
+	// Optional.
 	Begin func(ctx context.Context, task *T) (W, error)
 	// Call does the work, outside any transaction. A long call may record progress in
 	// transactions of its own with tx. Required.
@@ -215,11 +219,12 @@ func (f Flow[T, W, R]) run(ctx context.Context, job Job, id uuid.UUID) (R, error
 	var task T
 	var w W
 	var refused *domain.Error
+	var busy error
 	// The task's locking read (with its operation) may be sent ahead with the group's others.
 	err := d.groupStep(preloadLocking(ctx, f.Tasks, id), job, id, func(ctx context.Context) error {
 		// Set on every run: a group commit may run this again alone.
 		var zero W
-		w, refused = zero, nil
+		w, refused, busy = zero, nil, nil
 		// The task's write goes with the COMMIT unless Begin may refuse it: a refusal's
 		// OnFail may read the task again.
 		// The operation is locked and read with the task (one round trip), for StartOperation.
@@ -236,12 +241,19 @@ func (f Flow[T, W, R]) run(ctx context.Context, job Job, id uuid.UUID) (R, error
 					refused = ref.reason
 					return t.Fail(ref.reason.Code, ref.reason.Message, d.Now())
 				}
+				if _, ok := retryAfter(err); ok && !permanent(err) {
+					busy = err
+					return errBusy
+				}
 				if err != nil {
 					return err
 				}
 			}
 			return t.Start(d.Now())
 		})
+		if busy != nil && errors.Is(err, errBusy) {
+			return nil // nothing written: the group's other steps commit
+		}
 		if err != nil {
 			return err
 		}
@@ -259,6 +271,8 @@ func (f Flow[T, W, R]) run(ctx context.Context, job Job, id uuid.UUID) (R, error
 		return r, err
 	case refused != nil:
 		return r, refusal{refused}
+	case busy != nil:
+		return r, busy
 	}
 
 	r, err = f.Call(ctx, task, w, tx)
@@ -272,7 +286,8 @@ func (f Flow[T, W, R]) run(ctx context.Context, job Job, id uuid.UUID) (R, error
 // Record-step retries: a record transaction that fails after a successful call is tried
 // again RecordRetries times, waiting RecordBackoff, then twice as long each time, with the
 // result held; the call is not made again for it. RecordRetryBudget bounds the whole step
-// (the waits and the transactions), for the stop bound (WORKER_STOP_TIMEOUT).
+// (the waits and the transactions, a row lock or a stalled database included): record gives
+// up once it is spent, for the stop bound (WORKER_STOP_TIMEOUT).
 const (
 	RecordRetries     = 4
 	RecordBackoff     = 250 * time.Millisecond
@@ -281,8 +296,12 @@ const (
 
 // record is step 4 with its retries: the record transaction, tried again (bounded, with
 // backoff) while it fails with a retryable error and ctx lives. A finished task (ErrSkip),
-// a permanent or domain error ends it at once.
+// a permanent or domain error ends it at once. It returns within RecordRetryBudget: its
+// transactions run under a deadline that leaves, of the budget, the longest a try that is
+// in a group transaction at the deadline may still take (port.GroupTimeout).
 func (f Flow[T, W, R]) record(ctx context.Context, job Job, id uuid.UUID, r R) error {
+	ctx, cancel := context.WithTimeout(ctx, RecordRetryBudget-port.GroupTimeout)
+	defer cancel()
 	wait := RecordBackoff
 	for try := 0; ; try++ {
 		err := f.recordOnce(ctx, job, id, r)

@@ -187,6 +187,10 @@ func updateWith[T any](repo port.Repository[T], atCommit bool) func(context.Cont
 	}
 }
 
+// errBusy ends a begin step whose Begin answered busy (an error with a Retry-After) before
+// anything was written: the step writes nothing and fails no other step of its group.
+var errBusy = errors.New("worker: busy")
+
 // errFinished is ErrSkip returned by a step that found its task finished before writing
 // anything: in a group transaction it fails no other step.
 var errFinished = fmt.Errorf("%w (nothing written)", ErrSkip)

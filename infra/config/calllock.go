@@ -50,14 +50,15 @@ func CallWithinLock(lock time.Duration, calls []LockedCall) error {
 
 // StopWithinBound checks the stop bound: a worker that stops lets its calls in flight end
 // and records them before it gives anything back, so WORKER_STOP_TIMEOUT must be at least
-// the longest call's time-out plus the record step's retries (worker.RecordRetryBudget).
+// the longest call's time-out plus the record step's bound (worker.RecordRetryBudget: the
+// record step, its retries included, gives up once it is spent, whatever the database does).
 // A shorter bound would cut a call short at shutdown: its job is then left to its lock (not
 // handed back), so nothing runs twice, but the work is lost and done again later.
 func StopWithinBound(stop time.Duration, calls []LockedCall) error {
 	longest := longestCall(calls)
 	if least := longest.Timeout + worker.RecordRetryBudget; stop < least {
 		return fmt.Errorf("WORKER_STOP_TIMEOUT (%s) must be at least %s: the longest call's time-out (%s, %s) plus the "+
-			"record step's retries (%s), so that a stopping worker finishes and records the calls in flight",
+			"record step's bound, retries included (%s), so that a stopping worker finishes and records the calls in flight",
 			stop, least, longest.Setting, longest.Timeout, worker.RecordRetryBudget)
 	}
 	return nil

@@ -51,7 +51,7 @@ func TestValidateKeepsCallsWithinTheJobLock(t *testing.T) {
 		"JOB_LOCK_DURATION=2s,PLATFORM_TIMEOUT=1s,AI_TIMEOUT=1s,FETCH_TIMEOUT=2s": "FETCH_TIMEOUT (2s)",
 		"AI_TIMEOUT=0s": "AI_TIMEOUT and FETCH_TIMEOUT must be positive",
 		"AI_TIMEOUT=120s,JOB_LOCK_DURATION=4m,WORKER_STOP_TIMEOUT=129s": "WORKER_STOP_TIMEOUT (2m9s) must be at least 2m10s: " +
-			"the longest call's time-out (AI_TIMEOUT, 2m0s) plus the record step's retries (10s)",
+			"the longest call's time-out (AI_TIMEOUT, 2m0s) plus the record step's bound, retries included (10s)",
 		"WORKER_STOP_TIMEOUT=10s": "WORKER_STOP_TIMEOUT (10s) must be at least 1m10s",
 		"PLATFORM_TIMEOUT=-1s":    "must be positive",
 		// The memory transport: a job's handler runs within 4/5 of its lease, which must

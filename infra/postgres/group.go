@@ -4,13 +4,17 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime/debug"
 	"slices"
 	"sync"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/listingkit/listing/app/port"
 )
 
 // Group commit: the short steps that concurrent goroutines of one process run on a pool
@@ -25,9 +29,20 @@ import (
 // of the next step's first statement, or of the COMMIT. The locking reads the steps declare
 // (port.LockPreloader: a task and its operation) are sent ahead, all in the group's first
 // round trip, so that a group of steps that read only those rows costs two round trips (that
-// one and the COMMIT's), not one per step. When a step fails (or a statement it
-// queued), the group's transaction rolls back and every step of it runs again alone, in a
-// transaction of its own: a failing step never fails another one.
+// one and the COMMIT's), not one per step.
+//
+// Each step keeps its own fate:
+//   - it runs with its own context's values (the request's correlation id and trace
+//     context, its logger, its principal; stepContext), never another step's;
+//   - its failure is its own: when a step fails (or a statement it queued), the group's
+//     transaction rolls back and every step of it runs again alone, in a transaction of its
+//     own; a step that panics gets its panic as its error (with its stack) and is not run
+//     again, the others run again alone;
+//   - its waits are bounded: the group's transaction waits at most groupLockTimeout for a row
+//     lock (a step that meets it runs again alone, where it may wait; the others commit
+//     without it, in the next group), and at most groupTimeout in all; no single step's
+//     cancellation ends a group (its COMMIT included); a step waiting for a group leaves the
+//     queue when its context is done, and is never handed the lead.
 //
 // Two leaders, not more: in make bench's end to end (50 concurrent no-op jobs, 2026-12-04,
 // commit 9ab59dd with each count), 1, 2, 3 and 4 leaders made 0.24, 0.37, 0.53 and 0.64
@@ -37,6 +52,12 @@ import (
 const (
 	maxGroup   = 32
 	maxLeaders = 2
+	// groupLockTimeout bounds each row-lock wait of a group's transaction (lock_timeout):
+	// one step's row held elsewhere does not hold up the others' commit for longer.
+	groupLockTimeout = 500 * time.Millisecond
+	// groupTimeout bounds a group's transaction, from the connection's acquisition to the
+	// COMMIT: its statements run under a context of their own (no step's), ended then.
+	groupTimeout = port.GroupTimeout
 )
 
 // errAlone tells a step that its group failed: it runs again alone.
@@ -44,12 +65,17 @@ var errAlone = errors.New("postgres: the group transaction failed; run alone")
 
 // groupUnit is one step waiting for, or running in, a group transaction.
 type groupUnit struct {
+	// ctx is the step's own context: its values, and its cancellation while it waits.
+	ctx     context.Context
 	ws, key uuid.UUID
 	// pre is the step's locking read to send ahead (port.LockPreloader), or nil.
 	pre *preload
 	fn  func(ctx context.Context) error
-	// res receives the outcome: nil (committed), errAlone, or errLead (this step's goroutine
-	// leads the next group).
+	// skipped is set (by the leader) when the step was not run in its group: its context
+	// had ended.
+	skipped error
+	// res receives the outcome: nil (committed), errAlone, errLead (this step's goroutine
+	// leads the next group), or the step's own error (its panic, its context's end).
 	res chan error
 }
 
@@ -76,9 +102,15 @@ func grouperOf(pool *pgxpool.Pool) *grouper {
 // the concurrent InGroupTx calls of other goroutines on the same pool, each under its own
 // workspace's scope (group commit). It returns once that transaction committed, or fn's
 // error. fn may run twice: when the shared transaction fails (another step's error, a
-// conflict) fn runs again alone, in a transaction of its own; it must therefore set what it
-// hands out on every run (not keep state from an earlier run). fn must not depend on the
-// transaction's other statements (they are other workspaces' steps) and must be short.
+// conflict, a row lock held past groupLockTimeout) fn runs again alone, in a transaction of
+// its own; it must therefore set what it hands out on every run (not keep state from an
+// earlier run). fn must not depend on the transaction's other statements (they are other
+// workspaces' steps) and must be short.
+//
+// fn's context carries ctx's values and the transaction; in a group, its cancellation and
+// deadline are the group's (see stepContext): ctx's own end is seen before fn runs (fn is
+// then not run; InGroupTx returns ctx's error) and not while it runs. A panic in fn is
+// returned as fn's error (*StepPanic), in a group as alone.
 //
 // key names what fn locks and changes (a task id): a group never holds two steps of the same
 // key (a row lock does not keep apart two steps of one transaction); the second waits for
@@ -87,123 +119,221 @@ func (t Transactor) InGroupTx(ctx context.Context, workspaceID, key uuid.UUID, f
 	if _, _, err := TxFromContext(ctx); err == nil {
 		return errors.New("postgres.InGroupTx: already inside a transaction")
 	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("postgres.InGroupTx: %w", err)
+	}
 	g := grouperOf(t.Pool)
 	pre, _ := ctx.Value(preloadKey{}).(*preload)
-	u := &groupUnit{ws: workspaceID, key: key, pre: pre, fn: fn, res: make(chan error, 1)}
+	u := &groupUnit{ctx: ctx, ws: workspaceID, key: key, pre: pre, fn: fn, res: make(chan error, 1)}
 	g.mu.Lock()
 	var err error
 	if g.leaders < maxLeaders {
 		g.leaders++
 		g.mu.Unlock()
-		err = g.lead(ctx, t.Pool, u)
+		err = g.lead(t.Pool, u)
 	} else {
 		g.pending = append(g.pending, u)
 		g.mu.Unlock()
-		if err = <-u.res; err == errLead {
-			err = g.lead(ctx, t.Pool, u)
+		if err = g.wait(u); err == errLead {
+			err = g.lead(t.Pool, u)
 		}
 	}
 	if err == errAlone {
-		return runGroup(ctx, t.Pool, []*groupUnit{u})
+		_, err = runGroup(t.Pool, []*groupUnit{u}, false)
 	}
 	return err
+}
+
+// wait waits for u's outcome. When u's context ends first and u is still queued, it leaves
+// the queue and returns the context's error; taken into a group already, u waits for the
+// group's outcome (bounded by groupTimeout). A lead handed to u once its context ended is
+// handed on.
+func (g *grouper) wait(u *groupUnit) error {
+	select {
+	case err := <-u.res:
+		if err == errLead && u.ctx.Err() != nil {
+			g.handOn()
+			return fmt.Errorf("postgres.InGroupTx: %w", u.ctx.Err())
+		}
+		return err
+	case <-u.ctx.Done():
+	}
+	g.mu.Lock()
+	if i := slices.Index(g.pending, u); i >= 0 {
+		g.pending = slices.Delete(g.pending, i, i+1)
+		g.mu.Unlock()
+		return fmt.Errorf("postgres.InGroupTx: %w", u.ctx.Err())
+	}
+	g.mu.Unlock()
+	if err := <-u.res; err != errLead {
+		return err
+	}
+	g.handOn()
+	return fmt.Errorf("postgres.InGroupTx: %w", u.ctx.Err())
+}
+
+// handOn hands the lead to the first step waiting whose context lives (one whose context
+// ended is told so and leaves), or gives it up.
+func (g *grouper) handOn() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for len(g.pending) > 0 {
+		next := g.pending[0]
+		g.pending[0] = nil
+		g.pending = g.pending[1:]
+		if err := next.ctx.Err(); err != nil {
+			next.res <- fmt.Errorf("postgres.InGroupTx: %w", err)
+			continue
+		}
+		next.res <- errLead
+		return
+	}
+	g.leaders--
 }
 
 // lead runs first and the steps waiting (up to maxGroup) as one group, tells each its
 // outcome, and hands the lead on to a step still waiting (or gives it up). It returns first's
-// outcome.
-func (g *grouper) lead(ctx context.Context, pool *pgxpool.Pool, first *groupUnit) (err error) {
+// outcome. A step that meets the group's lock time-out is told to run alone and the others
+// run again as a group without it; a step that panicked gets its panic; any other failure
+// sends every step of the group to run alone.
+func (g *grouper) lead(pool *pgxpool.Pool, first *groupUnit) error {
 	g.mu.Lock()
 	batch := []*groupUnit{first}
 	keys := map[uuid.UUID]bool{first.key: true}
 	rest := g.pending[:0]
+	var gone []*groupUnit
 	for _, u := range g.pending {
-		if len(batch) == maxGroup || (u.key != uuid.Nil && keys[u.key]) {
+		switch {
+		case u.ctx.Err() != nil:
+			gone = append(gone, u)
+		case len(batch) == maxGroup || (u.key != uuid.Nil && keys[u.key]):
 			rest = append(rest, u)
-			continue
+		default:
+			keys[u.key] = true
+			batch = append(batch, u)
 		}
-		keys[u.key] = true
-		batch = append(batch, u)
 	}
 	clear(g.pending[len(rest):])
 	g.pending = rest
 	g.mu.Unlock()
-
-	done := false
-	defer func() {
-		// Also on a panic or runtime.Goexit in a step: the others run again alone.
-		outcome := errAlone
-		if done {
-			outcome = err
-		}
-		for _, u := range batch[1:] {
-			if outcome == nil {
-				u.res <- nil
-			} else {
-				u.res <- errAlone
-			}
-		}
-		g.mu.Lock()
-		if len(g.pending) > 0 {
-			next := g.pending[0]
-			g.pending = g.pending[1:]
-			next.res <- errLead
-		} else {
-			g.leaders--
-		}
-		g.mu.Unlock()
-	}()
-	err = runGroup(ctx, pool, batch)
-	done = true
-	if err != nil && len(batch) > 1 {
-		return errAlone
+	for _, u := range gone {
+		u.res <- fmt.Errorf("postgres.InGroupTx: %w", u.ctx.Err())
 	}
-	return err
+
+	outcome := make(map[*groupUnit]error, len(batch))
+	defer func() {
+		// Also on a runtime.Goexit in a step: the others run again alone.
+		for _, u := range batch[1:] {
+			err, ok := outcome[u]
+			if !ok {
+				err = errAlone
+			}
+			u.res <- err
+		}
+		g.handOn()
+	}()
+	run := batch
+	for len(run) > 0 {
+		culprit, err := runGroup(pool, run, true)
+		switch {
+		case err == nil:
+			for _, u := range run {
+				outcome[u] = u.skipped
+			}
+			run = nil
+		case culprit != nil && isStepPanic(err):
+			for _, u := range run {
+				outcome[u] = errAlone
+			}
+			outcome[culprit] = err
+			run = nil
+		case culprit != nil && isLockTimeout(err):
+			outcome[culprit] = errAlone
+			run = slices.DeleteFunc(slices.Clone(run), func(u *groupUnit) bool { return u == culprit })
+		case len(batch) == 1:
+			outcome[first] = err // a failure alone is the step's own
+			run = nil
+		default:
+			for _, u := range run {
+				outcome[u] = errAlone
+			}
+			run = nil
+		}
+	}
+	return outcome[first]
 }
 
 // runGroup runs the steps of batch in one transaction, each under its workspace's scope,
-// and commits: nil when every step returned nil and the commit succeeded, else the first
-// error (a step's, or the commit's). Steps of the same workspace run one after another, under
-// one scope change. The steps' declared locking reads go first, together (preloadRows). What
-// is pending (the BEGIN and the first scope, a scope change, the statements the step before
-// queued with BeforeCommit) travels with the first statement a step sends (groupTx), or with
-// the COMMIT; a transaction that sent nothing and queued nothing is never begun.
-func runGroup(ctx context.Context, pool *pgxpool.Pool, batch []*groupUnit) error {
+// and commits: nil when every step it ran returned nil and the commit succeeded, else the
+// first error (a step's, its panic's, or the commit's) and, when the error is one step's
+// own (its error, its panic, the failure of its locking read), that step. Steps of the same
+// workspace run one after another, under one scope change. The steps' declared locking
+// reads go first, together (preloadRows). What is pending (the BEGIN and the first scope, a
+// scope change, the statements the step before queued with BeforeCommit) travels with the
+// first statement a step sends (groupTx), or with the COMMIT; a transaction that sent nothing
+// and queued nothing is never begun. bounded: each row-lock wait is bounded by
+// groupLockTimeout.
+//
+// A batch of one runs under its step's own context. A larger one runs under a context of
+// its own, bounded by groupTimeout, each step under a stepContext; a step whose own context
+// has ended is not run (skipped).
+func runGroup(pool *pgxpool.Pool, batch []*groupUnit, bounded bool) (*groupUnit, error) {
+	ctx := batch[0].ctx
+	shared := len(batch) > 1
+	if shared {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(context.Background(), groupTimeout)
+		defer cancel()
+	}
 	// Same workspaces next to each other: one scope change per workspace.
 	order := batch
-	if len(batch) > 1 {
+	if shared {
 		order = slices.Clone(batch)
 		slices.SortStableFunc(order, func(a, b *groupUnit) int { return slices.Compare(a.ws[:], b.ws[:]) })
 	}
 	conn, err := pool.Acquire(ctx)
 	if err != nil {
-		return fmt.Errorf("postgres.InGroupTx: begin: %w", TranslateError(err))
+		return nil, fmt.Errorf("postgres.InGroupTx: begin: %w", TranslateError(err))
 	}
 	// Released last: a connection left inside a transaction is closed by the pool, not reused.
 	defer conn.Release()
+	open := scopeSQL
+	if bounded {
+		open = boundedScopeSQL
+	}
 	gtx := &groupTx{Tx: &connTx{conn: conn.Conn()}, pending: []queued{
-		{sql: beginSQL}, {sql: scopeSQL, args: []any{order[0].ws.String(), ""}}}}
+		{sql: beginSQL}, {sql: open, args: []any{order[0].ws.String(), ""}}}}
 	st := &scopedTx{tx: gtx, scope: Scope{WorkspaceID: order[0].ws}}
 	committed := false
 	defer func() {
-		// Also on a panic or runtime.Goexit inside a step.
+		// Also on a runtime.Goexit inside a step.
 		if !committed && conn.Conn().PgConn().TxStatus() != 'I' {
 			_, _ = conn.Exec(context.WithoutCancel(ctx), "ROLLBACK")
 		}
 	}()
-	if err := preloadRows(ctx, gtx, st, order); err != nil {
-		return err
+	if culprit, err := preloadRows(ctx, gtx, st, order); err != nil {
+		return culprit, err
 	}
-	tctx := context.WithValue(ctx, txKey{}, st)
 	queuedAny := false
 	for _, u := range order {
+		u.skipped = nil
+		sctx := context.Context(nil)
+		if shared {
+			if err := u.ctx.Err(); err != nil {
+				u.skipped = fmt.Errorf("postgres.InGroupTx: %w", err)
+				continue
+			}
+			sctx = newStepContext(ctx, u.ctx, st)
+		} else {
+			sctx = context.WithValue(ctx, txKey{}, st)
+		}
 		if u.ws != st.scope.WorkspaceID {
 			gtx.setScope(u.ws.String())
 			st.scope.WorkspaceID = u.ws
 		}
 		st.locked = nil // what a step kept is its own
-		if err := u.fn(tctx); err != nil {
-			return err
+		if err := runStep(sctx, u.fn); err != nil {
+			return u, err
 		}
 		// The step's queued statements, under its scope, go with what the next step sends
 		// first, or with the COMMIT.
@@ -218,7 +348,7 @@ func runGroup(ctx context.Context, pool *pgxpool.Pool, batch []*groupUnit) error
 		// Nothing was sent and nothing is queued: no transaction to end.
 		gtx.pending = nil
 		runHooks(st)
-		return nil
+		return nil, nil
 	}
 	stmts := gtx.pending
 	for len(stmts) > 0 && stmts[len(stmts)-1].sql == groupScopeSQL {
@@ -226,10 +356,69 @@ func runGroup(ctx context.Context, pool *pgxpool.Pool, batch []*groupUnit) error
 	}
 	gtx.pending = nil
 	if err := commit(ctx, conn, gtx, stmts); err != nil {
-		return fmt.Errorf("postgres.InGroupTx: commit: %w", TranslateError(err))
+		return nil, fmt.Errorf("postgres.InGroupTx: commit: %w", TranslateError(err))
 	}
 	runHooks(st)
-	return nil
+	return nil, nil
+}
+
+// StepPanic is the error of a step of InGroupTx that panicked: the panic's value, and the
+// stack of the step's goroutine where it panicked.
+type StepPanic struct {
+	Value any
+	Stack []byte
+}
+
+func (p *StepPanic) Error() string {
+	return fmt.Sprintf("postgres.InGroupTx: the step panicked: %v\n%s", p.Value, p.Stack)
+}
+
+// runStep runs fn, its panic returned as its error (*StepPanic).
+func runStep(ctx context.Context, fn func(ctx context.Context) error) (err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			err = &StepPanic{Value: v, Stack: debug.Stack()}
+		}
+	}()
+	return fn(ctx)
+}
+
+func isStepPanic(err error) bool {
+	var p *StepPanic
+	return errors.As(err, &p)
+}
+
+// stepContext is the context a step of a group runs with: its own context's values (the
+// request's correlation id and trace context, its logger, its principal), the group's
+// transaction, and the group's cancellation (Done, Err): one step's context ending cancels
+// no statement of the shared transaction. Its deadline is the earlier of its own and the
+// group's.
+type stepContext struct {
+	group context.Context
+	own   context.Context // the step's context without its cancellation
+	st    *scopedTx
+	end   time.Time
+	ends  bool
+}
+
+func newStepContext(group, own context.Context, st *scopedTx) *stepContext {
+	c := &stepContext{group: group, own: context.WithoutCancel(own), st: st}
+	c.end, c.ends = group.Deadline()
+	if d, ok := own.Deadline(); ok && (!c.ends || d.Before(c.end)) {
+		c.end, c.ends = d, true
+	}
+	return c
+}
+
+func (c *stepContext) Deadline() (time.Time, bool) { return c.end, c.ends }
+func (c *stepContext) Done() <-chan struct{}       { return c.group.Done() }
+func (c *stepContext) Err() error                  { return c.group.Err() }
+
+func (c *stepContext) Value(key any) any {
+	if _, ok := key.(txKey); ok {
+		return c.st
+	}
+	return c.own.Value(key)
 }
 
 // preloadKey marks a context given to InGroupTx with the step's locking read to send ahead
@@ -256,7 +445,7 @@ type preloadedRow struct {
 // each under its step's scope, in one round trip with what is pending (the BEGIN and the first
 // scope), and keeps the rows they return in st.preloaded, under their step's workspace. The
 // scope is then set back to the first step's (pending, sent with the next statement).
-func preloadRows(ctx context.Context, gtx *groupTx, st *scopedTx, order []*groupUnit) error {
+func preloadRows(ctx context.Context, gtx *groupTx, st *scopedTx, order []*groupUnit) (*groupUnit, error) {
 	b := &pgx.Batch{}
 	var sent []*groupUnit // per queued statement: its step, or nil for a scope change
 	ws := order[0].ws     // the scope pending sets
@@ -273,10 +462,14 @@ func preloadRows(ctx context.Context, gtx *groupTx, st *scopedTx, order []*group
 		sent = append(sent, u)
 	}
 	if len(b.QueuedQueries) == 0 {
-		return nil
+		return nil, nil
 	}
 	br := gtx.sendPending(ctx, b)
+	var culprit *groupUnit
 	err := func() error {
+		if err := br.(*skipFirst).first(); err != nil {
+			return err
+		}
 		for _, u := range sent {
 			if u == nil {
 				if _, err := br.Exec(); err != nil {
@@ -286,6 +479,7 @@ func preloadRows(ctx context.Context, gtx *groupTx, st *scopedTx, order []*group
 			}
 			rows, err := u.pre.read(br.QueryRow())
 			if err != nil {
+				culprit = u
 				return err
 			}
 			for _, r := range rows {
@@ -301,12 +495,12 @@ func preloadRows(ctx context.Context, gtx *groupTx, st *scopedTx, order []*group
 		err = fmt.Errorf("postgres.InGroupTx: %w", TranslateError(cerr))
 	}
 	if err != nil {
-		return err
+		return culprit, err
 	}
 	if ws != order[0].ws {
 		gtx.pending = append(gtx.pending, queued{sql: groupScopeSQL, args: []any{order[0].ws.String()}})
 	}
-	return nil
+	return nil, nil
 }
 
 // runHooks runs the AfterCommit hooks of st, in order.
@@ -318,6 +512,11 @@ func runHooks(st *scopedTx) {
 
 // beginSQL begins a group transaction.
 const beginSQL = "BEGIN ISOLATION LEVEL READ COMMITTED"
+
+// boundedScopeSQL is scopeSQL that also bounds the row-lock waits of the rest of the
+// transaction (groupLockTimeout).
+var boundedScopeSQL = fmt.Sprintf(`SELECT set_config('app.workspace_id', $1, true), set_config('app.user_id', $2, true), `+
+	`set_config('lock_timeout', '%dms', true)`, groupLockTimeout.Milliseconds())
 
 // groupScopeSQL sets the workspace of the rest of a group transaction (the user stays none).
 const groupScopeSQL = `SELECT set_config('app.workspace_id', $1, true)`
@@ -341,7 +540,7 @@ func (t *groupTx) setScope(ws string) {
 		case groupScopeSQL:
 			last.args = []any{ws}
 			return
-		case scopeSQL:
+		case scopeSQL, boundedScopeSQL:
 			last.args = []any{ws, ""}
 			return
 		}
@@ -452,7 +651,7 @@ func (s *skipFirst) first() error {
 		for _, q := range s.pending {
 			if _, err := s.BatchResults.Exec(); err != nil {
 				switch q.sql {
-				case groupScopeSQL, scopeSQL, beginSQL:
+				case groupScopeSQL, scopeSQL, boundedScopeSQL, beginSQL:
 					s.err = fmt.Errorf("postgres.InGroupTx: scope: %w", err)
 				default:
 					if q.onErr != nil {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/listingkit/listing/domain"
@@ -206,4 +207,138 @@ func TestUpdateAtCommitWritesWithTheCommit(t *testing.T) {
 	require.Equal(t, domain.OperationPending, status(), "rolled back")
 	require.NoError(t, tr.InTx(ctx, ws, uuid.Nil, start))
 	require.Equal(t, domain.OperationRunning, status())
+}
+
+// A step waiting for a group leaves the queue when its context ends: InGroupTx returns at
+// once with the context's error, its fn never runs (it is never taken into a group nor
+// handed the lead), and the steps that waited with it commit.
+func TestInGroupTxWaiterWhoseContextEndsLeaves(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	tr := postgres.Transactor{Pool: db.App}
+	ws := uuid.New()
+	hold := make(chan struct{})
+	release := sync.OnceFunc(func() { close(hold) })
+	var wg sync.WaitGroup
+	t.Cleanup(wg.Wait)
+	defer release()
+	leading := make(chan struct{}, postgres.MaxLeaders)
+	for range postgres.MaxLeaders {
+		wg.Go(func() {
+			assert.NoError(t, tr.InGroupTx(ctx, ws, uuid.Nil, func(ctx context.Context) error {
+				leading <- struct{}{}
+				select {
+				case <-hold:
+				case <-ctx.Done():
+				}
+				return nil
+			}))
+		})
+	}
+	for range postgres.MaxLeaders {
+		<-leading
+	}
+	// Two waiters: the first one's context ends while it waits, the second's lives.
+	var ran atomic.Bool
+	cctx, ccancel := context.WithCancel(ctx)
+	gone := make(chan error, 1)
+	go func() {
+		gone <- tr.InGroupTx(cctx, ws, uuid.Nil, func(context.Context) error { ran.Store(true); return nil })
+	}()
+	time.Sleep(100 * time.Millisecond) // queued first
+	committed := make(chan error, 1)
+	go func() {
+		committed <- tr.InGroupTx(ctx, ws, uuid.Nil, func(ctx context.Context) error {
+			_, _, err := postgres.TxFromContext(ctx)
+			return err
+		})
+	}()
+	time.Sleep(100 * time.Millisecond)
+	ccancel()
+	select {
+	case err := <-gone:
+		require.ErrorIs(t, err, context.Canceled)
+	case <-time.After(2 * time.Second):
+		t.Fatal("a waiter whose context ended still waits")
+	}
+	release()
+	select {
+	case err := <-committed:
+		require.NoError(t, err)
+	case <-ctx.Done():
+		t.Fatal("the waiter after it never committed")
+	}
+	require.False(t, ran.Load(), "the step whose context ended ran")
+}
+
+// No single step's cancellation ends its group: the step that leads a group (the first one
+// queued) cancels its own context in the middle of its step, and the group still runs its
+// statements and commits, every step of it, in one transaction.
+func TestInGroupTxLeadersCancellationEndsNothing(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	tr := postgres.Transactor{Pool: db.App}
+	ws := uuid.New()
+	// Two holds: the first leader lets go first (its goroutine hands the lead to the first
+	// step queued, which takes them all), the other after.
+	holds := []chan struct{}{make(chan struct{}), make(chan struct{})}
+	releases := []func(){sync.OnceFunc(func() { close(holds[0]) }), sync.OnceFunc(func() { close(holds[1]) })}
+	var wg sync.WaitGroup
+	t.Cleanup(wg.Wait)
+	defer releases[1]()
+	defer releases[0]()
+	leading := make(chan struct{}, postgres.MaxLeaders)
+	for i := range postgres.MaxLeaders {
+		hold := holds[min(i, 1)]
+		wg.Go(func() {
+			assert.NoError(t, tr.InGroupTx(ctx, ws, uuid.Nil, func(ctx context.Context) error {
+				leading <- struct{}{}
+				select {
+				case <-hold:
+				case <-ctx.Done():
+				}
+				return nil
+			}))
+		})
+	}
+	for range postgres.MaxLeaders {
+		<-leading
+	}
+	// step notes its transaction after a statement; the first one cancels its own context
+	// before it.
+	const n = 8
+	txids := make([]int64, n)
+	errs := make([]error, n)
+	step := func(i int, cancelOwn func()) func(ctx context.Context) error {
+		return func(ctx context.Context) error {
+			if cancelOwn != nil {
+				cancelOwn()
+			}
+			tx, _, err := postgres.TxFromContext(ctx)
+			if err != nil {
+				return err
+			}
+			return tx.QueryRow(ctx, `SELECT txid_current()`).Scan(&txids[i])
+		}
+	}
+	var steps sync.WaitGroup
+	lctx, lcancel := context.WithCancel(ctx)
+	defer lcancel()
+	steps.Go(func() { errs[0] = tr.InGroupTx(lctx, ws, uuid.Nil, step(0, lcancel)) })
+	time.Sleep(100 * time.Millisecond) // queued first: it leads the next group
+	for i := 1; i < n; i++ {
+		steps.Go(func() { errs[i] = tr.InGroupTx(ctx, ws, uuid.Nil, step(i, nil)) })
+	}
+	time.Sleep(200 * time.Millisecond)
+	releases[0]()
+	steps.Wait()
+	releases[1]()
+	for i, err := range errs {
+		require.NoError(t, err, "step %d", i)
+		require.Equal(t, txids[0], txids[i], "step %d ran in the leader's group", i)
+	}
 }
