@@ -172,9 +172,9 @@ func (s *Server) login(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	out := sessionBody(reply.Result)
+	// The session exists: a device that could not be remembered only goes without a token.
 	if out.DeviceToken, err = attempt.succeeded(r.Context(), in.DeviceToken); err != nil {
-		writeError(w, r, err)
-		return
+		s.log.WarnContext(r.Context(), "login limits: remember a successful login", "err", err)
 	}
 	writeJSON(w, http.StatusOK, out)
 }
