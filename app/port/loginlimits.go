@@ -33,8 +33,9 @@ type LoginDecision struct {
 // for concurrent use; no method needs a transaction of the caller's, and each touches the
 // rows of its account only (Sweep excepted).
 type LoginLimitStore interface {
-	// Admit counts the failures of account and (account, client) at or after since and
-	// before now, and calls decide with them while holding the pair's lock and, unless known
+	// Admit counts the failures of account and (account, client) at or after since (later
+	// ones too: a concurrent login may have taken its time before this one and its lock
+	// after), and calls decide with them while holding the pair's lock and, unless known
 	// (a client the account knows, whose admission does not depend on the account's counts),
 	// the account's: every process's admissions of one pair, and of one account's unknown
 	// clients, are serialized. When decide admits, it records a failure of (account, client)

@@ -70,8 +70,8 @@ func (l LoginLimits) Admit(ctx context.Context, account []byte, client string, k
 		b.Queue(`
 			SELECT count(*) FILTER (WHERE client = $2), min(failed_at) FILTER (WHERE client = $2), count(*),
 			       (SELECT next_at FROM login_turns WHERE account = $1)
-			FROM login_failures WHERE account = $1 AND failed_at >= $3 AND failed_at <= $4`,
-			account, client, since, now).QueryRow(func(row pgx.Row) error {
+			FROM login_failures WHERE account = $1 AND failed_at >= $3`,
+			account, client, since).QueryRow(func(row pgx.Row) error {
 			return row.Scan(&c.Pair, &pairOldest, &c.Account, &nextTurn)
 		})
 		if err := tx.SendBatch(ctx, b).Close(); err != nil {
