@@ -346,6 +346,7 @@ func ProvideHTTP(cfg config.Config, application *app.Application, tokens *auth.T
 		Idempotency: guard,
 		Ready:       ready,
 		HashSlots:   auth.NewHashSlots(cfg.PasswordHashConcurrency, cfg.PasswordHashWait),
+		LoginLimits: postgres.LoginLimits{Pool: pool},
 		Registry:    reg,
 		Logger:      log,
 		Extra:       extra,

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -309,6 +310,14 @@ func TestBadInputMalformedBodies(t *testing.T) {
 			{"unknown field", servicetest.Request{Body: inner + sep + `"bogus":1}`}, 400, "UNKNOWN_FIELD"},
 			{"larger than MAX_BODY_BYTES", servicetest.Request{Body: inner + sep + `"pad":"` + strings.Repeat("x", int(s.env.Config.MaxBodyBytes)) + `"}`}, 413, "BODY_TOO_LARGE"},
 		}
+		if name, value, ok := firstMember(e.valid); ok {
+			// A name given twice, or beside a case variant of itself, means two things.
+			bodies = append(bodies,
+				badCase{"name given twice", servicetest.Request{Body: inner + `,"` + name + `":` + value + `}`}, 400, "UNKNOWN_FIELD"},
+				badCase{"name beside a case variant", servicetest.Request{Body: inner + `,"` + strings.ToUpper(name[:1]) + name[1:] + `":` + value + `}`}, 400, "UNKNOWN_FIELD"},
+				badCase{"name in another case", servicetest.Request{Body: `{"` + strings.ToUpper(name) + `"` + strings.TrimPrefix(e.valid, `{"`+name+`"`)}, 400, "UNKNOWN_FIELD"},
+			)
+		}
 		for _, b := range bodies {
 			c := b
 			c.name = e.method + " " + e.path + ": " + b.name
@@ -316,6 +325,16 @@ func TestBadInputMalformedBodies(t *testing.T) {
 			t.Run(c.name, func(t *testing.T) { badExpect(t, s.env, c) })
 		}
 	}
+}
+
+// firstMember returns the name and the raw value of the first member of the JSON object
+// body, whose members are strings or flat objects; ok is false for {}.
+func firstMember(body string) (name, value string, ok bool) {
+	m := regexp.MustCompile(`^\{"([a-z_]+)":("[^"]*"|\{[^}]*\})`).FindStringSubmatch(body)
+	if m == nil {
+		return "", "", false
+	}
+	return m[1], m[2], true
 }
 
 // textField is one text field of a write endpoint: a valid body, where the field sits in it,

@@ -323,6 +323,9 @@ func TestCommandRefusals(t *testing.T) {
 		{"cmd-not-object", "listing.publish", []int{1}, "COMMAND_DATA_INVALID"},
 		{"cmd-no-store", "listing.publish", map[string]any{"product_id": products[1]}, "VALIDATION_FAILED"},
 		{"cmd-extra", "listing.publish", map[string]any{"product_id": products[1], "store_id": storeID, "x": 1}, "UNKNOWN_FIELD"},
+		{"cmd-twice", "listing.publish", json.RawMessage(`{"product_id":"` + products[1] + `","store_id":"` + storeID + `","store_id":"` + storeID + `"}`), "UNKNOWN_FIELD"},
+		{"cmd-case", "listing.publish", json.RawMessage(`{"product_id":"` + products[1] + `","store_id":"` + storeID + `","Store_id":"` + storeID + `"}`), "UNKNOWN_FIELD"},
+		{"cmd-nested-twice", "listing.create_ai_task", json.RawMessage(`{"kind":"text","product_id":"` + products[1] + `","input":{"prompt":"a","prompt":"b"}}`), "UNKNOWN_FIELD"},
 		{"cmd-missing-product", "listing.publish", map[string]any{"product_id": uuid.NewString(), "store_id": storeID}, "PRODUCT_NOT_FOUND"},
 	} {
 		ce.send(t, signed(c.id, c.typ, c.data))
@@ -364,7 +367,8 @@ func TestCommandRefusals(t *testing.T) {
 		`listing_command_messages_total{outcome="unauthenticated",type="listing.publish"} 6`,
 		`listing_command_messages_total{outcome="malformed",type="unknown"} 5`,
 		`listing_command_messages_total{outcome="rejected",type="unknown"} 1`,
-		`listing_command_messages_total{outcome="rejected",type="listing.publish"} 5`,
+		`listing_command_messages_total{outcome="rejected",type="listing.publish"} 7`,
+		`listing_command_messages_total{outcome="rejected",type="listing.create_ai_task"} 1`,
 	} {
 		require.Contains(t, string(metrics), line)
 	}

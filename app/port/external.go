@@ -13,7 +13,6 @@ package port
 // operation's internal error, but they are not client messages: map them by Code.
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -23,6 +22,7 @@ import (
 	"time"
 	"unicode"
 
+	jsonv2 "github.com/go-json-experiment/json"
 	"github.com/google/uuid"
 
 	"github.com/listingkit/listing/domain"
@@ -69,19 +69,17 @@ func NewCredentials(apiKey string) (Credentials, error) {
 	return Credentials{apiKey: &apiKey}, nil
 }
 
-// ParseCredentials reads the JSON object {"api_key": "..."} (unknown fields are refused). It
+// ParseCredentials reads the JSON object {"api_key": "..."} (unknown, duplicate and
+// case-variant names are refused). It
 // is the inverse of SecretJSON and what the HTTP layer uses on request bodies.
 func ParseCredentials(raw []byte) (Credentials, error) {
 	var v struct {
 		APIKey *string `json:"api_key"`
 	}
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&v); err != nil || v.APIKey == nil {
+	// JSON v2 semantics, as request bodies are read: exact names, no duplicate, no unknown
+	// member, exactly one value.
+	if err := jsonv2.Unmarshal(raw, &v, jsonv2.RejectUnknownMembers(true)); err != nil || v.APIKey == nil {
 		// The decoder's message may quote a field name the client sent: never return it.
-		return Credentials{}, ErrCredentialsInvalid
-	}
-	if dec.More() {
 		return Credentials{}, ErrCredentialsInvalid
 	}
 	return NewCredentials(*v.APIKey)

@@ -124,3 +124,33 @@ func TestHashSlotsDefaultToTheCPUs(t *testing.T) {
 		r()
 	}
 }
+
+// TestHashSlotsReserveAQuarterForAcquire: AcquireShared never takes the reserved slots, so
+// with every shared slot busy Acquire still gets one at once.
+func TestHashSlotsReserveAQuarterForAcquire(t *testing.T) {
+	t.Parallel()
+	s := NewHashSlots(4, 20*time.Millisecond)
+	ctx := context.Background()
+	var releases []func()
+	for range 3 {
+		r, err := s.AcquireShared(ctx)
+		require.NoError(t, err)
+		releases = append(releases, r)
+	}
+	_, err := s.AcquireShared(ctx)
+	require.ErrorIs(t, err, domain.ErrServiceBusy, "the fourth slot is reserved")
+	start := time.Now()
+	r, err := s.Acquire(ctx)
+	require.NoError(t, err)
+	require.Less(t, time.Since(start), 10*time.Millisecond, "a reserved slot is taken at once")
+	_, err = s.Acquire(ctx)
+	require.ErrorIs(t, err, domain.ErrServiceBusy)
+	r()
+	for _, r := range releases {
+		r()
+	}
+	one := NewHashSlots(1, time.Millisecond)
+	r, err = one.AcquireShared(ctx)
+	require.NoError(t, err, "one slot: nothing reserved")
+	r()
+}

@@ -7,11 +7,13 @@
 // the raw JSON value it holds. Decode accepts what Encode writes and what any conforming
 // producer writes in JSON structured mode with a JSON data value (extensions other than
 // the four of Event are ignored); it refuses an envelope without the required attributes
-// (specversion "1.0", id, source, type). FuzzDecode checks that it never panics.
+// (specversion "1.0", id, source, type), one naming an attribute twice and attribute names
+// in another case than the specification's (data is kept as sent: its reader judges it). FuzzDecode checks
+// that it never panics.
 //
 // A stream entry carries one field, FieldEvent, holding the CloudEvent's JSON bytes
-// (commands add FieldSignature). The package depends on the standard library only; it is a
-// contract shared by producers and consumers, not a transport.
+// (commands add FieldSignature). The package depends on the standard library and the JSON v2
+// decoder only; it is a contract shared by producers and consumers, not a transport.
 package cloudevent
 
 import (
@@ -20,6 +22,9 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	jsonv2 "github.com/go-json-experiment/json"
+	"github.com/go-json-experiment/json/jsontext"
 )
 
 // SpecVersion is the CloudEvents version of every Event.
@@ -119,7 +124,12 @@ func (e *Event) UnmarshalJSON(b []byte) error {
 		plain
 		Time string `json:"time,omitempty"`
 	}
-	if err := json.Unmarshal(b, &w); err != nil {
+	// Attribute names match exactly (lower case, as the specification requires) and one given
+	// twice is refused; data is kept as sent, for its reader to judge.
+	if err := attributesOnce(b); err != nil {
+		return err
+	}
+	if err := jsonv2.Unmarshal(b, &w, jsontext.AllowDuplicateNames(true)); err != nil {
 		return err
 	}
 	*e = Event(w.plain)
@@ -132,6 +142,30 @@ func (e *Event) UnmarshalJSON(b []byte) error {
 	}
 	if string(e.Data) == "null" {
 		e.Data = nil
+	}
+	return nil
+}
+
+// attributesOnce refuses a JSON object naming one of its members twice (members of nested
+// values are not looked at).
+func attributesOnce(b []byte) error {
+	dec := jsontext.NewDecoder(bytes.NewReader(b), jsontext.AllowDuplicateNames(true))
+	if tok, err := dec.ReadToken(); err != nil || tok.Kind() != '{' {
+		return fmt.Errorf("%w: not a JSON object", ErrInvalid)
+	}
+	seen := map[string]bool{}
+	for dec.PeekKind() == '"' {
+		tok, err := dec.ReadToken()
+		if err != nil {
+			return fmt.Errorf("%w: %v", ErrInvalid, err)
+		}
+		if seen[tok.String()] {
+			return fmt.Errorf("%w: attribute %q appears more than once", ErrInvalid, tok.String())
+		}
+		seen[tok.String()] = true
+		if err := dec.SkipValue(); err != nil {
+			return fmt.Errorf("%w: %v", ErrInvalid, err)
+		}
 	}
 	return nil
 }

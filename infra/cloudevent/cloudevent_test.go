@@ -55,15 +55,18 @@ func TestRoundTrip(t *testing.T) {
 
 func TestDecodeRefuses(t *testing.T) {
 	for name, in := range map[string]string{
-		"not json":        `nope`,
-		"array":           `[]`,
-		"no specversion":  `{"id":"1","source":"/s","type":"t"}`,
-		"wrong version":   `{"specversion":"0.3","id":"1","source":"/s","type":"t"}`,
-		"no id":           `{"specversion":"1.0","source":"/s","type":"t"}`,
-		"no source":       `{"specversion":"1.0","id":"1","type":"t"}`,
-		"no type":         `{"specversion":"1.0","id":"1","source":"/s"}`,
-		"bad time":        `{"specversion":"1.0","id":"1","source":"/s","type":"t","time":"yesterday"}`,
-		"trailing object": `{"specversion":"1.0","id":"1","source":"/s","type":"t"}{}`,
+		"not json":          `nope`,
+		"array":             `[]`,
+		"no specversion":    `{"id":"1","source":"/s","type":"t"}`,
+		"wrong version":     `{"specversion":"0.3","id":"1","source":"/s","type":"t"}`,
+		"no id":             `{"specversion":"1.0","source":"/s","type":"t"}`,
+		"no source":         `{"specversion":"1.0","id":"1","type":"t"}`,
+		"no type":           `{"specversion":"1.0","id":"1","source":"/s"}`,
+		"bad time":          `{"specversion":"1.0","id":"1","source":"/s","type":"t","time":"yesterday"}`,
+		"trailing object":   `{"specversion":"1.0","id":"1","source":"/s","type":"t"}{}`,
+		"id twice":          `{"specversion":"1.0","id":"1","id":"2","source":"/s","type":"t"}`,
+		"id in capitals":    `{"specversion":"1.0","ID":"1","source":"/s","type":"t"}`,
+		"workspaceid twice": `{"specversion":"1.0","id":"1","source":"/s","type":"t","workspaceid":"a","workspaceid":"b"}`,
 	} {
 		t.Run(name, func(t *testing.T) {
 			_, err := cloudevent.Decode([]byte(in))
@@ -73,6 +76,13 @@ func TestDecodeRefuses(t *testing.T) {
 	}
 	_, err := cloudevent.FromEntry(map[string]any{"payload": "{}"})
 	require.ErrorIs(t, err, cloudevent.ErrInvalid)
+}
+
+// TestDecodeKeepsData: data is kept as sent, names given twice included (its reader judges it).
+func TestDecodeKeepsData(t *testing.T) {
+	e, err := cloudevent.Decode([]byte(`{"specversion":"1.0","id":"1","source":"/s","type":"t","data":{"a":1,"a":2}}`))
+	require.NoError(t, err)
+	require.Equal(t, `{"a":1,"a":2}`, string(e.Data))
 }
 
 func TestDecodeMinimal(t *testing.T) {

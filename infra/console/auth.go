@@ -13,6 +13,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/listingkit/listing/infra/clientkey"
 )
 
 // DevOperator is the operator of a console without CONSOLE_TOKENS (development, loopback).
@@ -141,7 +143,7 @@ func (s *Server) operatorBySecret(secret string) (string, bool) {
 // the client's address to its budget of failures: retryAfter > 0 when the budget is spent
 // (the secret is then not even compared).
 func (s *Server) checkSecret(r *http.Request, secret string) (operator string, ok bool, retryAfter time.Duration, err error) {
-	client := clientKey(r.RemoteAddr)
+	client := clientkey.Of(r.RemoteAddr) // an IPv6 client as its /64
 	attempt, retryAfter, err := s.limiter.admit(r.Context(), client)
 	if err != nil || retryAfter > 0 {
 		if retryAfter > 0 {

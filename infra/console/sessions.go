@@ -6,15 +6,16 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
-	"net/netip"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/listingkit/listing/infra/clientkey"
 )
 
 // MaxClientKeyLength bounds the client key a failed sign-in is counted against
-// (console_signin_failures.client).
-const MaxClientKeyLength = 100
+// (console_signin_failures.client): clientkey.MaxLength.
+const MaxClientKeyLength = clientkey.MaxLength
 
 // sessionIDBytes is the length of a session's random id (the cookie holds it base64url).
 const sessionIDBytes = 32
@@ -97,25 +98,6 @@ func (st sessionStore) revoke(ctx context.Context, id []byte) error {
 // held back: an operator elsewhere signs in whatever strangers do, and an address's
 // failures stop counting SigninWindow after they happened.
 type signinLimiter struct{ s *Server }
-
-// clientKey is the address a client's failures count against: its peer address (forwarded
-// headers are not trusted), an IPv6 client as its /64 (one subscriber's usual allocation).
-func clientKey(remoteAddr string) string {
-	h := remoteHost(remoteAddr)
-	a, err := netip.ParseAddr(h)
-	if err != nil {
-		if len(h) > MaxClientKeyLength {
-			h = h[:MaxClientKeyLength]
-		}
-		return h
-	}
-	a = a.Unmap().WithZone("")
-	if a.Is6() {
-		p, _ := a.Prefix(64)
-		return p.String()
-	}
-	return a.String()
-}
 
 // admit counts an attempt of client as failed and returns its id, or retryAfter > 0 when
 // the client's budget is spent (the attempt is then not counted).

@@ -11,10 +11,13 @@ import (
 	"github.com/listingkit/listing/app/bus"
 	"github.com/listingkit/listing/app/commands"
 	"github.com/listingkit/listing/domain"
+	"github.com/listingkit/listing/infra/clientkey"
 )
 
-// authLimits rate-limits the auth endpoints per client address (the peer's address:
-// forwarded headers are not trusted). Failed logins are held back by loginGuard.
+// authLimits rate-limits the auth endpoints per client address (clientkey: the peer's
+// address, forwarded headers not trusted, an IPv6 client as its /64), in this process's
+// memory: one counter per client key seen in the last minute. Failed logins are held back by
+// loginGuard, across processes.
 type authLimits struct {
 	address *httprate.RateLimiter
 }
@@ -23,19 +26,32 @@ func newAuthLimits(perMinute int) *authLimits {
 	onLimit := httprate.WithLimitHandler(func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, domain.ErrRateLimited)
 	})
-	byPeer := httprate.WithKeyFuncs(func(r *http.Request) (string, error) { return clientAddress(r), nil })
+	byPeer := httprate.WithKeyFuncs(func(r *http.Request) (string, error) { return clientkey.Of(r.RemoteAddr), nil })
 	return &authLimits{address: httprate.NewRateLimiter(perMinute, time.Minute, byPeer, onLimit)}
 }
 
 func (l *authLimits) perAddress(next http.Handler) http.Handler { return l.address.Handler(next) }
 
+// authMaxBodyBytes bounds the bodies of the auth endpoints (an email of 254 characters, a
+// password of 256 and a workspace name of 200, every one escaped, fit several times): a
+// larger body is refused before it is read.
+const authMaxBodyBytes = 16 << 10
+
+// readAuthBody is readBody with the auth endpoints' bound.
+func (s *Server) readAuthBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
+	return readBody(w, r, min(s.cfg.MaxBodyBytes, authMaxBodyBytes))
+}
+
 // hashSlot takes a password-hashing slot for a request that hashes a password (see
-// Deps.HashSlots).
-func (s *Server) hashSlot(ctx context.Context) (release func(), err error) {
+// Deps.HashSlots): known, a login from a client the account knows, may take a reserved one.
+func (s *Server) hashSlot(ctx context.Context, known bool) (release func(), err error) {
 	if s.deps.HashSlots == nil {
 		return func() {}, nil
 	}
-	return s.deps.HashSlots.Acquire(ctx)
+	if known {
+		return s.deps.HashSlots.Acquire(ctx)
+	}
+	return s.deps.HashSlots.AcquireShared(ctx)
 }
 
 type userJSON struct {
@@ -57,6 +73,9 @@ type sessionJSON struct {
 	TokenType    string         `json:"token_type"`
 	ExpiresIn    int            `json:"expires_in"`
 	RefreshToken string         `json:"refresh_token"`
+	// DeviceToken is set by login only: sent back with a later login, it names the client
+	// as one the account knows.
+	DeviceToken string `json:"device_token,omitempty"`
 }
 
 func sessionBody(s commands.Session) sessionJSON {
@@ -77,7 +96,7 @@ func (s *Server) register(w http.ResponseWriter, r *http.Request) {
 		Password      string `json:"password"`
 		WorkspaceName string `json:"workspace_name"`
 	}
-	body, err := readBody(w, r, s.cfg.MaxBodyBytes)
+	body, err := s.readAuthBody(w, r)
 	if err == nil {
 		err = decodeStrict(body, &in)
 	}
@@ -85,7 +104,7 @@ func (s *Server) register(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, err)
 		return
 	}
-	release, err := s.hashSlot(r.Context())
+	release, err := s.hashSlot(r.Context(), false)
 	if err != nil {
 		writeError(w, r, err)
 		return
@@ -106,19 +125,30 @@ func (s *Server) register(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) login(w http.ResponseWriter, r *http.Request) {
 	var in struct {
-		Email    string `json:"email"`
-		Password string `json:"password"`
+		Email       string `json:"email"`
+		Password    string `json:"password"`
+		DeviceToken string `json:"device_token"`
 	}
-	body, err := readBody(w, r, s.cfg.MaxBodyBytes)
+	body, err := s.readAuthBody(w, r)
 	if err == nil {
 		err = decodeStrict(body, &in)
+	}
+	var device []byte
+	if err == nil {
+		device, err = parseDeviceToken(in.DeviceToken)
 	}
 	if err != nil {
 		writeError(w, r, err)
 		return
 	}
-	addr := clientAddress(r)
-	done, retryAfter, err := s.logins.admit(r.Context(), in.Email, addr)
+	// The email is validated (and so bounded) before the limiter sees it; one that is not an
+	// address names no account: the answer of a wrong password, without a password check.
+	email, err := domain.NormalizeEmail(in.Email)
+	if err != nil {
+		writeError(w, r, domain.ErrInvalidCredentials)
+		return
+	}
+	attempt, retryAfter, err := s.logins.admit(r.Context(), email, clientkey.Of(r.RemoteAddr), device)
 	if err == nil && retryAfter > 0 {
 		err = domain.ErrRateLimited.WithRetryAfter(retryAfter)
 	}
@@ -126,29 +156,34 @@ func (s *Server) login(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, err)
 		return
 	}
-	release, err := s.hashSlot(r.Context())
+	release, err := s.hashSlot(r.Context(), attempt.known)
 	if err != nil {
-		done(false)
+		attempt.done(r.Context(), false)
 		writeError(w, r, err)
 		return
 	}
 	defer release()
 	reply, err := bus.Execute(r.Context(), s.app.Bus, s.app.Commands.Login, bus.Request[commands.Login]{
-		Command: commands.Login{Email: in.Email, Password: in.Password},
+		Command: commands.Login{Email: email, Password: in.Password},
 	})
-	done(errors.Is(err, domain.ErrInvalidCredentials))
+	attempt.done(r.Context(), errors.Is(err, domain.ErrInvalidCredentials))
 	if err != nil {
 		writeError(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, sessionBody(reply.Result))
+	out := sessionBody(reply.Result)
+	// The session exists: a device that could not be remembered only goes without a token.
+	if out.DeviceToken, err = attempt.succeeded(r.Context(), in.DeviceToken); err != nil {
+		s.log.WarnContext(r.Context(), "login limits: remember a successful login", "err", err)
+	}
+	writeJSON(w, http.StatusOK, out)
 }
 
 func (s *Server) refresh(w http.ResponseWriter, r *http.Request) {
 	var in struct {
 		RefreshToken string `json:"refresh_token"`
 	}
-	body, err := readBody(w, r, s.cfg.MaxBodyBytes)
+	body, err := s.readAuthBody(w, r)
 	if err == nil {
 		err = decodeStrict(body, &in)
 	}

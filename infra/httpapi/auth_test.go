@@ -25,6 +25,8 @@ func (b *busySlots) Acquire(context.Context) (func(), error) {
 	return nil, domain.ErrServiceBusy.WithRetryAfter(3 * time.Second)
 }
 
+func (b *busySlots) AcquireShared(ctx context.Context) (func(), error) { return b.Acquire(ctx) }
+
 // TestAuthAnswersServiceBusyWithoutASlot: register and login that find no password-hashing
 // slot answer 503 SERVICE_BUSY problem+json with Retry-After, before any command runs (the
 // application here has none), and the OpenAPI document says so.

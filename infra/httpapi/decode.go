@@ -10,6 +10,8 @@ import (
 	"strings"
 	"unicode/utf8"
 
+	jsonv2 "github.com/go-json-experiment/json"
+	"github.com/go-json-experiment/json/jsontext"
 	"github.com/listingkit/listing/domain"
 )
 
@@ -47,40 +49,62 @@ func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, erro
 	return body, nil
 }
 
-// decodeStrict decodes exactly one JSON value into dst, refusing unknown fields and
-// trailing data. An empty body decodes as {}.
+// decodeStrict decodes exactly one JSON value into dst with decodeJSON. An empty body decodes
+// as {}.
 func decodeStrict(body []byte, dst any) error {
 	if len(bytes.TrimSpace(body)) == 0 {
 		body = []byte("{}")
 	}
-	dec := json.NewDecoder(bytes.NewReader(body))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(dst); err != nil {
-		var typeErr *json.UnmarshalTypeError
-		var domainErr *domain.Error
-		switch {
-		case errors.As(err, &domainErr): // a field's own UnmarshalJSON refused its value
-			return domainErr
-		case errors.As(err, &typeErr):
-			field := typeErr.Field
-			if field == "" {
-				return errMalformed.WithMessage("the body must be a JSON object")
-			}
-			return domain.Invalid(field, "has the wrong type")
-		case strings.HasPrefix(err.Error(), "json: unknown field "):
-			name := strings.Trim(strings.TrimPrefix(err.Error(), "json: unknown field "), `"`)
-			return errUnknownField.WithMessage("unknown field %q", name).WithField(name, "not accepted")
-		default:
-			return errMalformed
-		}
+	return decodeJSON(body, dst)
+}
+
+// decodeJSON is the one decoder of request bodies (HTTP and command stream): JSON v2
+// semantics (github.com/go-json-experiment/json), so member names match the schema's exactly
+// (case-sensitive), and a body is refused when it
+//   - has a member the schema does not name, or one differing from it only in case
+//     (UNKNOWN_FIELD, naming it);
+//   - names a member twice, at any depth (UNKNOWN_FIELD, naming it);
+//   - is not exactly one JSON value, or not the schema's kind (MALFORMED_JSON);
+//   - holds a value of the wrong type (VALIDATION_FAILED naming the field), or one a field's
+//     own UnmarshalJSON refused (its *domain.Error).
+//
+// Field names are given as the dotted path from the body's top (credentials.api_key).
+func decodeJSON(body []byte, dst any) error {
+	err := jsonv2.Unmarshal(body, dst, jsonv2.RejectUnknownMembers(true))
+	if err == nil {
+		return nil
 	}
-	if dec.More() {
+	var domainErr *domain.Error
+	var semErr *jsonv2.SemanticError
+	var synErr *jsontext.SyntacticError
+	switch {
+	case errors.As(err, &domainErr): // a field's own UnmarshalJSON refused its value
+		return domainErr
+	case errors.As(err, &synErr) && errors.Is(synErr.Err, jsontext.ErrDuplicateName):
+		name := fieldPath(synErr.JSONPointer)
+		return errUnknownField.WithMessage("field %q appears more than once", name).WithField(name, "duplicate")
+	case errors.As(err, &semErr) && errors.Is(semErr.Err, jsonv2.ErrUnknownName):
+		name := fieldPath(semErr.JSONPointer)
+		return errUnknownField.WithMessage("unknown field %q (names are case-sensitive)", name).WithField(name, "not accepted")
+	case errors.As(err, &semErr) && semErr.JSONPointer != "":
+		return domain.Invalid(fieldPath(semErr.JSONPointer), "has the wrong type")
+	case errors.As(err, &semErr):
+		return errMalformed.WithMessage("the body must be a JSON object")
+	case errors.As(err, &synErr) && synErr.Err != nil && strings.Contains(synErr.Err.Error(), "after top-level value"):
 		return errMalformed.WithMessage("the body must hold exactly one JSON value")
+	default:
+		return errMalformed
 	}
-	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		return errMalformed.WithMessage("the body must hold exactly one JSON value")
+}
+
+// fieldPath renders a JSON pointer (/credentials/api_key) as a dotted path
+// (credentials.api_key).
+func fieldPath(p jsontext.Pointer) string {
+	var parts []string
+	for tok := range p.Tokens() {
+		parts = append(parts, tok)
 	}
-	return nil
+	return strings.Join(parts, ".")
 }
 
 // writeJSON writes v as JSON with status.

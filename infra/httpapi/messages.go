@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/url"
@@ -145,7 +146,11 @@ func (s *Server) ExecuteMessage(ctx context.Context, m MessageCommand) MessageRe
 		return s.messageError(ctx, m, ErrCommandTypeUnknown.WithMessage("unknown command type; see docs/integrations.md"))
 	}
 	var fields map[string]json.RawMessage
-	if err := json.Unmarshal(m.Data, &fields); err != nil || fields == nil {
+	if err := decodeJSON(m.Data, &fields); err != nil || fields == nil {
+		var unknown *domain.Error
+		if errors.As(err, &unknown) && unknown.Code == errUnknownField.Code {
+			return s.messageError(ctx, m, unknown) // a name given twice
+		}
 		return s.messageError(ctx, m, ErrCommandDataInvalid.WithMessage("data must be a JSON object"))
 	}
 	rctx := chi.NewRouteContext()

@@ -48,8 +48,8 @@ type Config struct {
 	// AuthRatePerMinute bounds the auth requests (register, login, refresh) of one client
 	// address. Default 20.
 	AuthRatePerMinute int
-	// LoginLimits hold back failed logins per (account, client address) and slow an account
-	// down (see LoginLimits for the defaults).
+	// LoginLimits hold back failed logins per (account, client) and slow an account's
+	// guesses down (see LoginLimits for the defaults); their state is in Deps.LoginLimits.
 	LoginLimits LoginLimits
 	// PublicBaseURL is how clients reach the service (PUBLIC_BASE_URL): the server that
 	// /openapi.yaml and /docs name. Empty: the document's own development default.
@@ -81,7 +81,10 @@ type ReadinessCheck struct {
 // little for a slot and returns domain.ErrServiceBusy when none frees up; the caller calls
 // release once its hash is done.
 type HashSlots interface {
+	// Acquire may take a reserved slot: for a login from a client the account knows.
 	Acquire(ctx context.Context) (release func(), err error)
+	// AcquireShared never takes a reserved slot: for register and other logins.
+	AcquireShared(ctx context.Context) (release func(), err error)
 }
 
 // Deps are the collaborators of the HTTP layer.
@@ -94,8 +97,11 @@ type Deps struct {
 	// its command (and its transaction) starts, so waiting holds no database connection,
 	// and answers 503 SERVICE_BUSY with Retry-After when none frees up. Nil: no bound.
 	HashSlots HashSlots
-	Registry  *prometheus.Registry
-	Logger    *slog.Logger
+	// LoginLimits keeps the login limits' state, shared by every API process
+	// (postgres.LoginLimits). Nil: logins are not limited (tests of other routes only).
+	LoginLimits port.LoginLimitStore
+	Registry    *prometheus.Registry
+	Logger      *slog.Logger
 	// Extra mounts routes owned by other packages (e.g. the local upload endpoint).
 	Extra func(r chi.Router)
 }
@@ -132,7 +138,7 @@ func New(cfg Config, deps Deps) (*Server, error) {
 		s.metrics = m
 	}
 	s.limits = newAuthLimits(cfg.AuthRatePerMinute)
-	s.logins = newLoginGuard(cfg.LoginLimits)
+	s.logins = newLoginGuard(cfg.LoginLimits, deps.LoginLimits, deps.Logger)
 	var err error
 	if s.document, err = servedDocument(openAPIDocument, cfg.PublicBaseURL); err != nil {
 		return nil, err

@@ -45,6 +45,8 @@ var securityDefiners = map[string]definer{
 	"operator_outbox_delivered(timestamp with time zone)":                                         {"listing_inspector", "listing_operator"},
 	"operator_recent_operations(uuid,integer)":                                                    {"listing_inspector", "listing_operator"},
 	"operator_workspace_flows(uuid,timestamp with time zone)":                                     {"listing_inspector", "listing_operator"},
+	// Retention of the login limits: deletes, across accounts, what no longer counts.
+	"login_limits_sweep(interval,interval,integer)": {"listing_owner", "app_user"},
 	// Auth flows that act before the user is known.
 	"auth_user_by_email(text)":                               {"listing_auth", "app_user"},
 	"auth_use_refresh_token(bytea,timestamp with time zone)": {"listing_auth", "app_user"},
