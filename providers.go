@@ -390,7 +390,7 @@ type API struct {
 func ProvideBullMQConfig(cfg config.Config, rdb redis.UniversalClient) bullmq.Config {
 	return bullmq.Config{Client: rdb, Prefix: cfg.BullMQPrefix, QueueHashTags: cfg.BullMQQueueHashTags, Attempts: cfg.JobAttempts,
 		Backoff:             bullmq.Backoff{Type: bullmq.BackoffExponential, Delay: config.JobBackoff.Milliseconds()},
-		RemoveOnCompleteAge: cfg.JobRetention, RemoveOnFailAge: cfg.JobFailedRetention, DedupTTL: cfg.JobRetention}
+		RemoveOnComplete: cfg.KeepCompleted(), RemoveOnFailAge: cfg.JobFailedRetention, DedupWindow: cfg.JobRetention}
 }
 
 // ProvidePublishers builds the dispatcher's publishers: BullMQ for every job queue and, for
