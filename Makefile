@@ -62,6 +62,10 @@ node-deps: ## Install Node.js BullMQ for the interop tests, from the lock file
 browser-deps: ## Install Debian's chromium for the console's browser test (tests/console_browser_test.go), when missing
 	@command -v chromium >/dev/null 2>&1 || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium)
 
+.PHONY: pgbouncer
+pgbouncer: ## Install Debian's pgbouncer for the transaction-pooling test (tests/pgbouncer_test.go), when missing
+	@command -v pgbouncer >/dev/null 2>&1 || [ -x /usr/sbin/pgbouncer ] || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq pgbouncer)
+
 .PHONY: test
 test: node-deps jq ## Run the whole test suite with the race detector (needs PostgreSQL and Redis; tests/readme_test.go runs the README's Try it with jq)
 	$(GO) test $(TEST_FLAGS) ./...

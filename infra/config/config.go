@@ -43,6 +43,18 @@ type Config struct {
 	// it is the local superuser, which may also create the database and the roles. Unset:
 	// DATABASE_URL as root.
 	MigrateDatabaseURL string `env:"MIGRATE_DATABASE_URL"`
+	// DatabasePoolMode says what DATABASE_URL reaches: "session" (PostgreSQL itself, or a
+	// pooler in session mode: statements are prepared by name and cached per connection) or
+	// "transaction" (a pooler in transaction mode, such as PgBouncer's pool_mode =
+	// transaction, where consecutive transactions of a client may run on different server
+	// sessions: no statement is prepared by name, each is described once per connection and
+	// sent unnamed, and whatever needs a session goes to DATABASE_SESSION_URL). Default session.
+	DatabasePoolMode string `env:"DATABASE_POOL_MODE" envDefault:"session"`
+	// DatabaseSessionURL connects as app_user straight to PostgreSQL (never through a pooler in
+	// transaction mode), for what needs a session beyond one transaction: the reconciler's
+	// run-once advisory lock. Required with DATABASE_POOL_MODE=transaction, where it is also
+	// the default base of OPERATOR_DATABASE_URL and MIGRATE_DATABASE_URL; unused otherwise.
+	DatabaseSessionURL string `env:"DATABASE_SESSION_URL"`
 	// DatabaseMaxConns bounds the service's pool.
 	DatabaseMaxConns int32 `env:"DATABASE_MAX_CONNS" envDefault:"20"`
 	// RedisURL is the Redis holding the BullMQ queues. With RedisClusterAddrs set it only
@@ -281,8 +293,13 @@ func Load() (Config, error) {
 }
 
 // defaultDatabaseURLs sets an unset OperatorDatabaseURL or MigrateDatabaseURL to DATABASE_URL
-// with its role (and no password).
+// (DATABASE_SESSION_URL when DATABASE_POOL_MODE is transaction and it is set) with its role
+// (and no password).
 func (c *Config) defaultDatabaseURLs() error {
+	base, name := c.DatabaseURL, "DATABASE_URL"
+	if c.TransactionPooling() && c.DatabaseSessionURL != "" {
+		base, name = c.DatabaseSessionURL, "DATABASE_SESSION_URL"
+	}
 	for _, d := range []struct {
 		url  *string
 		role string
@@ -290,9 +307,9 @@ func (c *Config) defaultDatabaseURLs() error {
 		if *d.url != "" {
 			continue
 		}
-		u, err := url.Parse(c.DatabaseURL)
+		u, err := url.Parse(base)
 		if err != nil {
-			return errors.New("config: DATABASE_URL does not parse (details withheld: it may hold a password)")
+			return fmt.Errorf("config: %s does not parse (details withheld: it may hold a password)", name)
 		}
 		u.User = url.User(d.role)
 		*d.url = u.String()
@@ -326,6 +343,15 @@ func (c Config) Validate() error {
 	} else if len(devKeys) > 0 && !loopback(c.HTTPAddr) {
 		errs = append(errs, fmt.Errorf("development keys (%s unset or public) are refused when HTTP_ADDR %q is not a loopback address",
 			strings.Join(devKeys, ", "), c.HTTPAddr))
+	}
+	switch c.DatabasePoolMode {
+	case PoolModeSession:
+	case PoolModeTransaction:
+		if c.DatabaseSessionURL == "" {
+			errs = append(errs, errors.New("DATABASE_SESSION_URL is required with DATABASE_POOL_MODE=transaction (a direct connection for what needs a session)"))
+		}
+	default:
+		errs = append(errs, errors.New("DATABASE_POOL_MODE must be session or transaction"))
 	}
 	if c.IdempotencyRetention < 24*time.Hour {
 		errs = append(errs, errors.New("IDEMPOTENCY_RETENTION must be at least 24h"))
@@ -489,6 +515,15 @@ func (c Config) KeepCompleted() bullmq.KeepJobs {
 	}
 	return bullmq.KeepJobs{Count: c.JobKeepCompleted}
 }
+
+// DATABASE_POOL_MODE values.
+const (
+	PoolModeSession     = "session"
+	PoolModeTransaction = "transaction"
+)
+
+// TransactionPooling reports whether DATABASE_URL goes through a pooler in transaction mode.
+func (c Config) TransactionPooling() bool { return c.DatabasePoolMode == PoolModeTransaction }
 
 // Memory reports whether the jobs travel in process (QUEUE_TRANSPORT=memory).
 func (c Config) Memory() bool { return c.QueueTransport == TransportMemory }
