@@ -159,7 +159,7 @@ bench: node-deps ## The benchmark suite (bench/, a module of its own): one table
 	cd bench && $(GO) run . -root .. $(BENCH_FLAGS)
 
 .PHONY: soak
-soak: ## Not in CI: 115 events/s with bursts of 1,150/s for 30 min, a REPEATABLE READ held 5 min; a line a minute (claim p50/p99, live table, dead rows, WAL/event, Redis) (SOAK_FLAGS=-soak-minutes 10 -soak-hold-from 3 -soak-hold-to 6)
+soak: ## Not in CI: 350 events/s (SOAK_FLAGS=-rate N) with bursts of 10x for 3 s a minute for 30 min, a REPEATABLE READ held 5 min; a line a minute (claim p50/p99, live table, WAL/event, Redis, CPU per event) (SOAK_FLAGS=-soak-minutes 10 -soak-hold-from 3 -soak-hold-to 8)
 	cd bench && $(GO) run . -root .. -soak $(SOAK_FLAGS)
 
 .PHONY: bench-idem

@@ -93,7 +93,9 @@ func main() {
 	flag.IntVar(&so.minutes, "soak-minutes", 30, "soak: minutes of load")
 	flag.IntVar(&so.holdFrom, "soak-hold-from", 10, "soak: minute at which a REPEATABLE READ transaction opens")
 	flag.IntVar(&so.holdTo, "soak-hold-to", 15, "soak: minute at which it ends")
-	flag.DurationVar(&so.retention, "soak-retention", 2*time.Hour, "soak: JOB_RETENTION of the completed jobs")
+	flag.DurationVar(&so.retention, "soak-retention", 90*time.Minute, "soak: JOB_RETENTION (how long a job's id keeps deduplicating)")
+	flag.IntVar(&so.keep, "soak-keep-completed", 1000, "soak: JOB_KEEP_COMPLETED (completed jobs kept in Redis)")
+	flag.Float64Var(&so.rate, "rate", 350, "soak: events/s on average (bursts of ten times it for 3 s a minute)")
 	flag.Parse()
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
