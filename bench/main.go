@@ -79,7 +79,7 @@ func main() {
 	flag.StringVar(&o.root, "root", "..", "the service repository (for the Node.js harness, bullmqbench and idembench)")
 	flag.StringVar(&only, "only", "", "comma-separated sections to run: "+strings.Join(sections, ","))
 	flag.IntVar(&o.n, "n", 100000, "events / jobs / commands per drain and end-to-end measurement")
-	flag.IntVar(&o.rate, "rate", 1000, "events per second of the latency benchmark")
+	flag.IntVar(&o.rate, "rate", 1000, "events per second of the latency benchmark; with -soak, the soak's average (350 when not given; bursts of ten times it for 3 s a minute)")
 	flag.IntVar(&o.secs, "secs", 10, "seconds of the latency benchmark")
 	flag.DurationVar(&o.writeSecs, "write-time", 2*time.Second, "duration of one write-path measurement")
 	flag.IntVar(&o.rounds, "write-rounds", 6, "write-path rounds (each measures every configuration once, in rotating order)")
@@ -95,8 +95,13 @@ func main() {
 	flag.IntVar(&so.holdTo, "soak-hold-to", 15, "soak: minute at which it ends")
 	flag.DurationVar(&so.retention, "soak-retention", 90*time.Minute, "soak: JOB_RETENTION (how long a job's id keeps deduplicating)")
 	flag.IntVar(&so.keep, "soak-keep-completed", 1000, "soak: JOB_KEEP_COMPLETED (completed jobs kept in Redis)")
-	flag.Float64Var(&so.rate, "rate", 350, "soak: events/s on average (bursts of ten times it for 3 s a minute)")
 	flag.Parse()
+	so.rate = 350
+	flag.Visit(func(f *flag.Flag) {
+		if f.Name == "rate" {
+			so.rate = float64(o.rate)
+		}
+	})
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
