@@ -408,7 +408,7 @@ type API struct {
 // ProvideBullMQConfig is the queue configuration shared by publishers and workers.
 func ProvideBullMQConfig(cfg config.Config, rdb redis.UniversalClient) bullmq.Config {
 	return bullmq.Config{Client: rdb, Prefix: cfg.BullMQPrefix, QueueHashTags: cfg.BullMQQueueHashTags, Attempts: cfg.JobAttempts,
-		Backoff:             bullmq.Backoff{Type: bullmq.BackoffExponential, Delay: config.JobBackoff.Milliseconds()},
+		Backoff:          bullmq.Backoff{Type: bullmq.BackoffExponential, Delay: config.JobBackoff.Milliseconds()},
 		RemoveOnComplete: cfg.KeepCompleted(), RemoveOnFailAge: cfg.JobFailedRetention, DedupWindow: cfg.JobRetention}
 }
 

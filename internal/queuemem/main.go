@@ -66,7 +66,7 @@ func run(ctx context.Context, n int, retention time.Duration, keep, perDay int) 
 	}()
 	const queue = "store-verification"
 	cfg := bullmq.Config{Client: rdb, Prefix: prefix, Attempts: 5,
-		Backoff:             bullmq.Backoff{Type: bullmq.BackoffExponential, Delay: config.JobBackoff.Milliseconds()},
+		Backoff:          bullmq.Backoff{Type: bullmq.BackoffExponential, Delay: config.JobBackoff.Milliseconds()},
 		RemoveOnComplete: config.Config{JobKeepCompleted: keep}.KeepCompleted(), RemoveOnFailAge: 24 * time.Hour, DedupWindow: retention}
 	pub, err := bullmq.NewPublisher(bullmq.PublisherConfig{Config: cfg}, nil)
 	if err != nil {
