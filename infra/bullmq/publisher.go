@@ -26,7 +26,8 @@ const (
 	Created AddStatus = iota + 1
 	// Duplicate: a job with this jobId exists (in any state); nothing written.
 	Duplicate
-	// Deduplicated: the job is gone but its de: key still lives; nothing written.
+	// Deduplicated: the job is gone but its id is still remembered (Config.DedupWindow, or
+	// the de: key of a job with its own Deduplication option); nothing written.
 	Deduplicated
 )
 

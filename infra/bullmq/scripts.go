@@ -65,8 +65,7 @@ for i = 1, n do
       end
     end
   end
-  if code ~= 1 then
-  elseif deid ~= "" then
+  if code == 1 and deid ~= "" then
     local ttl = tonumber(ARGV[a + 4])
     local ok
     if ttl > 0 then

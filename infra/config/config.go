@@ -141,7 +141,7 @@ type Config struct {
 	// JobRetention is how long a job's id keeps deduplicating re-publications by the outbox
 	// after the job was added, whether or not the job is still in Redis (a completed job
 	// leaves at once unless it is among the JOB_KEEP_COMPLETED newest): the id stays in a
-	// time-bucketed set of the queue (bullmq.Config.DedupWindow), about 60 bytes an id. A
+	// time-bucketed set of the queue (bullmq.Config.DedupWindow), about 70 bytes an id. A
 	// re-publication it misses is still safe (handlers compare-and-set the task's state), it
 	// only costs a run that finds its task done. It must be at least the outbox's redelivery
 	// window (outbox.RedeliveryWindow: its backoff summed over OUTBOX_MAX_ATTEMPTS plus a lease
