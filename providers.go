@@ -70,11 +70,30 @@ func ProvidePool(ctx context.Context, cfg config.Config, reg *prometheus.Registr
 	if err != nil {
 		return nil, nil, err
 	}
-	pool, err := postgres.Connect(ctx, postgres.PoolConfig{URL: cfg.DatabaseURL, MaxConns: cfg.DatabaseMaxConns, Statements: stmts})
+	pool, err := postgres.Connect(ctx, postgres.PoolConfig{URL: cfg.DatabaseURL, MaxConns: cfg.DatabaseMaxConns, Statements: stmts,
+		TransactionPooling: cfg.TransactionPooling()})
 	if err != nil {
 		return nil, nil, err
 	}
 	return pool, pool.Close, nil
+}
+
+// SessionPool is the app_user pool for what needs a session beyond one transaction (a
+// session-level advisory lock): the pool of DATABASE_SESSION_URL with
+// DATABASE_POOL_MODE=transaction, else the service's pool itself.
+type SessionPool struct{ *pgxpool.Pool }
+
+// ProvideSessionPool opens the session pool (two connections) when DATABASE_URL goes
+// through a pooler in transaction mode; the cleanup closes it.
+func ProvideSessionPool(ctx context.Context, cfg config.Config, pool *pgxpool.Pool) (SessionPool, func(), error) {
+	if !cfg.TransactionPooling() {
+		return SessionPool{pool}, func() {}, nil
+	}
+	session, err := postgres.Connect(ctx, postgres.PoolConfig{URL: cfg.DatabaseSessionURL, MaxConns: 2})
+	if err != nil {
+		return SessionPool{}, nil, fmt.Errorf("DATABASE_SESSION_URL: %w", err)
+	}
+	return SessionPool{session}, session.Close, nil
 }
 
 // ProvideRedis opens the Redis client of the queues: a cluster client when
@@ -390,8 +409,8 @@ type API struct {
 // ProvideBullMQConfig is the queue configuration shared by publishers and workers.
 func ProvideBullMQConfig(cfg config.Config, rdb redis.UniversalClient) bullmq.Config {
 	return bullmq.Config{Client: rdb, Prefix: cfg.BullMQPrefix, QueueHashTags: cfg.BullMQQueueHashTags, Attempts: cfg.JobAttempts,
-		Backoff:             bullmq.Backoff{Type: bullmq.BackoffExponential, Delay: config.JobBackoff.Milliseconds()},
-		RemoveOnCompleteAge: cfg.JobRetention, RemoveOnFailAge: cfg.JobFailedRetention, DedupTTL: cfg.JobRetention}
+		Backoff:          bullmq.Backoff{Type: bullmq.BackoffExponential, Delay: config.JobBackoff.Milliseconds()},
+		RemoveOnComplete: cfg.KeepCompleted(), RemoveOnFailAge: cfg.JobFailedRetention, DedupWindow: cfg.JobRetention}
 }
 
 // ProvidePublishers builds the dispatcher's publishers: BullMQ for every job queue and, for

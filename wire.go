@@ -27,7 +27,7 @@ func InitializeAPI(ctx context.Context, cfg config.Config, opts Options, reg *pr
 // InitializeDispatch assembles the outbox dispatcher, its publishers and the reconciler.
 func InitializeDispatch(ctx context.Context, cfg config.Config, q *Queues, reg *prometheus.Registry, log *slog.Logger) (*Dispatch, func(), error) {
 	wire.Build(ProvidePool, ProvideRedis, ProvideBullMQConfig, ProvidePublishers, ProvideDispatcher, ProvideRepositories,
-		ProvideEventPublisher, ProvideWorkerDeps, ProvideTaskKinds, ProvideReconciler, ProvideEventStreams, wire.Struct(new(Dispatch), "*"))
+		ProvideEventPublisher, ProvideWorkerDeps, ProvideTaskKinds, ProvideSessionPool, ProvideReconciler, ProvideEventStreams, wire.Struct(new(Dispatch), "*"))
 	return nil, nil, nil
 }
 

@@ -132,9 +132,17 @@ func InitializeDispatch(ctx context.Context, cfg config.Config, q *Queues, reg *
 		cleanup()
 		return nil, nil, err
 	}
-	repositories := ProvideRepositories()
-	eventPublisher, cleanup4, err := ProvideEventPublisher(cfg, universalClient, log)
+	sessionPool, cleanup4, err := ProvideSessionPool(ctx, cfg, pool)
 	if err != nil {
+		cleanup3()
+		cleanup2()
+		cleanup()
+		return nil, nil, err
+	}
+	repositories := ProvideRepositories()
+	eventPublisher, cleanup5, err := ProvideEventPublisher(cfg, universalClient, log)
+	if err != nil {
+		cleanup4()
 		cleanup3()
 		cleanup2()
 		cleanup()
@@ -143,14 +151,16 @@ func InitializeDispatch(ctx context.Context, cfg config.Config, q *Queues, reg *
 	deps := ProvideWorkerDeps(pool, repositories, eventPublisher, log)
 	taskKinds, err := ProvideTaskKinds(cfg, deps, repositories)
 	if err != nil {
+		cleanup5()
 		cleanup4()
 		cleanup3()
 		cleanup2()
 		cleanup()
 		return nil, nil, err
 	}
-	reconciler, err := ProvideReconciler(cfg, pool, bullmqConfig, taskKinds, reg, log)
+	reconciler, err := ProvideReconciler(cfg, pool, sessionPool, bullmqConfig, taskKinds, reg, log)
 	if err != nil {
+		cleanup5()
 		cleanup4()
 		cleanup3()
 		cleanup2()
@@ -159,6 +169,7 @@ func InitializeDispatch(ctx context.Context, cfg config.Config, q *Queues, reg *
 	}
 	trimmer, err := ProvideEventStreams(cfg, universalClient, reg, log)
 	if err != nil {
+		cleanup5()
 		cleanup4()
 		cleanup3()
 		cleanup2()
@@ -173,6 +184,7 @@ func InitializeDispatch(ctx context.Context, cfg config.Config, q *Queues, reg *
 		Redis:      universalClient,
 	}
 	return dispatch, func() {
+		cleanup5()
 		cleanup4()
 		cleanup3()
 		cleanup2()

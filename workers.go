@@ -163,7 +163,7 @@ func byQueue(kinds TaskKinds) map[string]worker.TaskKind {
 
 // ProvideReconciler builds the reconciler of stuck tasks (app/reconcile), refusing to start
 // without a task kind of every registered flow (flows.Check).
-func ProvideReconciler(cfg config.Config, pool *pgxpool.Pool, bcfg bullmq.Config, kinds TaskKinds, reg *prometheus.Registry,
+func ProvideReconciler(cfg config.Config, pool *pgxpool.Pool, session SessionPool, bcfg bullmq.Config, kinds TaskKinds, reg *prometheus.Registry,
 	log *slog.Logger) (*reconcile.Reconciler, error) {
 	if err := flows.Check(byQueue(kinds), nil); err != nil {
 		return nil, err
@@ -172,7 +172,7 @@ func ProvideReconciler(cfg config.Config, pool *pgxpool.Pool, bcfg bullmq.Config
 	if !cfg.Memory() {
 		probe = jobs.BullMQProbe{Config: bcfg}
 	}
-	return reconcile.New(reconcile.Config{Kinds: kinds, Stuck: postgres.StuckTasks{Pool: pool, Flows: flows.All()}, Tx: postgres.Transactor{Pool: pool},
+	return reconcile.New(reconcile.Config{Kinds: kinds, Stuck: postgres.StuckTasks{Pool: pool, Session: session.Pool, Flows: flows.All()}, Tx: postgres.Transactor{Pool: pool},
 		Probe: probe,
 		After: cfg.ReconcileAfterQueues, DefaultAfter: cfg.ReconcileAfter, Interval: cfg.ReconcileInterval,
 		MaxReconciliations: cfg.ReconcileMax, Log: log, Registerer: reg})

@@ -123,8 +123,8 @@ func nodeAddBulk(ctx context.Context, o options, rdb *redis.Client, n int) (floa
 	var res struct{ N, Ms float64 }
 	err := runNode(ctx, o, dir, "bench-producer.mjs", map[string]any{
 		"queue": benchQueue, "prefix": prefix, "n": n, "chunk": 1000, "idPrefix": "node",
-		"opts":     map[string]any{"attempts": 3, "backoff": map[string]any{"type": "exponential", "delay": 1000}, "removeOnComplete": map[string]any{"age": 604800}, "removeOnFail": map[string]any{"age": 604800}},
-		"dedupTtl": bullmq.DefaultRetention.Milliseconds(),
+		"opts":     map[string]any{"attempts": 3, "backoff": map[string]any{"type": "exponential", "delay": 1000}, "removeOnComplete": bullmq.DefaultKeepCompleted, "removeOnFail": map[string]any{"age": int64(bullmq.DefaultFailedRetention / time.Second)}},
+		"dedupTtl": bullmq.DefaultDedupWindow.Milliseconds(),
 	}, &res)
 	if err != nil {
 		return 0, err

@@ -79,7 +79,7 @@ func main() {
 	flag.StringVar(&o.root, "root", "..", "the service repository (for the Node.js harness, bullmqbench and idembench)")
 	flag.StringVar(&only, "only", "", "comma-separated sections to run: "+strings.Join(sections, ","))
 	flag.IntVar(&o.n, "n", 100000, "events / jobs / commands per drain and end-to-end measurement")
-	flag.IntVar(&o.rate, "rate", 1000, "events per second of the latency benchmark")
+	flag.IntVar(&o.rate, "rate", 1000, "events per second of the latency benchmark; with -soak, the soak's average (350 when not given; bursts of ten times it for 3 s a minute)")
 	flag.IntVar(&o.secs, "secs", 10, "seconds of the latency benchmark")
 	flag.DurationVar(&o.writeSecs, "write-time", 2*time.Second, "duration of one write-path measurement")
 	flag.IntVar(&o.rounds, "write-rounds", 6, "write-path rounds (each measures every configuration once, in rotating order)")
@@ -93,8 +93,15 @@ func main() {
 	flag.IntVar(&so.minutes, "soak-minutes", 30, "soak: minutes of load")
 	flag.IntVar(&so.holdFrom, "soak-hold-from", 10, "soak: minute at which a REPEATABLE READ transaction opens")
 	flag.IntVar(&so.holdTo, "soak-hold-to", 15, "soak: minute at which it ends")
-	flag.DurationVar(&so.retention, "soak-retention", 2*time.Hour, "soak: JOB_RETENTION of the completed jobs")
+	flag.DurationVar(&so.retention, "soak-retention", 90*time.Minute, "soak: JOB_RETENTION (how long a job's id keeps deduplicating)")
+	flag.IntVar(&so.keep, "soak-keep-completed", 1000, "soak: JOB_KEEP_COMPLETED (completed jobs kept in Redis)")
 	flag.Parse()
+	so.rate = 350
+	flag.Visit(func(f *flag.Flag) {
+		if f.Name == "rate" {
+			so.rate = float64(o.rate)
+		}
+	})
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()

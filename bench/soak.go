@@ -4,7 +4,11 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"os"
+	"os/exec"
+	"runtime/pprof"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -19,13 +23,16 @@ import (
 	"github.com/listingkit/listing/infra/postgres"
 )
 
-// soakOptions shape `make soak`: events committed at an average of 115/s, with a burst of
-// ten times that rate in the first 3 s of every minute, dispatched to BullMQ and completed
-// by a worker, for soakMinutes; a REPEATABLE READ transaction held open in the service's
-// database from holdFrom to holdTo (minutes).
+// soakOptions shape `make soak`: events committed at an average of rate a second, with a
+// burst of ten times that rate in the first 3 s of every minute, dispatched to BullMQ and
+// completed by a worker, for minutes; a REPEATABLE READ transaction held open in the
+// service's database from holdFrom to holdTo (minutes). Completed jobs and job ids stay in
+// Redis as the service's JOB_KEEP_COMPLETED (keep) and JOB_RETENTION (retention) say.
 type soakOptions struct {
 	minutes, holdFrom, holdTo int
 	retention                 time.Duration
+	keep                      int
+	rate                      float64
 }
 
 // soak runs the soak and prints one line a minute: claim p50/p99 (the dispatcher's
@@ -35,6 +42,9 @@ type soakOptions struct {
 // databases of a shared cluster add to) and the soak database's own (ownWAL: the records
 // pg_walinspect attributes to it), with a breakdown by record type and relation at the end.
 func soak(ctx context.Context, o options, so soakOptions) error {
+	if so.rate <= 0 {
+		return fmt.Errorf("soak: -rate must be positive")
+	}
 	db, err := newScratch(ctx, o.adminURL, 30)
 	if err != nil {
 		return err
@@ -51,7 +61,11 @@ func soak(ctx context.Context, o options, so soakOptions) error {
 	defer rdb.Close()
 	prefix := "soak-" + randomHex(4)
 	defer deletePrefix(rdb, prefix)
-	bcfg := bullmq.Config{Client: rdb, Prefix: prefix, RemoveOnCompleteAge: so.retention, DedupTTL: so.retention}
+	keep := bullmq.KeepJobs{Count: so.keep}
+	if so.keep <= 0 {
+		keep = bullmq.KeepJobs{Remove: true}
+	}
+	bcfg := bullmq.Config{Client: rdb, Prefix: prefix, RemoveOnComplete: keep, DedupWindow: so.retention}
 	bp, err := bullmq.NewPublisher(bullmq.PublisherConfig{Config: bcfg}, nil)
 	if err != nil {
 		return err
@@ -63,8 +77,9 @@ func soak(ctx context.Context, o options, so soakOptions) error {
 	if err != nil {
 		return err
 	}
+	var jobsDone atomic.Int64
 	w, err := bullmq.NewWorker(bullmq.WorkerConfig{Config: bcfg, Queue: benchQueue, Concurrency: 20},
-		func(context.Context, *bullmq.Job) (any, error) { return nil, nil })
+		func(context.Context, *bullmq.Job) (any, error) { jobsDone.Add(1); return nil, nil })
 	if err != nil {
 		return err
 	}
@@ -74,17 +89,40 @@ func soak(ctx context.Context, o options, so soakOptions) error {
 	}
 	rctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	// The Go side's CPU by role: a CPU profile whose samples carry the goroutine's role label
+	// (pprof.Do; goroutines started under it inherit it), summed with go tool pprof -tags.
+	prof, err := os.CreateTemp("", "soak-*.pprof")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(prof.Name())
+	if err := pprof.StartCPUProfile(prof); err != nil {
+		return err
+	}
+	profiling := true
+	stopProfile := func() {
+		if profiling {
+			pprof.StopCPUProfile()
+			_ = prof.Close()
+			profiling = false
+		}
+	}
+	defer stopProfile()
+	role := func(name string, fn func()) func() {
+		return func() { pprof.Do(rctx, pprof.Labels("role", name), func(context.Context) { fn() }) }
+	}
 	var bg sync.WaitGroup
-	bg.Go(func() { _ = d.Run(rctx) })
-	bg.Go(func() { _ = w.Run(rctx) })
+	bg.Go(role("dispatcher", func() { _ = d.Run(rctx) }))
+	bg.Go(role("worker", func() { _ = w.Run(rctx) }))
 	defer bg.Wait()
 	defer cancel()
 
-	// Committers: 16 goroutines take one event each from work.
+	// Committers: 24 goroutines take one event each from work (the API's requests); a burst
+	// waits in work's buffer rather than being dropped.
 	var committed, failed atomic.Int64
-	work := make(chan uuid.UUID, 4096)
-	for range 16 {
-		bg.Go(func() {
+	work := make(chan uuid.UUID, 1<<16)
+	for range 24 {
+		bg.Go(role("committer", func() {
 			for ws := range work {
 				id := uuid.Must(uuid.NewV7())
 				err := postgres.InTx(rctx, db.App, postgres.Scope{WorkspaceID: ws}, func(ctx context.Context, tx pgx.Tx) error {
@@ -100,7 +138,7 @@ func soak(ctx context.Context, o options, so soakOptions) error {
 				}
 				committed.Add(1)
 			}
-		})
+		}))
 	}
 	// The load: every 10 ms, the events of that slice of the second.
 	bg.Go(func() {
@@ -115,9 +153,9 @@ func soak(ctx context.Context, o options, so soakOptions) error {
 				return
 			case <-t.C:
 			}
-			rate := 60.5 // events/s outside bursts: (6900 - 3 × 1150) / 57
+			rate := so.rate * (60 - 3*10) / 57 // outside bursts, so that a minute averages so.rate
 			if int(time.Since(start).Seconds())%60 < 3 {
-				rate = 1150
+				rate = 10 * so.rate
 			}
 			carry += rate / 100
 			for ; carry >= 1; carry-- {
@@ -160,10 +198,11 @@ func soak(ctx context.Context, o options, so soakOptions) error {
 		fmt.Printf("soak: no WAL of the soak's own database (%v): the own WAL column stays empty\n", err)
 	}
 	fmt.Printf("soak: autovacuum %s%s\n", autovacuum, map[bool]string{true: ": the soak runs VACUUM outbox_events after 1,000 dead rows, as the table's autovacuum settings would", false: ""}[autovacuum == "off"])
-	fmt.Printf("soak: %d min, 115 events/s on average, bursts of 1,150/s for 3 s a minute, 100 workspaces; REPEATABLE READ held from minute %d to %d; job retention %s; load average %s\n",
-		so.minutes, so.holdFrom, so.holdTo, so.retention, loadavg())
-	fmt.Printf("%-4s %-5s %8s %8s %8s %10s %10s %10s %10s %12s %10s %8s %6s %10s %7s %s\n", "min", "held", "events", "claim50", "claim99",
-		"live heap", "live idx", "dead tup", "log", "WAL B/event", "own B/ev", "own FPI", "ckpts", "redis MB", "vacuums", "failed")
+	fmt.Printf("soak: %d min, %.0f events/s on average, bursts of %.0f/s for 3 s a minute, 100 workspaces; REPEATABLE READ held from minute %d to %d; JOB_KEEP_COMPLETED %d, JOB_RETENTION %s; load average %s\n",
+		so.minutes, so.rate, 10*so.rate, so.holdFrom, so.holdTo, so.keep, so.retention, loadavg())
+	fmt.Printf("%-4s %-5s %8s %8s %8s %8s %10s %10s %10s %10s %12s %10s %8s %6s %10s %8s %8s %8s %7s %6s %s\n", "min", "held", "events", "jobs", "claim50", "claim99",
+		"live heap", "live idx", "dead tup", "log", "WAL B/event", "own B/ev", "own FPI", "ckpts", "redis MB", "Go us/ev", "PG us/ev", "Rds us/ev", "vacuums", "load1", "failed")
+
 	var held pgx.Tx
 	defer func() {
 		if held != nil {
@@ -182,6 +221,12 @@ func soak(ctx context.Context, o options, so soakOptions) error {
 	}
 	var ownTotal, ownHeld, evTotal, evHeld int64
 	prevCk := checkpoints(ctx, db)
+	// CPU per event: this process (committers, dispatcher, worker), the scratch database's
+	// backends, Redis (a shared server: other clients' work counts too); Redis memory of the
+	// soak's keys, from the end of the first minute (the queue's fixed keys settled).
+	startUse := snapshot(ctx, db, rdb)
+	prevUse := startUse
+	var redisStart, jobsStart int64
 	for m := 1; m <= so.minutes; m++ {
 		if m-1 == so.holdFrom {
 			phases[1] = prevHist
@@ -257,12 +302,51 @@ func soak(ctx context.Context, o options, so soakOptions) error {
 		if held != nil {
 			heldNow = "yes"
 		}
-		fmt.Printf("%-4d %-5s %8d %8s %8s %9.1fM %9.1fM %10d %9.1fM %12.0f %10s %8s %6d %10.1f %7d %d\n", m, heldNow, ev-prevEvents,
-			msf(quantile(delta, .5)), msf(quantile(delta, .99)), mb(heap), mb(idx), dead, mb(logSize), perEvent, own, ownFPI, ck-prevCk,
-			mb(redisBytes(ctx, rdb, prefix)), vacuums.Load(), failed.Load())
-		prevEvents, prevWAL, prevCk = ev, wal, ck
+		use := snapshot(ctx, db, rdb)
+		rb := redisBytes(ctx, rdb, prefix)
+		jd := jobsDone.Load()
+		if m == 1 {
+			redisStart, jobsStart = rb, jd
+		}
+		perEv := func(d time.Duration) float64 {
+			if ev == prevEvents {
+				return 0
+			}
+			return float64(d.Microseconds()) / float64(ev-prevEvents)
+		}
+		fmt.Printf("%-4d %-5s %8d %8d %8s %8s %9.1fM %9.1fM %10d %9.1fM %12.0f %10s %8s %6d %10.1f %8.0f %8.0f %8.0f %7d %6s %d\n", m, heldNow, ev-prevEvents,
+			jd, msf(quantile(delta, .5)), msf(quantile(delta, .99)), mb(heap), mb(idx), dead, mb(logSize), perEvent, own, ownFPI, ck-prevCk,
+			mb(rb), perEv(use.goCPU-prevUse.goCPU), perEv(use.pgCPU-prevUse.pgCPU), perEv(use.redisCPU-prevUse.redisCPU),
+			vacuums.Load(), strings.Fields(loadavg())[0], failed.Load())
+		prevEvents, prevWAL, prevCk, prevUse = ev, wal, ck, use
 	}
 	printClaimPhases(phases, claimBuckets(reg))
+	endUse := snapshot(ctx, db, rdb)
+	stopProfile()
+	evAll := committed.Load()
+	cpuLine := func(name string, a, b usage, events int64) {
+		if events <= 0 {
+			return
+		}
+		per := func(d time.Duration) float64 { return float64(d.Microseconds()) / float64(events) }
+		fmt.Printf("soak: CPU per event %s (%d events): Go %.0f us, PostgreSQL %.0f us, Redis %.0f us (a shared server: other clients count too)\n",
+			name, events, per(b.goCPU-a.goCPU), per(b.pgCPU-a.pgCPU), per(b.redisCPU-a.redisCPU))
+	}
+	cpuLine("over the run", startUse, endUse, evAll)
+	if tags, err := exec.Command("go", "tool", "pprof", "-tags", prof.Name()).Output(); err == nil {
+		fmt.Printf("soak: the Go process's CPU by role (go tool pprof -tags over the run; divide by %d events):\n%s", evAll, tags)
+	} else {
+		fmt.Printf("soak: no CPU by role: %v\n", err)
+	}
+	var backends int
+	_ = db.Owner.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()`).Scan(&backends)
+	rbEnd, jdEnd := redisBytes(ctx, rdb, prefix), jobsDone.Load()
+	events := rdb.MemoryUsage(ctx, prefix+":"+benchQueue+":events", 0).Val()
+	if jdEnd > jobsStart {
+		fmt.Printf("soak: Redis: %.1f MB of the soak's keys after minute 1, %.1f MB at the end, %d jobs finished between: %.1f MB per 100,000 jobs (the queue's own events stream, capped at 10,000 entries: %.1f MB)\n",
+			mb(redisStart), mb(rbEnd), jdEnd-jobsStart, float64(rbEnd-redisStart)/float64(jdEnd-jobsStart)*100000/1e6, mb(events))
+	}
+	fmt.Printf("soak: %d events committed, %d jobs finished, %d failed; PostgreSQL backends of the soak's database at the end: %d\n", evAll, jdEnd, failed.Load(), backends)
 	if wi != nil && evTotal > 0 {
 		fmt.Printf("soak: own WAL: %d B over %d events, %.0f B/event", ownTotal, evTotal, float64(ownTotal)/float64(evTotal))
 		if evTotal > evHeld {

@@ -297,7 +297,7 @@ func TestLivenessJobRemovedByHand(t *testing.T) {
 	pubID, opID, jobID := w.publish(t)
 	ctx := context.Background()
 	k := w.prefix + ":listing-publish:"
-	require.NoError(t, w.rdb.Del(ctx, k+jobID, k+"de:"+jobID).Err())
+	require.NoError(t, w.rdb.Del(ctx, k+jobID).Err())
 	require.NoError(t, w.rdb.LRem(ctx, k+"wait", 0, jobID).Err())
 	h, places := seedJobCount(t, w.rdb, w.prefix, "listing-publish", jobID)
 	require.Zero(t, h+places)

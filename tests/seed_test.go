@@ -546,6 +546,19 @@ func seedJobCount(t testing.TB, rdb *redis.Client, prefix, queue, id string) (ha
 	return int(n), places
 }
 
+// seedForgetJobID removes id from the dedup window's buckets of queue (the "dd:" sets, a UUID
+// as its 16 bytes), as if the window had passed: the same id added again is a new job.
+func seedForgetJobID(t testing.TB, rdb *redis.Client, prefix, queue, id string) {
+	t.Helper()
+	ctx := context.Background()
+	u := uuid.MustParse(id)
+	iter := rdb.Scan(ctx, 0, prefix+":"+queue+":dd:*", 1000).Iterator()
+	for iter.Next(ctx) {
+		require.NoError(t, rdb.SRem(ctx, iter.Val(), string(u[:])).Err())
+	}
+	require.NoError(t, iter.Err())
+}
+
 // seedJobCompleted reports whether job id of queue is finished and in the completed set.
 func seedJobCompleted(t testing.TB, rdb *redis.Client, prefix, queue, id string) bool {
 	t.Helper()
@@ -755,6 +768,7 @@ func seedAcceptedButNotMarked(t *testing.T, remove, ignoreKey, workerDies bool) 
 		require.NoError(t, rdb.LRem(ctx, k+"active", 0, ev.ID).Err())
 		require.NoError(t, rdb.ZRem(ctx, k+"completed", ev.ID).Err())
 		require.NoError(t, rdb.SRem(ctx, k+"stalled", ev.ID).Err())
+		seedForgetJobID(t, rdb, prefix, queue, ev.ID)
 		h, places := seedJobCount(t, rdb, prefix, queue, ev.ID)
 		require.Zero(t, h+places)
 	}

@@ -14,10 +14,15 @@ import (
 // DefaultPrefix is BullMQ's default key prefix.
 const DefaultPrefix = "bull"
 
-// DefaultRetention is the default RemoveOnCompleteAge and RemoveOnFailAge:
-// finished jobs stay (and keep deduplicating their jobId) for 7 days, longer
-// than the outbox's redelivery window.
-const DefaultRetention = 7 * 24 * time.Hour
+// DefaultKeepCompleted is how many completed jobs of a queue stay in Redis by
+// default (BullMQ's removeOnComplete {count}): the newest, for dashboards.
+const DefaultKeepCompleted = 1000
+
+// DefaultFailedRetention is the default RemoveOnFailAge: failed jobs stay 24 hours.
+const DefaultFailedRetention = 24 * time.Hour
+
+// DefaultDedupWindow is the default DedupWindow.
+const DefaultDedupWindow = 2 * time.Hour
 
 // Backoff types understood by Node.js BullMQ workers without a custom strategy.
 const (
@@ -54,15 +59,21 @@ type Config struct {
 	Attempts int
 	// Backoff between attempts. Default {exponential, 1000 ms}.
 	Backoff Backoff
-	// RemoveOnCompleteAge keeps a completed job (and its jobId deduplication)
-	// this long. Default DefaultRetention; at least the outbox redelivery window.
-	RemoveOnCompleteAge time.Duration
-	// RemoveOnFailAge keeps a failed job this long. Default DefaultRetention.
+	// RemoveOnComplete is BullMQ's removeOnComplete of the jobs added with the
+	// defaults. The zero value keeps the DefaultKeepCompleted newest completed
+	// jobs of a queue ({count}); KeepJobs{Remove: true} keeps none.
+	RemoveOnComplete KeepJobs
+	// RemoveOnFailAge keeps a failed job this long. Default DefaultFailedRetention.
 	RemoveOnFailAge time.Duration
-	// DedupTTL is the lifetime of the "de:<jobId>" key written with every job,
-	// which keeps deduplicating the jobId after the job hash is gone.
-	// Default DefaultRetention. Negative disables the de: key.
-	DedupTTL time.Duration
+	// DedupWindow is how long a jobId added with the defaults keeps
+	// deduplicating re-publications after its add, whether or not the job is
+	// still in Redis: Add reports Deduplicated instead of adding it again. The
+	// ids are remembered in sets of one time bucket each (dedupBuckets buckets
+	// per window, "<prefix>:<queue>:dd:<bucket>", a UUID as its 16 bytes),
+	// which expire a bucket after the window. Default DefaultDedupWindow;
+	// negative: only a job still in Redis deduplicates its id. Every
+	// publisher of a queue must use the same window.
+	DedupWindow time.Duration
 }
 
 func (c *Config) setDefaults() {
@@ -75,14 +86,14 @@ func (c *Config) setDefaults() {
 	if c.Backoff.Type == "" {
 		c.Backoff = Backoff{Type: BackoffExponential, Delay: 1000}
 	}
-	if c.RemoveOnCompleteAge == 0 {
-		c.RemoveOnCompleteAge = DefaultRetention
+	if c.RemoveOnComplete == (KeepJobs{}) {
+		c.RemoveOnComplete = KeepJobs{Count: DefaultKeepCompleted}
 	}
 	if c.RemoveOnFailAge == 0 {
-		c.RemoveOnFailAge = DefaultRetention
+		c.RemoveOnFailAge = DefaultFailedRetention
 	}
-	if c.DedupTTL == 0 {
-		c.DedupTTL = DefaultRetention
+	if c.DedupWindow == 0 {
+		c.DedupWindow = DefaultDedupWindow
 	}
 }
 
@@ -109,8 +120,14 @@ func (c Config) Validate() error {
 	if c.Backoff.Delay < 0 {
 		return fmt.Errorf("bullmq: Config.Backoff.Delay must be >= 0, got %d", c.Backoff.Delay)
 	}
-	if c.RemoveOnCompleteAge < time.Second || c.RemoveOnFailAge < time.Second {
-		return errors.New("bullmq: Config.RemoveOnCompleteAge and RemoveOnFailAge must be at least 1s")
+	if k := c.RemoveOnComplete; k.Count < 0 || k.Age < 0 || k.Limit < 0 {
+		return errors.New("bullmq: Config.RemoveOnComplete's Count, Age and Limit must be >= 0")
+	}
+	if c.RemoveOnFailAge < time.Second {
+		return errors.New("bullmq: Config.RemoveOnFailAge must be at least 1s")
+	}
+	if c.DedupWindow > 0 && c.DedupWindow < time.Second {
+		return errors.New("bullmq: Config.DedupWindow must be at least 1s (or negative: none)")
 	}
 	return nil
 }

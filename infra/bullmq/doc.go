@@ -16,14 +16,16 @@
 // the job hash field "wm" (ignored by Node.js). All jobs of one call travel in
 // one pipelined round trip (EVALSHA, reloaded on NOSCRIPT). Job ids are
 // validated as BullMQ requires (ValidateJobID). By default every job carries
-// attempts and backoff for the worker, removeOnComplete / removeOnFail with an
-// age of Config.RemoveOnCompleteAge / RemoveOnFailAge (7 days), and a
-// deduplication key "de:<jobId>" living Config.DedupTTL (7 days).
+// attempts and backoff for the worker, removeOnComplete Config.RemoveOnComplete
+// (the newest 1,000 completed jobs of a queue stay) and removeOnFail with an age
+// of Config.RemoveOnFailAge (24 hours), and its id is remembered for
+// Config.DedupWindow (2 hours) in the queue's time-bucketed "dd:<bucket>" sets.
 //
-// A jobId is deduplicated only while the job hash or its de: key lives: Add
-// reports Duplicate (hash exists, any state) or Deduplicated (hash gone, de:
-// key alive) and writes nothing; once both are gone the same id is a new
-// job. Node.js producers get the same protection only when they pass
+// A jobId is deduplicated while the job hash lives or its dedup window lasts:
+// Add reports Duplicate (hash exists, any state) or Deduplicated (hash gone,
+// id in a bucket, or a BullMQ de: key alive for a job with its own
+// Deduplication option) and writes nothing; once both are gone the same id is
+// a new job. Node.js producers get the same protection only when they pass
 // deduplication {id: jobId, ttl}. Delivery is at least once in every case
 // (redelivery, stalled recovery): handlers deduplicate on domain state.
 //

@@ -33,22 +33,24 @@ func TestDefaultOptionsJSON(t *testing.T) {
 	for _, cfg := range []Config{
 		{Client: testRedis(t)},
 		{Client: testRedis(t), Attempts: 3, Backoff: Backoff{Type: BackoffExponential, Delay: 1000},
-			RemoveOnCompleteAge: 2 * time.Hour, RemoveOnFailAge: 24 * time.Hour, DedupTTL: 2 * time.Hour},
+			RemoveOnComplete: KeepJobs{Remove: true}, RemoveOnFailAge: 24 * time.Hour, DedupWindow: 2 * time.Hour},
+		{Client: testRedis(t), DedupWindow: -1},
 	} {
 		p, err := NewPublisher(PublisherConfig{Config: cfg}, nil)
 		require.NoError(t, err)
 		for _, id := range []string{"6f1c2b9e-0d7a-4c4e-9a57-3f0c1f2a9b10", `a"b\c<d>&é`} {
-			want, err := p.defaultOptions(id).marshal(id)
+			want, err := p.defaultOptions().marshal(id)
 			require.NoError(t, err)
 			c := scriptCall{}
 			require.NoError(t, p.appendJob(&c, p.cfg.keys("q"), &Job{ID: id, Name: "n"}))
 			require.Equal(t, string(want), string(c.args[3].([]byte)))
-			dedupID, ttl := "", int64(0)
-			if d := p.defaultOptions(id).Deduplication; d != nil {
-				dedupID, ttl = d.ID, d.TTL
+			require.Equal(t, int64(0), c.args[4])
+			require.Equal(t, "", c.args[5])
+			member := ""
+			if p.cfg.DedupWindow > 0 {
+				member = dedupMember(id)
 			}
-			require.Equal(t, ttl, c.args[4])
-			require.Equal(t, dedupID, c.args[5])
+			require.Equal(t, member, c.args[7])
 		}
 	}
 }
@@ -71,11 +73,11 @@ func TestParseMapJSON(t *testing.T) {
 // parseJobOptions reads what parseOptions reads, from its cache or not.
 func TestParseJobOptionsCache(t *testing.T) {
 	p, err := NewPublisher(PublisherConfig{Config: Config{Client: testRedis(t), Attempts: 3,
-		Backoff: Backoff{Type: BackoffExponential, Delay: 1000}, DedupTTL: time.Hour}}, nil)
+		Backoff: Backoff{Type: BackoffExponential, Delay: 1000}, DedupWindow: time.Hour}}, nil)
 	require.NoError(t, err)
 	for range 2 {
 		for _, id := range []string{"6f1c2b9e-0d7a-4c4e-9a57-3f0c1f2a9b10", "0f1c2b9e-0d7a-4c4e-9a57-3f0c1f2a9b11", "x", "3", "exponential"} {
-			raw, err := p.defaultOptions(id).marshal(id)
+			raw, err := p.defaultOptions().marshal(id)
 			require.NoError(t, err)
 			for _, r := range []string{string(raw), `{"attempts":2,"jobId":"` + id + `","de":{"id":"other","ttl":5}}`, `{}`, `{"attempts":`,
 				`{"backoff":{"type":"` + id + `","delay":5},"jobId":"` + id + `"}`, `{"backoff":"` + id + `"}`} {
@@ -85,5 +87,14 @@ func TestParseJobOptionsCache(t *testing.T) {
 				require.Equal(t, want, got, r)
 			}
 		}
+	}
+}
+
+// A UUID is remembered as its 16 bytes; any other id as it is.
+func TestDedupMember(t *testing.T) {
+	require.Equal(t, "\x6f\x1c\x2b\x9e\x0d\x7a\x4c\x4e\x9a\x57\x3f\x0c\x1f\x2a\x9b\x10",
+		dedupMember("6f1c2b9e-0d7a-4c4e-9a57-3f0c1f2a9B10"))
+	for _, id := range []string{"x", "6f1c2b9e-0d7a-4c4e-9a57-3f0c1f2a9bz0", "6f1c2b9e00d7a-4c4e-9a57-3f0c1f2a9b10"} {
+		require.Equal(t, id, dedupMember(id))
 	}
 }

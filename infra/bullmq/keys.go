@@ -1,5 +1,7 @@
 package bullmq
 
+import "strconv"
+
 // queueKeys are the Redis keys of one queue, "<prefix>:<queue>:<suffix>".
 type queueKeys struct {
 	base        string // "<prefix>:<queue>:", the job key prefix
@@ -43,3 +45,6 @@ func newQueueKeys(prefix, queue string) queueKeys {
 func (k queueKeys) job(id string) string   { return k.base + id }
 func (k queueKeys) lock(id string) string  { return k.base + id + ":lock" }
 func (k queueKeys) dedup(id string) string { return k.base + "de:" + id }
+
+// dedupBucket is the set of the job ids added in time bucket n (Config.DedupWindow).
+func (k queueKeys) dedupBucket(n int64) string { return k.base + "dd:" + strconv.FormatInt(n, 10) }

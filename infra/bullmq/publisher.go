@@ -26,7 +26,8 @@ const (
 	Created AddStatus = iota + 1
 	// Duplicate: a job with this jobId exists (in any state); nothing written.
 	Duplicate
-	// Deduplicated: the job is gone but its de: key still lives; nothing written.
+	// Deduplicated: the job is gone but its id is still remembered (Config.DedupWindow, or
+	// the de: key of a job with its own Deduplication option); nothing written.
 	Deduplicated
 )
 
@@ -73,7 +74,7 @@ func NewPublisher(cfg PublisherConfig, logger watermill.LoggerAdapter) (*Publish
 	}
 	p := &Publisher{cfg: cfg, logger: logger}
 	const mark = "\"JOB-ID-HERE\""
-	b, err := p.defaultOptions("JOB-ID-HERE").marshal("JOB-ID-HERE")
+	b, err := p.defaultOptions().marshal("JOB-ID-HERE")
 	if err != nil {
 		return nil, fmt.Errorf("bullmq.NewPublisher: %w", err)
 	}
@@ -152,13 +153,15 @@ func (p *Publisher) Add(ctx context.Context, queue string, jobs []Job) ([]AddRes
 		return nil, fmt.Errorf("bullmq.Add: %w", err)
 	}
 	keys := p.cfg.keys(queue)
-	now := strconv.FormatInt(time.Now().UnixMilli(), 10)
+	nowMs := time.Now().UnixMilli()
+	now := strconv.FormatInt(nowMs, 10)
+	buckets, expireAt := p.dedupBuckets(keys, nowMs)
 	var calls []scriptCall
 	for start := 0; start < len(jobs); start += addChunk {
 		c := scriptCall{
 			script: addScript,
-			keys:   []string{keys.wait, keys.meta, keys.id, keys.active, keys.events, keys.marker},
-			args:   []any{now},
+			keys:   append([]string{keys.wait, keys.meta, keys.id, keys.active, keys.events, keys.marker}, buckets...),
+			args:   []any{now, len(buckets), expireAt},
 		}
 		for i := start; i < min(start+addChunk, len(jobs)); i++ {
 			if err := p.appendJob(&c, keys, &jobs[i]); err != nil {
@@ -200,12 +203,70 @@ func (p *Publisher) Add(ctx context.Context, queue string, jobs []Job) ([]AddRes
 // chunks of one Add call share one pipeline (one round trip).
 const addChunk = 50
 
+// dedupBuckets is how many time buckets one DedupWindow spans.
+const dedupBuckets = 8
+
+// dedupBuckets returns the bucket sets an add at nowMs checks (the current
+// one first, then the dedupBuckets before it: every add since nowMs-DedupWindow
+// is in one of them) and the current bucket's expiry (unix ms): a window
+// after the bucket ends, plus a bucket for clocks that differ. None when
+// DedupWindow is negative.
+func (p *Publisher) dedupBuckets(keys queueKeys, nowMs int64) ([]string, int64) {
+	w := p.cfg.DedupWindow.Milliseconds()
+	if w <= 0 {
+		return nil, 0
+	}
+	width := (w + dedupBuckets - 1) / dedupBuckets
+	cur := nowMs / width
+	out := make([]string, 0, dedupBuckets+1)
+	for b := cur; b >= cur-dedupBuckets; b-- {
+		out = append(out, keys.dedupBucket(b))
+	}
+	return out, (cur+1)*width + w + width
+}
+
+// dedupMember is how a job id is remembered in a bucket set: a UUID as its
+// 16 bytes, any other id as it is.
+func dedupMember(id string) string {
+	if len(id) != 36 || id[8] != '-' || id[13] != '-' || id[18] != '-' || id[23] != '-' {
+		return id
+	}
+	var b [16]byte
+	j := 0
+	for i := 0; i < 36; i += 2 {
+		if i == 8 || i == 13 || i == 18 || i == 23 {
+			i--
+			continue
+		}
+		hi, ok1 := unhex(id[i])
+		lo, ok2 := unhex(id[i+1])
+		if !ok1 || !ok2 {
+			return id
+		}
+		b[j] = hi<<4 | lo
+		j++
+	}
+	return string(b[:])
+}
+
+func unhex(c byte) (byte, bool) {
+	switch {
+	case '0' <= c && c <= '9':
+		return c - '0', true
+	case 'a' <= c && c <= 'f':
+		return c - 'a' + 10, true
+	case 'A' <= c && c <= 'F':
+		return c - 'A' + 10, true
+	}
+	return 0, false
+}
+
 func (p *Publisher) appendJob(c *scriptCall, keys queueKeys, j *Job) error {
 	if err := ValidateJobID(j.ID); err != nil {
 		return err
 	}
 	var optsJSON []byte
-	var dedupID string
+	var dedupID, member string
 	var ttl int64
 	if opts := j.Opts; opts != nil {
 		var err error
@@ -217,7 +278,7 @@ func (p *Publisher) appendJob(c *scriptCall, keys queueKeys, j *Job) error {
 			ttl = opts.Deduplication.TTL
 		}
 	} else {
-		// defaultOptions(j.ID), marshalled, from the parts cut once.
+		// defaultOptions(), marshalled with j.ID, from the parts cut once.
 		id := appendJSONString(nil, j.ID)
 		n := len(id) * (len(p.defOpts) - 1)
 		for _, part := range p.defOpts {
@@ -230,8 +291,8 @@ func (p *Publisher) appendJob(c *scriptCall, keys queueKeys, j *Job) error {
 			}
 			optsJSON = append(optsJSON, part...)
 		}
-		if p.cfg.DedupTTL > 0 {
-			dedupID, ttl = j.ID, p.cfg.DedupTTL.Milliseconds()
+		if p.cfg.DedupWindow > 0 {
+			member = dedupMember(j.ID)
 		}
 	}
 	var wm []byte
@@ -247,22 +308,20 @@ func (p *Publisher) appendJob(c *scriptCall, keys queueKeys, j *Job) error {
 		data = []byte("{}")
 	}
 	c.keys = append(c.keys, keys.job(j.ID), dedupKey)
-	c.args = append(c.args, j.ID, j.Name, data, optsJSON, ttl, dedupID, wm)
+	c.args = append(c.args, j.ID, j.Name, data, optsJSON, ttl, dedupID, wm, member)
 	return nil
 }
 
-func (p *Publisher) defaultOptions(id string) *JobOptions {
+// defaultOptions are the options of a job added without its own.
+func (p *Publisher) defaultOptions() *JobOptions {
 	b := p.cfg.Backoff
-	o := &JobOptions{
+	keep := p.cfg.RemoveOnComplete
+	return &JobOptions{
 		Attempts:         p.cfg.Attempts,
 		Backoff:          &b,
-		RemoveOnComplete: &KeepJobs{Age: int64(p.cfg.RemoveOnCompleteAge / time.Second)},
+		RemoveOnComplete: &keep,
 		RemoveOnFail:     &KeepJobs{Age: int64(p.cfg.RemoveOnFailAge / time.Second)},
 	}
-	if p.cfg.DedupTTL > 0 {
-		o.Deduplication = &Deduplication{ID: id, TTL: p.cfg.DedupTTL.Milliseconds()}
-	}
-	return o
 }
 
 // Close makes later Publish and Add calls fail and waits for running ones.

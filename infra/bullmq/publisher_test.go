@@ -3,6 +3,7 @@ package bullmq_test
 import (
 	"context"
 	"encoding/json"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -31,13 +32,12 @@ func TestPublishMapsMessage(t *testing.T) {
 	h := b.rdb.HGetAll(ctx, b.key(id)).Val()
 	assert.Equal(t, "store.verification_requested", h["name"])
 	assert.Equal(t, payload, h["data"])
-	assert.Equal(t, id, h["deid"])
-	assert.JSONEq(t, `{"attempts":3,"backoff":{"type":"exponential","delay":1000},"removeOnComplete":{"age":604800},"removeOnFail":{"age":604800},"jobId":"`+id+`","de":{"id":"`+id+`","ttl":604800000}}`, h["opts"])
+	assert.NotContains(t, h, "deid")
+	assert.JSONEq(t, `{"attempts":3,"backoff":{"type":"exponential","delay":1000},"removeOnComplete":1000,"removeOnFail":{"age":86400},"jobId":"`+id+`"}`, h["opts"])
 	var wm map[string]string
 	require.NoError(t, json.Unmarshal([]byte(h["wm"]), &wm))
 	assert.Equal(t, "abc", wm["trace"])
-	ttl := b.rdb.PTTL(ctx, b.key("de:"+id)).Val()
-	assert.InDelta(t, (7 * 24 * time.Hour).Seconds(), ttl.Seconds(), 60)
+	assert.Zero(t, b.rdb.Exists(ctx, b.key("de:"+id)).Val())
 	assert.Equal(t, int64(1), b.rdb.LLen(ctx, b.key("wait")).Val())
 
 	type envelope struct {
@@ -99,4 +99,84 @@ func TestHashTagPrefix(t *testing.T) {
 	})
 	nw.stop(t)
 	assert.Equal(t, 1, nw.count("completed", j.ID))
+}
+
+// With the defaults a completed job leaves Redis once a thousand newer ones completed, and
+// its id is still recognised when the outbox publishes it again within the dedup window:
+// it is not added, and so not run, a second time.
+func TestRepublishedAfterLeavingRedisNotRunAgain(t *testing.T) {
+	b := setup(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	first := job(behaviour{}, nil)
+	b.add(t, first)
+	rest := make([]bullmq.Job, bullmq.DefaultKeepCompleted)
+	for i := range rest {
+		rest[i] = job(behaviour{}, nil)
+	}
+	var runs sync.Map
+	count := func(id string) int64 {
+		v, _ := runs.LoadOrStore(id, new(atomic.Int64))
+		return v.(*atomic.Int64).Load()
+	}
+	var total atomic.Int64
+	stop := runWorker(t, b.worker(t, func(c *bullmq.WorkerConfig) { c.Concurrency = 20 },
+		func(_ context.Context, j *bullmq.Job) (any, error) {
+			v, _ := runs.LoadOrStore(j.ID, new(atomic.Int64))
+			v.(*atomic.Int64).Add(1)
+			total.Add(1)
+			return nil, nil
+		}))
+	defer stop()
+	// The first completes alone, so that the thousand completed after it are all newer.
+	waitFor(t, 10*time.Second, "the first job completed", func() bool { return b.rdb.ZCard(ctx, b.key("completed")).Val() == 1 })
+	time.Sleep(5 * time.Millisecond)
+	b.add(t, rest...)
+	waitFor(t, 30*time.Second, "every job completed", func() bool {
+		return total.Load() == int64(len(rest)+1) && b.rdb.LLen(ctx, b.key("active")).Val() == 0
+	})
+	require.Zero(t, b.rdb.Exists(ctx, b.key(first.ID)).Val(), "the first job left Redis")
+	require.Equal(t, int64(bullmq.DefaultKeepCompleted), b.rdb.ZCard(ctx, b.key("completed")).Val())
+
+	again := first
+	again.Data = mustJSON(behaviour{EventID: first.ID, Behave: "again"})
+	marker := job(behaviour{}, nil)
+	res, err := b.pub.Add(ctx, b.queue, []bullmq.Job{again, marker})
+	require.NoError(t, err)
+	assert.Equal(t, []bullmq.AddResult{{ID: first.ID, Status: bullmq.Deduplicated}, {ID: marker.ID, Status: bullmq.Created}}, res)
+	waitFor(t, 10*time.Second, "the job added after it ran", func() bool { return count(marker.ID) == 1 })
+	assert.Equal(t, int64(1), count(first.ID))
+	assert.Zero(t, b.rdb.Exists(ctx, b.key(first.ID)).Val(), "nothing written for the re-publication")
+}
+
+// An id is remembered for the dedup window after its add, then forgotten with its bucket.
+func TestDedupWindowExpires(t *testing.T) {
+	t.Parallel()
+	rdb := newRedis(t)
+	q := newQueue(t, rdb, "bull")
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	pub, err := bullmq.NewPublisher(bullmq.PublisherConfig{Config: bullmq.Config{Client: rdb,
+		RemoveOnComplete: bullmq.KeepJobs{Remove: true}, DedupWindow: time.Second}}, nil)
+	require.NoError(t, err)
+	j := job(behaviour{}, nil)
+	_, err = pub.Add(ctx, q, []bullmq.Job{j})
+	require.NoError(t, err)
+	require.NoError(t, rdb.Del(ctx, "bull:"+q+":"+j.ID).Err()) // the job left Redis
+	res, err := pub.Add(ctx, q, []bullmq.Job{j})
+	require.NoError(t, err)
+	assert.Equal(t, bullmq.Deduplicated, res[0].Status)
+	var buckets []string
+	iter := rdb.Scan(ctx, 0, "bull:"+q+":dd:*", 100).Iterator()
+	for iter.Next(ctx) {
+		buckets = append(buckets, iter.Val())
+	}
+	require.Len(t, buckets, 1)
+	ttl := rdb.PTTL(ctx, buckets[0]).Val()
+	assert.True(t, ttl > time.Second && ttl <= 1500*time.Millisecond, "bucket expires a window and at most two buckets after the add: %s", ttl)
+	waitFor(t, 5*time.Second, "the bucket expired", func() bool { return rdb.Exists(ctx, buckets[0]).Val() == 0 })
+	require.NoError(t, rdb.Del(ctx, "bull:"+q+":"+j.ID).Err())
+	res, err = pub.Add(ctx, q, []bullmq.Job{j})
+	require.NoError(t, err)
+	assert.Equal(t, bullmq.Created, res[0].Status)
 }

@@ -12,17 +12,22 @@ import "github.com/redis/go-redis/v9"
 
 // addScript adds standard jobs (no delay, no priority, no parent), each
 // exactly as BullMQ 6.7.0 adds one; the meta read (one HMGET) and the marker
-// are done once per call.
+// are done once per call. A job whose id is a member of one of the window's
+// bucket sets (Config.DedupWindow) is deduplicated like one whose de: key
+// lives; a created job with a member is added to the current bucket, whose
+// expiry is then set.
 //
-// KEYS: 1 wait, 2 meta, 3 id, 4 active, 5 events, 6 marker; then for job i
-// (from 1): KEYS[5+2i] the job hash, KEYS[6+2i] its de:<id> key (the job
-// key again when it has no deduplication id).
-// ARGV: 1 timestamp ms; then for job i, from ARGV[2+7(i-1)]: jobId, name,
-// data, opts JSON, dedup ttl ms, dedup id ("" = none), watermill metadata
-// JSON ("" = none).
+// KEYS: 1 wait, 2 meta, 3 id, 4 active, 5 events, 6 marker, then the nb
+// bucket sets (KEYS[7] the current one); then for job i (from 1):
+// KEYS[5+nb+2i] the job hash, KEYS[6+nb+2i] its de:<id> key (the job key
+// again when it has no deduplication id).
+// ARGV: 1 timestamp ms, 2 nb, 3 the current bucket's expiry (unix ms); then
+// for job i, from ARGV[4+8(i-1)]: jobId, name, data, opts JSON, dedup ttl ms,
+// dedup id ("" = none), watermill metadata JSON ("" = none), bucket member
+// ("" = not remembered).
 // Returns {code, id, code, id, ...}: code 1 created, 0 duplicate (job hash
-// exists), 2 deduplicated (de: key holds id). The created ids go to wait in
-// one LPUSH.
+// exists), 2 deduplicated (de: key holds id, or a bucket holds the member).
+// The created ids go to wait in one LPUSH.
 var addScript = redis.NewScript(`
 local rcall = redis.call
 local attrs = rcall("HMGET", KEYS[2], "paused", "concurrency", "opts.maxLenEvents")
@@ -31,22 +36,36 @@ if not maxEvents then
   maxEvents = 10000
   rcall("HSET", KEYS[2], "opts.maxLenEvents", maxEvents)
 end
-local n = (#KEYS - 6) / 2
+local nb = tonumber(ARGV[2])
+local remembered = false
+local n = (#KEYS - 6 - nb) / 2
 rcall("INCRBY", KEYS[3], n)
 local out = {}
 local pushed = {}
 for i = 1, n do
-  local jk = KEYS[5 + 2 * i]
-  local dk = KEYS[6 + 2 * i]
-  local a = 2 + 7 * (i - 1)
+  local jk = KEYS[5 + nb + 2 * i]
+  local dk = KEYS[6 + nb + 2 * i]
+  local a = 4 + 8 * (i - 1)
   local jobId = ARGV[a]
   local deid = ARGV[a + 5]
+  local member = ARGV[a + 7]
   local code = 1
   local current = jobId
   if rcall("EXISTS", jk) == 1 then
     rcall("XADD", KEYS[5], "MAXLEN", "~", maxEvents, "*", "event", "duplicated", "jobId", jobId)
     code = 0
-  elseif deid ~= "" then
+  end
+  if code == 1 and member ~= "" then
+    for b = 7, 6 + nb do
+      if rcall("SISMEMBER", KEYS[b], member) == 1 then
+        rcall("XADD", KEYS[5], "MAXLEN", "~", maxEvents, "*", "event", "deduplicated",
+          "jobId", jobId, "deduplicationId", jobId, "deduplicatedJobId", jobId)
+        code = 2
+        break
+      end
+    end
+  end
+  if code == 1 and deid ~= "" then
     local ttl = tonumber(ARGV[a + 4])
     local ok
     if ttl > 0 then
@@ -79,6 +98,10 @@ for i = 1, n do
     rcall("XADD", KEYS[5], "*", "event", "added", "jobId", jobId, "name", name)
     rcall("XADD", KEYS[5], "MAXLEN", "~", maxEvents, "*", "event", "waiting", "jobId", jobId)
     pushed[#pushed + 1] = jobId
+    if member ~= "" then
+      rcall("SADD", KEYS[7], member)
+      remembered = true
+    end
   end
   out[#out + 1] = code
   out[#out + 1] = current
@@ -86,6 +109,7 @@ end
 -- One LPUSH of every created id, in order: the list BullMQ's LPUSH per job leaves (the
 -- script is atomic: nobody sees the events before the push).
 if #pushed > 0 then rcall("LPUSH", KEYS[1], unpack(pushed)) end
+if remembered then rcall("PEXPIREAT", KEYS[7], ARGV[3]) end
 if #pushed > 0 and not attrs[1] and ((not attrs[2]) or rcall("LLEN", KEYS[4]) < tonumber(attrs[2])) then
   rcall("ZADD", KEYS[6], 0, "0")
 end

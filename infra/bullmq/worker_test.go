@@ -367,7 +367,7 @@ func TestConfigValidate(t *testing.T) {
 	assert.Error(t, bullmq.Config{}.Validate())
 	_, err := bullmq.NewWorker(bullmq.WorkerConfig{Config: bullmq.Config{Client: redis.NewClient(&redis.Options{})}}, func(context.Context, *bullmq.Job) (any, error) { return nil, nil })
 	assert.Error(t, err, "queue required")
-	c := bullmq.Config{Client: redis.NewClient(&redis.Options{}), Prefix: "bull", Attempts: 1, Backoff: bullmq.Backoff{Type: "linear"}, RemoveOnCompleteAge: time.Hour, RemoveOnFailAge: time.Hour}
+	c := bullmq.Config{Client: redis.NewClient(&redis.Options{}), Prefix: "bull", Attempts: 1, Backoff: bullmq.Backoff{Type: "linear"}, RemoveOnFailAge: time.Hour}
 	assert.Error(t, c.Validate())
 	c.Backoff.Type = "fixed"
 	assert.NoError(t, c.Validate())

@@ -43,6 +43,18 @@ type Config struct {
 	// it is the local superuser, which may also create the database and the roles. Unset:
 	// DATABASE_URL as root.
 	MigrateDatabaseURL string `env:"MIGRATE_DATABASE_URL"`
+	// DatabasePoolMode says what DATABASE_URL reaches: "session" (PostgreSQL itself, or a
+	// pooler in session mode: statements are prepared by name and cached per connection) or
+	// "transaction" (a pooler in transaction mode, such as PgBouncer's pool_mode =
+	// transaction, where consecutive transactions of a client may run on different server
+	// sessions: no statement is prepared by name, each is described once per connection and
+	// sent unnamed, and whatever needs a session goes to DATABASE_SESSION_URL). Default session.
+	DatabasePoolMode string `env:"DATABASE_POOL_MODE" envDefault:"session"`
+	// DatabaseSessionURL connects as app_user straight to PostgreSQL (never through a pooler in
+	// transaction mode), for what needs a session beyond one transaction: the reconciler's
+	// run-once advisory lock. Required with DATABASE_POOL_MODE=transaction, where it is also
+	// the default base of OPERATOR_DATABASE_URL and MIGRATE_DATABASE_URL; unused otherwise.
+	DatabaseSessionURL string `env:"DATABASE_SESSION_URL"`
 	// DatabaseMaxConns bounds the service's pool.
 	DatabaseMaxConns int32 `env:"DATABASE_MAX_CONNS" envDefault:"20"`
 	// RedisURL is the Redis holding the BullMQ queues. With RedisClusterAddrs set it only
@@ -126,14 +138,21 @@ type Config struct {
 	// QueueTransport carries the jobs: "bullmq" (Redis) or "memory" (an in-process GoChannel;
 	// `all` then needs no Redis; retries go back through the outbox).
 	QueueTransport string `env:"QUEUE_TRANSPORT" envDefault:"bullmq"`
-	// JobRetention is how long a completed job stays in Redis, and how long its jobId keeps
-	// deduplicating re-publications by the outbox (the job hash, then its "de:" key). It must
-	// be at least the outbox's redelivery window (outbox.RedeliveryWindow: its backoff summed
-	// over OUTBOX_MAX_ATTEMPTS plus a lease per attempt, 73.5 minutes with the defaults):
-	// Validate refuses less.
-	JobRetention time.Duration `env:"JOB_RETENTION" envDefault:"2h"`
+	// JobRetention is how long a job's id keeps deduplicating re-publications by the outbox
+	// after the job was added, whether or not the job is still in Redis (a completed job
+	// leaves at once unless it is among the JOB_KEEP_COMPLETED newest): the id stays in a
+	// time-bucketed set of the queue (bullmq.Config.DedupWindow), about 70 bytes an id. A
+	// re-publication it misses is still safe (handlers compare-and-set the task's state), it
+	// only costs a run that finds its task done. It must be at least the outbox's redelivery
+	// window (outbox.RedeliveryWindow: its backoff summed over OUTBOX_MAX_ATTEMPTS plus a lease
+	// per attempt, 73.5 minutes with the defaults): Validate refuses less. Default 90m.
+	JobRetention time.Duration `env:"JOB_RETENTION" envDefault:"90m"`
+	// JobKeepCompleted is how many completed jobs of each queue stay in Redis, the newest (for
+	// dashboards such as Bull Board; BullMQ's removeOnComplete {count}); the others leave as
+	// they finish. 0: none stays. Default 1000.
+	JobKeepCompleted int `env:"JOB_KEEP_COMPLETED" envDefault:"1000"`
 	// JobFailedRetention is how long a failed job stays in Redis for operators (the console's
-	// retry). Failures are few; at least JOB_RETENTION.
+	// retry). Failures are few. At least 1m; default 24h.
 	JobFailedRetention time.Duration `env:"JOB_FAILED_RETENTION" envDefault:"24h"`
 	// JobAttempts is how many times a BullMQ job runs before it fails for good.
 	JobAttempts int `env:"JOB_ATTEMPTS" envDefault:"5"`
@@ -274,8 +293,13 @@ func Load() (Config, error) {
 }
 
 // defaultDatabaseURLs sets an unset OperatorDatabaseURL or MigrateDatabaseURL to DATABASE_URL
-// with its role (and no password).
+// (DATABASE_SESSION_URL when DATABASE_POOL_MODE is transaction and it is set) with its role
+// (and no password).
 func (c *Config) defaultDatabaseURLs() error {
+	base, name := c.DatabaseURL, "DATABASE_URL"
+	if c.TransactionPooling() && c.DatabaseSessionURL != "" {
+		base, name = c.DatabaseSessionURL, "DATABASE_SESSION_URL"
+	}
 	for _, d := range []struct {
 		url  *string
 		role string
@@ -283,9 +307,9 @@ func (c *Config) defaultDatabaseURLs() error {
 		if *d.url != "" {
 			continue
 		}
-		u, err := url.Parse(c.DatabaseURL)
+		u, err := url.Parse(base)
 		if err != nil {
-			return errors.New("config: DATABASE_URL does not parse (details withheld: it may hold a password)")
+			return fmt.Errorf("config: %s does not parse (details withheld: it may hold a password)", name)
 		}
 		u.User = url.User(d.role)
 		*d.url = u.String()
@@ -320,6 +344,15 @@ func (c Config) Validate() error {
 		errs = append(errs, fmt.Errorf("development keys (%s unset or public) are refused when HTTP_ADDR %q is not a loopback address",
 			strings.Join(devKeys, ", "), c.HTTPAddr))
 	}
+	switch c.DatabasePoolMode {
+	case PoolModeSession:
+	case PoolModeTransaction:
+		if c.DatabaseSessionURL == "" {
+			errs = append(errs, errors.New("DATABASE_SESSION_URL is required with DATABASE_POOL_MODE=transaction (a direct connection for what needs a session)"))
+		}
+	default:
+		errs = append(errs, errors.New("DATABASE_POOL_MODE must be session or transaction"))
+	}
 	if c.IdempotencyRetention < 24*time.Hour {
 		errs = append(errs, errors.New("IDEMPOTENCY_RETENTION must be at least 24h"))
 	}
@@ -330,11 +363,11 @@ func (c Config) Validate() error {
 	if c.JobAttempts < 1 || c.WorkerConcurrency < 1 || c.OutboxMaxAttempts < 1 {
 		errs = append(errs, errors.New("JOB_ATTEMPTS, WORKER_CONCURRENCY and OUTBOX_MAX_ATTEMPTS must be at least 1"))
 	} else if w := outbox.RedeliveryWindow(c.OutboxMaxAttempts, c.OutboxLease); c.JobRetention < w {
-		errs = append(errs, fmt.Errorf("JOB_RETENTION (%s) must be at least the outbox's redelivery window (%s: its backoff over OUTBOX_MAX_ATTEMPTS=%d plus OUTBOX_LEASE=%s per attempt): a job re-published within it must still be deduplicated",
+		errs = append(errs, fmt.Errorf("JOB_RETENTION (%s) must be at least the outbox's redelivery window (%s: its backoff over OUTBOX_MAX_ATTEMPTS=%d plus OUTBOX_LEASE=%s per attempt): a job id must keep deduplicating re-publications for as long as the outbox may re-publish it",
 			c.JobRetention, w.Round(time.Second), c.OutboxMaxAttempts, c.OutboxLease))
 	}
-	if c.JobFailedRetention < c.JobRetention {
-		errs = append(errs, errors.New("JOB_FAILED_RETENTION must be at least JOB_RETENTION"))
+	if c.JobFailedRetention < time.Minute || c.JobKeepCompleted < 0 {
+		errs = append(errs, errors.New("JOB_FAILED_RETENTION must be at least 1m and JOB_KEEP_COMPLETED at least 0"))
 	}
 	if c.JobLockDuration < 10*time.Millisecond || c.JobStalledInterval < 10*time.Millisecond || c.JobMaxStalls < 0 {
 		errs = append(errs, errors.New("JOB_LOCK_DURATION and JOB_STALLED_INTERVAL must be at least 10ms, JOB_MAX_STALLS at least 0"))
@@ -473,6 +506,24 @@ const (
 	TransportBullMQ = "bullmq"
 	TransportMemory = "memory"
 )
+
+// KeepCompleted is BullMQ's removeOnComplete for JOB_KEEP_COMPLETED: the newest n completed
+// jobs of a queue stay, or none.
+func (c Config) KeepCompleted() bullmq.KeepJobs {
+	if c.JobKeepCompleted <= 0 {
+		return bullmq.KeepJobs{Remove: true}
+	}
+	return bullmq.KeepJobs{Count: c.JobKeepCompleted}
+}
+
+// DATABASE_POOL_MODE values.
+const (
+	PoolModeSession     = "session"
+	PoolModeTransaction = "transaction"
+)
+
+// TransactionPooling reports whether DATABASE_URL goes through a pooler in transaction mode.
+func (c Config) TransactionPooling() bool { return c.DatabasePoolMode == PoolModeTransaction }
 
 // Memory reports whether the jobs travel in process (QUEUE_TRANSPORT=memory).
 func (c Config) Memory() bool { return c.QueueTransport == TransportMemory }

@@ -6,6 +6,8 @@ import (
 
 	"github.com/caarlos0/env/v11"
 	"github.com/stretchr/testify/require"
+
+	"github.com/listingkit/listing/infra/bullmq"
 )
 
 // defaults returns the configuration of an empty environment.
@@ -249,18 +251,26 @@ func TestEventStreamSettings(t *testing.T) {
 	require.NoError(t, c.Validate())
 }
 
-// Completed jobs and their deduplication keys are kept at least as long as the outbox may
-// publish an event again: a shorter JOB_RETENTION is refused at start, naming the window.
+// A job's id keeps deduplicating at least as long as the outbox may publish its event again:
+// a shorter JOB_RETENTION is refused at start, naming the window.
 func TestJobRetentionCoversTheOutboxRedeliveryWindow(t *testing.T) {
 	c := defaults(t)
-	require.Equal(t, 2*time.Hour, c.JobRetention)
+	require.Equal(t, 90*time.Minute, c.JobRetention)
+	require.Equal(t, 1000, c.JobKeepCompleted)
+	require.Equal(t, bullmq.KeepJobs{Count: 1000}, c.KeepCompleted())
 	c.JobRetention = 70 * time.Minute
 	require.ErrorContains(t, c.Validate(), "JOB_RETENTION (1h10m0s) must be at least the outbox's redelivery window (1h13m31s")
 	c.OutboxMaxAttempts = 10
 	require.NoError(t, c.Validate(), "fewer attempts, a shorter window")
 	c = defaults(t)
-	c.JobFailedRetention = time.Hour
+	c.JobFailedRetention = time.Second
 	require.ErrorContains(t, c.Validate(), "JOB_FAILED_RETENTION")
+	c = defaults(t)
+	c.JobKeepCompleted = -1
+	require.ErrorContains(t, c.Validate(), "JOB_KEEP_COMPLETED")
+	c.JobKeepCompleted = 0
+	require.NoError(t, c.Validate())
+	require.Equal(t, bullmq.KeepJobs{Remove: true}, c.KeepCompleted())
 }
 
 // A signed command must not outlive its idempotency record: COMMANDS_MAX_AGE plus the 5

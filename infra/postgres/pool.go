@@ -25,6 +25,14 @@ type PoolConfig struct {
 	// QueryTracer; a BatchTracer too when it implements one), e.g. to count statements.
 	// It takes the place of Statements' tracer.
 	Tracer pgx.QueryTracer
+	// TransactionPooling says URL reaches a pooler in transaction mode (PgBouncer's
+	// pool_mode = transaction), where a client's consecutive transactions may run on
+	// different server sessions: no statement is prepared by name (pgx's
+	// QueryExecModeCacheDescribe: a statement is described once per connection, then sent
+	// unnamed with its arguments in one round trip). Every setting the service makes is
+	// transaction-local (set_config(…, true), SET LOCAL), every advisory lock through such a
+	// pool transaction-level; what needs a session uses a pool of its own, on a direct URL.
+	TransactionPooling bool
 }
 
 // Connect opens a pool (its connections know RegisterTypes) and checks that the server
@@ -43,6 +51,9 @@ func Connect(ctx context.Context, cfg PoolConfig) (*pgxpool.Pool, error) {
 		pc.ConnConfig.ConnectTimeout = cfg.ConnectTimeout
 	} else {
 		pc.ConnConfig.ConnectTimeout = 5 * time.Second
+	}
+	if cfg.TransactionPooling {
+		pc.ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeCacheDescribe
 	}
 	if cfg.Statements != nil {
 		pc.ConnConfig.Tracer = cfg.Statements

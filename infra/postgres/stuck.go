@@ -18,6 +18,9 @@ import (
 // (sql/026_task_tables.sql).
 type StuckTasks struct {
 	Pool *pgxpool.Pool
+	// Session holds Exclusive's session-level lock: a pool that reaches PostgreSQL directly
+	// (not through a pooler in transaction mode). Optional: Pool when nil.
+	Session *pgxpool.Pool
 	// Flows are the registered flows (app/worker/flows.All): a queue's stuck tasks are found
 	// in its flow's task table.
 	Flows []worker.Spec
@@ -93,11 +96,15 @@ func (s StuckTasks) Find(ctx context.Context, queue string, before time.Time, li
 }
 
 // Exclusive implements port.StuckTasks with a session-level advisory lock held on a
-// connection of its own for the duration of fn; the lock goes with the session if the
-// process dies.
+// connection of Session (Pool when nil) for the duration of fn; the lock goes with the
+// session if the process dies.
 func (s StuckTasks) Exclusive(ctx context.Context, name string, fn func(ctx context.Context) error) (bool, error) {
 	const op = "postgres.StuckTasks.Exclusive"
-	conn, err := s.Pool.Acquire(ctx)
+	pool := s.Session
+	if pool == nil {
+		pool = s.Pool
+	}
+	conn, err := pool.Acquire(ctx)
 	if err != nil {
 		return false, fmt.Errorf("%s: %w", op, TranslateError(err))
 	}

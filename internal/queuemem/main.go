@@ -1,10 +1,11 @@
 // Command queuemem measures the Redis memory that finished jobs hold: it adds -n jobs (the
-// service's job envelope, the service's job options: JOB_RETENTION for completed jobs and
-// their deduplication keys) to one queue under a prefix of its own, completes them with the
-// Go worker, sums MEMORY USAGE over every key of the prefix, prints the figure per 100,000
-// jobs and what a day's volume (-per-day) needs at that retention, and deletes its keys.
+// service's job envelope, the service's job options: JOB_KEEP_COMPLETED completed jobs kept,
+// their ids remembered for JOB_RETENTION) to one queue under a prefix of its own, completes
+// them with the Go worker, sums MEMORY USAGE over every key of the prefix, prints the figure
+// per 100,000 jobs and what a day's volume (-per-day) needs at that retention, and deletes
+// its keys.
 //
-//	go run ./internal/queuemem -n 100000 -retention 2h -per-day 10000000
+//	go run ./internal/queuemem -n 100000 -retention 90m -keep 1000 -per-day 100000000
 //
 // REDIS_URL names the Redis (default redis://127.0.0.1:6379/0).
 package main
@@ -32,18 +33,19 @@ import (
 
 func main() {
 	n := flag.Int("n", 100000, "jobs to add and complete")
-	retention := flag.Duration("retention", 2*time.Hour, "JOB_RETENTION: how long completed jobs and their de: keys stay")
+	retention := flag.Duration("retention", 90*time.Minute, "JOB_RETENTION: how long a job's id keeps deduplicating")
+	keep := flag.Int("keep", 1000, "JOB_KEEP_COMPLETED: completed jobs kept per queue")
 	perDay := flag.Int("per-day", 10_000_000, "jobs a day, for the steady-state figure")
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
-	if err := run(ctx, *n, *retention, *perDay); err != nil {
+	if err := run(ctx, *n, *retention, *keep, *perDay); err != nil {
 		fmt.Fprintln(os.Stderr, "queuemem:", err)
 		os.Exit(1)
 	}
 }
 
-func run(ctx context.Context, n int, retention time.Duration, perDay int) (err error) {
+func run(ctx context.Context, n int, retention time.Duration, keep, perDay int) (err error) {
 	url := os.Getenv("REDIS_URL")
 	if url == "" {
 		url = "redis://127.0.0.1:6379/0"
@@ -64,8 +66,8 @@ func run(ctx context.Context, n int, retention time.Duration, perDay int) (err e
 	}()
 	const queue = "store-verification"
 	cfg := bullmq.Config{Client: rdb, Prefix: prefix, Attempts: 5,
-		Backoff:             bullmq.Backoff{Type: bullmq.BackoffExponential, Delay: config.JobBackoff.Milliseconds()},
-		RemoveOnCompleteAge: retention, RemoveOnFailAge: 24 * time.Hour, DedupTTL: retention}
+		Backoff:          bullmq.Backoff{Type: bullmq.BackoffExponential, Delay: config.JobBackoff.Milliseconds()},
+		RemoveOnComplete: config.Config{JobKeepCompleted: keep}.KeepCompleted(), RemoveOnFailAge: 24 * time.Hour, DedupWindow: retention}
 	pub, err := bullmq.NewPublisher(bullmq.PublisherConfig{Config: cfg}, nil)
 	if err != nil {
 		return err
@@ -111,8 +113,9 @@ func run(ctx context.Context, n int, retention time.Duration, perDay int) (err e
 	case <-all:
 	case <-ctx.Done():
 	}
-	completed := prefix + ":" + queue + ":completed"
-	for ctx.Err() == nil && rdb.ZCard(ctx, completed).Val() < int64(n) {
+	// Finished: nothing waits or runs any more (a finish is settled after its handler returns).
+	base := prefix + ":" + queue + ":"
+	for ctx.Err() == nil && rdb.LLen(ctx, base+"wait").Val()+rdb.LLen(ctx, base+"active").Val() > 0 {
 		time.Sleep(10 * time.Millisecond)
 	}
 	cancel()
@@ -146,7 +149,7 @@ func run(ctx context.Context, n int, retention time.Duration, perDay int) (err e
 			version = v
 		}
 	}
-	fmt.Printf("queuemem: %d completed jobs, retention %s, Redis %s, %s\n", n, retention, version, time.Now().UTC().Format("2006-01-02"))
+	fmt.Printf("queuemem: %d completed jobs, JOB_RETENTION %s, JOB_KEEP_COMPLETED %d, Redis %s, %s\n", n, retention, keep, version, time.Now().UTC().Format("2006-01-02"))
 	names := make([]string, 0, len(kinds))
 	for k := range kinds {
 		names = append(names, k)
@@ -158,15 +161,15 @@ func run(ctx context.Context, n int, retention time.Duration, perDay int) (err e
 	per100k := float64(total) / float64(n) * 100000
 	resident := float64(perDay) * retention.Hours() / 24
 	fmt.Printf("per 100,000 completed jobs: %.1f MB (%.0f B a job)\n", per100k/1e6, float64(total)/float64(n))
-	fmt.Printf("%d jobs a day kept %s: %.0f jobs resident, %.2f GB\n", perDay, retention, resident, resident*float64(total)/float64(n)/1e9)
+	fmt.Printf("%d jobs a day, ids kept %s: %.0f ids resident, %.2f GB (the kept completed jobs included, per job)\n", perDay, retention, resident, resident*float64(total)/float64(n)/1e9)
 	return nil
 }
 
 // kindOf names a key of the queue by what it holds.
 func kindOf(rest string) string {
 	switch {
-	case strings.HasPrefix(rest, "de:"):
-		return "dedup keys"
+	case strings.HasPrefix(rest, "de:"), strings.HasPrefix(rest, "dd:"):
+		return "dedup records"
 	case strings.Contains(rest, ":"):
 		return "queue structure"
 	case uuid.Validate(rest) == nil:

@@ -125,8 +125,8 @@ func runRound(ctx context.Context, rdb *redis.Client, o options, data map[string
 	var nodeAdd struct{ N, Ms float64 }
 	if err := runNode(ctx, o.nodeDir, "bench-producer.mjs", map[string]any{
 		"queue": nodeQueue, "n": o.n, "chunk": o.batch, "data": data, "idPrefix": "n" + run,
-		"opts":     map[string]any{"attempts": 3, "backoff": map[string]any{"type": "exponential", "delay": 1000}, "removeOnComplete": map[string]any{"age": 604800}, "removeOnFail": map[string]any{"age": 604800}},
-		"dedupTtl": bullmq.DefaultRetention.Milliseconds(),
+		"opts":     map[string]any{"attempts": 3, "backoff": map[string]any{"type": "exponential", "delay": 1000}, "removeOnComplete": bullmq.DefaultKeepCompleted, "removeOnFail": map[string]any{"age": int64(bullmq.DefaultFailedRetention / time.Second)}},
+		"dedupTtl": bullmq.DefaultDedupWindow.Milliseconds(),
 	}, &nodeAdd); err != nil {
 		return r, err
 	}
