@@ -16,7 +16,7 @@ import (
 )
 
 // The failures and workspaces pages: what failed, and where work piles up, across every
-// workspace. Each reads through a SECURITY DEFINER function of sql/041 (lifecycle columns of
+// workspace. Each reads through a SECURITY DEFINER function of sql/039 (lifecycle columns of
 // the task tables, operations without their results).
 
 // Bounds of the failures and workspaces pages.

@@ -102,7 +102,7 @@ func (o *Ops) Stats(ctx context.Context) (Stats, error) {
 }
 
 // delivered reads the log's last hour before now through operator_outbox_delivered
-// (sql/041), per minute and destination.
+// (sql/039), per minute and destination.
 func (o *Ops) delivered(ctx context.Context, now time.Time) (Delivered, error) {
 	d := Delivered{ByDestination: map[string]int64{}, PerMinute: make([]int64, 60)}
 	last := now.UTC().Truncate(time.Minute)

@@ -39,7 +39,7 @@ var securityDefiners = map[string]definer{
 	"operator_outbox_actions(integer)":         {"listing_inspector", "listing_operator"},
 	"operator_operation(uuid)":                 {"listing_inspector", "listing_operator"},
 	"operator_failed_operations(uuid,integer)": {"listing_inspector", "listing_operator"},
-	// Failures and backlogs of every task table (sql/041): lifecycle columns only.
+	// Failures and backlogs of every task table (sql/039): lifecycle columns only.
 	"operator_failures(text,text,timestamp with time zone,timestamp with time zone,uuid,integer)": {"listing_inspector", "listing_operator"},
 	"operator_workspaces(timestamp with time zone,integer)":                                       {"listing_inspector", "listing_operator"},
 	"operator_outbox_delivered(timestamp with time zone)":                                         {"listing_inspector", "listing_operator"},

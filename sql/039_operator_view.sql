@@ -74,7 +74,7 @@ BEGIN
   IF NOT EXISTS (SELECT 1 FROM pg_policy WHERE polrelid = rel AND polname = p_table || '_discovery') THEN
     EXECUTE format('CREATE POLICY %I ON %s FOR SELECT TO listing_discovery USING (true)', p_table || '_discovery', rel);
   END IF;
-  -- The operators' view across workspaces (041_operator_view.sql): failed tasks by time,
+  -- The operators' view across workspaces (039_operator_view.sql): failed tasks by time,
   -- read by listing_inspector through the operator_… functions only.
   EXECUTE format($f$CREATE INDEX IF NOT EXISTS %I ON %s (updated_at DESC, id DESC) WHERE status = 'failed'$f$,
     p_table || '_failed', rel);
