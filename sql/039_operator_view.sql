@@ -6,12 +6,12 @@
 -- ({"done": n, "total": m or null}), written at most once a second; neither column is indexed,
 -- so the write stays a HOT update. operator_operation returns them too.
 --
--- prepare_task_table (026_task_tables.sql) now also gives every task table
+-- Every task table, those registered by prepare_task_table (026_task_tables.sql) from now on
+-- included (a trigger on task_tables), gets
 --   <table>_failed      a partial index of failed tasks, latest first: a task enters it once,
 --                       when it fails, so the lifecycle's other updates pay nothing for it;
 --   <table>_inspector   listing_inspector may read the lifecycle columns the functions below
 --                       return, through a policy of its own.
--- It runs again on every registered task table.
 --
 --   operator_failures        failed tasks of every workspace, latest first, by page; filters:
 --                            one task table, one error code, a time since which
@@ -29,65 +29,41 @@ ALTER TABLE operations
   ADD COLUMN progress jsonb CHECK (progress IS NULL OR jsonb_typeof(progress) = 'object'),
   ADD COLUMN progress_at timestamptz;
 
+-- prepare_task_inspection gives task table p_table its <table>_failed index and what
+-- listing_inspector may read of it. It runs with its caller's rights (the tables' owner);
+-- nobody else may execute it. The trigger below runs it on every table prepare_task_table
+-- (026_task_tables.sql) registers from now on; this migration runs it on those registered.
 -- +goose StatementBegin
-CREATE OR REPLACE FUNCTION prepare_task_table(p_table text) RETURNS void
+CREATE FUNCTION prepare_task_inspection(p_table text) RETURNS void
 LANGUAGE plpgsql SET search_path = pg_catalog, public AS $$
 DECLARE
   rel regclass := format('public.%I', p_table)::regclass;
-  want constant text[][] := ARRAY[
-    ['id', 'uuid'], ['workspace_id', 'uuid'], ['operation_id', 'uuid'], ['status', 'text'],
-    ['attempts', 'integer'], ['reconciliations', 'integer'], ['error_code', 'text'],
-    ['error_message', 'text'], ['version', 'integer'], ['created_at', 'timestamp with time zone'],
-    ['updated_at', 'timestamp with time zone']];
-  got text;
-  not_null boolean;
 BEGIN
-  EXECUTE format($f$ALTER TABLE %s
-    ADD COLUMN IF NOT EXISTS id uuid PRIMARY KEY,
-    ADD COLUMN IF NOT EXISTS workspace_id uuid NOT NULL REFERENCES workspaces (id) ON DELETE CASCADE,
-    ADD COLUMN IF NOT EXISTS operation_id uuid NOT NULL REFERENCES operations (id),
-    ADD COLUMN IF NOT EXISTS status text NOT NULL CHECK (status IN ('pending', 'running', 'succeeded', 'failed')),
-    ADD COLUMN IF NOT EXISTS attempts int NOT NULL DEFAULT 0,
-    ADD COLUMN IF NOT EXISTS reconciliations int NOT NULL DEFAULT 0,
-    ADD COLUMN IF NOT EXISTS error_code text NOT NULL DEFAULT '',
-    ADD COLUMN IF NOT EXISTS error_message text NOT NULL DEFAULT '' CHECK (length(error_message) <= 500),
-    ADD COLUMN IF NOT EXISTS version int NOT NULL DEFAULT 1,
-    ADD COLUMN IF NOT EXISTS created_at timestamptz NOT NULL DEFAULT now(),
-    ADD COLUMN IF NOT EXISTS updated_at timestamptz NOT NULL DEFAULT now()$f$, rel);
-  FOR i IN 1 .. array_length(want, 1) LOOP
-    SELECT format_type(a.atttypid, a.atttypmod), a.attnotnull INTO got, not_null
-    FROM pg_attribute a WHERE a.attrelid = rel AND a.attname = want[i][1] AND NOT a.attisdropped;
-    IF got IS DISTINCT FROM want[i][2] OR NOT not_null THEN
-      RAISE EXCEPTION 'task table %: column % is % (the lifecycle wants % NOT NULL)', p_table, want[i][1],
-        coalesce(got, 'missing') || CASE WHEN not_null THEN ' NOT NULL' ELSE '' END, want[i][2];
-    END IF;
-  END LOOP;
-
-  EXECUTE format('ALTER TABLE %s ENABLE ROW LEVEL SECURITY, FORCE ROW LEVEL SECURITY', rel);
-  IF NOT EXISTS (SELECT 1 FROM pg_policy WHERE polrelid = rel AND polname = p_table || '_tenant') THEN
-    EXECUTE format('CREATE POLICY %I ON %s USING (workspace_id = app_workspace_id()) WITH CHECK (workspace_id = app_workspace_id())',
-      p_table || '_tenant', rel);
-  END IF;
-  EXECUTE format($f$CREATE INDEX IF NOT EXISTS %I ON %s (updated_at) WHERE status IN ('pending', 'running')$f$,
-    p_table || '_unfinished', rel);
-  EXECUTE format('GRANT SELECT (workspace_id, status, updated_at) ON %s TO listing_discovery', rel);
-  IF NOT EXISTS (SELECT 1 FROM pg_policy WHERE polrelid = rel AND polname = p_table || '_discovery') THEN
-    EXECUTE format('CREATE POLICY %I ON %s FOR SELECT TO listing_discovery USING (true)', p_table || '_discovery', rel);
-  END IF;
-  -- The operators' view across workspaces (039_operator_view.sql): failed tasks by time,
-  -- read by listing_inspector through the operator_… functions only.
   EXECUTE format($f$CREATE INDEX IF NOT EXISTS %I ON %s (updated_at DESC, id DESC) WHERE status = 'failed'$f$,
     p_table || '_failed', rel);
   EXECUTE format('GRANT SELECT (id, workspace_id, operation_id, status, attempts, reconciliations, error_code, updated_at) ON %s TO listing_inspector', rel);
   IF NOT EXISTS (SELECT 1 FROM pg_policy WHERE polrelid = rel AND polname = p_table || '_inspector') THEN
     EXECUTE format('CREATE POLICY %I ON %s FOR SELECT TO listing_inspector USING (true)', p_table || '_inspector', rel);
   END IF;
-  INSERT INTO task_tables (table_name) VALUES (p_table) ON CONFLICT DO NOTHING;
 END
 $$;
 -- +goose StatementEnd
+REVOKE ALL ON FUNCTION prepare_task_inspection(text) FROM PUBLIC;
 
-SELECT prepare_task_table(table_name) FROM task_tables;
+-- +goose StatementBegin
+CREATE FUNCTION task_tables_inspection() RETURNS trigger
+LANGUAGE plpgsql SET search_path = pg_catalog, public AS $$
+BEGIN
+  PERFORM prepare_task_inspection(NEW.table_name);
+  RETURN NEW;
+END
+$$;
+-- +goose StatementEnd
+REVOKE ALL ON FUNCTION task_tables_inspection() FROM PUBLIC;
+CREATE TRIGGER task_tables_inspection AFTER INSERT ON task_tables
+  FOR EACH ROW EXECUTE FUNCTION task_tables_inspection();
+
+SELECT prepare_task_inspection(table_name) FROM task_tables;
 
 RESET ROLE;
 GRANT SELECT (table_name) ON task_tables TO listing_inspector;
@@ -286,54 +262,8 @@ BEGIN
 END
 $$;
 -- +goose StatementEnd
--- +goose StatementBegin
-CREATE OR REPLACE FUNCTION prepare_task_table(p_table text) RETURNS void
-LANGUAGE plpgsql SET search_path = pg_catalog, public AS $$
-DECLARE
-  rel regclass := format('public.%I', p_table)::regclass;
-  want constant text[][] := ARRAY[
-    ['id', 'uuid'], ['workspace_id', 'uuid'], ['operation_id', 'uuid'], ['status', 'text'],
-    ['attempts', 'integer'], ['reconciliations', 'integer'], ['error_code', 'text'],
-    ['error_message', 'text'], ['version', 'integer'], ['created_at', 'timestamp with time zone'],
-    ['updated_at', 'timestamp with time zone']];
-  got text;
-  not_null boolean;
-BEGIN
-  EXECUTE format($f$ALTER TABLE %s
-    ADD COLUMN IF NOT EXISTS id uuid PRIMARY KEY,
-    ADD COLUMN IF NOT EXISTS workspace_id uuid NOT NULL REFERENCES workspaces (id) ON DELETE CASCADE,
-    ADD COLUMN IF NOT EXISTS operation_id uuid NOT NULL REFERENCES operations (id),
-    ADD COLUMN IF NOT EXISTS status text NOT NULL CHECK (status IN ('pending', 'running', 'succeeded', 'failed')),
-    ADD COLUMN IF NOT EXISTS attempts int NOT NULL DEFAULT 0,
-    ADD COLUMN IF NOT EXISTS reconciliations int NOT NULL DEFAULT 0,
-    ADD COLUMN IF NOT EXISTS error_code text NOT NULL DEFAULT '',
-    ADD COLUMN IF NOT EXISTS error_message text NOT NULL DEFAULT '' CHECK (length(error_message) <= 500),
-    ADD COLUMN IF NOT EXISTS version int NOT NULL DEFAULT 1,
-    ADD COLUMN IF NOT EXISTS created_at timestamptz NOT NULL DEFAULT now(),
-    ADD COLUMN IF NOT EXISTS updated_at timestamptz NOT NULL DEFAULT now()$f$, rel);
-  FOR i IN 1 .. array_length(want, 1) LOOP
-    SELECT format_type(a.atttypid, a.atttypmod), a.attnotnull INTO got, not_null
-    FROM pg_attribute a WHERE a.attrelid = rel AND a.attname = want[i][1] AND NOT a.attisdropped;
-    IF got IS DISTINCT FROM want[i][2] OR NOT not_null THEN
-      RAISE EXCEPTION 'task table %: column % is % (the lifecycle wants % NOT NULL)', p_table, want[i][1],
-        coalesce(got, 'missing') || CASE WHEN not_null THEN ' NOT NULL' ELSE '' END, want[i][2];
-    END IF;
-  END LOOP;
-
-  EXECUTE format('ALTER TABLE %s ENABLE ROW LEVEL SECURITY, FORCE ROW LEVEL SECURITY', rel);
-  IF NOT EXISTS (SELECT 1 FROM pg_policy WHERE polrelid = rel AND polname = p_table || '_tenant') THEN
-    EXECUTE format('CREATE POLICY %I ON %s USING (workspace_id = app_workspace_id()) WITH CHECK (workspace_id = app_workspace_id())',
-      p_table || '_tenant', rel);
-  END IF;
-  EXECUTE format($f$CREATE INDEX IF NOT EXISTS %I ON %s (updated_at) WHERE status IN ('pending', 'running')$f$,
-    p_table || '_unfinished', rel);
-  EXECUTE format('GRANT SELECT (workspace_id, status, updated_at) ON %s TO listing_discovery', rel);
-  IF NOT EXISTS (SELECT 1 FROM pg_policy WHERE polrelid = rel AND polname = p_table || '_discovery') THEN
-    EXECUTE format('CREATE POLICY %I ON %s FOR SELECT TO listing_discovery USING (true)', p_table || '_discovery', rel);
-  END IF;
-  INSERT INTO task_tables (table_name) VALUES (p_table) ON CONFLICT DO NOTHING;
-END
-$$;
--- +goose StatementEnd
+DROP TRIGGER IF EXISTS task_tables_inspection ON task_tables;
+DROP FUNCTION IF EXISTS task_tables_inspection();
+DROP FUNCTION IF EXISTS prepare_task_inspection(text);
 ALTER TABLE operations DROP COLUMN IF EXISTS progress, DROP COLUMN IF EXISTS progress_at;
 RESET ROLE;

@@ -53,7 +53,8 @@ func TestTaskTablesAreTheFlows(t *testing.T) {
 
 // prepare_task_table turns a table of domain columns into a task table: lifecycle columns,
 // forced RLS and its policy, the unfinished index, discovery's grant and policy, and a row in
-// task_tables that stuck_task_workspaces reads. It refuses a lifecycle column of another
+// task_tables that stuck_task_workspaces reads (and whose trigger adds the failed index and
+// the operators' inspector policy). It refuses a lifecycle column of another
 // type, and only the tables' owner may run it.
 func TestPrepareTaskTable(t *testing.T) {
 	t.Parallel()
@@ -77,12 +78,13 @@ func TestPrepareTaskTable(t *testing.T) {
 	var forced bool
 	var policies, indexes int
 	require.NoError(t, db.Owner.QueryRow(ctx, `SELECT relforcerowsecurity,
-		  (SELECT count(*) FROM pg_policy WHERE polrelid = c.oid AND polname IN ('demo_tasks_tenant', 'demo_tasks_discovery')),
-		  (SELECT count(*) FROM pg_indexes WHERE indexname = 'demo_tasks_unfinished')
+		  (SELECT count(*) FROM pg_policy WHERE polrelid = c.oid
+		     AND polname IN ('demo_tasks_tenant', 'demo_tasks_discovery', 'demo_tasks_inspector')),
+		  (SELECT count(*) FROM pg_indexes WHERE indexname IN ('demo_tasks_unfinished', 'demo_tasks_failed'))
 		FROM pg_class c WHERE oid = 'demo_tasks'::regclass`).Scan(&forced, &policies, &indexes))
 	require.True(t, forced)
-	require.Equal(t, 2, policies)
-	require.Equal(t, 1, indexes)
+	require.Equal(t, 3, policies, "tenant, discovery and the operators' inspector (sql/039's trigger on task_tables)")
+	require.Equal(t, 2, indexes, "unfinished, and failed for the operators' failures page")
 
 	// A task left unfinished is found by discovery; app_user sees only its workspace's rows.
 	_, err = db.Owner.Exec(ctx, `WITH o AS (INSERT INTO operations (id, workspace_id, type, resource_type, resource_id)
