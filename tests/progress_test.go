@@ -17,15 +17,10 @@ func TestProductSyncOperationShowsProgress(t *testing.T) {
 	env := servicetest.StartAll(t)
 	acct := env.Register("progress@example.com")
 	ws := "/v1/workspaces/" + acct.WorkspaceID
-	store := env.Do(servicetest.Request{Method: "POST", Path: ws + "/stores", Token: acct.AccessToken, Header: idemKey(),
-		Body: map[string]any{"platform": "sandbox", "shop_id": "shop-1", "name": "Shop", "credentials": map[string]string{"api_key": "sk_test_progress"}}})
-	require.Equal(t, http.StatusCreated, store.Status, "%s", store.Body)
-	op := env.WaitOperation(acct, store.JSON(t)["operation"].(map[string]any)["id"].(string))
-	require.Equal(t, "succeeded", op["status"], "%v", op)
-	storeID := store.JSON(t)["store"].(map[string]any)["id"].(string)
+	storeID := seedVerifiedStore(t, env, acct, "shop-1")
 
 	sb := env.Work.Externals.MarketplaceSandbox
-	sb.Seed("sk_test_progress", 400) // eight pages of 50
+	sb.Seed("sk_test_seed", 400) // eight pages of 50
 	sb.SetLatency(300 * time.Millisecond)
 	t.Cleanup(func() { sb.SetLatency(0) })
 
