@@ -143,3 +143,44 @@ func TestAdminErrors(t *testing.T) {
 	err = bullmq.RemoveJob(cctx, bullmq.Config{Client: rdb}, "q", "x")
 	require.True(t, errors.Is(err, context.Canceled), "%v", err)
 }
+
+// A consumer's nack reason (MetadataNackReason) is the failed job's failedReason and the last
+// line of its stack, where operators read it; without one the job says "message nacked".
+func TestNackReasonIsTheFailedReason(t *testing.T) {
+	b := setupCounts(t)
+	ctx := context.Background()
+	sub, err := bullmq.NewSubscriber(bullmq.SubscriberConfig{Config: b.cfg, DrainDelay: 100 * time.Millisecond,
+		ShutdownTimeout: time.Second}, nil)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = sub.Close() })
+	subCtx, cancel := context.WithCancel(ctx)
+	t.Cleanup(cancel)
+	msgs, err := sub.Subscribe(subCtx, b.queue)
+	require.NoError(t, err)
+
+	reasoned, plain := job(behaviour{}, nil), job(behaviour{}, nil)
+	b.add(t, reasoned, plain)
+	for range 2 {
+		select {
+		case msg := <-msgs:
+			msg.Metadata.Set(bullmq.MetadataNack, bullmq.NackFail)
+			if msg.UUID == reasoned.ID {
+				msg.Metadata.Set(bullmq.MetadataNackReason, "PLATFORM_UNAVAILABLE: the marketplace is unavailable")
+			}
+			msg.Nack()
+		case <-time.After(10 * time.Second):
+			t.Fatal("no message")
+		}
+	}
+	waitFor(t, 10*time.Second, "2 failed", func() bool { return b.counts(t)[bullmq.StateFailed] == 2 })
+	failed, err := bullmq.FailedJobs(ctx, b.cfg, b.queue, 10)
+	require.NoError(t, err)
+	reasons := map[string][]string{}
+	for _, f := range failed {
+		reasons[f.ID] = append([]string{f.FailedReason}, f.Stacktrace...)
+	}
+	require.Equal(t, map[string][]string{
+		reasoned.ID: {"PLATFORM_UNAVAILABLE: the marketplace is unavailable", "PLATFORM_UNAVAILABLE: the marketplace is unavailable"},
+		plain.ID:    {"message nacked", "message nacked"},
+	}, reasons)
+}

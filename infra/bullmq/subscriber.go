@@ -53,6 +53,11 @@ const (
 	// NackAbandon leaves the job to its lock (ErrAbandon): for a message whose consumer may
 	// have left an external call in flight (its work cut short by shutdown).
 	NackAbandon = "abandon"
+	// MetadataNackReason, when set on a nack that fails an attempt (retry or fail), is the
+	// job's failedReason and the stack's last line instead of "message nacked": a text for
+	// operators (an error code and its client message), never a raw error, which may hold an
+	// address or a secret.
+	MetadataNackReason = "bullmq_nack_reason"
 )
 
 // Subscriber is a watermill message.Subscriber over Worker: every Subscribe
@@ -212,11 +217,16 @@ func setDelivery(msg *message.Message, j *Job) {
 	msg.Metadata.Set(MetadataTimestamp, strconv.FormatInt(j.Timestamp.UnixMilli(), 10))
 }
 
-// nackError is the handler error a nack of msg stands for (see MetadataNack).
+// nackError is the handler error a nack of msg stands for (see MetadataNack and
+// MetadataNackReason).
 func nackError(msg *message.Message) error {
+	failed := errNacked
+	if reason := msg.Metadata.Get(MetadataNackReason); reason != "" {
+		failed = errors.New(reason)
+	}
 	switch msg.Metadata.Get(MetadataNack) {
 	case NackFail:
-		return Unrecoverable(errNacked)
+		return Unrecoverable(failed)
 	case NackSnooze:
 		ms, _ := strconv.ParseInt(msg.Metadata.Get(MetadataSnoozeMs), 10, 64)
 		return Snooze(time.Duration(ms)*time.Millisecond, errNacked)
@@ -225,5 +235,5 @@ func nackError(msg *message.Message) error {
 	case NackAbandon:
 		return ErrAbandon
 	}
-	return errNacked
+	return failed
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/listingkit/listing/app/port"
 	"github.com/listingkit/listing/app/worker"
+	"github.com/listingkit/listing/domain"
 	"github.com/listingkit/listing/infra/bullmq"
 )
 
@@ -84,11 +85,28 @@ func (BullMQ) Settle(ctx context.Context, msg *message.Message, _ worker.Job, er
 		msg.Nack()
 	case worker.IsPermanent(err):
 		msg.Metadata.Set(bullmq.MetadataNack, bullmq.NackFail)
+		msg.Metadata.Set(bullmq.MetadataNackReason, nackReason(err))
 		msg.Nack()
 	default:
 		msg.Metadata.Set(bullmq.MetadataNack, bullmq.NackRetry)
+		msg.Metadata.Set(bullmq.MetadataNackReason, nackReason(err))
 		msg.Nack()
 	}
+}
+
+// nackReason is what a failed attempt's job says of err in Redis (its failedReason, read by
+// the console's queues page and Bull Board): the error code and client message of a domain
+// error, which are safe to show; of any other error only that it was not one, since its
+// text may hold an address, a URL or a secret (the job's log line has it).
+func nackReason(err error) string {
+	var de *domain.Error
+	if errors.As(err, &de) && de.Code != "" {
+		if de.Message != "" {
+			return de.Code + ": " + de.Message
+		}
+		return de.Code
+	}
+	return "failed attempt (no error code: see the work process's log for this job)"
 }
 
 // BullMQProbe implements port.JobProbe over BullMQ queues (bullmq.JobsUnfinished).
