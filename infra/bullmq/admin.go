@@ -36,6 +36,8 @@ type FailedJob struct {
 	// Timestamp is when the job was added; FinishedOn when it failed.
 	Timestamp  time.Time
 	FinishedOn time.Time
+	// Data is the job's data as its producer wrote it.
+	Data []byte
 }
 
 // FailedJobs returns up to limit jobs of queue's failed set, the latest failure first (by
@@ -56,7 +58,7 @@ func FailedJobs(ctx context.Context, cfg Config, queue string, limit int) ([]Fai
 	cmds := make([]*redis.SliceCmd, len(ids))
 	_, err = cfg.Client.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i, id := range ids {
-			cmds[i] = p.HMGet(ctx, k.job(id), "name", "failedReason", "stacktrace", "atm", "timestamp", "finishedOn")
+			cmds[i] = p.HMGet(ctx, k.job(id), "name", "failedReason", "stacktrace", "atm", "timestamp", "finishedOn", "data")
 		}
 		return nil
 	})
@@ -66,11 +68,11 @@ func FailedJobs(ctx context.Context, cfg Config, queue string, limit int) ([]Fai
 	out := make([]FailedJob, 0, len(ids))
 	for i, id := range ids {
 		v := cmds[i].Val()
-		if len(v) != 6 || v[0] == nil {
+		if len(v) != 7 || v[0] == nil {
 			continue
 		}
 		s := func(i int) string { x, _ := v[i].(string); return x }
-		j := FailedJob{ID: id, Name: s(0), FailedReason: s(1), Timestamp: msTime(s(4)), FinishedOn: msTime(s(5))}
+		j := FailedJob{ID: id, Name: s(0), FailedReason: s(1), Timestamp: msTime(s(4)), FinishedOn: msTime(s(5)), Data: []byte(s(6))}
 		_ = json.Unmarshal([]byte(s(2)), &j.Stacktrace)
 		j.AttemptsMade, _ = strconv.Atoi(s(3))
 		out = append(out, j)

@@ -2,6 +2,7 @@ package console
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -184,8 +185,30 @@ type queueView struct {
 	Name          string
 	Counts        []stateCount
 	OldestWaiting time.Duration
-	Failed        []bullmq.FailedJob
+	Failed        []failedJobView
 	Err           string
+}
+
+// failedJobView is a failed job with the operation its task belongs to, read from the job's
+// data (the job envelope of app/worker: the workspace, and the request event's operation_id;
+// nil when the job carries none).
+type failedJobView struct {
+	bullmq.FailedJob
+	WorkspaceID, OperationID *uuid.UUID
+}
+
+func viewFailedJob(j bullmq.FailedJob) failedJobView {
+	v := failedJobView{FailedJob: j}
+	var env struct {
+		WorkspaceID uuid.UUID `json:"workspace_id"`
+		Payload     struct {
+			OperationID uuid.UUID `json:"operation_id"`
+		} `json:"payload"`
+	}
+	if json.Unmarshal(j.Data, &env) == nil && env.WorkspaceID != uuid.Nil && env.Payload.OperationID != uuid.Nil {
+		v.WorkspaceID, v.OperationID = &env.WorkspaceID, &env.Payload.OperationID
+	}
+	return v
 }
 
 type stateCount struct {
@@ -218,7 +241,11 @@ func (s *Server) queuesPage(w http.ResponseWriter, r *http.Request) {
 				}
 			}
 			if err == nil {
-				v.Failed, err = bullmq.FailedJobs(ctx, s.cfg.BullMQ, q, failedJobsLimit)
+				var failed []bullmq.FailedJob
+				failed, err = bullmq.FailedJobs(ctx, s.cfg.BullMQ, q, failedJobsLimit)
+				for _, j := range failed {
+					v.Failed = append(v.Failed, viewFailedJob(j))
+				}
 			}
 			if err != nil {
 				s.log.Error("console: queue", "queue", q, "err", err)

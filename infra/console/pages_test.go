@@ -182,7 +182,11 @@ func TestQueuesPage(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = pub.Close() })
 	ids := []string{uuid.NewString(), uuid.NewString()}
-	_, err = pub.Add(ctx, b.queue, []bullmq.Job{{ID: ids[0], Name: "t", Data: []byte(`{}`)}, {ID: ids[1], Name: "t", Data: []byte(`{}`)}})
+	// The first job is a task's (app/worker's envelope, with its workspace and operation).
+	ws, op := uuid.New(), uuid.New()
+	envelope := fmt.Sprintf(`{"event_id":%q,"workspace_id":%q,"event_type":"store.verification_requested","payload":{"operation_id":%q}}`,
+		ids[0], ws, op)
+	_, err = pub.Add(ctx, b.queue, []bullmq.Job{{ID: ids[0], Name: "t", Data: []byte(envelope)}, {ID: ids[1], Name: "t", Data: []byte(`{}`)}})
 	require.NoError(t, err)
 	w, err := bullmq.NewWorker(bullmq.WorkerConfig{Config: b.bcfg, Queue: b.queue, DrainDelay: 100 * time.Millisecond},
 		func(ctx context.Context, j *bullmq.Job) (any, error) {
@@ -209,6 +213,9 @@ func TestQueuesPage(t *testing.T) {
 	}
 	require.Contains(t, body, "<h2 id=\"q-store-verification\">store-verification</h2>")
 	require.Contains(t, body, "<th scope=\"col\">failed</th>")
+	require.Contains(t, body, ` · operation <a href="/operations?id=`+op.String()+`">`, "a task's job links to its operation")
+	require.Contains(t, body, `of workspace <a href="/workspaces/`+ws.String()+`">`)
+	require.Equal(t, 1, strings.Count(body, " · operation <a "), "a job without an envelope links nowhere")
 
 	form := url.Values{"queue": {b.queue}, "id": {ids[0]}}
 	status, _, _ = b.c.post("/queues/retry", form)
