@@ -42,7 +42,8 @@ type Failure struct {
 }
 
 // failureFilter selects failures: one flow's task table (empty: every flow), one error code
-// (empty: any), failed at or after Since, and before the page key (After zero: first page).
+// (empty: any), failed at or after Since, and before the page key (BeforeAt zero: the first
+// page).
 type failureFilter struct {
 	Table, Code string
 	Since       time.Time
