@@ -17,6 +17,7 @@ import (
 	"github.com/listingkit/listing/domain"
 	"github.com/listingkit/listing/infra/outbox"
 	"github.com/listingkit/listing/infra/postgres"
+	"github.com/listingkit/listing/internal/testwait"
 )
 
 // groupWorld is two workspaces' transfers, handled by one flow whose record steps can be
@@ -258,7 +259,7 @@ func TestGroupedStepMeetingALockWaitsAlone(t *testing.T) {
 			_ = tx.Rollback(context.Background())
 		}()
 	})
-	<-lockDone
+	testwait.Recv(t, lockDone, "the other session's lock released")
 	// The lock time-out (500ms) plus one group's time, with room for a loaded machine.
 	const bound = 500*time.Millisecond + 1500*time.Millisecond
 	for i, err := range errs {

@@ -21,10 +21,9 @@ import (
 
 // Bounds of the failures and workspaces pages.
 const (
-	failuresPageSize    = 50
-	workspacesLimit     = 100
-	recentOpsLimit      = 50
-	defaultFailureSince = 7 * 24 * time.Hour
+	failuresPageSize = 50
+	workspacesLimit  = 100
+	recentOpsLimit   = 50
 )
 
 // errorCodeSyntax is what an error code looks like (domain error codes: PLATFORM_REJECTED).
@@ -158,22 +157,31 @@ type failuresData struct {
 	Flows []Flow
 	// The filters as the form shows them.
 	Flow, Code, Since string
-	SinceChoices      []string
+	SinceChoices      []sinceChoice
 	Failures          []Failure
 	// Next is the address of the next page (built here from validated filters); empty on
 	// the last.
 	Next template.URL
 }
 
-// sinceChoices are the failures page's time windows.
-var sinceChoices = map[string]time.Duration{"1h": time.Hour, "24h": 24 * time.Hour, "7d": 7 * 24 * time.Hour, "30d": 30 * 24 * time.Hour}
+// sinceChoice is one of the failures page's time windows.
+type sinceChoice struct {
+	Name   string
+	Window time.Duration
+}
+
+// sinceChoices are the failures page's time windows, as the form lists them; the default
+// is defaultSince.
+var sinceChoices = []sinceChoice{{"1h", time.Hour}, {"24h", 24 * time.Hour}, {"7d", 7 * 24 * time.Hour}, {"30d", 30 * 24 * time.Hour}}
+
+const defaultSince = "7d"
 
 func (s *Server) failuresPage(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	d := failuresData{Flows: s.cfg.Flows, Flow: q.Get("flow"), Code: strings.TrimSpace(q.Get("code")), Since: q.Get("since"),
-		SinceChoices: []string{"1h", "24h", "7d", "30d"}}
+		SinceChoices: sinceChoices}
 	p := page{Title: "Failures", Data: &d}
-	f := failureFilter{Code: d.Code, Since: s.now().Add(-defaultFailureSince)}
+	f := failureFilter{Code: d.Code}
 	var bad []string
 	if d.Flow != "" {
 		i := slices.IndexFunc(s.cfg.Flows, func(x Flow) bool { return x.Name == d.Flow })
@@ -187,10 +195,10 @@ func (s *Server) failuresPage(w http.ResponseWriter, r *http.Request) {
 		bad = append(bad, "an error code is CAPITALS_AND_UNDERSCORES")
 	}
 	if d.Since == "" {
-		d.Since = "7d"
+		d.Since = defaultSince
 	}
-	if window, ok := sinceChoices[d.Since]; ok {
-		f.Since = s.now().Add(-window)
+	if i := slices.IndexFunc(sinceChoices, func(c sinceChoice) bool { return c.Name == d.Since }); i >= 0 {
+		f.Since = s.now().Add(-sinceChoices[i].Window)
 	} else {
 		bad = append(bad, "since is one of 1h, 24h, 7d, 30d")
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/listingkit/listing/domain"
 	"github.com/listingkit/listing/infra/postgres"
 	"github.com/listingkit/listing/infra/postgres/pgtest"
+	"github.com/listingkit/listing/internal/testwait"
 )
 
 // InGroupTx commits the steps waiting at the same time in one transaction, each under its
@@ -224,22 +225,7 @@ func TestInGroupTxWaiterWhoseContextEndsLeaves(t *testing.T) {
 	var wg sync.WaitGroup
 	t.Cleanup(wg.Wait)
 	defer release()
-	leading := make(chan struct{}, postgres.MaxLeaders)
-	for range postgres.MaxLeaders {
-		wg.Go(func() {
-			assert.NoError(t, tr.InGroupTx(ctx, ws, uuid.Nil, func(ctx context.Context) error {
-				leading <- struct{}{}
-				select {
-				case <-hold:
-				case <-ctx.Done():
-				}
-				return nil
-			}))
-		})
-	}
-	for range postgres.MaxLeaders {
-		<-leading
-	}
+	occupyLeaders(t, ctx, tr, ws, &wg, hold)
 	// Two waiters: the first one's context ends while it waits, the second's lives.
 	var ran atomic.Bool
 	cctx, ccancel := context.WithCancel(ctx)
@@ -291,23 +277,7 @@ func TestInGroupTxLeadersCancellationEndsNothing(t *testing.T) {
 	t.Cleanup(wg.Wait)
 	defer releases[1]()
 	defer releases[0]()
-	leading := make(chan struct{}, postgres.MaxLeaders)
-	for i := range postgres.MaxLeaders {
-		hold := holds[min(i, 1)]
-		wg.Go(func() {
-			assert.NoError(t, tr.InGroupTx(ctx, ws, uuid.Nil, func(ctx context.Context) error {
-				leading <- struct{}{}
-				select {
-				case <-hold:
-				case <-ctx.Done():
-				}
-				return nil
-			}))
-		})
-	}
-	for range postgres.MaxLeaders {
-		<-leading
-	}
+	occupyLeaders(t, ctx, tr, ws, &wg, holds...)
 	// step notes its transaction after a statement; the first one cancels its own context
 	// before it.
 	const n = 8
@@ -340,5 +310,30 @@ func TestInGroupTxLeadersCancellationEndsNothing(t *testing.T) {
 	for i, err := range errs {
 		require.NoError(t, err, "step %d", i)
 		require.Equal(t, txids[0], txids[i], "step %d ran in the leader's group", i)
+	}
+}
+
+// occupyLeaders starts postgres.MaxLeaders steps of ws on wg, the i-th holding its group
+// until holds[i] is closed (the last hold for the steps beyond it), and waits (bounded) until
+// each runs: every leader is busy, so the next InGroupTx queues.
+func occupyLeaders(t *testing.T, ctx context.Context, tr postgres.Transactor, ws uuid.UUID, wg *sync.WaitGroup,
+	holds ...chan struct{}) {
+	t.Helper()
+	leading := make(chan struct{}, postgres.MaxLeaders)
+	for i := range postgres.MaxLeaders {
+		hold := holds[min(i, len(holds)-1)]
+		wg.Go(func() {
+			assert.NoError(t, tr.InGroupTx(ctx, ws, uuid.Nil, func(ctx context.Context) error {
+				leading <- struct{}{}
+				select {
+				case <-hold:
+				case <-ctx.Done():
+				}
+				return nil
+			}))
+		})
+	}
+	for range postgres.MaxLeaders {
+		testwait.Recv(t, leading, "a leader's step")
 	}
 }
