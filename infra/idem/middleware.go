@@ -68,18 +68,22 @@ func (g *Guard) Fingerprinter() *Fingerprinter { return g.fp }
 // Middleware returns the bus middleware. It must come after postgres.TxMiddleware in the chain
 // (inside the RLS transaction); it fails when the context carries no transaction.
 //
-// An invocation without Idempotency goes straight to next. Otherwise, in the transaction:
-//   - the scope's advisory lock is taken without waiting; when another transaction holds it,
-//     a completed record already committed is still replayed (or refused as reused), and
-//     anything else is answered at once with ErrRequestInProgress carrying RetryAfter;
-//   - a completed record with the same fingerprint is replayed: Outcome{Replayed: true,
-//     Response: stored}, next is not called;
-//   - a completed record with another fingerprint is ErrKeyReused;
-//   - an expired record counts as absent: it is deleted and the request executes;
-//   - otherwise an executing record is inserted, next runs, the result is rendered with
-//     Idempotency.Render, the record completes with that response, and Outcome.Response is
-//     exactly the stored response (status, stored headers, body). An error from next, from
-//     Render, or ErrResponseTooLarge is returned and the transaction rolls back with the record.
+// An invocation without Idempotency goes straight to next. Otherwise, in the transaction, the
+// scope's advisory lock is asked for without waiting and the scope's record read by the next
+// statement (both with the BEGIN, Opening):
+//   - a live completed record with the same fingerprint is replayed: Outcome{Replayed: true,
+//     Response: stored}, next is not called; one with another fingerprint is ErrKeyReused;
+//   - otherwise, when another transaction holds the lock, the request is answered at once
+//     with ErrRequestInProgress carrying RetryAfter;
+//   - otherwise (no record, or an expired one, which counts as absent) next runs, the result
+//     is rendered with Idempotency.Render, and the completed record is written at the commit,
+//     the record's one write; Outcome.Response is exactly the stored response (status,
+//     stored headers, body). An error from next, from Render, or ErrResponseTooLarge is
+//     returned and the transaction rolls back: no record remains.
+//
+// A record committed by a transaction that did not take the lock after this one read fails
+// the commit with postgres.ErrRunAgain: postgres.TxMiddleware runs the chain again, and the
+// second run answers from that record.
 func (g *Guard) Middleware() bus.Middleware {
 	return func(ctx context.Context, inv bus.Invocation, next bus.Next) (bus.Outcome, error) {
 		if inv.Idempotency == nil {
@@ -90,7 +94,7 @@ func (g *Guard) Middleware() bus.Middleware {
 }
 
 // request is what the guard derives from an idempotent invocation before it runs: the
-// scope, the request's fingerprint and the id of the record it would insert.
+// scope, the request's fingerprint and the id of the record it would write.
 type request struct {
 	scope Scope
 	fp    Fingerprint
@@ -112,21 +116,24 @@ func (g *Guard) request(inv bus.Invocation) (request, error) {
 	return request{scope: scope, fp: g.fp.Fingerprint(scope.Method, scope.Path, req.Fingerprint), id: newRecordID()}, nil
 }
 
-// openingKey names the guard's Opening (postgres.Opened).
-type openingKey struct{}
+// lockKey and recordKey name the guard's Openings (postgres.Opened).
+type (
+	lockKey   struct{}
+	recordKey struct{}
+)
 
-// openedClaim is what the guard's Opening found: the request and whether its record was
-// inserted.
-type openedClaim struct {
+// openedLock is what the guard's lock Opening found: the request and whether the lock was
+// taken.
+type openedLock struct {
 	request
-	inserted bool
+	locked bool
 }
 
-// Opening is the guard's postgres.Opener: the claim of a fresh key (Store.TryInsert) of an
-// idempotent invocation travels with its transaction's BEGIN, one round trip fewer. Pass it
-// to the postgres.TxMiddleware of the chain the guard's Middleware runs in; without it the
-// Middleware sends the claim itself.
-func (g *Guard) Opening(_ context.Context, inv bus.Invocation) *postgres.Opening {
+// Opening is the guard's postgres.Opener: the lock and the read of an idempotent
+// invocation's scope (Store.Look) travel with its transaction's BEGIN, one round trip fewer.
+// Pass it to the postgres.TxMiddleware of the chain the guard's Middleware runs in; without
+// it the Middleware sends them itself.
+func (g *Guard) Opening(_ context.Context, inv bus.Invocation) []*postgres.Opening {
 	if inv.Idempotency == nil {
 		return nil
 	}
@@ -134,16 +141,16 @@ func (g *Guard) Opening(_ context.Context, inv bus.Invocation) *postgres.Opening
 	if err != nil {
 		return nil // the Middleware reports it, before anything runs
 	}
-	op := g.store.TryInsertOpening(openingKey{}, r.scope, r.id, r.fp, g.cfg.Retention)
-	read := op.Read
-	op.Read = func(rows pgx.Rows) (any, error) {
-		inserted, err := read(rows)
+	ops := g.store.LookOpenings(lockKey{}, recordKey{}, r.scope)
+	read := ops[0].Read
+	ops[0].Read = func(rows pgx.Rows) (any, error) {
+		locked, err := read(rows)
 		if err != nil {
 			return nil, err
 		}
-		return openedClaim{request: r, inserted: inserted.(bool)}, nil
+		return openedLock{request: r, locked: locked.(bool)}, nil
 	}
-	return op
+	return ops
 }
 
 func (g *Guard) run(ctx context.Context, inv bus.Invocation, next bus.Next) (bus.Outcome, error) {
@@ -155,24 +162,28 @@ func (g *Guard) run(ctx context.Context, inv bus.Invocation, next bus.Next) (bus
 	if txScope.WorkspaceID != inv.Actor.WorkspaceID || txScope.UserID != inv.Actor.UserID {
 		return bus.Outcome{}, fmt.Errorf("idem.Middleware %s: the transaction's scope is not the actor's", inv.Name)
 	}
-	// The claim of a fresh key: sent with the BEGIN (Opening), or now.
+	// The lock and the read: sent with the BEGIN (Opening), or now.
 	var r request
-	var inserted bool
-	if v, ok := postgres.Opened(ctx, openingKey{}); ok {
-		oc := v.(openedClaim)
-		r, inserted = oc.request, oc.inserted
+	var look Look
+	if v, ok := postgres.Opened(ctx, lockKey{}); ok {
+		ol := v.(openedLock)
+		r, look.Locked = ol.request, ol.locked
+		rec, _ := postgres.Opened(ctx, recordKey{})
+		look.Existing, _ = rec.(*Record)
 	} else {
 		if r, err = g.request(inv); err != nil {
 			return bus.Outcome{}, err
 		}
-		if inserted, err = g.store.TryInsert(ctx, r.scope, r.id, r.fp, g.cfg.Retention); err != nil {
+		if look, err = g.store.Look(ctx, r.scope); err != nil {
 			return bus.Outcome{}, err
 		}
 	}
-	if !inserted {
-		if out, done, err := g.claim(ctx, inv, r); done || err != nil {
-			return out, err
-		}
+	if rec := look.Existing; rec != nil && !rec.Expired {
+		return g.answer(inv, r.scope, rec)
+	}
+	if !look.Locked {
+		g.cfg.Metrics.inProgress(inv.Name)
+		return bus.Outcome{}, ErrRequestInProgress.WithRetryAfter(g.cfg.RetryAfter)
 	}
 
 	g.cfg.Metrics.execution(inv.Name)
@@ -188,67 +199,12 @@ func (g *Guard) run(ctx context.Context, inv bus.Invocation, next bus.Next) (bus
 	if err != nil {
 		return bus.Outcome{}, err
 	}
-	// The record completes in the commit's round trip: one round trip fewer per request.
-	if err := g.store.CompleteAtCommit(ctx, r.scope, r.id, resp); err != nil {
+	if err := g.store.SaveAtCommit(ctx, r.scope, r.id, r.fp, g.cfg.Retention, resp); err != nil {
 		return bus.Outcome{}, err
 	}
 	out.Response = &resp
 	out.Replayed = false
 	return out, nil
-}
-
-// claim is the claim of a key that TryInsert did not insert: the scope's lock is held
-// elsewhere, or a record of the scope exists. done reports that it answered (a replay, or an
-// error such as ErrRequestInProgress or ErrKeyReused); otherwise it has inserted r's
-// executing record and the request executes.
-func (g *Guard) claim(ctx context.Context, inv bus.Invocation, r request) (out bus.Outcome, done bool, err error) {
-	claim, err := g.store.Claim(ctx, r.scope, r.id, r.fp, g.cfg.Retention)
-	if err != nil {
-		return bus.Outcome{}, true, err
-	}
-	if !claim.Locked {
-		// Another transaction holds the scope. Only a completed, live record is final.
-		if rec := claim.Existing; rec != nil && rec.Status == StatusCompleted && !rec.Expired {
-			out, err = g.answer(inv, r.scope, rec)
-			return out, true, err
-		}
-		g.cfg.Metrics.inProgress(inv.Name)
-		return bus.Outcome{}, true, ErrRequestInProgress.WithRetryAfter(g.cfg.RetryAfter)
-	}
-	if claim.Inserted {
-		return bus.Outcome{}, false, nil
-	}
-	// We hold the lock: nobody else can insert or complete this scope until we end. A record
-	// committed between the claim's snapshot and the lock is re-read with a fresh statement; an
-	// expired one is deleted and replaced. Only the cleanup can still remove a record under
-	// us, so the loop ends within a few turns.
-	existing := claim.Existing
-	for range 3 {
-		if existing == nil {
-			if existing, err = g.store.Get(ctx, r.scope); err != nil {
-				return bus.Outcome{}, true, err
-			}
-		}
-		if existing != nil && !existing.Expired {
-			out, err = g.answer(inv, r.scope, existing)
-			return out, true, err
-		}
-		if existing != nil {
-			if err := g.store.DeleteExpiredRecord(ctx, r.scope, existing.ID); err != nil {
-				return bus.Outcome{}, true, err
-			}
-		}
-		inserted, err := g.store.Insert(ctx, r.scope, r.id, r.fp, g.cfg.Retention)
-		if err != nil {
-			return bus.Outcome{}, true, err
-		}
-		if inserted {
-			return bus.Outcome{}, false, nil
-		}
-		existing = nil
-	}
-	g.cfg.Metrics.inProgress(inv.Name)
-	return bus.Outcome{}, true, ErrRequestInProgress.WithRetryAfter(g.cfg.RetryAfter)
 }
 
 // answer turns a visible record into a replay, ErrKeyReused or ErrRequestInProgress.

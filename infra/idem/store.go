@@ -16,7 +16,9 @@ import (
 	"github.com/listingkit/listing/infra/postgres"
 )
 
-// Record statuses (the CHECK of idempotency_requests.status).
+// Record statuses (the CHECK of idempotency_requests.status). A record is written once,
+// completed, at its request's commit; executing is what earlier releases wrote at the claim,
+// never visible outside the transaction that wrote it, and is read as in progress.
 const (
 	StatusExecuting = "executing"
 	StatusCompleted = "completed"
@@ -80,16 +82,13 @@ type Record struct {
 	Expired bool
 }
 
-// ClaimResult is what Store.Claim found or did.
-type ClaimResult struct {
+// Look is what Store.Look found of a scope.
+type Look struct {
 	// Locked reports whether this transaction now holds the scope's advisory lock.
 	Locked bool
-	// Inserted reports that an executing record with the given id was inserted: this
-	// transaction owns the key and runs the handler.
-	Inserted bool
-	// Existing is the record visible when the statement started, if any. When Locked is true,
-	// Inserted false and Existing nil, the insert met a record committed after the statement's
-	// snapshot: read it again with Get.
+	// Existing is the scope's record, read by a statement that began after the lock was
+	// asked for: any record whose writer held the lock has committed before it (or is
+	// still open, and then Locked is false). Nil when there is none.
 	Existing *Record
 }
 
@@ -113,110 +112,107 @@ func txFrom(ctx context.Context, op string) (pgx.Tx, postgres.Scope, error) {
 const recordColumns = `r.id, r.status, r.request_fingerprint, r.fingerprint_key_id,
 	r.response_status, r.response_headers, r.response_body, r.expires_at <= now()`
 
-// insertSQL is the claim of a fresh key, the common case: it inserts an executing record
-// when it gets the scope's advisory lock (without waiting) and no record of the scope exists,
-// and returns its id; otherwise nothing (Claim then tells why). An uncommitted record of the
-// scope inserted by another transaction is waited for at the unique constraint.
-const insertSQL = `
-INSERT INTO idempotency_requests (id, workspace_id, user_id, method, path, idempotency_key,
-  request_fingerprint, fingerprint_key_id, status, expires_at)
-SELECT $1, $2, $3, $4, $5, $6, $7, $8, 'executing', now() + $9::bigint * interval '1 microsecond'
-WHERE pg_try_advisory_xact_lock($10)
-ON CONFLICT ON CONSTRAINT idempotency_requests_scope DO NOTHING
-RETURNING id`
+// lockSQL takes the scope's transaction-level advisory lock if it is free, never waiting.
+const lockSQL = `SELECT pg_try_advisory_xact_lock($1)`
 
-func insertArgs(scope Scope, id uuid.UUID, fp Fingerprint, retention time.Duration) []any {
-	scope = scope.normalized()
-	return []any{id, scope.WorkspaceID, scope.UserID, scope.Method, scope.Path, scope.Key, fp.MAC, fp.KeyID,
-		retention.Microseconds(), scope.LockID()}
+// getSQL reads the record of a scope ($1..$5).
+const getSQL = `SELECT ` + recordColumns + ` FROM idempotency_requests r
+	WHERE r.workspace_id = $1 AND r.user_id = $2 AND r.method = $3 AND r.path = $4 AND r.idempotency_key = $5`
+
+func scopeArgs(scope Scope) []any {
+	return []any{scope.WorkspaceID, scope.UserID, scope.Method, scope.Path, scope.Key}
 }
 
-// readInserted reads insertSQL's result: whether it inserted the record.
-func readInserted(rows pgx.Rows) (bool, error) {
-	inserted := rows.Next()
-	rows.Close()
-	return inserted, rows.Err()
-}
-
-// TryInsert is the claim of a fresh key in one statement: it takes the scope's advisory lock
-// if it is free (never waiting) and, holding it, inserts an executing record with id and fp
-// when the scope has none; true when it did. false says nothing more: Claim tells what
-// stopped it. Run it inside the RLS transaction of the scope's workspace.
-func (s *Store) TryInsert(ctx context.Context, scope Scope, id uuid.UUID, fp Fingerprint, retention time.Duration) (bool, error) {
-	tx, _, err := txFrom(ctx, "TryInsert")
-	if err != nil {
-		return false, err
-	}
-	rows, err := tx.Query(ctx, insertSQL, insertArgs(scope, id, fp, retention)...)
-	if err == nil {
-		var inserted bool
-		if inserted, err = readInserted(rows); err == nil {
-			return inserted, nil
+func readLocked(rows pgx.Rows) (any, error) {
+	var locked bool
+	if !rows.Next() {
+		if err := rows.Err(); err != nil {
+			return nil, err
 		}
+		return nil, errors.New("no row")
 	}
-	return false, fmt.Errorf("idem.Store.TryInsert: %w", postgres.TranslateError(err))
+	if err := rows.Scan(&locked); err != nil {
+		return nil, err
+	}
+	rows.Close()
+	return locked, rows.Err()
 }
 
-// TryInsertOpening is TryInsert as the Opening of the transaction it runs in (sent with the
-// BEGIN, see postgres.Opening): its Read returns the bool.
-func (s *Store) TryInsertOpening(key any, scope Scope, id uuid.UUID, fp Fingerprint, retention time.Duration) *postgres.Opening {
-	return &postgres.Opening{Key: key, SQL: insertSQL, Args: insertArgs(scope, id, fp, retention),
-		Read:  func(rows pgx.Rows) (any, error) { return readInserted(rows) },
-		OnErr: func(err error) error { return fmt.Errorf("idem.Store.TryInsert: %w", err) }}
-}
-
-// claimSQL takes the scope's advisory lock without waiting, reads the record of the scope and,
-// when the lock was obtained and no record is visible, inserts an executing record. All in one
-// round trip. The read uses the statement's snapshot, taken before the lock: a record committed
-// in between is caught by the unique constraint (ON CONFLICT DO NOTHING) and re-read by the
-// caller with a fresh statement.
-const claimSQL = `
-WITH lk AS MATERIALIZED (
-  SELECT pg_try_advisory_xact_lock($1) AS locked
-), cur AS MATERIALIZED (
-  SELECT ` + recordColumns + `
-  FROM idempotency_requests r
-  WHERE r.workspace_id = $2 AND r.user_id = $3 AND r.method = $4 AND r.path = $5 AND r.idempotency_key = $6
-), ins AS (
-  INSERT INTO idempotency_requests (id, workspace_id, user_id, method, path, idempotency_key,
-    request_fingerprint, fingerprint_key_id, status, expires_at)
-  SELECT $7, $2, $3, $4, $5, $6, $8, $9, 'executing', now() + $10::bigint * interval '1 microsecond'
-  FROM lk WHERE lk.locked AND NOT EXISTS (SELECT 1 FROM cur)
-  ON CONFLICT ON CONSTRAINT idempotency_requests_scope DO NOTHING
-  RETURNING id
-)
-SELECT lk.locked, EXISTS (SELECT 1 FROM ins), cur.*
-FROM lk LEFT JOIN cur ON true`
-
-// Claim takes the scope's transaction-level advisory lock if it is free (never waiting), reads
-// the scope's record, and inserts an executing record with id and fp when it holds the lock
-// and saw none; expires_at is now() + retention. See ClaimResult. Run it inside the RLS
-// transaction of the scope's workspace.
-func (s *Store) Claim(ctx context.Context, scope Scope, id uuid.UUID, fp Fingerprint, retention time.Duration) (ClaimResult, error) {
-	tx, _, err := txFrom(ctx, "Claim")
-	if err != nil {
-		return ClaimResult{}, err
-	}
-	scope = scope.normalized()
+func readRecord(rows pgx.Rows) (any, error) {
 	var (
-		res           ClaimResult
-		rid           *uuid.UUID
-		status, keyID *string
+		rid           uuid.UUID
+		status, keyID string
 		mac, body     []byte
 		respStatus    *int32
 		headers       map[string]string
-		expired       *bool
+		expired       bool
 	)
-	err = tx.QueryRow(ctx, claimSQL, scope.LockID(), scope.WorkspaceID, scope.UserID, scope.Method,
-		scope.Path, scope.Key, id, fp.MAC, fp.KeyID, retention.Microseconds()).
-		Scan(&res.Locked, &res.Inserted, &rid, &status, &mac, &keyID, &respStatus, &headers, &body, &expired)
+	if !rows.Next() {
+		return (*Record)(nil), rows.Err()
+	}
+	if err := rows.Scan(&rid, &status, &mac, &keyID, &respStatus, &headers, &body, &expired); err != nil {
+		return nil, err
+	}
+	rows.Close()
+	return buildRecord(rid, status, mac, keyID, respStatus, headers, body, expired), rows.Err()
+}
+
+// Look takes the scope's advisory lock if it is free (never waiting), then reads the scope's
+// record with a statement of its own, both in one round trip: the read's snapshot is taken
+// after the lock was asked for, so a record written under the lock by another transaction
+// is visible once that transaction has committed. Nothing is written. Run it inside the RLS
+// transaction of the scope's workspace.
+func (s *Store) Look(ctx context.Context, scope Scope) (Look, error) {
+	tx, _, err := txFrom(ctx, "Look")
 	if err != nil {
-		return ClaimResult{}, fmt.Errorf("idem.Store.Claim: %w", postgres.TranslateError(err))
+		return Look{}, err
 	}
-	if rid != nil {
-		res.Existing = buildRecord(*rid, *status, mac, *keyID, respStatus, headers, body, *expired)
+	scope = scope.normalized()
+	b := &pgx.Batch{}
+	b.Queue(lockSQL, scope.LockID())
+	b.Queue(getSQL, scopeArgs(scope)...)
+	br := tx.SendBatch(ctx, b)
+	var look Look
+	err = func() error {
+		rows, err := br.Query()
+		if err != nil {
+			return err
+		}
+		locked, err := readLocked(rows)
+		rows.Close()
+		if err != nil {
+			return err
+		}
+		if rows, err = br.Query(); err != nil {
+			return err
+		}
+		rec, err := readRecord(rows)
+		rows.Close()
+		if err != nil {
+			return err
+		}
+		look = Look{Locked: locked.(bool), Existing: rec.(*Record)}
+		return nil
+	}()
+	if cerr := br.Close(); err == nil {
+		err = cerr
 	}
-	return res, nil
+	if err != nil {
+		return Look{}, fmt.Errorf("idem.Store.Look: %w", postgres.TranslateError(err))
+	}
+	return look, nil
+}
+
+// LookOpenings is Look as two Openings of the transaction it runs in (sent with its BEGIN,
+// see postgres.Opening): lockKey's Read returns whether the lock was taken (a bool),
+// recordKey's the scope's record (a *Record, nil when there is none).
+func (s *Store) LookOpenings(lockKey, recordKey any, scope Scope) []*postgres.Opening {
+	scope = scope.normalized()
+	onErr := func(err error) error { return fmt.Errorf("idem.Store.Look: %w", err) }
+	return []*postgres.Opening{
+		{Key: lockKey, SQL: lockSQL, Args: []any{scope.LockID()}, Read: readLocked, OnErr: onErr},
+		{Key: recordKey, SQL: getSQL, Args: scopeArgs(scope), Read: readRecord, OnErr: onErr},
+	}
 }
 
 func buildRecord(id uuid.UUID, status string, mac []byte, keyID string, respStatus *int32,
@@ -234,87 +230,36 @@ func buildRecord(id uuid.UUID, status string, mac []byte, keyID string, respStat
 	return r
 }
 
-// Get reads the scope's record with a fresh statement; nil when there is none.
-func (s *Store) Get(ctx context.Context, scope Scope) (*Record, error) {
-	tx, _, err := txFrom(ctx, "Get")
-	if err != nil {
-		return nil, err
-	}
-	scope = scope.normalized()
-	var (
-		rid           uuid.UUID
-		status, keyID string
-		mac, body     []byte
-		respStatus    *int32
-		headers       map[string]string
-		expired       bool
-	)
-	err = tx.QueryRow(ctx, `SELECT `+recordColumns+` FROM idempotency_requests r
-		WHERE r.workspace_id = $1 AND r.user_id = $2 AND r.method = $3 AND r.path = $4 AND r.idempotency_key = $5`,
-		scope.WorkspaceID, scope.UserID, scope.Method, scope.Path, scope.Key).
-		Scan(&rid, &status, &mac, &keyID, &respStatus, &headers, &body, &expired)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, fmt.Errorf("idem.Store.Get: %w", postgres.TranslateError(err))
-	}
-	return buildRecord(rid, status, mac, keyID, respStatus, headers, body, expired), nil
-}
-
-// Insert inserts an executing record; false when a record of the scope exists already (a
-// unique-constraint conflict, waited for if the other transaction is still open).
-func (s *Store) Insert(ctx context.Context, scope Scope, id uuid.UUID, fp Fingerprint, retention time.Duration) (bool, error) {
-	tx, _, err := txFrom(ctx, "Insert")
-	if err != nil {
-		return false, err
-	}
-	scope = scope.normalized()
-	tag, err := tx.Exec(ctx, `INSERT INTO idempotency_requests (id, workspace_id, user_id, method, path,
-		idempotency_key, request_fingerprint, fingerprint_key_id, status, expires_at)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, 'executing', now() + $9::bigint * interval '1 microsecond')
-		ON CONFLICT ON CONSTRAINT idempotency_requests_scope DO NOTHING`,
-		id, scope.WorkspaceID, scope.UserID, scope.Method, scope.Path, scope.Key, fp.MAC, fp.KeyID, retention.Microseconds())
-	if err != nil {
-		return false, fmt.Errorf("idem.Store.Insert: %w", postgres.TranslateError(err))
-	}
-	return tag.RowsAffected() == 1, nil
-}
-
-// DeleteExpiredRecord deletes the record of scope with id if it has expired.
-func (s *Store) DeleteExpiredRecord(ctx context.Context, scope Scope, id uuid.UUID) error {
-	tx, _, err := txFrom(ctx, "DeleteExpiredRecord")
-	if err != nil {
-		return err
-	}
-	scope = scope.normalized()
-	if _, err := tx.Exec(ctx, `DELETE FROM idempotency_requests
-		WHERE workspace_id = $1 AND user_id = $2 AND method = $3 AND path = $4 AND idempotency_key = $5
-		  AND id = $6 AND expires_at <= now()`,
-		scope.WorkspaceID, scope.UserID, scope.Method, scope.Path, scope.Key, id); err != nil {
-		return fmt.Errorf("idem.Store.DeleteExpiredRecord: %w", postgres.TranslateError(err))
-	}
-	return nil
-}
-
-// completeAtCommitSQL completes the executing record of scope ($1..$5) with id $6 with the
-// response; it fails (division by zero, 22012) unless exactly that one executing record was
-// updated, so that the commit it travels with does not happen.
-const completeAtCommitSQL = `
-WITH u AS (
-  UPDATE idempotency_requests
-  SET status = 'completed', response_status = $7, response_headers = $8, response_body = $9, completed_at = now()
-  WHERE workspace_id = $1 AND user_id = $2 AND method = $3 AND path = $4 AND idempotency_key = $5
-    AND id = $6 AND status = 'executing'
+// saveSQL writes the completed record of scope ($1..$5) with id $6, fingerprint ($7, $8),
+// response ($9..$11) and retention ($12, microseconds) in place of an expired record of
+// the scope, if any; it fails (division by zero, 22012) when a live record of the scope
+// exists, so that the commit it travels with does not happen. A record of the scope written
+// by a transaction still open is waited for at the unique constraint.
+const saveSQL = `
+WITH w AS (
+  INSERT INTO idempotency_requests AS r (id, workspace_id, user_id, method, path, idempotency_key,
+    request_fingerprint, fingerprint_key_id, status, response_status, response_headers, response_body,
+    completed_at, expires_at)
+  VALUES ($6, $1, $2, $3, $4, $5, $7, $8, 'completed', $9, $10, $11, now(),
+    now() + $12::bigint * interval '1 microsecond')
+  ON CONFLICT ON CONSTRAINT idempotency_requests_scope DO UPDATE
+  SET id = excluded.id, request_fingerprint = excluded.request_fingerprint,
+    fingerprint_key_id = excluded.fingerprint_key_id, status = excluded.status,
+    response_status = excluded.response_status, response_headers = excluded.response_headers,
+    response_body = excluded.response_body, created_at = now(), completed_at = now(),
+    expires_at = excluded.expires_at
+  WHERE r.expires_at <= now()
   RETURNING 1
 )
-SELECT 1 / count(*)::int FROM u`
+SELECT 1 / count(*)::int FROM w`
 
-// CompleteAtCommit completes the executing record of scope with id, with the response to
-// replay, at the commit of the transaction of ctx: the update travels in the commit's round
-// trip (postgres.BeforeCommit). When that record is not executing in this transaction, the
-// transaction rolls back and the commit fails with an error naming idem.Store.Complete.
-func (s *Store) CompleteAtCommit(ctx context.Context, scope Scope, id uuid.UUID, resp bus.Response) error {
+// SaveAtCommit writes the completed record of scope (id, fp, the response to replay, kept
+// for retention) at the commit of the transaction of ctx: the write travels in the commit's
+// round trip (postgres.BeforeCommit), the record's only write. It replaces an expired record
+// of the scope. When a live record of the scope was committed by another transaction after
+// this one looked, the commit fails with postgres.ErrRunAgain (wrapped): the invocation runs
+// again and finds that record.
+func (s *Store) SaveAtCommit(ctx context.Context, scope Scope, id uuid.UUID, fp Fingerprint, retention time.Duration, resp bus.Response) error {
 	headers := resp.Header
 	if headers == nil {
 		headers = map[string]string{}
@@ -326,14 +271,14 @@ func (s *Store) CompleteAtCommit(ctx context.Context, scope Scope, id uuid.UUID,
 	onErr := func(err error) error {
 		var pgErr *pgconn.PgError
 		if errors.As(err, &pgErr) && pgErr.Code == "22012" {
-			return fmt.Errorf("idem.Store.Complete: record %s is not executing in this transaction", id)
+			return fmt.Errorf("idem.Store.Save: another transaction committed a record of the scope: %w", postgres.ErrRunAgain)
 		}
-		return fmt.Errorf("idem.Store.Complete: %w", err)
+		return fmt.Errorf("idem.Store.Save: %w", err)
 	}
 	scope = scope.normalized()
-	if err := postgres.BeforeCommit(ctx, onErr, completeAtCommitSQL, scope.WorkspaceID, scope.UserID, scope.Method, scope.Path,
-		scope.Key, id, resp.Status, headers, body); err != nil {
-		return fmt.Errorf("idem.Store.CompleteAtCommit: %w", err)
+	if err := postgres.BeforeCommit(ctx, onErr, saveSQL, scope.WorkspaceID, scope.UserID, scope.Method, scope.Path,
+		scope.Key, id, fp.MAC, fp.KeyID, resp.Status, headers, body, retention.Microseconds()); err != nil {
+		return fmt.Errorf("idem.Store.SaveAtCommit: %w", err)
 	}
 	return nil
 }

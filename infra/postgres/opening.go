@@ -12,9 +12,11 @@ import (
 )
 
 // Opening is a statement sent in the round trip of a transaction's BEGIN, right after the
-// scope is set: for a middleware whose first statement needs nothing that the transaction does
-// before it (the idempotency guard's claim), it saves one round trip. It runs under the
-// transaction's RLS scope like any other statement of the transaction.
+// scope is set: for a middleware whose first statements need nothing that the transaction does
+// before them (the idempotency guard's lock and read), it saves one round trip. It runs under
+// the transaction's RLS scope like any other statement of the transaction, and in READ
+// COMMITTED with a snapshot of its own: a statement sees what committed before it started,
+// including what committed while an earlier Opening of the same round trip ran.
 type Opening struct {
 	// Key names the result for Opened; compare it with == (an unexported type of the owner).
 	Key  any
@@ -28,8 +30,8 @@ type Opening struct {
 	OnErr func(error) error
 }
 
-// Opener returns the Opening of an invocation's transaction, or nil for none.
-type Opener func(ctx context.Context, inv bus.Invocation) *Opening
+// Opener returns the Openings of an invocation's transaction, sent in order; none for nil.
+type Opener func(ctx context.Context, inv bus.Invocation) []*Opening
 
 // Opened returns what the Read of the transaction's Opening with key returned, and whether the
 // transaction of ctx was opened with one.

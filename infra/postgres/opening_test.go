@@ -34,8 +34,8 @@ func TestTxMiddlewareOpening(t *testing.T) {
 		txid    int64
 	}
 	opening := func(value string, readErr error) postgres.Opener {
-		return func(context.Context, bus.Invocation) *postgres.Opening {
-			return &postgres.Opening{Key: openingKey{}, SQL: openSQL, Args: []any{value},
+		return func(context.Context, bus.Invocation) []*postgres.Opening {
+			return []*postgres.Opening{{Key: openingKey{}, SQL: openSQL, Args: []any{value},
 				Read: func(rows pgx.Rows) (any, error) {
 					var s seen
 					var set string
@@ -46,7 +46,7 @@ func TestTxMiddlewareOpening(t *testing.T) {
 						return nil, err
 					}
 					return s, readErr
-				}}
+				}}}
 		}
 	}
 	left := func() string {
@@ -117,10 +117,10 @@ func TestTxMiddlewareOpening(t *testing.T) {
 	chain := func(context.Context) (bus.Outcome, error) { called = true; return bus.Outcome{}, nil }
 	_, err = postgres.TxMiddleware(pool, opening("read failed", boom))(ctx, inv, chain)
 	require.ErrorIs(t, err, boom)
-	failing := func(context.Context, bus.Invocation) *postgres.Opening {
-		return &postgres.Opening{Key: openingKey{}, SQL: `SELECT 1 / 0`,
+	failing := func(context.Context, bus.Invocation) []*postgres.Opening {
+		return []*postgres.Opening{{Key: openingKey{}, SQL: `SELECT 1 / 0`,
 			Read:  func(pgx.Rows) (any, error) { return nil, nil },
-			OnErr: func(err error) error { return errors.Join(errors.New("the opening failed"), err) }}
+			OnErr: func(err error) error { return errors.Join(errors.New("the opening failed"), err) }}}
 	}
 	_, err = postgres.TxMiddleware(pool, failing)(ctx, inv, chain)
 	require.ErrorContains(t, err, "the opening failed")

@@ -302,9 +302,16 @@ func actAs(ctx context.Context, op string, user uuid.UUID) error {
 	return nil
 }
 
+// ErrRunAgain, wrapped by the error of a statement queued for the commit (BeforeCommit's
+// onErr), says that the transaction acted on a world that changed before it could commit
+// (a row it found absent was committed by another transaction meanwhile): TxMiddleware then
+// runs the chain once more, in a new transaction, which sees that row. The first run's
+// writes were rolled back with its transaction.
+var ErrRunAgain = errors.New("postgres: the transaction must run again")
+
 // TxMiddleware is the command-bus middleware that runs the rest of the chain in one RLS
 // transaction scoped to the invocation's actor. The chain's outcome is returned only when the
-// commit succeeded.
+// commit succeeded. A commit that fails with ErrRunAgain runs the chain once more.
 //
 // Each of openers may give the transaction an Opening, sent with its BEGIN (see Opening): the
 // middleware that reads it with Opened must come after this one in the chain.
@@ -312,17 +319,21 @@ func TxMiddleware(pool *pgxpool.Pool, openers ...Opener) bus.Middleware {
 	return func(ctx context.Context, inv bus.Invocation, next bus.Next) (bus.Outcome, error) {
 		var openings []*Opening
 		for _, open := range openers {
-			if o := open(ctx, inv); o != nil {
-				openings = append(openings, o)
-			}
+			openings = append(openings, open(ctx, inv)...)
 		}
 		var out bus.Outcome
-		err := inTx(ctx, pool, Scope{WorkspaceID: inv.Actor.WorkspaceID, UserID: inv.Actor.UserID}, openings,
-			func(ctx context.Context, _ pgx.Tx) error {
-				var err error
-				out, err = next(ctx)
-				return err
-			})
+		run := func() error {
+			return inTx(ctx, pool, Scope{WorkspaceID: inv.Actor.WorkspaceID, UserID: inv.Actor.UserID}, openings,
+				func(ctx context.Context, _ pgx.Tx) error {
+					var err error
+					out, err = next(ctx)
+					return err
+				})
+		}
+		err := run()
+		if errors.Is(err, ErrRunAgain) {
+			err = run()
+		}
 		if err != nil {
 			return bus.Outcome{}, err
 		}
