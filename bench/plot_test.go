@@ -1,0 +1,53 @@
+package main
+
+import (
+	"math"
+	"strings"
+	"testing"
+)
+
+// Two minutes of make soak's output as it prints them, the second without the own-WAL
+// columns (no pg_walinspect) and its claim not measured.
+const soakOutput = `soak: 30 min, 350 events/s on average
+min  held    events     jobs  claim50  claim99  live heap   live idx   dead tup        log  WAL B/event   own B/ev  own FPI  ckpts   redis MB Go us/ev PG us/ev Rds us/ev vacuums  load1 failed
+1    no       21090    21607    1.8ms   49.3ms       2.3M       1.6M       2044       9.8M         8648       2176      107      2        8.1      614     1581      420      13  15.87 0
+soak: own WAL of minute 2 not counted: no
+2    yes      28123    46862        -        -       1.3M       2.0M       1507      22.3M         8602                           0        9.9      516     1217      373      26  17.38 0
+soak: 49213 events committed`
+
+func TestParseSoak(t *testing.T) {
+	ms, err := parseSoak(strings.NewReader(soakOutput))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ms) != 2 {
+		t.Fatalf("minutes: %d, want 2", len(ms))
+	}
+	a, b := ms[0], ms[1]
+	if a.minute != 1 || a.held || a.claim99 != 49.3 || a.walB != 8648 || a.redisMB != 8.1 {
+		t.Errorf("minute 1: %+v", a)
+	}
+	if b.minute != 2 || !b.held || !math.IsNaN(b.claim99) || b.walB != 8602 || b.redisMB != 9.9 {
+		t.Errorf("minute 2: %+v", b)
+	}
+	svg := soakSVG(ms, "t")
+	if !strings.HasPrefix(svg, "<svg ") || strings.Count(svg, "<polyline") != 3 || !strings.Contains(svg, `fill="#fde68a" opacity`) {
+		t.Errorf("soak chart: three lines and the held minute shaded:\n%s", svg)
+	}
+	if _, err := parseSoak(strings.NewReader("bench: nothing")); err == nil {
+		t.Error("an output without the table parsed")
+	}
+}
+
+func TestBenchSVG(t *testing.T) {
+	tb := &table{lines: []line{
+		{measure: "drain <1 workspace>", ours: "100 events/s", peer: "Node", peerFig: "50 jobs/s", ratio: 2, target: "≥ 1.30×", met: true},
+		{measure: "latency", ours: "9 ms", peer: "wm", peerFig: "10 ms", ratio: 0.9, target: "≤ 1×", met: true},
+	}}
+	svg := benchSVG(tb, "bench & co")
+	for _, want := range []string{"drain &lt;1 workspace&gt;", "bench &amp; co", "2.00× (target ≥ 1.30×) met", "Node: 50 jobs/s", `width="420.0"`} {
+		if !strings.Contains(svg, want) {
+			t.Errorf("bench chart lacks %q:\n%s", want, svg)
+		}
+	}
+}
