@@ -99,6 +99,8 @@ func main() {
 	flag.IntVar(&so.keep, "soak-keep-completed", 1000, "soak: JOB_KEEP_COMPLETED (completed jobs kept in Redis)")
 	flag.StringVar(&o.svg, "svg", "auto", "write the table as an SVG chart here (auto: -root's docs/img/bench.svg when every section runs, none with -only; empty: none)")
 	flag.StringVar(&so.svg, "soak-svg", "", "soak: write its chart (claim p99, WAL per event, Redis memory per minute, the hold shaded) here (default: -root's docs/img/soak.svg)")
+	benchPlot := flag.String("bench-plot", "", "draw the chart of the last table in this file (make bench's stdout, or its table copied into a document) at -svg, then exit")
+	plotTitle := flag.String("plot-title", "", "the title of a chart -bench-plot or -soak-plot draws (default: the file's name)")
 	soakPlot := flag.String("soak-plot", "", "draw the chart of a soak from its printed output (a file holding make soak's stdout) at -soak-svg, then exit")
 	flag.Parse()
 	o.root, _ = filepath.Abs(o.root)
@@ -118,8 +120,13 @@ func main() {
 	switch {
 	case role.name != "":
 		err = runRole(ctx, role, o.redisURL)
+	case *benchPlot != "":
+		if o.svg == "auto" || o.svg == "" {
+			o.svg = filepath.Join(o.root, "docs", "img", "bench.svg")
+		}
+		err = plotBench(*benchPlot, o.svg, *plotTitle)
 	case *soakPlot != "":
-		err = plotSoak(*soakPlot, so.svg)
+		err = plotSoak(*soakPlot, so.svg, *plotTitle)
 	case *runSoak:
 		err = soak(ctx, o, so)
 	default:

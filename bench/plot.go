@@ -206,8 +206,9 @@ func niceCeil(v float64) float64 {
 	return 10 * p
 }
 
-// plotSoak renders the soak output in logPath as an SVG at svgPath.
-func plotSoak(logPath, svgPath string) error {
+// plotSoak renders the soak output in logPath as an SVG at svgPath (title empty: one naming
+// the file).
+func plotSoak(logPath, svgPath, title string) error {
 	f, err := os.Open(logPath)
 	if err != nil {
 		return err
@@ -217,10 +218,80 @@ func plotSoak(logPath, svgPath string) error {
 	if err != nil {
 		return fmt.Errorf("%s: %w", logPath, err)
 	}
-	title := fmt.Sprintf("Soak: %d minutes (%s)", len(ms), filepath.Base(logPath))
+	if title == "" {
+		title = fmt.Sprintf("make soak, %d minutes (%s)", len(ms), filepath.Base(logPath))
+	}
 	if err := writeFile(svgPath, soakSVG(ms, title)); err != nil {
 		return err
 	}
 	fmt.Printf("soak plot: %d minutes of %s → %s\n", len(ms), logPath, svgPath)
+	return nil
+}
+
+// parseBenchTable reads the last table the suite printed (make bench's stdout, or a copy of
+// its table in a document): the lines after a header that starts with "measure", up to the
+// first line that is not a row. Columns are separated by two spaces or more.
+func parseBenchTable(r io.Reader) (*table, error) {
+	sc := bufio.NewScanner(r)
+	var t *table
+	in := false
+	for sc.Scan() {
+		cols := splitColumns(strings.TrimRight(sc.Text(), " "))
+		if len(cols) >= 6 && cols[0] == "measure" && cols[1] == "ours" {
+			t, in = &table{}, true
+			continue
+		}
+		if !in {
+			continue
+		}
+		if len(cols) != 7 {
+			in = false
+			continue
+		}
+		ratio, err := strconv.ParseFloat(strings.TrimSuffix(cols[4], "×"), 64)
+		if err != nil {
+			return nil, fmt.Errorf("bench table: ratio %q: %w", cols[4], err)
+		}
+		t.lines = append(t.lines, line{measure: cols[0], ours: cols[1], peer: cols[2], peerFig: cols[3], ratio: ratio,
+			target: cols[5], met: cols[6] == "met", info: cols[6] == "-"})
+	}
+	if err := sc.Err(); err != nil {
+		return nil, err
+	}
+	if t == nil || len(t.lines) == 0 {
+		return nil, errors.New("no bench table found (a header that starts with \"measure  ours\")")
+	}
+	return t, nil
+}
+
+// splitColumns splits a tabwriter line at runs of two spaces or more.
+func splitColumns(s string) []string {
+	var out []string
+	for f := range strings.SplitSeq(s, "  ") {
+		if f = strings.TrimSpace(f); f != "" {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+// plotBench renders the last bench table in logPath as an SVG at svgPath.
+func plotBench(logPath, svgPath, title string) error {
+	f, err := os.Open(logPath)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	t, err := parseBenchTable(f)
+	if err != nil {
+		return fmt.Errorf("%s: %w", logPath, err)
+	}
+	if title == "" {
+		title = "make bench (" + filepath.Base(logPath) + ")"
+	}
+	if err := writeFile(svgPath, benchSVG(t, title)); err != nil {
+		return err
+	}
+	fmt.Printf("bench plot: %d lines of %s → %s\n", len(t.lines), logPath, svgPath)
 	return nil
 }

@@ -51,3 +51,27 @@ func TestBenchSVG(t *testing.T) {
 		}
 	}
 }
+
+func TestParseBenchTable(t *testing.T) {
+	out := "bench done\n\nmeasure                                 ours            peer        peer figure     ratio   target     \n" +
+		"drain, 1 workspace vs Node addBulk      25317 events/s  Node addBulk  16054 jobs/s  1.58×   ≥ 1.30×    met\n" +
+		"write path, 8 clients: NOTIFY trigger (sql/003) vs none  2205 commits/s  no wake-up  3080 commits/s  0.72×  reference  -\n" +
+		"end to end, 100000 committed commands → jobs done  533 jobs/s  River v0.51.2  10990 jobs/s  0.05×  ≥ 0.75×  MISSED\n```\n"
+	tb, err := parseBenchTable(strings.NewReader(out))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(tb.lines) != 3 {
+		t.Fatalf("lines: %d, want 3", len(tb.lines))
+	}
+	if l := tb.lines[0]; l.measure != "drain, 1 workspace vs Node addBulk" || l.ours != "25317 events/s" || l.peerFig != "16054 jobs/s" ||
+		l.ratio != 1.58 || l.target != "≥ 1.30×" || !l.met || l.info {
+		t.Errorf("line 1: %+v", l)
+	}
+	if l := tb.lines[1]; !l.info || l.ratio != 0.72 {
+		t.Errorf("line 2: %+v", l)
+	}
+	if l := tb.lines[2]; l.met || l.info || l.peer != "River v0.51.2" {
+		t.Errorf("line 3: %+v", l)
+	}
+}
