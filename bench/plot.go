@@ -16,7 +16,7 @@ import (
 // The suite's charts: standalone SVG files (no script, no external style) that the docs show.
 
 const (
-	plotFont  = `font-family="system-ui, sans-serif" font-size="11" fill="#27272a"`
+	plotFont  = `font-family="system-ui, sans-serif"`
 	oursColor = "#1f5fa8"
 	peerColor = "#a1a1aa"
 )
@@ -33,16 +33,17 @@ func writeFile(path, svg string) error {
 // (the ratio is the figure compared), each labelled with its figure, and the line's ratio,
 // target and verdict.
 func benchSVG(t *table, title string) string {
-	const width, rowH, labelW, barW = 900.0, 46.0, 360.0, 420.0
+	const rowH, labelW, barW = 46.0, 360.0, 420.0
+	const width = labelW + barW + 250
 	top := 40.0
 	h := top + rowH*float64(len(t.lines)) + 30
 	var b strings.Builder
 	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 %.0f %.0f" width="%.0f" height="%.0f" role="img" aria-label="%s">`,
 		width, h, width, h, html.EscapeString(title))
 	fmt.Fprintf(&b, `<rect width="100%%" height="100%%" fill="#fff"/><title>%s</title>`, html.EscapeString(title))
-	fmt.Fprintf(&b, `<text x="8" y="20" %s font-size="14" font-weight="600">%s</text>`, plotFont, html.EscapeString(title))
-	fmt.Fprintf(&b, `<rect x="%.0f" y="26" width="10" height="10" fill="%s"/><text x="%.0f" y="35" %s>ours</text>`, labelW, oursColor, labelW+14, plotFont)
-	fmt.Fprintf(&b, `<rect x="%.0f" y="26" width="10" height="10" fill="%s"/><text x="%.0f" y="35" %s>peer</text>`, labelW+60, peerColor, labelW+74, plotFont)
+	fmt.Fprintf(&b, `<text x="8" y="20" %s fill="#27272a" font-size="14" font-weight="600">%s</text>`, plotFont, html.EscapeString(title))
+	fmt.Fprintf(&b, `<rect x="%.0f" y="26" width="10" height="10" fill="%s"/><text x="%.0f" y="35" %s fill="#27272a" font-size="11">ours</text>`, labelW, oursColor, labelW+14, plotFont)
+	fmt.Fprintf(&b, `<rect x="%.0f" y="26" width="10" height="10" fill="%s"/><text x="%.0f" y="35" %s fill="#27272a" font-size="11">peer</text>`, labelW+60, peerColor, labelW+74, plotFont)
 	for i, l := range t.lines {
 		y := top + rowH*float64(i)
 		verdict := "met"
@@ -52,8 +53,8 @@ func benchSVG(t *table, title string) string {
 		case !l.met:
 			verdict = "MISSED"
 		}
-		fmt.Fprintf(&b, `<text x="8" y="%.1f" %s>%s</text>`, y+15, plotFont, html.EscapeString(clip(l.measure, 58)))
-		fmt.Fprintf(&b, `<text x="8" y="%.1f" %s fill="#52525b">%.2f× (target %s) %s</text>`, y+31, plotFont, l.ratio,
+		fmt.Fprintf(&b, `<text x="8" y="%.1f" %s fill="#27272a" font-size="11">%s</text>`, y+15, plotFont, html.EscapeString(clip(l.measure, 58)))
+		fmt.Fprintf(&b, `<text x="8" y="%.1f" %s font-size="11" fill="#52525b">%.2f× (target %s) %s</text>`, y+31, plotFont, l.ratio,
 			html.EscapeString(l.target), verdict)
 		ours, peer := 1.0, 1.0
 		if l.ratio > 0 && !math.IsInf(l.ratio, 0) && !math.IsNaN(l.ratio) {
@@ -61,9 +62,9 @@ func benchSVG(t *table, title string) string {
 		}
 		scale := barW / max(ours, peer)
 		fmt.Fprintf(&b, `<rect x="%.0f" y="%.1f" width="%.1f" height="14" fill="%s"/>`, labelW, y+4, ours*scale, oursColor)
-		fmt.Fprintf(&b, `<text x="%.1f" y="%.1f" %s>%s</text>`, labelW+ours*scale+4, y+15, plotFont, html.EscapeString(l.ours))
+		fmt.Fprintf(&b, `<text x="%.1f" y="%.1f" %s fill="#27272a" font-size="11">%s</text>`, labelW+ours*scale+4, y+15, plotFont, html.EscapeString(l.ours))
 		fmt.Fprintf(&b, `<rect x="%.0f" y="%.1f" width="%.1f" height="14" fill="%s"/>`, labelW, y+20, peer*scale, peerColor)
-		fmt.Fprintf(&b, `<text x="%.1f" y="%.1f" %s>%s: %s</text>`, labelW+peer*scale+4, y+31, plotFont,
+		fmt.Fprintf(&b, `<text x="%.1f" y="%.1f" %s fill="#27272a" font-size="11">%s: %s</text>`, labelW+peer*scale+4, y+31, plotFont,
 			html.EscapeString(l.peer), html.EscapeString(l.peerFig))
 	}
 	b.WriteString(`</svg>`)
@@ -134,13 +135,13 @@ func parseSoak(r io.Reader) ([]soakMinute, error) {
 // memory), the minutes of the held transaction shaded.
 func soakSVG(ms []soakMinute, title string) string {
 	const width, panelH, left, right, gap = 760.0, 150.0, 64.0, 16.0, 34.0
-	top := 36.0
+	top := 50.0
 	h := top + 3*(panelH+gap) + 10
 	var b strings.Builder
 	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 %.0f %.0f" width="%.0f" height="%.0f" role="img" aria-label="%s">`,
 		width, h, width, h, html.EscapeString(title))
 	fmt.Fprintf(&b, `<rect width="100%%" height="100%%" fill="#fff"/><title>%s</title>`, html.EscapeString(title))
-	fmt.Fprintf(&b, `<text x="8" y="20" %s font-size="14" font-weight="600">%s</text>`, plotFont, html.EscapeString(title))
+	fmt.Fprintf(&b, `<text x="8" y="20" %s fill="#27272a" font-size="14" font-weight="600">%s</text>`, plotFont, html.EscapeString(title))
 	first, last := ms[0].minute, ms[len(ms)-1].minute
 	span := float64(max(last-first, 1))
 	plotW := width - left - right
@@ -164,7 +165,7 @@ func soakSVG(ms []soakMinute, title string) string {
 		}
 		topV = niceCeil(topV)
 		y := func(v float64) float64 { return y0 + panelH*(1-v/topV) }
-		fmt.Fprintf(&b, `<text x="%.0f" y="%.1f" %s font-weight="600">%s</text>`, left, y0-4, plotFont, html.EscapeString(p.name))
+		fmt.Fprintf(&b, `<text x="%.0f" y="%.1f" %s fill="#27272a" font-size="11" font-weight="600">%s</text>`, left, y0-4, plotFont, html.EscapeString(p.name))
 		for _, s := range ms {
 			if s.held {
 				fmt.Fprintf(&b, `<rect x="%.1f" y="%.1f" width="%.1f" height="%.1f" fill="#fde68a" opacity="0.6"/>`,
@@ -173,8 +174,8 @@ func soakSVG(ms []soakMinute, title string) string {
 		}
 		for _, f := range []float64{0, 0.5, 1} {
 			fmt.Fprintf(&b, `<line x1="%.0f" y1="%.1f" x2="%.0f" y2="%.1f" stroke="#d4d4d8"/>`, left, y(topV*f), width-right, y(topV*f))
-			fmt.Fprintf(&b, `<text x="%.0f" y="%.1f" text-anchor="end" %s>%s %s</text>`, left-4, y(topV*f)+4, plotFont,
-				strconv.FormatFloat(topV*f, 'g', 3, 64), p.unit)
+			fmt.Fprintf(&b, `<text x="%.0f" y="%.1f" text-anchor="end" %s fill="#27272a" font-size="11">%s %s</text>`, left-4, y(topV*f)+4, plotFont,
+				strconv.FormatFloat(topV*f, 'f', -1, 64), p.unit)
 		}
 		var pts []string
 		for _, s := range ms {
@@ -183,11 +184,11 @@ func soakSVG(ms []soakMinute, title string) string {
 			}
 		}
 		fmt.Fprintf(&b, `<polyline fill="none" stroke="%s" stroke-width="1.8" points="%s"/>`, oursColor, strings.Join(pts, " "))
-		fmt.Fprintf(&b, `<text x="%.0f" y="%.1f" %s>minute %d</text>`, left, y0+panelH+14, plotFont, first)
-		fmt.Fprintf(&b, `<text x="%.0f" y="%.1f" text-anchor="end" %s>minute %d</text>`, width-right, y0+panelH+14, plotFont, last)
+		fmt.Fprintf(&b, `<text x="%.0f" y="%.1f" %s fill="#27272a" font-size="11">minute %d</text>`, left, y0+panelH+14, plotFont, first)
+		fmt.Fprintf(&b, `<text x="%.0f" y="%.1f" text-anchor="end" %s fill="#27272a" font-size="11">minute %d</text>`, width-right, y0+panelH+14, plotFont, last)
 	}
-	fmt.Fprintf(&b, `<rect x="%.0f" y="%.1f" width="10" height="10" fill="#fde68a"/><text x="%.0f" y="%.1f" %s>REPEATABLE READ transaction held open</text>`,
-		width-260, 10.0, width-246, 19.0, plotFont)
+	fmt.Fprintf(&b, `<rect x="%.0f" y="%.1f" width="10" height="10" fill="#fde68a"/><text x="%.0f" y="%.1f" %s fill="#27272a" font-size="11">REPEATABLE READ transaction held open</text>`,
+		8.0, 28.0, 22.0, 37.0, plotFont)
 	b.WriteString(`</svg>`)
 	return b.String()
 }

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"encoding/xml"
+	"io"
 	"math"
 	"strings"
 	"testing"
@@ -74,4 +76,38 @@ func TestParseBenchTable(t *testing.T) {
 	if l := tb.lines[2]; l.met || l.info || l.peer != "River v0.51.2" {
 		t.Errorf("line 3: %+v", l)
 	}
+}
+
+// wellFormed fails t unless svg parses as XML with no attribute given twice in one element
+// (browsers refuse such a document; encoding/xml does not notice).
+func wellFormed(t *testing.T, svg string) {
+	t.Helper()
+	d := xml.NewDecoder(strings.NewReader(svg))
+	for {
+		tok, err := d.Token()
+		if err == io.EOF {
+			return
+		}
+		if err != nil {
+			t.Fatalf("not XML: %v", err)
+		}
+		if se, ok := tok.(xml.StartElement); ok {
+			seen := map[string]bool{}
+			for _, a := range se.Attr {
+				if seen[a.Name.Local] {
+					t.Fatalf("<%s> has %s twice", se.Name.Local, a.Name.Local)
+				}
+				seen[a.Name.Local] = true
+			}
+		}
+	}
+}
+
+func TestChartsAreWellFormed(t *testing.T) {
+	ms, err := parseSoak(strings.NewReader(soakOutput))
+	if err != nil {
+		t.Fatal(err)
+	}
+	wellFormed(t, soakSVG(ms, "soak & co"))
+	wellFormed(t, benchSVG(&table{lines: []line{{measure: "a <b>", ours: "1", peer: "p", peerFig: "2", ratio: 0.5, target: "≥ 1×"}}}, "t"))
 }
