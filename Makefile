@@ -68,7 +68,14 @@ pgbouncer: ## Install Debian's pgbouncer for the transaction-pooling test (tests
 
 .PHONY: test
 test: node-deps jq ## Run the whole test suite with the race detector (needs PostgreSQL and Redis; tests/readme_test.go runs the README's Try it with jq)
+	@$(BROWSER_CHECK)
 	$(GO) test $(TEST_FLAGS) ./...
+	@$(BROWSER_CHECK)
+
+# BROWSER_CHECK says, on stderr and whatever go test's verbosity, that the console's browser
+# tests skip when chromium is missing (outside CI; CI fails them instead).
+BROWSER_CHECK = command -v "$${CHROMIUM:-chromium}" >/dev/null 2>&1 || \
+	echo "*** WARNING: chromium not found: the console's browser tests (tests/console_*browser_test.go) SKIP; make browser-deps installs it ***" >&2
 
 .PHONY: test-loaded
 test-loaded: node-deps jq ## make test while 40 PostgreSQL connections are held by another client; prints the suite's peak connections (HOLD=40)

@@ -62,6 +62,8 @@ type options struct {
 	adminURL  string
 	cpuprof   string
 	memprof   string
+	// svg is where the table's chart goes (empty: nowhere).
+	svg string
 }
 
 func (o options) on(section string) bool { return len(o.only) == 0 || o.only[section] }
@@ -95,7 +97,16 @@ func main() {
 	flag.IntVar(&so.holdTo, "soak-hold-to", 15, "soak: minute at which it ends")
 	flag.DurationVar(&so.retention, "soak-retention", 90*time.Minute, "soak: JOB_RETENTION (how long a job's id keeps deduplicating)")
 	flag.IntVar(&so.keep, "soak-keep-completed", 1000, "soak: JOB_KEEP_COMPLETED (completed jobs kept in Redis)")
+	flag.StringVar(&o.svg, "svg", "auto", "write the table as an SVG chart here (auto: -root's docs/img/bench.svg when every section runs, none with -only; empty: none)")
+	flag.StringVar(&so.svg, "soak-svg", "", "soak: write its chart (claim p99, WAL per event, Redis memory per minute, the hold shaded) here (default: -root's docs/img/soak.svg)")
+	benchPlot := flag.String("bench-plot", "", "draw the chart of the last table in this file (make bench's stdout, or its table copied into a document) at -svg, then exit")
+	plotTitle := flag.String("plot-title", "", "the title of a chart -bench-plot or -soak-plot draws (default: the file's name)")
+	soakPlot := flag.String("soak-plot", "", "draw the chart of a soak from its printed output (a file holding make soak's stdout) at -soak-svg, then exit")
 	flag.Parse()
+	o.root, _ = filepath.Abs(o.root)
+	if so.svg == "" {
+		so.svg = filepath.Join(o.root, "docs", "img", "soak.svg")
+	}
 	so.rate = 350
 	flag.Visit(func(f *flag.Flag) {
 		if f.Name == "rate" {
@@ -106,11 +117,19 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
 	var err error
-	if role.name != "" {
+	switch {
+	case role.name != "":
 		err = runRole(ctx, role, o.redisURL)
-	} else if *runSoak {
+	case *benchPlot != "":
+		if o.svg == "auto" || o.svg == "" {
+			o.svg = filepath.Join(o.root, "docs", "img", "bench.svg")
+		}
+		err = plotBench(*benchPlot, o.svg, *plotTitle)
+	case *soakPlot != "":
+		err = plotSoak(*soakPlot, so.svg, *plotTitle)
+	case *runSoak:
 		err = soak(ctx, o, so)
-	} else {
+	default:
 		o.only = map[string]bool{}
 		for s := range strings.SplitSeq(only, ",") {
 			if s = strings.TrimSpace(s); s != "" {
@@ -120,7 +139,13 @@ func main() {
 				o.only[s] = true
 			}
 		}
-		if o.root, _ = filepath.Abs(o.root); err == nil {
+		if o.svg == "auto" {
+			o.svg = ""
+			if len(o.only) == 0 {
+				o.svg = filepath.Join(o.root, "docs", "img", "bench.svg")
+			}
+		}
+		if err == nil {
 			err = run(ctx, o)
 		}
 	}
@@ -174,6 +199,13 @@ func run(ctx context.Context, o options) error {
 	}
 	fmt.Printf("\nbench done in %s; load average after: %s\n\n", time.Since(start).Round(time.Second), loadavg())
 	t.print(os.Stdout)
+	if o.svg != "" && len(t.lines) > 0 {
+		title := fmt.Sprintf("make bench, %s (load average after: %s)", time.Now().UTC().Format("2006-01-02 15:04 UTC"), loadavg())
+		if err := writeFile(o.svg, benchSVG(&t, title)); err != nil {
+			return err
+		}
+		fmt.Printf("bench: chart → %s\n", o.svg)
+	}
 	if len(t.failed) > 0 {
 		return fmt.Errorf("%d section(s) failed", len(t.failed))
 	}

@@ -33,6 +33,8 @@ type soakOptions struct {
 	retention                 time.Duration
 	keep                      int
 	rate                      float64
+	// svg is where the soak's chart goes (empty: nowhere).
+	svg string
 }
 
 // soak runs the soak and prints one line a minute: claim p50/p99 (the dispatcher's
@@ -227,6 +229,7 @@ func soak(ctx context.Context, o options, so soakOptions) error {
 	startUse := snapshot(ctx, db, rdb)
 	prevUse := startUse
 	var redisStart, jobsStart int64
+	var plotted []soakMinute // the chart's points: what each minute's line prints
 	for m := 1; m <= so.minutes; m++ {
 		if m-1 == so.holdFrom {
 			phases[1] = prevHist
@@ -318,6 +321,7 @@ func soak(ctx context.Context, o options, so soakOptions) error {
 			jd, msf(quantile(delta, .5)), msf(quantile(delta, .99)), mb(heap), mb(idx), dead, mb(logSize), perEvent, own, ownFPI, ck-prevCk,
 			mb(rb), perEv(use.goCPU-prevUse.goCPU), perEv(use.pgCPU-prevUse.pgCPU), perEv(use.redisCPU-prevUse.redisCPU),
 			vacuums.Load(), strings.Fields(loadavg())[0], failed.Load())
+		plotted = append(plotted, soakMinute{minute: m, held: held != nil, claim99: quantile(delta, .99) * 1000, walB: perEvent, redisMB: mb(rb)})
 		prevEvents, prevWAL, prevCk, prevUse = ev, wal, ck, use
 	}
 	printClaimPhases(phases, claimBuckets(reg))
@@ -359,6 +363,13 @@ func soak(ctx context.Context, o options, so soakOptions) error {
 		wi.print(ctx, evTotal-evHeld)
 	}
 	fmt.Printf("soak: load average after: %s\n", loadavg())
+	if so.svg != "" && len(plotted) > 0 {
+		title := fmt.Sprintf("make soak, %.0f events/s, %s", so.rate, time.Now().UTC().Format("2006-01-02 15:04 UTC"))
+		if err := writeFile(so.svg, soakSVG(plotted, title)); err != nil {
+			return err
+		}
+		fmt.Printf("soak: chart → %s\n", so.svg)
+	}
 	return nil
 }
 

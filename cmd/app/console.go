@@ -4,6 +4,8 @@ import (
 	"context"
 	"log/slog"
 
+	"golang.org/x/sync/errgroup"
+
 	listing "github.com/listingkit/listing"
 	"github.com/listingkit/listing/app/worker/flows"
 	"github.com/listingkit/listing/infra/bullmq"
@@ -12,7 +14,8 @@ import (
 	"github.com/listingkit/listing/infra/postgres"
 )
 
-// runConsole serves the operator console on CONSOLE_ADDR (or -addr) until ctx ends.
+// runConsole serves the operator console on CONSOLE_ADDR (or -addr), and writes its
+// overview's samples, until ctx ends.
 func runConsole(ctx context.Context, cfg config.Config, log *slog.Logger, args []string) error {
 	fs := newFlags("console", subcommands()["console"].summary)
 	addr := fs.String("addr", cfg.ConsoleAddr, "listen address (CONSOLE_ADDR)")
@@ -33,7 +36,10 @@ func runConsole(ctx context.Context, cfg config.Config, log *slog.Logger, args [
 	s.role("console")
 	s.addr("console", ln)
 	s.log(log)
-	return serveOn(ctx, ln, srv, log)
+	g, ctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return serveOn(ctx, ln, srv, log) })
+	g.Go(func() error { return srv.RunSampler(ctx) })
+	return g.Wait()
 }
 
 // newConsole builds the console from cfg: the listing_operator pool (OPERATOR_DATABASE_URL),
@@ -55,7 +61,8 @@ func newConsole(ctx context.Context, cfg config.Config, log *slog.Logger) (*cons
 	ccfg := console.Config{Operators: operators, Production: cfg.Production(), Pool: pool, Queues: flows.Queues(), Logger: log,
 		SessionTTL: cfg.ConsoleSessionTTL, SigninFailures: cfg.ConsoleSigninFailures}
 	for _, f := range flows.All() {
-		ccfg.Flows = append(ccfg.Flows, console.Flow{Name: f.Name, Queue: f.Queue, Table: f.Table})
+		ccfg.Flows = append(ccfg.Flows, console.Flow{Name: f.Name, Queue: f.Queue, Table: f.Table, Operation: f.Operation,
+			RequestEvent: f.Request.EventType()})
 	}
 	if !cfg.Memory() {
 		rdb, closeRedis, err := listing.ProvideRedis(ctx, cfg)

@@ -142,6 +142,7 @@ func runAll(ctx context.Context, cfg config.Config, log *slog.Logger, args []str
 	s.log(log)
 	g, ctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return serveOn(ctx, consoleLn, consoleSrv, log) })
+	g.Go(func() error { return consoleSrv.RunSampler(ctx) })
 	g.Go(func() error { return serveOn(ctx, apiLn, api.Server, log) })
 	g.Go(func() error { return d.Run(ctx) })
 	g.Go(func() error { return work.Run(ctx) })

@@ -40,19 +40,20 @@ const (
 	chartTop, chartRight    = 8.0, 8.0
 )
 
-// SVG renders c. A chart with no point renders a note instead.
+// SVG renders c. A chart with no point (or only gaps) renders a note instead.
 func (c Chart) SVG() template.HTML {
-	n := 0
+	n, points := 0, 0
 	top := 0.0
 	for _, s := range c.Series {
 		n = max(n, len(s.Points))
 		for _, v := range s.Points {
 			if !math.IsNaN(v) {
 				top = max(top, v)
+				points++
 			}
 		}
 	}
-	if n == 0 {
+	if points == 0 {
 		return template.HTML(`<p class="chart-empty">No data yet.</p>`)
 	}
 	top = niceCeil(top)
@@ -99,7 +100,12 @@ func (c Chart) SVG() template.HTML {
 			color := seriesColors[si%len(seriesColors)]
 			var pts []string
 			flush := func() {
-				if len(pts) > 0 {
+				switch len(pts) {
+				case 0:
+				case 1: // a point alone would draw nothing as a line
+					xy := strings.Split(pts[0], ",")
+					fmt.Fprintf(&b, `<circle cx="%s" cy="%s" r="2.5" fill="%s"/>`, xy[0], xy[1], color)
+				default:
 					fmt.Fprintf(&b, `<polyline fill="none" stroke="%s" stroke-width="1.5" points="%s"/>`, color, strings.Join(pts, " "))
 				}
 				pts = pts[:0]

@@ -16,7 +16,8 @@ func TestChartSVG(t *testing.T) {
 	svg := string(c.SVG())
 	require.NotContains(t, svg, "<script>", "the title is escaped")
 	require.Contains(t, svg, "&lt;script&gt;")
-	require.Equal(t, 3, strings.Count(svg, "<polyline"), "p50 broken at its gap, p99 whole")
+	require.Equal(t, 2, strings.Count(svg, "<polyline"), "p50 broken at its gap, p99 whole")
+	require.Equal(t, 1, strings.Count(svg, "<circle"), "p50's point after the gap, alone, a dot")
 	require.Contains(t, svg, ">10 s</text>", "the axis tops at a round value above 9")
 	require.Contains(t, svg, ">10:27</text>", "the first point's time")
 	require.Contains(t, svg, ">10:30 UTC</text>")
@@ -27,6 +28,7 @@ func TestChartSVG(t *testing.T) {
 	require.NotContains(t, bars, `class="legend"`, "one unnamed series has no legend")
 
 	require.Contains(t, string(Chart{}.SVG()), "No data yet.")
+	require.Contains(t, string(Chart{Series: []Series{{Points: []float64{math.NaN(), math.NaN()}}}}.SVG()), "No data yet.", "only gaps")
 }
 
 func TestNiceCeil(t *testing.T) {

@@ -59,9 +59,10 @@ type Config struct {
 	Now func() time.Time
 }
 
-// Flow is one flow as the console names it: its name, queue and task table.
+// Flow is one flow as the console names it: its name, queue, task table, operation type and
+// request event type (what the overview reads of the log).
 type Flow struct {
-	Name, Queue, Table string
+	Name, Queue, Table, Operation, RequestEvent string
 }
 
 // Server is the operator console. Safe for concurrent use.

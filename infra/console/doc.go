@@ -4,13 +4,22 @@
 //
 // # Pages
 //
-//   - / links to every page;
+//   - / is the overview: one row per flow now (tasks waiting and running, the oldest waiting
+//     task's age, jobs in its queue, failures of the last hour) and one for the outbox (owed,
+//     the oldest owed event's age, delivered in the last sampled minute); charts of the last
+//     hour per minute or the last day per ten minutes, for every flow or one: operations
+//     accepted, succeeded and failed, commit → job start and commit → finish (p50, p99),
+//     tasks and jobs waiting, redeliveries and last looks, events delivered and owed. It
+//     reloads itself every minute (a meta refresh, no script) and links to every page;
+//   - /failures and /workspaces: failed operations across workspaces (filters flow, code,
+//     since), the workspaces with the largest backlogs and their pages;
 //   - /outbox: totals per status, destination and workspace, the oldest pending age, dead
 //     letters across workspaces with their sanitized error, attempts and redrive history, the
 //     latest redrives and purges; redrive and purge forms (reason required); /outbox/event
 //     shows one event's status;
 //   - /queues: per BullMQ queue the counts by state, the oldest waiting job's age, failed jobs
-//     with their failedReason and stack; retry and remove forms (reason required);
+//     with their failedReason and stack, those of one operation (an attempt and its last
+//     look) shown as one failure; retry and remove forms (reason required);
 //   - /operations: one operation by id, or a workspace's recent failed operations.
 //
 // Every page is plain HTML (html/template, embedded) and works without JavaScript; the
@@ -25,6 +34,16 @@
 // outbox_purges with the operator's name. Queue actions (infra/bullmq RetryJob and RemoveJob)
 // are recorded in operator_actions in the transaction that wraps them. Every action is also
 // logged with the operator's name.
+//
+// # The overview's samples
+//
+// The charts read per-minute samples (sql/050: overview_flow_samples, overview_outbox_samples,
+// kept two days) that Server.RunSampler writes, ten seconds after each minute ends, in the
+// console process (`app console` and `app all`): from the log of delivered events (a minute's
+// rows, over its BRIN index, and one primary-key read of operations per finished operation),
+// the task tables' unfinished and failed partial indexes, the outbox's live table and the
+// queues' lengths in Redis. Nothing the service writes pays for them. Several consoles may
+// sample: a minute already written is left alone.
 //
 // # Authentication
 //

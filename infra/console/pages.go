@@ -84,10 +84,6 @@ func (s *Server) signout(w http.ResponseWriter, r *http.Request) {
 	http.Redirect(w, r, "/signin", http.StatusSeeOther)
 }
 
-func (s *Server) index(w http.ResponseWriter, r *http.Request) {
-	s.render(w, r, http.StatusOK, "index", page{Title: "Operator console"})
-}
-
 // outboxData is the outbox page.
 type outboxData struct {
 	Stats    outbox.Stats
@@ -185,16 +181,19 @@ type queueView struct {
 	Name          string
 	Counts        []stateCount
 	OldestWaiting time.Duration
-	Failed        []failedJobView
-	Err           string
+	// Failed are the latest failed jobs, those of one operation together (failureGroups).
+	Failed []failureGroup
+	Err    string
 }
 
 // failedJobView is a failed job with the operation its task belongs to, read from the job's
 // data (the job envelope of app/worker: the workspace, and the request event's operation_id;
-// nil when the job carries none).
+// nil when the job carries none), and, for a last look (domain.LastLookRequested), the
+// failure it held.
 type failedJobView struct {
 	bullmq.FailedJob
 	WorkspaceID, OperationID *uuid.UUID
+	LastLook                 *domain.LastLook
 }
 
 func viewFailedJob(j bullmq.FailedJob) failedJobView {
@@ -202,13 +201,43 @@ func viewFailedJob(j bullmq.FailedJob) failedJobView {
 	var env struct {
 		WorkspaceID uuid.UUID `json:"workspace_id"`
 		Payload     struct {
-			OperationID uuid.UUID `json:"operation_id"`
+			OperationID uuid.UUID        `json:"operation_id"`
+			LastLook    *domain.LastLook `json:"last_look"`
 		} `json:"payload"`
 	}
 	if json.Unmarshal(j.Data, &env) == nil && env.WorkspaceID != uuid.Nil && env.Payload.OperationID != uuid.Nil {
 		v.WorkspaceID, v.OperationID = &env.WorkspaceID, &env.Payload.OperationID
+		if l := env.Payload.LastLook; l != nil && l.Code != "" {
+			v.LastLook = l
+		}
 	}
 	return v
+}
+
+// failureGroup is one failure on the queues page: the failed jobs of one operation (its
+// attempt that failed and its last look, if that failed too), the latest first, or one job
+// that names no operation.
+type failureGroup struct {
+	OperationID, WorkspaceID *uuid.UUID
+	Jobs                     []failedJobView
+}
+
+// groupFailures groups jobs (the latest first) by operation, in the order of each
+// operation's latest job.
+func groupFailures(jobs []failedJobView) []failureGroup {
+	var out []failureGroup
+	at := map[uuid.UUID]int{}
+	for _, j := range jobs {
+		if j.OperationID != nil {
+			if i, ok := at[*j.OperationID]; ok {
+				out[i].Jobs = append(out[i].Jobs, j)
+				continue
+			}
+			at[*j.OperationID] = len(out)
+		}
+		out = append(out, failureGroup{OperationID: j.OperationID, WorkspaceID: j.WorkspaceID, Jobs: []failedJobView{j}})
+	}
+	return out
 }
 
 type stateCount struct {
@@ -243,9 +272,11 @@ func (s *Server) queuesPage(w http.ResponseWriter, r *http.Request) {
 			if err == nil {
 				var failed []bullmq.FailedJob
 				failed, err = bullmq.FailedJobs(ctx, s.cfg.BullMQ, q, failedJobsLimit)
-				for _, j := range failed {
-					v.Failed = append(v.Failed, viewFailedJob(j))
+				views := make([]failedJobView, len(failed))
+				for i, j := range failed {
+					views[i] = viewFailedJob(j)
 				}
+				v.Failed = groupFailures(views)
 			}
 			if err != nil {
 				s.log.Error("console: queue", "queue", q, "err", err)

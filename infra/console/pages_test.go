@@ -182,10 +182,14 @@ func TestQueuesPage(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = pub.Close() })
 	ids := []string{uuid.NewString(), uuid.NewString()}
-	// The first job is a task's (app/worker's envelope, with its workspace and operation).
+	// The first job is a task's (app/worker's envelope, with its workspace and operation);
+	// the third is its last look, which fails too.
 	ws, op := uuid.New(), uuid.New()
 	envelope := fmt.Sprintf(`{"event_id":%q,"workspace_id":%q,"event_type":"store.verification_requested","payload":{"operation_id":%q}}`,
 		ids[0], ws, op)
+	look := uuid.NewString()
+	lookEnvelope := fmt.Sprintf(`{"event_id":%q,"workspace_id":%q,"event_type":"store.verification_requested",
+		"payload":{"operation_id":%q,"last_look":{"code":"PLATFORM_UNAVAILABLE","message":"the platform failed"}}}`, look, ws, op)
 	_, err = pub.Add(ctx, b.queue, []bullmq.Job{{ID: ids[0], Name: "t", Data: []byte(envelope)}, {ID: ids[1], Name: "t", Data: []byte(`{}`)}})
 	require.NoError(t, err)
 	w, err := bullmq.NewWorker(bullmq.WorkerConfig{Config: b.bcfg, Queue: b.queue, DrainDelay: 100 * time.Millisecond},
@@ -199,6 +203,12 @@ func TestQueuesPage(t *testing.T) {
 	require.Eventually(t, func() bool {
 		c, err := bullmq.QueueCounts(ctx, b.bcfg, b.queue)
 		return err == nil && c[bullmq.StateFailed] == 2
+	}, 10*time.Second, 50*time.Millisecond)
+	_, err = pub.Add(ctx, b.queue, []bullmq.Job{{ID: look, Name: "t", Data: []byte(lookEnvelope)}})
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		c, err := bullmq.QueueCounts(ctx, b.bcfg, b.queue)
+		return err == nil && c[bullmq.StateFailed] == 3
 	}, 10*time.Second, 50*time.Millisecond)
 	stop()
 	require.NoError(t, testwait.Recv(t, done, "the worker's stop"))
@@ -215,7 +225,11 @@ func TestQueuesPage(t *testing.T) {
 	require.Contains(t, body, "<th scope=\"col\">failed</th>")
 	require.Contains(t, body, ` · operation <a href="/operations?id=`+op.String()+`">`, "a task's job links to its operation")
 	require.Contains(t, body, `of workspace <a href="/workspaces/`+ws.String()+`">`)
-	require.Equal(t, 1, strings.Count(body, " · operation <a "), "a job without an envelope links nowhere")
+	require.Equal(t, 2, strings.Count(body, " · operation <a "), "a job without an envelope links nowhere")
+	require.Equal(t, 2, strings.Count(body, `<article class="failure">`), "the operation's attempt and its last look are one failure")
+	require.Contains(t, body, `One failure of operation <a href="/operations?id=`+op.String()+`"><code>`+op.String()+`</code></a>: 2 failed jobs`)
+	require.Less(t, strings.Index(body, "job-"+b.queue+"-"+look), strings.Index(body, "job-"+b.queue+"-"+ids[0]), "its latest job first")
+	require.Contains(t, body, `<strong class="last-look">last look</strong> before failing PLATFORM_UNAVAILABLE`)
 
 	form := url.Values{"queue": {b.queue}, "id": {ids[0]}}
 	status, _, _ = b.c.post("/queues/retry", form)
@@ -254,7 +268,9 @@ func TestQueuesPage(t *testing.T) {
 	require.Equal(t, http.StatusOK, status)
 	require.Contains(t, body, "Removed")
 	require.Contains(t, body, "duplicate")
-	require.NotContains(t, body, "platform answered 422", "no failed job left")
+	require.NotContains(t, body, "platform answered 422 for job "+ids[0], "retried")
+	require.NotContains(t, body, "platform answered 422 for job "+ids[1], "removed")
+	require.NotContains(t, body, "One failure of operation", "the last look's job alone")
 }
 
 // Operations: one by id whatever its workspace, and a workspace's recent failures.

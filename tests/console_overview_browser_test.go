@@ -1,0 +1,265 @@
+package tests
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+	"github.com/google/uuid"
+	"github.com/stretchr/testify/require"
+
+	"github.com/listingkit/listing/infra/bullmq"
+	"github.com/listingkit/listing/infra/postgres/pgtest"
+)
+
+// The console's overview, failures, queues and operation pages in a real browser (headless
+// Debian chromium), served by the real `app console` binary as listing_operator, over what a
+// run with a failure and a long product sync leaves in the database and Redis: a material
+// transfer that failed PLATFORM_UNAVAILABLE after its last look (its operation, task, status
+// and request events in the log, its two failed jobs in BullMQ), operations that succeeded,
+// and a product sync still running at 40 of 100 products. The overview's charts are drawn
+// from the samples the console writes when it starts; the failures page lists the failure
+// with its code without any id typed; its job on the queues page links to its operation;
+// the product sync's operation shows a progress bar. Screenshots of each page are saved in
+// the test's temporary directory, and copied to CONSOLE_SCREENSHOTS when set.
+func TestConsoleOverviewInBrowser(t *testing.T) {
+	browser := chromiumPath(t)
+	t.Parallel()
+	db := pgtest.New(t)
+	ctx := context.Background()
+	prefix := seedPrefix()
+	rdb := seedRedis(t, prefix)
+	bcfg := bullmq.Config{Client: rdb, Prefix: prefix}
+
+	ws := uuid.New()
+	exec := func(q string, args ...any) {
+		t.Helper()
+		_, err := db.Owner.Exec(ctx, q, args...)
+		require.NoError(t, err)
+	}
+	exec(`INSERT INTO workspaces (id, name) VALUES ($1, 'Acme')`, ws)
+	// logged adds a delivered event to the log, committed at.
+	logged := func(typ, dest, aggType, aggID, payload string, at time.Time) {
+		t.Helper()
+		exec(`INSERT INTO outbox_dispatched (id, workspace_id, event_type, destination, aggregate_type, aggregate_id, event_payload,
+				metadata, attempt_count, created_at, dispatched_at)
+			VALUES (gen_random_uuid(), $1, $2, $3, $4, $5, $6, '{}', 1, $7::timestamptz, $7::timestamptz + interval '30 milliseconds')`,
+			ws, typ, dest, aggType, aggID, payload, at)
+	}
+	opEvent := func(op uuid.UUID, status string, started *time.Time) string {
+		p := map[string]any{"operation_id": op, "type": "material_transfer", "status": status}
+		if started != nil {
+			p["started_at"] = started.UTC().Format(time.RFC3339Nano)
+		}
+		return mustJSON(t, p)
+	}
+	// transfer adds a material transfer accepted at, finished after took (0: still pending).
+	transfer := func(at time.Time, status, code string, took time.Duration) (op, task uuid.UUID) {
+		t.Helper()
+		op, task = uuid.New(), uuid.New()
+		msg := ""
+		if code != "" {
+			msg = "the marketplace answered 500 three times, and its last look found nothing"
+		}
+		exec(`INSERT INTO operations (id, workspace_id, type, status, resource_type, resource_id, error_code, error_message, created_at, updated_at)
+			VALUES ($1, $2, 'material_transfer', $3, 'media', gen_random_uuid(), $4, $5, $6, $6::timestamptz + $7::interval)`,
+			op, ws, status, code, msg, at, took.String())
+		exec(`INSERT INTO material_transfers (id, workspace_id, operation_id, status, source_url, media_id, attempts, error_code,
+				error_message, created_at, updated_at)
+			VALUES ($1, $2, $3, $4, 'https://example.com/a.png', gen_random_uuid(), 3, $5, $6, $7, $7::timestamptz + $8::interval)`,
+			task, ws, op, status, code, msg, at, took.String())
+		logged("operation.status_changed", "stream", "operation", op.String(), opEvent(op, "pending", nil), at)
+		logged("material_transfer.requested", "material-transfer", "material_transfer", task.String(),
+			fmt.Sprintf(`{"transfer_id":%q,"operation_id":%q}`, task, op), at)
+		if status == "succeeded" || status == "failed" {
+			started := at.Add(took / 3)
+			logged("operation.status_changed", "stream", "operation", op.String(), opEvent(op, status, &started), at.Add(took))
+		}
+		return op, task
+	}
+	now := time.Now()
+	// Eight minutes of traffic, the last ended more than a minute ago (the sampler's lag).
+	for m := 9; m >= 2; m-- {
+		for i := range 3 + m%3 {
+			at := now.Add(-time.Duration(m)*time.Minute + time.Duration(i)*7*time.Second)
+			transfer(at, "succeeded", "", time.Duration(400+100*i)*time.Millisecond)
+		}
+	}
+	failedAt := now.Add(-4 * time.Minute)
+	failedOp, failedTask := transfer(failedAt, "failed", "PLATFORM_UNAVAILABLE", 20*time.Second)
+	logged("material_transfer.requested", "material-transfer", "material_transfer", failedTask.String(),
+		fmt.Sprintf(`{"transfer_id":%q,"operation_id":%q,"last_look":{"code":"PLATFORM_UNAVAILABLE","message":"m"}}`, failedTask, failedOp),
+		failedAt.Add(15*time.Second))
+	for range 4 {
+		transfer(now.Add(-30*time.Second), "pending", "", 0)
+	}
+	// The product sync, running, 40 of its 100 products synced.
+	syncOp := uuid.New()
+	exec(`INSERT INTO operations (id, workspace_id, type, status, resource_type, resource_id, progress, progress_at, created_at, updated_at)
+		VALUES ($1, $2, 'product_sync', 'running', 'product_sync', gen_random_uuid(), '{"done": 40, "total": 100}', now(), $3, $3)`,
+		syncOp, ws, now.Add(-90*time.Second))
+
+	// The failed transfer's two jobs in BullMQ: its attempt, and its last look, both failed.
+	const queue = "material-transfer"
+	pub, err := bullmq.NewPublisher(bullmq.PublisherConfig{Config: bcfg}, nil)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = pub.Close() })
+	attemptJob, lookJob := uuid.NewString(), uuid.NewString()
+	envelope := func(id, extra string) []byte {
+		return fmt.Appendf(nil, `{"event_id":%q,"workspace_id":%q,"event_type":"material_transfer.requested","payload":{"transfer_id":%q,"operation_id":%q%s}}`,
+			id, ws, failedTask, failedOp, extra)
+	}
+	_, err = pub.Add(ctx, queue, []bullmq.Job{{ID: attemptJob, Name: "material_transfer.requested", Data: envelope(attemptJob, "")}})
+	require.NoError(t, err)
+	w, err := bullmq.NewWorker(bullmq.WorkerConfig{Config: bcfg, Queue: queue, DrainDelay: 100 * time.Millisecond},
+		func(context.Context, *bullmq.Job) (any, error) {
+			return nil, bullmq.Unrecoverable(fmt.Errorf("PLATFORM_UNAVAILABLE: the marketplace answered 500"))
+		})
+	require.NoError(t, err)
+	wctx, stopWorker := context.WithCancel(ctx)
+	worked := make(chan error, 1)
+	go func() { worked <- w.Run(wctx) }()
+	t.Cleanup(func() { stopWorker(); <-worked })
+	failedJobs := func(n int64) func() bool {
+		return func() bool {
+			c, err := bullmq.QueueCounts(ctx, bcfg, queue)
+			return err == nil && c[bullmq.StateFailed] == n
+		}
+	}
+	seedEventually(t, 15*time.Second, failedJobs(1), "the attempt's job never failed")
+	_, err = pub.Add(ctx, queue, []bullmq.Job{{ID: lookJob, Name: "material_transfer.requested",
+		Data: envelope(lookJob, `,"last_look":{"code":"PLATFORM_UNAVAILABLE","message":"the marketplace answered 500"}`)}})
+	require.NoError(t, err)
+	seedEventually(t, 15*time.Second, failedJobs(2), "the last look's job never failed")
+
+	// The console, as the real binary; it samples the last ten minutes as it starts.
+	const secret = "ada-overview-secret-0123456789"
+	addr := seedFreeAddr(t)
+	base := "http://" + addr
+	proc := seedStartProc(t, "console", seedEnv(db.AppURL, prefix, map[string]string{
+		"CONSOLE_ADDR":          addr,
+		"CONSOLE_TOKENS":        "ada:" + secret,
+		"OPERATOR_DATABASE_URL": db.OperatorURL,
+	}), "console")
+	seedWaitHTTP(t, proc, base+"/signin")
+	seedEventually(t, 30*time.Second, func() bool {
+		var n int
+		require.NoError(t, db.Owner.QueryRow(ctx, `SELECT count(*) FROM overview_outbox_samples`).Scan(&n))
+		return n >= 8
+	}, "the console never sampled the last minutes")
+
+	bctx := newBrowser(t, browser)
+	css := func(sel string) chromedp.CSS { return chromedp.CSS(sel) }
+	textOf := func(sel string) string {
+		t.Helper()
+		v, err := chromedp.Run(bctx, chromedp.Text(css(sel)))
+		require.NoError(t, err)
+		return v
+	}
+	shots := t.TempDir()
+	shot := func(name string) {
+		t.Helper()
+		png, err := chromedp.Run(bctx, chromedp.FullScreenshot(100))
+		require.NoError(t, err)
+		require.NoError(t, os.WriteFile(filepath.Join(shots, name+".png"), png, 0o644))
+		if dir := os.Getenv("CONSOLE_SCREENSHOTS"); dir != "" {
+			require.NoError(t, os.WriteFile(filepath.Join(dir, name+".png"), png, 0o644))
+		}
+	}
+
+	// Sign in: the form says what to paste.
+	require.NoError(t, chromedp.Do(bctx, chromedp.Navigate(base+"/"), chromedp.WaitVisible(css(`#token`))))
+	require.Contains(t, textOf(`main`), "CONSOLE_TOKENS")
+	shot("signin")
+	require.NoError(t, chromedp.Do(bctx, chromedp.SendKeys(css(`#token`), secret), chromedp.Submit(css(`#token`)),
+		chromedp.WaitVisible(css(`#flows-now`))))
+
+	// The overview: the flows now, and charts with lines.
+	text := textOf(`#flows-now`)
+	require.Contains(t, text, "material_transfer")
+	row, err := chromedp.Run(bctx, chromedp.Text(css(`#flows-now tr:has(a[href="/?flow=material_transfer"])`)))
+	require.NoError(t, err)
+	require.Regexp(t, `material_transfer\s+4\s+\S+\s+0\s+0\s+1`, row, "4 waiting, none running or queued, 1 failed in the hour")
+	for _, chart := range []string{"throughput-chart", "latency-chart", "depth-chart", "reconciliations-chart", "owed-chart"} {
+		n, err := chromedp.Run(bctx, chromedp.Evaluate[int](fmt.Sprintf(`document.querySelectorAll('#%s polyline, #%s circle').length`, chart, chart)))
+		require.NoError(t, err, chart)
+		require.NotZero(t, n, "chart %s has no line", chart)
+	}
+	bars, err := chromedp.Run(bctx, chromedp.Evaluate[int](`document.querySelectorAll('#delivered-chart rect').length`))
+	require.NoError(t, err)
+	require.NotZero(t, bars, "the outbox's deliveries have bars")
+	shot("overview")
+	require.NoError(t, chromedp.Do(bctx, chromedp.Navigate(base+"/?flow=material_transfer"), chromedp.WaitVisible(css(`#latency-chart`))))
+	label, err := chromedp.Run(bctx, chromedp.Evaluate[string](`document.querySelector('#throughput-chart').getAttribute('aria-label')`))
+	require.NoError(t, err)
+	require.Equal(t, "Operations per minute, material_transfer", label)
+	shot("overview-material-transfer")
+
+	// Failures: the failed operation with its code, no id typed.
+	require.NoError(t, chromedp.Do(bctx, chromedp.Click(css(`header a[href="/failures"]`)), chromedp.WaitVisible(css(`#failures`))))
+	text = textOf(`main`)
+	require.Contains(t, text, failedOp.String())
+	require.Contains(t, text, "PLATFORM_UNAVAILABLE")
+	shot("failures")
+
+	// Queues: the attempt's job and its last look's, one failure, linked to the operation.
+	require.NoError(t, chromedp.Do(bctx, chromedp.Click(css(`header a[href="/queues"]`)), chromedp.WaitVisible(css(`#q-`+queue))))
+	group := textOf(`section[aria-labelledby="q-` + queue + `"] article.failure`)
+	require.Contains(t, group, "One failure of operation "+failedOp.String()+": 2 failed jobs")
+	require.Contains(t, group, "last look before failing PLATFORM_UNAVAILABLE")
+	shot("queues")
+	require.NoError(t, chromedp.Do(bctx, chromedp.Click(css(`#job-`+queue+`-`+attemptJob+` a[href="/operations?id=`+failedOp.String()+`"]`)),
+		chromedp.WaitVisible(css(`#operation`))))
+	text = textOf(`main`)
+	require.Contains(t, text, "PLATFORM_UNAVAILABLE")
+	require.Contains(t, text, ws.String())
+
+	// The workspace's page lists the product sync; its operation shows the bar.
+	require.NoError(t, chromedp.Do(bctx, chromedp.Navigate(base+"/workspaces/"+ws.String()),
+		chromedp.WaitVisible(css(`a[href="/operations?id=`+syncOp.String()+`"]`))))
+	shot("workspace")
+	require.NoError(t, chromedp.Do(bctx, chromedp.Click(css(`a[href="/operations?id=`+syncOp.String()+`"]`)),
+		chromedp.WaitVisible(css(`#progress progress`))))
+	value, err := chromedp.Run(bctx, chromedp.Evaluate[int](`document.querySelector('#progress progress').value`))
+	require.NoError(t, err)
+	require.EqualValues(t, 40, value)
+	require.Contains(t, textOf(`#progress`), "40 of 100 (40%)")
+	shot("product-sync")
+	t.Logf("screenshots in %s", shots)
+}
+
+// newBrowser starts headless chromium at path for the test; its context ends with the test
+// or after 90 s.
+func newBrowser(t *testing.T, path string) context.Context {
+	t.Helper()
+	alloc, cancelAlloc := chromedp.NewExecAllocator(context.Background(),
+		chromedp.ExecPath(path),
+		chromedp.Headless,
+		chromedp.NoSandbox,
+		chromedp.DisableGPU,
+		chromedp.NoFirstRun,
+		chromedp.NoDefaultBrowserCheck,
+		chromedp.WindowSize(1280, 900),
+		chromedp.Flag("disable-background-networking", true),
+		chromedp.Flag("disable-component-update", true),
+		chromedp.Flag("disable-sync", true),
+		chromedp.UserDataDir(t.TempDir()),
+	)
+	bctx, cancelBrowser := chromedp.NewContext(alloc)
+	bctx, cancelTimeout := context.WithTimeout(bctx, 90*time.Second)
+	t.Cleanup(func() { cancelTimeout(); cancelBrowser(); cancelAlloc() })
+	return bctx
+}
+
+// mustJSON is v as JSON text.
+func mustJSON(t *testing.T, v any) string {
+	t.Helper()
+	b, err := json.Marshal(v)
+	require.NoError(t, err)
+	return string(b)
+}
