@@ -92,11 +92,19 @@ func newHandler(e handlerNeeds) (*Handler, error) {
 // of the adapter (listingupdate's lease rule).
 func (h *Handler) lease() time.Duration { return 4 * h.env.Settings.PlatformTimeout }
 
-// begin takes the publication's push claim (waiting, like an update, while another holds
-// it) and reads the store's credentials.
+// begin refuses an unpublish whose store is no longer verified (with other credentials, the
+// platform's 404 would count as deleted), takes the publication's push claim (waiting, like
+// an update, while another holds it) and reads the store's credentials.
 func (h *Handler) begin(ctx context.Context, u *domain.Unpublish) (started, error) {
+	store, err := h.env.Stores.Get(ctx, u.StoreID)
+	if err != nil {
+		return started{}, err
+	}
+	if store.Status != domain.StoreVerified {
+		return started{}, worker.Refuse(domain.ErrStoreNotVerified)
+	}
 	now := h.env.Deps.Now()
-	_, err := h.env.Publications.Update(ctx, u.PublicationID, func(p *domain.Publication) error {
+	_, err = h.env.Publications.Update(ctx, u.PublicationID, func(p *domain.Publication) error {
 		if p.Push.HeldBy(u.ID, now) {
 			return domain.ErrListingUpdateBusy.WithRetryAfter(max(min(p.Push.Until.Sub(now), h.lease()/4), time.Second))
 		}

@@ -1,0 +1,81 @@
+package unpublish_test
+
+import (
+	"context"
+	"net/http/httptest"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/stretchr/testify/require"
+
+	"github.com/listingkit/listing/app/port"
+	"github.com/listingkit/listing/app/worker"
+	"github.com/listingkit/listing/app/worker/unpublish"
+	"github.com/listingkit/listing/domain"
+	"github.com/listingkit/listing/infra/platform"
+	"github.com/listingkit/listing/infra/postgres"
+	"github.com/listingkit/listing/infra/sandbox/marketplace"
+	"github.com/listingkit/listing/infra/secret"
+	"github.com/listingkit/listing/internal/workertest"
+)
+
+const apiKey = "sk_test_unpublish"
+
+// An unpublish whose store is no longer verified (its credentials replaced and not verified
+// yet) fails STORE_NOT_VERIFIED without a call: with other credentials, the platform's 404
+// would count as deleted.
+func TestUnverifiedStoreIsRefusedWithoutACall(t *testing.T) {
+	t.Parallel()
+	env := workertest.New(t)
+	sb, err := marketplace.New(marketplace.Config{Logger: env.Log})
+	require.NoError(t, err)
+	srv := httptest.NewServer(sb)
+	t.Cleanup(srv.Close)
+	gateway, err := platform.New(platform.Config{BaseURL: srv.URL, Logger: env.Log, Timeout: 5 * time.Second})
+	require.NoError(t, err)
+	cipher, err := secret.New(secret.Config{Logger: env.Log})
+	require.NoError(t, err)
+	stores, pubs, products := postgres.NewStores(), postgres.NewPublications(), postgres.Products{}
+	unpublishes := postgres.TaskRepositories()["unpublishes"]
+	h, err := unpublish.Flow.Handler(worker.Provide(env.Deps, stores, pubs, unpublishes, port.CredentialCipher(cipher),
+		port.Marketplace(gateway), worker.Settings{PlatformTimeout: 5 * time.Second}))
+	require.NoError(t, err)
+	creds, err := port.NewCredentials(apiKey)
+	require.NoError(t, err)
+
+	now := time.Now()
+	var store domain.Store
+	var product domain.Product
+	env.InTx(t, func(ctx context.Context) error {
+		store, err = domain.NewStore(uuid.New(), env.Workspace, "sandbox", "shop-"+uuid.NewString()[:8], "Shop", []string{"sandbox"}, now)
+		require.NoError(t, err)
+		require.NoError(t, stores.Insert(ctx, store))
+		require.NoError(t, stores.SetCredentials(ctx, store.ID, env.Seal(t, cipher, store.ID, apiKey)))
+		product, err = domain.NewProduct(uuid.New(), env.Workspace, domain.ProductContent{Title: "v1", Price: "10.00",
+			Currency: "EUR", Images: []string{"https://img.example.test/mug.jpg"}}, now)
+		require.NoError(t, err)
+		return products.Insert(ctx, product)
+	})
+	op := domain.NewOperation(env.Workspace, env.User, domain.OpPublication, "publication", uuid.Nil, now)
+	pub := domain.NewPublication(uuid.New(), env.Workspace, op.ID, product, store.ID, now)
+	created, err := gateway.CreateProduct(context.Background(), creds, pub.ID.String(), port.ProductInput{
+		ExternalRef: pub.ExternalRef(), Title: "v1", Price: "10.00", Currency: "EUR"})
+	require.NoError(t, err)
+	pub.Status, pub.ExternalProductID = domain.TaskSucceeded, created.ID
+	pub.RecordPushed(1)
+	workertest.InsertTask(t, env, pubs, op, pub)
+
+	uop := domain.NewOperation(env.Workspace, env.User, domain.OpUnpublish, "unpublish", uuid.Nil, now)
+	u := domain.NewUnpublish(uuid.New(), uop.ID, pub, now)
+	uop.ResourceID = u.ID
+	workertest.InsertTask(t, env, unpublishes.(port.Repository[domain.Unpublish]), uop, u)
+
+	err = h.Handle(context.Background(), env.Job(t, u.RequestEvent(), 1, false))
+	require.True(t, worker.IsPermanent(err), "%v", err)
+	require.ErrorIs(t, err, domain.ErrStoreNotVerified)
+	require.Equal(t, "STORE_NOT_VERIFIED", env.Operation(t, uop.ID).ErrorCode)
+	require.Zero(t, sb.Calls(marketplace.EndpointDeleteProduct))
+	_, exists := sb.Product(apiKey, created.ID)
+	require.True(t, exists)
+}
