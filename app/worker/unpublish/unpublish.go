@@ -106,7 +106,7 @@ func (h *Handler) begin(ctx context.Context, u *domain.Unpublish) (started, erro
 	now := h.env.Deps.Now()
 	_, err = h.env.Publications.Update(ctx, u.PublicationID, func(p *domain.Publication) error {
 		if p.Push.HeldBy(u.ID, now) {
-			return domain.ErrListingUpdateBusy.WithRetryAfter(max(min(p.Push.Until.Sub(now), h.lease()/4), time.Second))
+			return domain.ErrPublicationBusy.WithRetryAfter(max(min(p.Push.Until.Sub(now), h.lease()/4), time.Second))
 		}
 		p.Claim(u.ID, 0, now, h.lease())
 		return nil
