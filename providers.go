@@ -279,18 +279,19 @@ type Repositories struct {
 	AILedger      postgres.AILedger
 	Updates       postgres.ListingUpdates
 	Integrations  postgres.Integrations
-	// Tasks are the task repositories of the flows built from the registry, by task table
-	// (worker.Env's Tasks, query.Queries' Tasks).
+	// Tasks are the task repositories read by table (query.Queries' Tasks); their values
+	// are also offered to the flows' builders (worker.Provided).
 	Tasks map[string]any
 }
 
 // ProvideRepositories builds the repositories.
 func ProvideRepositories() *Repositories {
+	tasks := postgres.TaskRepositories()
 	return &Repositories{Operations: postgres.NewOperations(), Stores: postgres.NewStores(),
 		Verifications: postgres.NewStoreVerifications(), Media: postgres.NewMedia(), MediaTasks: postgres.NewMediaTasks(),
 		Transfers: postgres.NewMaterialTransfers(), Publications: postgres.NewPublications(), Syncs: postgres.NewProductSyncs(),
-		AITasks: postgres.NewAITasks(), Updates: postgres.NewListingUpdates(), Integrations: postgres.NewIntegrations(),
-		Tasks: postgres.TaskRepositories()}
+		AITasks: postgres.NewAITasks(), Updates: tasks["listing_updates"].(postgres.ListingUpdates), Integrations: postgres.NewIntegrations(),
+		Tasks: tasks}
 }
 
 // ProvideApplication builds the catalogue of commands and queries.

@@ -2,7 +2,6 @@ package listing
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -15,13 +14,7 @@ import (
 	"github.com/listingkit/listing/app/port"
 	"github.com/listingkit/listing/app/reconcile"
 	"github.com/listingkit/listing/app/worker"
-	"github.com/listingkit/listing/app/worker/aitask"
 	"github.com/listingkit/listing/app/worker/flows"
-	"github.com/listingkit/listing/app/worker/mediaproc"
-	"github.com/listingkit/listing/app/worker/productsync"
-	"github.com/listingkit/listing/app/worker/publish"
-	"github.com/listingkit/listing/app/worker/storeverify"
-	"github.com/listingkit/listing/app/worker/transfer"
 	"github.com/listingkit/listing/infra/ai"
 	"github.com/listingkit/listing/infra/bullmq"
 	"github.com/listingkit/listing/infra/config"
@@ -113,41 +106,43 @@ func ProvideWorkerDeps(pool *pgxpool.Pool, repos *Repositories, events *outbox.E
 // TaskKinds describes the task of every queue to the engine.
 type TaskKinds []worker.TaskKind
 
-// env is what the flows built from the registry (worker.Spec's Kind and Handler) are built
-// from; x is nil in a process that consumes no jobs.
-func env(cfg config.Config, deps worker.Deps, repos *Repositories, cipher *secret.Cipher, x *Externals) worker.Env {
-	e := worker.Env{Deps: deps, Tasks: repos.Tasks, Publications: repos.Publications, Stores: repos.Stores,
-		PlatformTimeout: cfg.PlatformTimeout}
+// provided are the dependencies this process offers the flows' builders (worker.Register):
+// the repositories, the shared worker dependencies and settings, and, in a process that
+// consumes jobs, the cipher, the storage, the fetcher and the external systems (nil
+// otherwise, so a flow that needs them there is refused by name).
+func provided(cfg config.Config, deps worker.Deps, repos *Repositories, cipher *secret.Cipher, store *Storage,
+	fetcher *fetch.Fetcher, x *Externals) worker.Provided {
+	values := []any{deps, worker.Settings{PlatformTimeout: cfg.PlatformTimeout, MediaMaxBytes: cfg.MediaMaxBytes,
+		MediaDecodes: cfg.MediaDecodeConcurrency, AITextModel: cfg.AITextModel},
+		repos.Products, repos.Stores, repos.Verifications, repos.Media, repos.MediaTasks, repos.Transfers,
+		repos.Publications, repos.Syncs, repos.AITasks, repos.AILedger, repos.Updates}
+	for _, r := range repos.Tasks {
+		values = append(values, r)
+	}
 	if cipher != nil {
-		e.Cipher = cipher
+		values = append(values, port.CredentialCipher(cipher))
+	}
+	if store != nil {
+		values = append(values, store.ObjectStorage, port.InspectImageFunc(inspectImage(cfg.MediaDecodeMaxBytes)))
+	}
+	if fetcher != nil {
+		values = append(values, port.Fetcher(fetcher))
 	}
 	if x != nil {
-		e.Marketplace = x.Marketplace
+		values = append(values, x.Marketplace, x.AI)
 	}
-	return e
+	return worker.Provide(values...)
 }
 
-// ProvideTaskKinds builds the task kind of every queue: the flows' own (worker.Spec.Kind),
-// and those built by name below.
+// ProvideTaskKinds builds the task kind of every registered flow (flows.Kinds).
 func ProvideTaskKinds(cfg config.Config, deps worker.Deps, repos *Repositories) (TaskKinds, error) {
-	kinds := TaskKinds{
-		storeverify.Tasks(deps, repos.Verifications),
-		mediaproc.Tasks(deps, repos.MediaTasks, repos.Media),
-		transfer.Tasks(deps, repos.Transfers),
-		publish.Tasks(deps, repos.Publications),
-		productsync.Tasks(deps, repos.Syncs),
-		aitask.Tasks(deps, repos.AITasks, repos.AILedger),
+	m, err := flows.Kinds(provided(cfg, deps, repos, nil, nil, nil, nil))
+	if err != nil {
+		return nil, err
 	}
-	e := env(cfg, deps, repos, nil, nil)
-	for _, f := range flows.All() {
-		if f.Kind == nil {
-			continue
-		}
-		k, err := f.Kind(e)
-		if err != nil {
-			return nil, fmt.Errorf("flow %s: %w", f.Name, err)
-		}
-		kinds = append(kinds, k)
+	kinds := make(TaskKinds, 0, len(m))
+	for _, q := range flows.Queues() {
+		kinds = append(kinds, m[q])
 	}
 	return kinds, nil
 }
@@ -172,7 +167,7 @@ func ProvideReconciler(cfg config.Config, pool *pgxpool.Pool, session SessionPoo
 	if !cfg.Memory() {
 		probe = jobs.BullMQProbe{Config: bcfg}
 	}
-	return reconcile.New(reconcile.Config{Kinds: kinds, Stuck: postgres.StuckTasks{Pool: pool, Session: session.Pool, Flows: flows.All()}, Tx: postgres.Transactor{Pool: pool},
+	return reconcile.New(reconcile.Config{Kinds: kinds, Stuck: postgres.StuckTasks{Pool: pool, Session: session.Pool, Tables: flows.TaskTables()}, Tx: postgres.Transactor{Pool: pool},
 		Probe: probe,
 		After: cfg.ReconcileAfterQueues, DefaultAfter: cfg.ReconcileAfter, Interval: cfg.ReconcileInterval,
 		MaxReconciliations: cfg.ReconcileMax, Log: log, Registerer: reg})
@@ -182,63 +177,29 @@ func ProvideReconciler(cfg config.Config, pool *pgxpool.Pool, session SessionPoo
 // handler's decode slots (MEDIA_DECODE_CONCURRENCY) bound the whole process.
 func ProvideJobHandlers(cfg config.Config, deps worker.Deps, repos *Repositories, cipher *secret.Cipher, store *Storage,
 	fetcher *fetch.Fetcher, x *Externals) (map[string]worker.Handler, error) {
-	sv, err := storeverify.New(storeverify.Config{Deps: deps, Verifications: repos.Verifications, Stores: repos.Stores,
-		Cipher: cipher, Marketplace: x.Marketplace})
-	pub, err2 := publish.New(publish.Config{Deps: deps, Publications: repos.Publications, Products: repos.Products,
-		Stores: repos.Stores, Cipher: cipher, Marketplace: x.Marketplace})
-	ps, err3 := productsync.New(productsync.Config{Deps: deps, Syncs: repos.Syncs, Stores: repos.Stores, Cipher: cipher,
-		Marketplace: x.Marketplace})
-	at, err4 := aitask.New(aitask.Config{Deps: deps, Tasks: repos.AITasks, Products: repos.Products, Ledger: repos.AILedger,
-		Provider: x.AI, Storage: store, TextModel: cfg.AITextModel})
-	mp, err5 := mediaproc.New(mediaproc.Config{Deps: deps, Tasks: repos.MediaTasks, Media: repos.Media, Storage: store,
-		MaxBytes: cfg.MediaMaxBytes, Decodes: cfg.MediaDecodeConcurrency, InspectFunc: inspectImage(cfg.MediaDecodeMaxBytes)})
-	tr, err6 := transfer.New(transfer.Config{Deps: deps, Transfers: repos.Transfers, Media: repos.Media, MediaTasks: repos.MediaTasks,
-		Storage: store, Fetcher: fetcher, MaxBytes: cfg.MediaMaxBytes})
-	if err := errors.Join(err, err2, err3, err4, err5, err6); err != nil {
-		return nil, err
-	}
-	handlers := map[string]worker.Handler{
-		worker.QueueStoreVerification: sv,
-		worker.QueueListingPublish:    pub,
-		worker.QueueProductSync:       ps,
-		worker.QueueAITask:            at,
-		worker.QueueMediaProcessing:   mp,
-		worker.QueueMaterialTransfer:  tr,
-	}
-	e := env(cfg, deps, repos, cipher, x)
-	for _, f := range flows.All() {
-		if f.Handler == nil {
-			continue
-		}
-		h, err := f.Handler(e)
-		if err != nil {
-			return nil, fmt.Errorf("flow %s: %w", f.Name, err)
-		}
-		handlers[f.Queue] = h
-	}
-	return handlers, nil
+	return flows.Handlers(provided(cfg, deps, repos, cipher, store, fetcher, x))
 }
 
 // inspectImage inspects and decodes an original with imaging within the decode budget
 // maxDecode; the result derives the default variants from the decoded pixels.
-func inspectImage(maxDecode int64) mediaproc.InspectFunc {
-	return func(r io.Reader, maxBytes int64) (mediaproc.Inspected, error) {
+func inspectImage(maxDecode int64) port.InspectImageFunc {
+	return func(r io.Reader, maxBytes int64) (port.InspectedImage, error) {
 		im, err := imaging.Inspect(r, imaging.Limits{MaxBytes: maxBytes, MaxDecodeBytes: maxDecode})
 		if err != nil {
-			return mediaproc.Inspected{}, err
+			return port.InspectedImage{}, err
 		}
-		derive := func() ([]mediaproc.Variant, error) {
+		derive := func() ([]port.ImageVariant, error) {
 			ds, err := im.Derive(imaging.DefaultVariants)
 			if err != nil {
 				return nil, err
 			}
-			out := make([]mediaproc.Variant, len(ds))
+			out := make([]port.ImageVariant, len(ds))
 			for i, d := range ds {
-				out[i] = mediaproc.Variant(d)
+				out[i] = port.ImageVariant(d)
 			}
 			return out, nil
 		}
-		return mediaproc.Inspected{Info: mediaproc.Info(im.Info), Data: im.Data, DeriveFunc: derive}, nil
+		return port.InspectedImage{Info: port.ImageInfo(im.Info), Data: im.Data, DeriveFunc: derive}, nil
 	}
 }
 

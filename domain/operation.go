@@ -228,3 +228,15 @@ func init() {
 		"dispatch): the finish carries started_at, when it started running, and GET /v1/workspaces/{ws}/operations/{id} "+
 		"shows its current state, running included.")
 }
+
+// Operation types (an operation's "type" field), one per flow. Stable.
+const (
+	OpStoreVerification = "store.verification"
+	OpMediaProcessing   = "media.processing"
+	OpMaterialTransfer  = "material_transfer"
+	OpPublication       = "publication"
+	OpProductSync       = "product_sync"
+	OpAITask            = "ai_task"
+	OpListingUpdate     = "listing_update"
+	OpUnpublish         = "unpublish"
+)

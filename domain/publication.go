@@ -151,6 +151,10 @@ var (
 	// whose unpublish was accepted.
 	ErrPublicationUnpublished = NewError(KindConflict, "PUBLICATION_UNPUBLISHED",
 		"the publication is unpublished, or being unpublished")
+	// ErrPublicationBusy: another change of the publication (a listing update) holds its push
+	// claim; the unpublish waits for it (a snooze with Retry-After).
+	ErrPublicationBusy = NewError(KindUnavailable, "PUBLICATION_BUSY",
+		"another change of this publication is being pushed; retry later")
 )
 
 // NewUnpublish returns a pending unpublish of pub's platform product.

@@ -28,6 +28,15 @@ RESET ROLE;
 SET LOCAL ROLE listing_owner;
 DELETE FROM task_tables WHERE table_name = 'unpublishes';
 DROP TABLE IF EXISTS unpublishes;
+-- Before 035 a publication is gone only when failed: an unpublished one (its product may have
+-- been published again since) is recorded failed PUBLICATION_UNPUBLISHED, every workspace's
+-- rows, RLS relaxed for the owner for this transaction only under the ACCESS EXCLUSIVE lock.
+LOCK TABLE publications IN ACCESS EXCLUSIVE MODE;
+ALTER TABLE publications NO FORCE ROW LEVEL SECURITY;
+UPDATE publications SET status = 'failed', error_code = 'PUBLICATION_UNPUBLISHED',
+    error_message = 'the publication was unpublished'
+  WHERE unpublished_at IS NOT NULL;
+ALTER TABLE publications FORCE ROW LEVEL SECURITY;
 CREATE UNIQUE INDEX publications_first ON publications (product_id, store_id) WHERE status <> 'failed';
 DROP INDEX IF EXISTS publications_first_published;
 ALTER TABLE publications DROP COLUMN IF EXISTS unpublished_at;

@@ -24,6 +24,13 @@ var allowed = map[string][]string{
 	"":             {"*"}, // the assembly (providers.go, wire_gen.go)
 }
 
+// forbidden lists, within a layer, imports that point the wrong way: a flow's worker reaches
+// the HTTP-facing commands of another use case, the repositories reach the engine.
+var forbidden = map[string][]string{
+	"app/worker/":    {"app/commands"},
+	"infra/postgres": {"app/worker"},
+}
+
 func layerOf(pkg string) string {
 	rel := strings.TrimPrefix(strings.TrimPrefix(pkg, module), "/")
 	if rel == "infra/bullmq" || strings.HasPrefix(rel, "infra/bullmq/") {
@@ -53,6 +60,14 @@ func TestDependencyDirection(t *testing.T) {
 			}
 			if imp != module && !strings.HasPrefix(imp, module+"/") {
 				continue
+			}
+			rel, relImp := strings.TrimPrefix(pkg, module+"/"), strings.TrimPrefix(imp, module+"/")
+			for from, tos := range forbidden {
+				for _, to := range tos {
+					if strings.HasPrefix(rel, from) && (relImp == to || strings.HasPrefix(relImp, to+"/")) {
+						require.Fail(t, "import against the direction", "%s must not import %s", pkg, imp)
+					}
+				}
 			}
 			target := layerOf(imp)
 			ok := false

@@ -40,7 +40,7 @@ func NewCompleteMediaUploadHandler(flow FlowDeps, media port.Repository[domain.M
 // awaiting upload to processing and starts the processing task. A media no longer awaiting
 // its upload is MEDIA_ALREADY_COMPLETED; nothing uploaded is MEDIA_NOT_UPLOADED.
 func (h CompleteMediaUploadHandler) Handle(ctx context.Context, cmd CompleteMediaUpload) (Started[domain.Media], error) {
-	op := h.flow.newOperation(cmd.WorkspaceID, cmd.UserID, OpMediaProcessing, "media", cmd.MediaID)
+	op := h.flow.newOperation(cmd.WorkspaceID, cmd.UserID, domain.OpMediaProcessing, "media", cmd.MediaID)
 	task := domain.MediaTask{Task: domain.NewTask(domain.NewID(), cmd.WorkspaceID, op.ID, h.flow.Now()), MediaID: cmd.MediaID}
 	m, err := h.media.Update(ctx, cmd.MediaID, func(m *domain.Media) error {
 		switch {

@@ -45,7 +45,7 @@ func (h CreateAITaskHandler) Handle(ctx context.Context, cmd CreateAITask) (Star
 	if err != nil {
 		return Started[domain.AITask]{}, err
 	}
-	op := h.flow.newOperation(cmd.WorkspaceID, cmd.UserID, OpAITask, "ai_task", cmd.TaskID)
+	op := h.flow.newOperation(cmd.WorkspaceID, cmd.UserID, domain.OpAITask, "ai_task", cmd.TaskID)
 	t, err := domain.NewAITask(cmd.TaskID, cmd.WorkspaceID, op.ID, cmd.Kind, p, cmd.Prompt, h.flow.Now())
 	if err != nil {
 		return Started[domain.AITask]{}, err

@@ -40,7 +40,7 @@ func (h CreateMaterialTransferHandler) Handle(ctx context.Context, cmd CreateMat
 	if err := domain.ValidateSourceURL(cmd.SourceURL); err != nil {
 		return Started[domain.MaterialTransfer]{}, err
 	}
-	op := h.flow.newOperation(cmd.WorkspaceID, cmd.UserID, OpMaterialTransfer, "material_transfer", cmd.TransferID)
+	op := h.flow.newOperation(cmd.WorkspaceID, cmd.UserID, domain.OpMaterialTransfer, "material_transfer", cmd.TransferID)
 	t := domain.MaterialTransfer{Task: domain.NewTask(cmd.TransferID, cmd.WorkspaceID, op.ID, h.flow.Now()),
 		SourceURL: cmd.SourceURL, MediaID: domain.NewID()}
 	err := h.flow.start(ctx, op, func() error { return h.transfers.Insert(ctx, t) }, t.RequestEvent())

@@ -55,7 +55,7 @@ func (h PublishProductHandler) Handle(ctx context.Context, cmd PublishProduct) (
 	if _, err := getVerifiedStore(ctx, h.stores, cmd.StoreID); err != nil {
 		return Started[domain.Publication]{}, err
 	}
-	op := h.flow.newOperation(cmd.WorkspaceID, cmd.UserID, OpPublication, "publication", cmd.PublicationID)
+	op := h.flow.newOperation(cmd.WorkspaceID, cmd.UserID, domain.OpPublication, "publication", cmd.PublicationID)
 	pub := domain.NewPublication(cmd.PublicationID, cmd.WorkspaceID, op.ID, p, cmd.StoreID, h.flow.Now())
 	err = h.flow.start(ctx, op, func() error { return h.publications.Insert(ctx, pub) }, pub.RequestEvent())
 	if err != nil {

@@ -23,17 +23,6 @@ type Started[T any] struct {
 	Operation domain.Operation
 }
 
-// Operation types (the operation's "type" field). Stable.
-const (
-	OpStoreVerification = "store.verification"
-	OpMediaProcessing   = "media.processing"
-	OpMaterialTransfer  = "material_transfer"
-	OpPublication       = "publication"
-	OpProductSync       = "product_sync"
-	OpAITask            = "ai_task"
-	OpListingUpdate     = "listing_update"
-)
-
 // FlowDeps are what the commands that start asynchronous work share. Every field is
 // required.
 type FlowDeps struct {
@@ -131,7 +120,7 @@ func sealCredentials(ctx context.Context, stores port.Stores, cipher port.Creden
 // startStoreVerification starts the verification of the store's current credentials.
 func startStoreVerification(ctx context.Context, flow FlowDeps, verifications port.Repository[domain.StoreVerification],
 	s domain.Store, user uuid.UUID) (Started[domain.Store], error) {
-	op := flow.newOperation(s.WorkspaceID, user, OpStoreVerification, "store", s.ID)
+	op := flow.newOperation(s.WorkspaceID, user, domain.OpStoreVerification, "store", s.ID)
 	v := domain.NewStoreVerification(domain.NewID(), s.WorkspaceID, op.ID, s, flow.Now())
 	if err := flow.start(ctx, op, func() error { return verifications.Insert(ctx, v) }, v.RequestEvent()); err != nil {
 		return Started[domain.Store]{}, err

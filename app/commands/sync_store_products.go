@@ -42,7 +42,7 @@ func (h SyncStoreProductsHandler) Handle(ctx context.Context, cmd SyncStoreProdu
 	if _, err := getVerifiedStore(ctx, h.stores, cmd.StoreID); err != nil {
 		return Started[domain.ProductSync]{}, err
 	}
-	op := h.flow.newOperation(cmd.WorkspaceID, cmd.UserID, OpProductSync, "product_sync", cmd.SyncID)
+	op := h.flow.newOperation(cmd.WorkspaceID, cmd.UserID, domain.OpProductSync, "product_sync", cmd.SyncID)
 	sync := domain.NewProductSync(cmd.SyncID, cmd.WorkspaceID, op.ID, cmd.StoreID, h.flow.Now())
 	err := h.flow.start(ctx, op, func() error { return h.syncs.Insert(ctx, sync) }, sync.RequestEvent())
 	if errors.Is(err, domain.ErrProductSyncAlreadyActive) {

@@ -10,9 +10,6 @@ import (
 	"github.com/listingkit/listing/domain"
 )
 
-// OpUnpublish is the operation type of unpublishes.
-const OpUnpublish = "unpublish"
-
 // Publications are the publications as the listing commands read them: with whether an
 // unpublish was accepted (and has not failed).
 type Publications interface {
@@ -53,7 +50,7 @@ func (h UnpublishPublicationHandler) Handle(ctx context.Context, cmd UnpublishPu
 	if err != nil {
 		return Started[domain.Unpublish]{}, err
 	}
-	op := h.flow.newOperation(cmd.WorkspaceID, cmd.UserID, OpUnpublish, "unpublish", cmd.UnpublishID)
+	op := h.flow.newOperation(cmd.WorkspaceID, cmd.UserID, domain.OpUnpublish, "unpublish", cmd.UnpublishID)
 	u := domain.NewUnpublish(cmd.UnpublishID, op.ID, pub, h.flow.Now())
 	if err := h.flow.start(ctx, op, func() error { return h.unpublishes.Insert(ctx, u) }, u.RequestEvent()); err != nil {
 		return Started[domain.Unpublish]{}, err

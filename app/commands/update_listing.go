@@ -54,7 +54,7 @@ func (h UpdateListingHandler) Handle(ctx context.Context, cmd UpdateListing) (St
 	if err != nil {
 		return Started[domain.ListingUpdate]{}, err
 	}
-	op := h.flow.newOperation(cmd.WorkspaceID, cmd.UserID, OpListingUpdate, "listing_update", cmd.UpdateID)
+	op := h.flow.newOperation(cmd.WorkspaceID, cmd.UserID, domain.OpListingUpdate, "listing_update", cmd.UpdateID)
 	u := domain.NewListingUpdate(cmd.UpdateID, op.ID, pub, p, h.flow.Now())
 	if err := h.flow.start(ctx, op, func() error { return h.updates.Insert(ctx, u) }, u.RequestEvent()); err != nil {
 		return Started[domain.ListingUpdate]{}, err

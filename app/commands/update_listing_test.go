@@ -17,7 +17,7 @@ import (
 // says (succeeded: with its platform product).
 func (b *bundle) seedPublication(t *testing.T, status domain.TaskStatus) domain.Publication {
 	t.Helper()
-	op := domain.NewOperation(b.Workspace, b.User, commands.OpPublication, "publication", uuid.Nil, b.flow.Now())
+	op := domain.NewOperation(b.Workspace, b.User, domain.OpPublication, "publication", uuid.Nil, b.flow.Now())
 	p := b.product
 	p.Revision = 1
 	pub := domain.NewPublication(uuid.New(), b.Workspace, op.ID, p, b.store.ID, b.flow.Now())
@@ -52,7 +52,7 @@ func TestUpdateListingCapturesTheCurrentRevision(t *testing.T) {
 	require.Equal(t, *b.current, u.Snapshot)
 	require.Equal(t, pub.ID, u.PublicationID)
 	require.Equal(t, domain.TaskPending, u.Status)
-	require.Equal(t, commands.OpListingUpdate, got.Operation.Type)
+	require.Equal(t, domain.OpListingUpdate, got.Operation.Type)
 	require.Equal(t, u.ID, got.Operation.ResourceID)
 	stored := workertest.Load(t, b.Env, updates, u.ID)
 	require.Equal(t, *b.current, stored.Snapshot)

@@ -37,3 +37,10 @@ type JobProbe interface {
 	// Unfinished reports, for each of the queue's job ids, whether it is unfinished.
 	Unfinished(ctx context.Context, queue string, jobIDs []string) (map[string]bool, error)
 }
+
+// TaskTable is where a queue's tasks live, as an implementation of StuckTasks finds them:
+// the task table, and how the task's request event is known to the outbox (its aggregate
+// type, the table's column holding the aggregate id, the payload field holding the task id).
+type TaskTable struct {
+	Queue, Table, AggregateType, AggregateColumn, TaskIDField string
+}

@@ -42,7 +42,7 @@ func setupWith(t *testing.T, max int, probe port.JobProbe) *bundle {
 		media: postgres.NewMedia(), reg: prometheus.NewRegistry()}
 	r, err := reconcile.New(reconcile.Config{
 		Kinds: []worker.TaskKind{transfer.Tasks(e.Deps, b.transfers), mediaproc.Tasks(e.Deps, b.tasks, b.media)},
-		Stuck: postgres.StuckTasks{Pool: e.DB.App, Flows: flows.All()}, Tx: e.Deps.Tx, Probe: probe, DefaultAfter: time.Minute,
+		Stuck: postgres.StuckTasks{Pool: e.DB.App, Tables: flows.TaskTables()}, Tx: e.Deps.Tx, Probe: probe, DefaultAfter: time.Minute,
 		MaxReconciliations: max, Log: e.Log, Registerer: b.reg,
 	})
 	require.NoError(t, err)
@@ -247,7 +247,7 @@ func TestFindIsScopedToTheWorkspace(t *testing.T) {
 	b := setup(t, 3)
 	tr := b.transferTask(t)
 	b.age(t, "material_transfers", tr.ID)
-	stuck := postgres.StuckTasks{Pool: b.env.DB.App, Flows: flows.All()}
+	stuck := postgres.StuckTasks{Pool: b.env.DB.App, Tables: flows.TaskTables()}
 	other := uuid.New()
 	err := b.env.Deps.Tx.InTx(context.Background(), other, uuid.Nil, func(ctx context.Context) error {
 		tasks, err := stuck.Find(ctx, worker.QueueMaterialTransfer, time.Now(), 10)

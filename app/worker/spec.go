@@ -6,14 +6,12 @@ import (
 	"reflect"
 	"slices"
 	"strings"
-	"time"
 
-	"github.com/listingkit/listing/app/port"
 	"github.com/listingkit/listing/domain"
 )
 
 // Spec declares one flow to the engine, once, in the flow's package (app/worker/<flow>),
-// and is registered in app/worker/flows. The engine derives from the registry what it used
+// through Register; app/worker/flows lists the registrations. The engine derives from the registry what it used
 // to be told flow by flow: the routing of request events to queues, the queues consumed,
 // the reconciler's stuck-task queries, the operation types, and the checks that a process
 // starts with every part of every flow (flows.Check).
@@ -52,11 +50,6 @@ type Spec struct {
 	// derives its GET routes (one task, and the list) and their endpoints. Nil when the
 	// flow's tasks are served by routes of their own.
 	Resource *Resource
-	// Kind and Handler build the flow's task kind and job handler from the process's shared
-	// dependencies (Env); the assembly (workers.go) calls them for every registered flow
-	// that has them. Nil for a flow the assembly builds by name.
-	Kind    func(Env) (TaskKind, error)
-	Handler func(Env) (Handler, error)
 }
 
 // Resource is how the API serves a flow's tasks that live under a parent:
@@ -101,32 +94,6 @@ func TaskError(t domain.Task) *ErrorJSON {
 		return nil
 	}
 	return &ErrorJSON{Code: t.ErrorCode, Message: t.ErrorMessage}
-}
-
-// Env is what a flow's task kind and handler are built from (Spec.Kind, Spec.Handler): the
-// process's shared dependencies, as ports.
-type Env struct {
-	Deps Deps
-	// Tasks are the flows' task repositories by table, each a port.Repository of its flow's
-	// task type (TaskRepository).
-	Tasks        map[string]any
-	Publications port.Repository[domain.Publication]
-	Stores       port.Stores
-	Cipher       port.CredentialCipher
-	// Marketplace is the platform gateway; nil in a process that consumes no jobs.
-	Marketplace port.Marketplace
-	// PlatformTimeout is Marketplace's time-out of one call (a push claim's lease outlives it).
-	PlatformTimeout time.Duration
-}
-
-// TaskRepository returns e's repository of table, of task type T.
-func TaskRepository[T any](e Env, table string) (port.Repository[T], error) {
-	r, ok := e.Tasks[table].(port.Repository[T])
-	if !ok {
-		var zero T
-		return nil, fmt.Errorf("task table %s: no repository of %T (infra/postgres.TaskRepositories)", table, zero)
-	}
-	return r, nil
 }
 
 // Message is a command type other services may send as a message (docs/integrations.md). It
@@ -222,9 +189,6 @@ func (s Spec) Check() error {
 		if r.Path == "" || r.IDParam == "" || r.Key == "" || r.GetOperation == "" || r.ListOperation == "" || r.Body == nil {
 			missing("a task resource without Path, IDParam, Key, GetOperation, ListOperation or Body")
 		}
-	}
-	if (s.Kind == nil) != (s.Handler == nil) {
-		missing("a task kind builder without a handler builder, or the reverse (Kind, Handler)")
 	}
 	for _, m := range s.Messages {
 		if !strings.HasPrefix(m.Type, "listing.") {

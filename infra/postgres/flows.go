@@ -274,11 +274,11 @@ func NewListingUpdates() ListingUpdates {
 	})}
 }
 
-// TaskRepositories are the repositories of the flows built from the registry (worker.Env's
-// Tasks), by task table.
+// TaskRepositories are the task repositories that are read by table (the API's derived task
+// resources, port.TaskReader), by task table.
 func TaskRepositories() map[string]any {
 	return map[string]any{
-		"listing_updates": NewListingUpdates().Repository,
+		"listing_updates": NewListingUpdates(),
 		"unpublishes": newRepository(table[domain.Unpublish]{
 			name:    "unpublishes",
 			columns: cols("publication_id", "store_id", "external_product_id"),

@@ -11,7 +11,6 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/listingkit/listing/app/port"
-	"github.com/listingkit/listing/app/worker"
 )
 
 // StuckTasks implements port.StuckTasks over the task tables of the registered flows
@@ -21,9 +20,9 @@ type StuckTasks struct {
 	// Session holds Exclusive's session-level lock: a pool that reaches PostgreSQL directly
 	// (not through a pooler in transaction mode). Optional: Pool when nil.
 	Session *pgxpool.Pool
-	// Flows are the registered flows (app/worker/flows.All): a queue's stuck tasks are found
-	// in its flow's task table.
-	Flows []worker.Spec
+	// Tables are the flows' task tables (app/worker/flows.TaskTables): a queue's stuck tasks
+	// are found in its table.
+	Tables []port.TaskTable
 }
 
 var _ port.StuckTasks = StuckTasks{}
@@ -36,11 +35,11 @@ type stuckQuery struct {
 	table, aggregateType, aggregateColumn, payloadKey string
 }
 
-// stuckQueryOf derives queue's stuckQuery from its flow's declaration.
+// stuckQueryOf derives queue's stuckQuery from its task table.
 func (s StuckTasks) stuckQueryOf(queue string) (stuckQuery, bool) {
-	for _, f := range s.Flows {
-		if f.Queue == queue && f.Request != nil {
-			return stuckQuery{f.Table, f.Request.AggregateType(), f.AggregateColumn, f.TaskIDField}, true
+	for _, t := range s.Tables {
+		if t.Queue == queue {
+			return stuckQuery{t.Table, t.AggregateType, t.AggregateColumn, t.TaskIDField}, true
 		}
 	}
 	return stuckQuery{}, false

@@ -1,7 +1,8 @@
-// Package flows is the registry of the flows: the one place where a flow, declared in its
-// own package (worker.Spec), is registered. Everything the engine derives from the flows
-// reads it: the routing of request events (Routes), the queues consumed and published to
-// (Queues), the reconciler's stuck-task queries (infra/postgres), the operation types, and
+// Package flows is the registry of the flows: the one place where a flow, registered in its
+// own package (worker.Register), is listed. Everything the engine derives from the flows
+// reads it: the task kinds and handlers of a process (Kinds, Handlers, built from what the
+// process provides), the routing of request events (Routes), the queues consumed and
+// published to (Queues), the reconciler's task tables (TaskTables), the operation types, and
 // the start-up check that a process built every part of every flow (Check).
 //
 // Adding a flow: docs/adding-a-flow.md.
@@ -13,6 +14,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/listingkit/listing/app/port"
 	"github.com/listingkit/listing/app/worker"
 	"github.com/listingkit/listing/app/worker/aitask"
 	"github.com/listingkit/listing/app/worker/listingupdate"
@@ -26,27 +28,76 @@ import (
 )
 
 // all is the registry, in the order the docs list the flows.
-var all = []worker.Spec{
-	storeverify.Spec,
-	mediaproc.Spec,
-	transfer.Spec,
-	publish.Spec,
-	productsync.Spec,
-	aitask.Spec,
-	listingupdate.Spec,
-	unpublish.Spec,
+var all = []worker.Registration{
+	storeverify.Flow,
+	mediaproc.Flow,
+	transfer.Flow,
+	publish.Flow,
+	productsync.Flow,
+	aitask.Flow,
+	listingupdate.Flow,
+	unpublish.Flow,
 }
 
-// All returns the registered flows.
-func All() []worker.Spec { return slices.Clone(all) }
+// All returns the registered flows' declarations.
+func All() []worker.Spec { return specs(all) }
+
+func specs(regs []worker.Registration) []worker.Spec {
+	out := make([]worker.Spec, len(regs))
+	for i, r := range regs {
+		out[i] = r.Spec
+	}
+	return out
+}
 
 // ByQueue returns the flow of queue q.
 func ByQueue(q string) (worker.Spec, bool) {
-	i := slices.IndexFunc(all, func(s worker.Spec) bool { return s.Queue == q })
+	i := slices.IndexFunc(all, func(r worker.Registration) bool { return r.Queue == q })
 	if i < 0 {
 		return worker.Spec{}, false
 	}
-	return all[i], true
+	return all[i].Spec, true
+}
+
+// Kinds builds the task kind of every flow from p, by queue. A flow whose kind needs what p
+// lacks is named in the error, with the field it needs.
+func Kinds(p worker.Provided) (map[string]worker.TaskKind, error) {
+	out := map[string]worker.TaskKind{}
+	var errs []error
+	for _, r := range all {
+		k, err := r.Kind(p)
+		errs = append(errs, err)
+		if err == nil {
+			out[r.Queue] = k
+		}
+	}
+	return out, errors.Join(errs...)
+}
+
+// Handlers builds the job handler of every flow from p, by queue; a process builds them
+// once. A flow whose handler needs what p lacks is named in the error, with the field.
+func Handlers(p worker.Provided) (map[string]worker.Handler, error) {
+	out := map[string]worker.Handler{}
+	var errs []error
+	for _, r := range all {
+		h, err := r.Handler(p)
+		errs = append(errs, err)
+		if err == nil {
+			out[r.Queue] = h
+		}
+	}
+	return out, errors.Join(errs...)
+}
+
+// TaskTables are the flows' task tables as the reconciler's queries find them
+// (infra/postgres.StuckTasks).
+func TaskTables() []port.TaskTable {
+	out := make([]port.TaskTable, len(all))
+	for i, r := range all {
+		out[i] = port.TaskTable{Queue: r.Queue, Table: r.Table, AggregateType: r.Request.AggregateType(),
+			AggregateColumn: r.AggregateColumn, TaskIDField: r.TaskIDField}
+	}
+	return out
 }
 
 // Queues lists the job queues of the flows, which workers consume.
@@ -69,7 +120,7 @@ func OperationTypes() []string {
 
 // Routes maps every domain event type to its destination: a flow's request event to its
 // queue, an integration event to worker.StreamEvents. An event type is one or the other.
-func Routes() map[string]string { return routes(all) }
+func Routes() map[string]string { return routes(All()) }
 
 func routes(specs []worker.Spec) map[string]string {
 	out := map[string]string{}
@@ -86,11 +137,22 @@ func routes(specs []worker.Spec) map[string]string {
 	return out
 }
 
-// Validate checks the registry: every flow whole (worker.Spec.Check), and no two flows
-// sharing a name, a queue, a table, a request event, an operation type or a command type.
+// Validate checks the registry: every flow whole (worker.Registration.Check), and no two
+// flows sharing a name, a queue, a table, a request event, an operation type or a command
+// type.
 func Validate() error { return validate(all) }
 
-func validate(specs []worker.Spec) error {
+func validate(regs []worker.Registration) error {
+	var errs []error
+	for _, r := range regs {
+		errs = append(errs, r.Check())
+	}
+	errs = append(errs, distinct(specs(regs)))
+	return errors.Join(errs...)
+}
+
+// distinct reports the parts two flows share.
+func distinct(specs []worker.Spec) error {
 	var errs []error
 	seen := map[string]string{}
 	unique := func(s worker.Spec, part, v string) {
@@ -103,7 +165,6 @@ func validate(specs []worker.Spec) error {
 		seen[part+"\x00"+v] = s.Name
 	}
 	for _, s := range specs {
-		errs = append(errs, s.Check())
 		unique(s, "name", s.Name)
 		unique(s, "queue", s.Queue)
 		unique(s, "table", s.Table)

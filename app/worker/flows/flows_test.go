@@ -26,7 +26,7 @@ func TestRegistryIsWhole(t *testing.T) {
 
 // A flow that lacks a part is refused, and the error names the flow and the part.
 func TestCheckNamesTheMissingPart(t *testing.T) {
-	base := listingupdate.Spec
+	base := listingupdate.Flow.Spec
 	require.NoError(t, base.Check())
 	cases := []struct {
 		part   string
@@ -51,7 +51,6 @@ func TestCheckNamesTheMissingPart(t *testing.T) {
 			r.Body = nil
 			s.Resource = &r
 		}},
-		{"a task kind builder without a handler builder", func(s *worker.Spec) { s.Handler = nil }},
 	}
 	for _, c := range cases {
 		t.Run(c.part, func(t *testing.T) {
@@ -69,7 +68,7 @@ func TestValidateRefusesSharedParts(t *testing.T) {
 	a, b := all[0], all[1]
 	b.Queue, b.Table, b.Operation = a.Queue, a.Table, a.Operation
 	b.Messages = slices.Clone(a.Messages)
-	err := validate([]worker.Spec{a, b})
+	err := validate([]worker.Registration{a, b})
 	for _, part := range []string{"queue", "table", "operation type", "command type", "command endpoint"} {
 		require.ErrorContains(t, err, "flows "+a.Name+" and "+b.Name+": the same "+part)
 	}

@@ -93,7 +93,8 @@ func busyWait(remaining, lease time.Duration) time.Duration {
 }
 
 // begin runs with the update locked and unfinished: it refuses an update whose store is no
-// longer verified, or whose publication is not published, and applies the ordering rule
+// longer verified, or whose publication is not published or was unpublished since the update
+// was accepted, and applies the ordering rule
 // under the publication's row lock (see the package comment).
 func (h *Handler) begin(ctx context.Context, u *domain.ListingUpdate) (started, error) {
 	store, err := h.cfg.Stores.Get(ctx, u.StoreID)
@@ -107,6 +108,8 @@ func (h *Handler) begin(ctx context.Context, u *domain.ListingUpdate) (started, 
 	var s started
 	_, err = h.cfg.Publications.Update(ctx, u.PublicationID, func(p *domain.Publication) error {
 		switch {
+		case p.UnpublishedAt != nil:
+			return worker.Refuse(domain.ErrPublicationUnpublished)
 		case !p.Published():
 			return worker.Refuse(domain.ErrPublicationNotPublished)
 		case u.ProductRevision <= p.PushedRevision || u.ProductRevision < p.SentRevision:

@@ -503,3 +503,20 @@ func TestRateLimitedPushReleasesTheClaim(t *testing.T) {
 	require.Equal(t, "v3", b.listing(t))
 	require.Equal(t, 2, b.puts(), "the refused PUT and revision 3's")
 }
+
+// An update accepted before an unpublish and run after it meets an unpublished publication:
+// it ends PUBLICATION_UNPUBLISHED without a call, not with the platform's refusal.
+func TestUpdateAfterAnUnpublishEndsPublicationUnpublished(t *testing.T) {
+	t.Parallel()
+	b := setup(t, apiKey)
+	b.saveDraft(t, "v2")
+	f := b.request(t)
+	_, err := b.DB.Owner.Exec(context.Background(), `UPDATE publications SET unpublished_at = now() WHERE id = $1`, b.publication(t).ID)
+	require.NoError(t, err)
+
+	err = b.handler.Handle(context.Background(), f.job)
+	require.True(t, worker.IsPermanent(err))
+	require.ErrorIs(t, err, domain.ErrPublicationUnpublished)
+	require.Equal(t, "PUBLICATION_UNPUBLISHED", b.Operation(t, f.op.ID).ErrorCode)
+	require.Zero(t, b.puts())
+}

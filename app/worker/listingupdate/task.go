@@ -7,14 +7,14 @@ import (
 
 	"github.com/google/uuid"
 
-	"github.com/listingkit/listing/app/commands"
 	"github.com/listingkit/listing/app/port"
 	"github.com/listingkit/listing/app/worker"
 	"github.com/listingkit/listing/domain"
 )
 
-// Spec declares the listing updates to the engine (app/worker/flows registers it).
-var Spec = worker.Spec{
+// Flow registers the listing updates with the engine (app/worker/flows lists it): its
+// declaration, and its task kind and handler built from the dependencies they need.
+var Flow = worker.Register(worker.Spec{
 	Name:            "listing_update",
 	Queue:           worker.QueueListingUpdate,
 	Table:           "listing_updates",
@@ -22,28 +22,40 @@ var Spec = worker.Spec{
 	TaskIDField:     "update_id",
 	AggregateColumn: "id",
 	NotFound:        domain.ErrListingUpdateNotFound,
-	Operation:       commands.OpListingUpdate,
+	Operation:       domain.OpListingUpdate,
 	StartedBy:       "a listing update",
 	LastLook:        worker.CannotAsk("the platform's product does not say which update it holds"),
 	Resource: &worker.Resource{Parent: "/publications/{publication_id}", ParentTable: "publications",
 		ParentNotFound: domain.ErrPublicationNotFound, Path: "updates", IDParam: "update_id", Key: "update",
 		GetOperation: "getListingUpdate", ListOperation: "listListingUpdates", Body: Body},
-	Kind: func(e worker.Env) (worker.TaskKind, error) {
-		updates, err := worker.TaskRepository[domain.ListingUpdate](e, "listing_updates")
-		if err != nil {
-			return nil, err
-		}
-		return Tasks(e.Deps, updates, e.Publications), nil
-	},
-	Handler: func(e worker.Env) (worker.Handler, error) {
-		updates, err := worker.TaskRepository[domain.ListingUpdate](e, "listing_updates")
-		if err != nil {
-			return nil, err
-		}
-		// The push claim outlives any call of the adapter (the lease rule, doc.go).
-		return New(Config{Deps: e.Deps, Updates: updates, Publications: e.Publications, Stores: e.Stores,
-			Cipher: e.Cipher, Marketplace: e.Marketplace, Lease: 4 * e.PlatformTimeout})
-	},
+}, tasks, handler)
+
+// kindNeeds are what the task kind is built from, in every process.
+type kindNeeds struct {
+	Deps         worker.Deps
+	Updates      port.Repository[domain.ListingUpdate]
+	Publications port.Repository[domain.Publication]
+}
+
+func tasks(n kindNeeds) (worker.TaskKind, error) {
+	return Tasks(n.Deps, n.Updates, n.Publications), nil
+}
+
+// handlerNeeds are what the handler is built from, in a process that consumes jobs.
+type handlerNeeds struct {
+	Deps         worker.Deps
+	Updates      port.Repository[domain.ListingUpdate]
+	Publications port.Repository[domain.Publication]
+	Stores       port.Stores
+	Cipher       port.CredentialCipher
+	Marketplace  port.Marketplace
+	Settings     worker.Settings
+}
+
+func handler(n handlerNeeds) (worker.Handler, error) {
+	// The push claim outlives any call of the adapter (the lease rule, doc.go).
+	return New(Config{Deps: n.Deps, Updates: n.Updates, Publications: n.Publications, Stores: n.Stores,
+		Cipher: n.Cipher, Marketplace: n.Marketplace, Lease: 4 * n.Settings.PlatformTimeout})
 }
 
 // Body is the JSON of a listing update (domain.ListingUpdate) in the API.

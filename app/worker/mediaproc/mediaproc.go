@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"slices"
 
 	"golang.org/x/sync/semaphore"
@@ -15,39 +14,13 @@ import (
 	"github.com/listingkit/listing/domain"
 )
 
-// Info describes an inspected image (the shape of infra/imaging.Info).
-type Info struct {
-	// ContentType is sniffed from the content.
-	ContentType string
-	Width       int
-	Height      int
-	// Size is the number of bytes read.
-	Size int64
-}
-
-// Variant is a derived image and its encoded bytes (the shape of infra/imaging.Derived).
-// Variant.Name must be usable as a path segment of an object key.
-type Variant struct {
-	Variant domain.MediaVariant
-	Bytes   []byte
-}
-
-// InspectFunc reads at most maxBytes+1 bytes of r, validates the image they hold (checking
-// its decode budget from the header before any pixel is decoded) and decodes it. Invalid
-// content, and an image whose decoding would exceed the budget, is a *domain.Error of a
-// non-transient kind (too large, unsupported type, corrupt); other errors are read errors.
-type InspectFunc func(r io.Reader, maxBytes int64) (Inspected, error)
-
-// Inspected is an image InspectFunc validated and decoded. It holds the decoded pixels until
-// it is dropped.
-type Inspected struct {
-	Info Info
-	// Data is the bytes read: the original.
-	Data []byte
-	// DeriveFunc derives the variants from the decoded pixels (no second decode),
-	// deterministically: the same bytes give the same variants, in the same order.
-	DeriveFunc func() ([]Variant, error)
-}
+// Info, Variant, InspectFunc and Inspected are the image inspector's port (port.InspectImageFunc).
+type (
+	Info        = port.ImageInfo
+	Variant     = port.ImageVariant
+	InspectFunc = port.InspectImageFunc
+	Inspected   = port.InspectedImage
+)
 
 // VariantContentType is the content type of every stored variant.
 const VariantContentType = "image/jpeg"

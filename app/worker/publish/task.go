@@ -5,14 +5,14 @@ import (
 
 	"github.com/google/uuid"
 
-	"github.com/listingkit/listing/app/commands"
 	"github.com/listingkit/listing/app/port"
 	"github.com/listingkit/listing/app/worker"
 	"github.com/listingkit/listing/domain"
 )
 
-// Spec declares the publications to the engine (app/worker/flows registers it).
-var Spec = worker.Spec{
+// Flow registers the publications with the engine (app/worker/flows lists it): its declaration,
+// and its task kind and handler built from the dependencies they need.
+var Flow = worker.Register(worker.Spec{
 	Name:            "publication",
 	Queue:           worker.QueueListingPublish,
 	Table:           "publications",
@@ -20,18 +20,29 @@ var Spec = worker.Spec{
 	TaskIDField:     "publication_id",
 	AggregateColumn: "id",
 	NotFound:        domain.ErrPublicationNotFound,
-	Operation:       commands.OpPublication,
+	Operation:       domain.OpPublication,
 	StartedBy:       "a first publication",
 	Messages: []worker.Message{
 		{Type: "listing.publish", Method: http.MethodPost, Path: "/products/{product_id}/publications"},
 	},
 	LastLook: worker.Asks("finds the product by external_ref (Handler.lastLook) and records the publication succeeded when the platform holds it"),
-}
+}, tasks, handler)
 
 // Tasks describes the publications to the engine (worker.TaskKind): a job failed outside the
 // handler, or a task lost with its job, still reaches the task.
 func Tasks(d worker.Deps, pubs port.Repository[domain.Publication]) worker.Kind[domain.Publication] {
-	return worker.Kind[domain.Publication]{QueueName: Spec.Queue, Deps: d, Tasks: pubs, TaskOf: taskOf,
+	return worker.Kind[domain.Publication]{QueueName: worker.QueueListingPublish, Deps: d, Tasks: pubs, TaskOf: taskOf,
 		TaskID:       worker.PayloadID(func(e domain.PublicationRequested) uuid.UUID { return e.PublicationID }),
-		AsksLastLook: Spec.LastLook.Asks != ""}
+		AsksLastLook: true}
 }
+
+// kindNeeds are what the task kind is built from, in every process.
+type kindNeeds struct {
+	Deps         worker.Deps
+	Publications port.Repository[domain.Publication]
+}
+
+func tasks(n kindNeeds) (worker.TaskKind, error) { return Tasks(n.Deps, n.Publications), nil }
+
+// handler builds the handler from its Config, every field provided.
+func handler(c Config) (worker.Handler, error) { return New(c) }

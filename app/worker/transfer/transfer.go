@@ -18,7 +18,7 @@ import (
 )
 
 // OpMediaProcessing is the type of the media processing operation a transfer starts. It is
-// the value of commands.OpMediaProcessing (a worker does not import the command layer).
+// the value of domain.OpMediaProcessing (a worker does not import the command layer).
 const OpMediaProcessing = "media.processing"
 
 // SourceMedia is the domain.Media Source of a transferred media.

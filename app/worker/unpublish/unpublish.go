@@ -14,7 +14,6 @@ import (
 
 	"github.com/google/uuid"
 
-	"github.com/listingkit/listing/app/commands"
 	"github.com/listingkit/listing/app/port"
 	"github.com/listingkit/listing/app/worker"
 	"github.com/listingkit/listing/domain"
@@ -23,21 +22,42 @@ import (
 // Queue is the unpublish queue.
 const Queue = "listing-unpublish"
 
-// Spec declares the unpublishes to the engine (app/worker/flows registers it).
-var Spec = worker.Spec{
+// Flow registers the unpublishes with the engine (app/worker/flows lists it): its
+// declaration, and its task kind and handler built from the dependencies they need.
+var Flow = worker.Register(worker.Spec{
 	Name: "unpublish", Queue: Queue, Table: "unpublishes", Request: domain.UnpublishRequested{}, TaskIDField: "unpublish_id",
-	AggregateColumn: "id", NotFound: domain.ErrUnpublishNotFound, Operation: commands.OpUnpublish, StartedBy: "an unpublish",
+	AggregateColumn: "id", NotFound: domain.ErrUnpublishNotFound, Operation: domain.OpUnpublish, StartedBy: "an unpublish",
 	Messages: []worker.Message{{Type: "listing.unpublish", Method: "POST", Path: "/publications/{publication_id}/unpublish"}},
 	LastLook: worker.Asks("finds the product by the publication's external_ref: absent, the unpublish succeeded"),
 	Resource: &worker.Resource{Parent: "/publications/{publication_id}", ParentTable: "publications",
 		ParentNotFound: domain.ErrPublicationNotFound, Path: "unpublishes", IDParam: "unpublish_id", Key: "unpublish",
 		GetOperation: "getUnpublish", ListOperation: "listUnpublishes", Body: Body},
-	Kind: func(e worker.Env) (worker.TaskKind, error) {
-		h, err := handler(e)
-		return h.flow.Kind, err
-	},
-	Handler: func(e worker.Env) (worker.Handler, error) { return handler(e) },
+}, tasks, handler)
+
+// kindNeeds are what the task kind is built from, in every process.
+type kindNeeds struct {
+	Deps         worker.Deps
+	Unpublishes  port.Repository[domain.Unpublish]
+	Publications port.Repository[domain.Publication]
 }
+
+func tasks(n kindNeeds) (worker.TaskKind, error) {
+	h, err := newHandler(handlerNeeds{Deps: n.Deps, Unpublishes: n.Unpublishes, Publications: n.Publications})
+	return h.flow.Kind, err
+}
+
+// handlerNeeds are what the handler is built from, in a process that consumes jobs.
+type handlerNeeds struct {
+	Deps         worker.Deps
+	Unpublishes  port.Repository[domain.Unpublish]
+	Publications port.Repository[domain.Publication]
+	Stores       port.Stores
+	Cipher       port.CredentialCipher
+	Marketplace  port.Marketplace
+	Settings     worker.Settings
+}
+
+func handler(n handlerNeeds) (worker.Handler, error) { return newHandler(n) }
 
 // Body is the JSON of an unpublish in the API.
 func Body(task any) any {
@@ -48,7 +68,7 @@ func Body(task any) any {
 
 // Handler handles the jobs of Queue through the task lifecycle (worker.Flow).
 type Handler struct {
-	env  worker.Env
+	env  handlerNeeds
 	flow worker.Flow[domain.Unpublish, started, struct{}]
 }
 
@@ -57,13 +77,9 @@ func (h *Handler) Handle(ctx context.Context, job worker.Job) error { return h.f
 
 type started struct{ sealed port.SealedCredentials }
 
-func handler(e worker.Env) (*Handler, error) {
-	tasks, err := worker.TaskRepository[domain.Unpublish](e, "unpublishes")
-	if err != nil {
-		return nil, err
-	}
+func newHandler(e handlerNeeds) (*Handler, error) {
 	h := &Handler{env: e}
-	kind := worker.Kind[domain.Unpublish]{QueueName: Queue, Deps: e.Deps, Tasks: tasks, AsksLastLook: true,
+	kind := worker.Kind[domain.Unpublish]{QueueName: Queue, Deps: e.Deps, Tasks: e.Unpublishes, AsksLastLook: true,
 		TaskOf: func(u *domain.Unpublish) *domain.Task { return &u.Task },
 		TaskID: worker.PayloadID(func(r domain.UnpublishRequested) uuid.UUID { return r.UnpublishID }),
 		OnFail: func(ctx context.Context, u domain.Unpublish, _ worker.Failure) error { return h.release(ctx, u) }}
@@ -74,15 +90,23 @@ func handler(e worker.Env) (*Handler, error) {
 
 // lease is how long the unpublish holds the publication's push claim: longer than one call
 // of the adapter (listingupdate's lease rule).
-func (h *Handler) lease() time.Duration { return 4 * h.env.PlatformTimeout }
+func (h *Handler) lease() time.Duration { return 4 * h.env.Settings.PlatformTimeout }
 
-// begin takes the publication's push claim (waiting, like an update, while another holds
-// it) and reads the store's credentials.
+// begin refuses an unpublish whose store is no longer verified (with other credentials, the
+// platform's 404 would count as deleted), takes the publication's push claim (waiting, like
+// an update, while another holds it) and reads the store's credentials.
 func (h *Handler) begin(ctx context.Context, u *domain.Unpublish) (started, error) {
+	store, err := h.env.Stores.Get(ctx, u.StoreID)
+	if err != nil {
+		return started{}, err
+	}
+	if store.Status != domain.StoreVerified {
+		return started{}, worker.Refuse(domain.ErrStoreNotVerified)
+	}
 	now := h.env.Deps.Now()
-	_, err := h.env.Publications.Update(ctx, u.PublicationID, func(p *domain.Publication) error {
+	_, err = h.env.Publications.Update(ctx, u.PublicationID, func(p *domain.Publication) error {
 		if p.Push.HeldBy(u.ID, now) {
-			return domain.ErrListingUpdateBusy.WithRetryAfter(max(min(p.Push.Until.Sub(now), h.lease()/4), time.Second))
+			return domain.ErrPublicationBusy.WithRetryAfter(max(min(p.Push.Until.Sub(now), h.lease()/4), time.Second))
 		}
 		p.Claim(u.ID, 0, now, h.lease())
 		return nil

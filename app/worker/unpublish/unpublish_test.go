@@ -1,0 +1,128 @@
+package unpublish_test
+
+import (
+	"context"
+	"net/http/httptest"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/stretchr/testify/require"
+
+	"github.com/listingkit/listing/app/port"
+	"github.com/listingkit/listing/app/worker"
+	"github.com/listingkit/listing/app/worker/unpublish"
+	"github.com/listingkit/listing/domain"
+	"github.com/listingkit/listing/infra/platform"
+	"github.com/listingkit/listing/infra/postgres"
+	"github.com/listingkit/listing/infra/sandbox/marketplace"
+	"github.com/listingkit/listing/infra/secret"
+	"github.com/listingkit/listing/internal/workertest"
+)
+
+const apiKey = "sk_test_unpublish"
+
+// bundle is one test's world: a store (verified when asked), a publication whose platform
+// product exists in the sandbox, an unpublish of it accepted, and the flow's handler.
+type bundle struct {
+	env       *workertest.Env
+	sb        *marketplace.Sandbox
+	h         worker.Handler
+	pubs      postgres.Publications
+	pub       domain.Publication
+	u         domain.Unpublish
+	uop       domain.Operation
+	productID string
+}
+
+func setup(t *testing.T, verified bool) *bundle {
+	t.Helper()
+	env := workertest.New(t)
+	sb, err := marketplace.New(marketplace.Config{Logger: env.Log})
+	require.NoError(t, err)
+	srv := httptest.NewServer(sb)
+	t.Cleanup(srv.Close)
+	gateway, err := platform.New(platform.Config{BaseURL: srv.URL, Logger: env.Log, Timeout: 5 * time.Second})
+	require.NoError(t, err)
+	cipher, err := secret.New(secret.Config{Logger: env.Log})
+	require.NoError(t, err)
+	stores, pubs, products := postgres.NewStores(), postgres.NewPublications(), postgres.Products{}
+	unpublishes := postgres.TaskRepositories()["unpublishes"]
+	h, err := unpublish.Flow.Handler(worker.Provide(env.Deps, stores, pubs, unpublishes, port.CredentialCipher(cipher),
+		port.Marketplace(gateway), worker.Settings{PlatformTimeout: 5 * time.Second}))
+	require.NoError(t, err)
+	creds, err := port.NewCredentials(apiKey)
+	require.NoError(t, err)
+
+	now := time.Now()
+	var store domain.Store
+	var product domain.Product
+	env.InTx(t, func(ctx context.Context) error {
+		store, err = domain.NewStore(uuid.New(), env.Workspace, "sandbox", "shop-"+uuid.NewString()[:8], "Shop", []string{"sandbox"}, now)
+		require.NoError(t, err)
+		if verified {
+			require.True(t, store.RecordVerification(store.CredentialsVersion, true, "Shop", "", now))
+		}
+		require.NoError(t, stores.Insert(ctx, store))
+		require.NoError(t, stores.SetCredentials(ctx, store.ID, env.Seal(t, cipher, store.ID, apiKey)))
+		product, err = domain.NewProduct(uuid.New(), env.Workspace, domain.ProductContent{Title: "v1", Price: "10.00",
+			Currency: "EUR", Images: []string{"https://img.example.test/mug.jpg"}}, now)
+		require.NoError(t, err)
+		return products.Insert(ctx, product)
+	})
+	op := domain.NewOperation(env.Workspace, env.User, domain.OpPublication, "publication", uuid.Nil, now)
+	pub := domain.NewPublication(uuid.New(), env.Workspace, op.ID, product, store.ID, now)
+	created, err := gateway.CreateProduct(context.Background(), creds, pub.ID.String(), port.ProductInput{
+		ExternalRef: pub.ExternalRef(), Title: "v1", Price: "10.00", Currency: "EUR"})
+	require.NoError(t, err)
+	pub.Status, pub.ExternalProductID = domain.TaskSucceeded, created.ID
+	pub.RecordPushed(1)
+	workertest.InsertTask(t, env, pubs, op, pub)
+
+	uop := domain.NewOperation(env.Workspace, env.User, domain.OpUnpublish, "unpublish", uuid.Nil, now)
+	u := domain.NewUnpublish(uuid.New(), uop.ID, pub, now)
+	uop.ResourceID = u.ID
+	workertest.InsertTask(t, env, unpublishes.(port.Repository[domain.Unpublish]), uop, u)
+
+	return &bundle{env: env, sb: sb, h: h, pubs: pubs, pub: pub, u: u, uop: uop, productID: created.ID}
+}
+
+func (b *bundle) handle(t *testing.T) error {
+	return b.h.Handle(context.Background(), b.env.Job(t, b.u.RequestEvent(), 1, false))
+}
+
+// An unpublish whose store is no longer verified (its credentials replaced and not verified
+// yet) fails STORE_NOT_VERIFIED without a call: with other credentials, the platform's 404
+// would count as deleted.
+func TestUnverifiedStoreIsRefusedWithoutACall(t *testing.T) {
+	t.Parallel()
+	b := setup(t, false)
+	err := b.handle(t)
+	require.True(t, worker.IsPermanent(err), "%v", err)
+	require.ErrorIs(t, err, domain.ErrStoreNotVerified)
+	require.Equal(t, "STORE_NOT_VERIFIED", b.env.Operation(t, b.uop.ID).ErrorCode)
+	require.Zero(t, b.sb.Calls(marketplace.EndpointDeleteProduct))
+	_, exists := b.sb.Product(apiKey, b.productID)
+	require.True(t, exists)
+}
+
+// While a listing update holds the publication's push claim, the unpublish waits (a snooze
+// until the claim's lease ends), with its own code, not the update's.
+func TestUnpublishWaitsForARunningUpdate(t *testing.T) {
+	t.Parallel()
+	b := setup(t, true)
+	b.env.InTx(t, func(ctx context.Context) error {
+		_, err := b.pubs.Update(ctx, b.pub.ID, func(p *domain.Publication) error {
+			p.Claim(uuid.New(), 2, time.Now(), time.Minute)
+			return nil
+		})
+		return err
+	})
+	err := b.handle(t)
+	delay, snoozed := worker.SnoozeOf(err)
+	require.True(t, snoozed, "%v", err)
+	require.Positive(t, delay)
+	require.ErrorIs(t, err, domain.ErrPublicationBusy)
+	require.NotErrorIs(t, err, domain.ErrListingUpdateBusy)
+	require.Zero(t, b.sb.Calls(marketplace.EndpointDeleteProduct))
+}
