@@ -46,12 +46,12 @@ type Task struct {
 	// HeldResult is the result of a successful external call whose record step gave up
 	// (Hold), as its flow encodes it; nil when none is held. The next delivery records it
 	// instead of calling again. A finished task holds none.
-	HeldResult []byte
-	ErrorCode       string
-	ErrorMessage    string
-	Version         int
-	CreatedAt       time.Time
-	UpdatedAt       time.Time
+	HeldResult   []byte
+	ErrorCode    string
+	ErrorMessage string
+	Version      int
+	CreatedAt    time.Time
+	UpdatedAt    time.Time
 }
 
 // NewTask returns a pending task.

@@ -1,6 +1,6 @@
--- Only a run spends an attempt (docs/guarantees.md §7). Every task table, those registered by
--- prepare_task_table (026_task_tables.sql) from now on included (a trigger on task_tables),
--- gets three lifecycle columns:
+-- Only a run spends an attempt (docs/guarantees.md, "Every accepted operation ends"). Every
+-- task table, those registered by prepare_task_table (026_task_tables.sql) from now on
+-- included (a trigger on task_tables), gets three lifecycle columns:
 --   redeliveries         how often the reconciler delivered the task again although its
 --                        handler had not started since the previous delivery (a job lost
 --                        with Redis in a backlog): such a delivery spends no attempt; it is

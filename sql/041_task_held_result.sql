@@ -1,5 +1,6 @@
--- A held result is recorded, not called again (docs/guarantees.md §3). Every task table, those
--- registered by prepare_task_table from now on included, gets
+-- A held result is recorded, not called again (docs/guarantees.md, "A job delivered twice
+-- does nothing twice"). Every task table, those registered by prepare_task_table from now on
+-- included, gets
 --   held_result  the result of a successful external call whose record step gave up, as the
 --                flow encodes it (JSON); NULL when none is held. The next delivery of the
 --                task records it instead of calling again; a finished task holds none.

@@ -174,8 +174,8 @@ func New(cfg Config) (*Reconciler, error) {
 // Result counts what one sweep did.
 type Result struct {
 	// Ran is false when another process held the sweep.
-	Ran         bool
-	Workspaces  int
+	Ran        bool
+	Workspaces int
 	// Redelivered counts tasks delivered again after they ran; Unrun those delivered again
 	// for free, their handler not started since the previous delivery.
 	Redelivered int

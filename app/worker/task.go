@@ -54,7 +54,7 @@ const (
 	// its previous delivery (its job lost before a worker took it).
 	RedeliveredUnrun Reconciled = "redelivered_unrun"
 	Exhausted        Reconciled = "exhausted"
-	Unchanged   Reconciled = "unchanged"
+	Unchanged        Reconciled = "unchanged"
 	// LastLooked: at max, a last look was requested before DELIVERY_EXHAUSTED.
 	LastLooked Reconciled = "last_look"
 )
