@@ -170,7 +170,7 @@ func ProvideReconciler(cfg config.Config, pool *pgxpool.Pool, session SessionPoo
 	return reconcile.New(reconcile.Config{Kinds: kinds, Stuck: postgres.StuckTasks{Pool: pool, Session: session.Pool, Tables: flows.TaskTables()}, Tx: postgres.Transactor{Pool: pool},
 		Probe: probe,
 		After: cfg.ReconcileAfterQueues, DefaultAfter: cfg.ReconcileAfter, Interval: cfg.ReconcileInterval,
-		MaxReconciliations: cfg.ReconcileMax, Log: log, Registerer: reg})
+		MaxReconciliations: cfg.ReconcileMax, MaxAge: cfg.TaskMaxAge, Log: log, Registerer: reg})
 }
 
 // ProvideJobHandlers builds one handler per queue. A process calls it once: the media

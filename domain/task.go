@@ -31,13 +31,27 @@ type Task struct {
 	Status      TaskStatus
 	Attempts    int
 	// Reconciliations counts how often the task was found stuck (not finished, not moving)
-	// and delivered again (see Reconcile).
+	// after it ran, and delivered again (see Reconcile): the deliveries that spend a try.
 	Reconciliations int
-	ErrorCode       string
-	ErrorMessage    string
-	Version         int
-	CreatedAt       time.Time
-	UpdatedAt       time.Time
+	// Redeliveries counts how often the task was found stuck without having run since the
+	// previous delivery (its job lost before any worker started it) and delivered again:
+	// such deliveries spend no try; the task's age bounds them (see Reconcile).
+	Redeliveries int
+	// ReconciledAttempts is Attempts when the task was last delivered again: Attempts still
+	// equal to it means the handler has not started since.
+	ReconciledAttempts int
+	// FirstDispatchedAt is when the task's request event was first dispatched, the origin of
+	// its age; zero until the reconciler first meets the task.
+	FirstDispatchedAt time.Time
+	// HeldResult is the result of a successful external call whose record step gave up
+	// (Hold), as its flow encodes it; nil when none is held. The next delivery records it
+	// instead of calling again. A finished task holds none.
+	HeldResult   []byte
+	ErrorCode    string
+	ErrorMessage string
+	Version      int
+	CreatedAt    time.Time
+	UpdatedAt    time.Time
 }
 
 // NewTask returns a pending task.
@@ -65,7 +79,7 @@ func (t *Task) Succeed(now time.Time) error {
 	if t.Status.Terminal() {
 		return ErrTaskFinished
 	}
-	t.Status, t.UpdatedAt = TaskSucceeded, now
+	t.Status, t.UpdatedAt, t.HeldResult = TaskSucceeded, now, nil
 	t.Version++
 	return nil
 }
@@ -77,6 +91,19 @@ func (t *Task) Fail(code, message string, now time.Time) error {
 		return ErrTaskFinished
 	}
 	t.Status, t.ErrorCode, t.ErrorMessage, t.UpdatedAt = TaskFailed, code, boundText(message, MaxTaskErrorLength), now
+	t.HeldResult = nil
+	t.Version++
+	return nil
+}
+
+// Hold keeps result, the encoded result of a successful external call whose record step
+// gave up, so that the next delivery records it instead of calling again (HeldResult). A
+// finished task is ErrTaskFinished.
+func (t *Task) Hold(result []byte, now time.Time) error {
+	if t.Status.Terminal() {
+		return ErrTaskFinished
+	}
+	t.HeldResult, t.UpdatedAt = result, now
 	t.Version++
 	return nil
 }
@@ -94,8 +121,9 @@ func (t *Task) Touch(now time.Time) error {
 
 // Task failure codes that the engine records, whatever the flow.
 var (
-	// ErrDeliveryExhausted fails a task that was delivered again MaxReconciliations times and
-	// still did not finish.
+	// ErrDeliveryExhausted fails a task that ran and was delivered again MaxReconciliations
+	// times and still did not finish, or whose handler never started before the task was
+	// TASK_MAX_AGE old.
 	ErrDeliveryExhausted = NewError(KindUnavailable, "DELIVERY_EXHAUSTED",
 		"the task was delivered again several times and never finished")
 	// ErrJobStalled fails a task whose job stopped with its worker more often than allowed
@@ -104,21 +132,70 @@ var (
 		"the task's worker stopped repeatedly while running it")
 )
 
-// Reconcile counts one more delivery of a stuck task (see Reconciliations) and marks it
-// moved at now, so that it is not taken for stuck again before the threshold passes anew.
-// It reports whether the task may be delivered again: false when it already was max times
-// (the caller then fails it with ErrDeliveryExhausted). A finished task is ErrTaskFinished.
-func (t *Task) Reconcile(max int, now time.Time) (bool, error) {
+// Redelivery is what Reconcile decided for a stuck task.
+type Redelivery int
+
+// Decisions of Reconcile.
+const (
+	// RedeliverRun: the task ran since its previous delivery; this delivery spends one of
+	// its tries (Reconciliations).
+	RedeliverRun Redelivery = iota + 1
+	// RedeliverUnrun: the task has not run since its previous delivery (its job was lost
+	// before any worker started it); this delivery spends nothing (Redeliveries).
+	RedeliverUnrun
+	// RedeliveriesSpent: the task ran and was delivered again max times already.
+	RedeliveriesSpent
+	// RedeliveryTooOld: the task has not run since its previous delivery and is older than
+	// the age bound.
+	RedeliveryTooOld
+)
+
+// Ran reports whether the task's handler started since it was last delivered again.
+func (t *Task) Ran() bool { return t.Attempts != t.ReconciledAttempts }
+
+// Age returns how long ago the task was first dispatched (FirstDispatchedAt, else its
+// creation) at now.
+func (t *Task) Age(now time.Time) time.Duration {
+	if t.FirstDispatchedAt.IsZero() {
+		return now.Sub(t.CreatedAt)
+	}
+	return now.Sub(t.FirstDispatchedAt)
+}
+
+// Reconcile decides the next delivery of a stuck task and, when it is to be delivered again,
+// counts it and marks the task moved at now, so that it is not taken for stuck again before
+// the threshold passes anew. firstDispatched (zero when unknown) sets FirstDispatchedAt the
+// first time. A task that ran since its previous delivery (Ran) is delivered again while
+// Reconciliations < max (RedeliverRun), else RedeliveriesSpent; one that did not is
+// delivered again while younger than maxAge (RedeliverUnrun), else RedeliveryTooOld: only
+// a run spends a try. Nothing but FirstDispatchedAt changes unless the task is delivered
+// again. A finished task is ErrTaskFinished.
+func (t *Task) Reconcile(max int, maxAge time.Duration, firstDispatched, now time.Time) (Redelivery, error) {
 	if t.Status.Terminal() {
-		return false, ErrTaskFinished
+		return 0, ErrTaskFinished
 	}
-	if t.Reconciliations >= max {
-		return false, nil
+	if t.FirstDispatchedAt.IsZero() && !firstDispatched.IsZero() {
+		t.FirstDispatchedAt = firstDispatched
 	}
-	t.Reconciliations++
+	ran := t.Ran()
+	if !ran {
+		if t.Age(now) >= maxAge {
+			return RedeliveryTooOld, nil
+		}
+		t.Redeliveries++
+	} else {
+		if t.Reconciliations >= max {
+			return RedeliveriesSpent, nil
+		}
+		t.Reconciliations++
+		t.ReconciledAttempts = t.Attempts
+	}
 	t.UpdatedAt = now
 	t.Version++
-	return true, nil
+	if ran {
+		return RedeliverRun, nil
+	}
+	return RedeliverUnrun, nil
 }
 
 // Requested is a task that can rebuild the event that asked for it, from its own state. The

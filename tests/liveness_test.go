@@ -308,3 +308,41 @@ func TestLivenessJobRemovedByHand(t *testing.T) {
 	require.Equal(t, "succeeded", status, code)
 	require.Equal(t, 1, front.sb.ProductsWithRef(pubID))
 }
+
+// TestLivenessJobLostFiveTimesBeforeAnyWorker: a publication waits in a backlog (no worker
+// runs) while its job is lost five times in a row (removed from Redis, as a restart without
+// persistence would). Each loss costs no try: the reconciler delivers it again every time,
+// backing off, and once a worker starts the publication succeeds, with one run and one
+// product.
+func TestLivenessJobLostFiveTimesBeforeAnyWorker(t *testing.T) {
+	t.Parallel()
+	front, url := newHeldFront(t, 0, false)
+	w := newLivenessWorld(t, url, 0, nil)
+	pubID, opID, jobID := w.publish(t)
+	ctx := context.Background()
+	k := w.prefix + ":listing-publish:"
+	const losses = 5
+	for n := 1; n <= losses; n++ {
+		require.NoError(t, w.rdb.Del(ctx, k+jobID).Err())
+		require.NoError(t, w.rdb.LRem(ctx, k+"wait", 0, jobID).Err())
+		h, places := seedJobCount(t, w.rdb, w.prefix, "listing-publish", jobID)
+		require.Zero(t, h+places)
+		// The reconciler delivers it again under a new job id (after RECONCILE_AFTER and a
+		// backoff of RECONCILE_INTERVAL × (2^(n−1) − 1)).
+		seedEventually(t, 90*time.Second, func() bool {
+			return w.env.Count(`SELECT count(*) FROM outbox_all_events WHERE event_type = 'publication.requested'
+				AND event_payload->>'publication_id' = $1 AND status = 'dispatched'`, pubID) == n+1
+		}, "loss %d: not delivered again", n)
+		jobID = seedOne(t, w.db, `SELECT id::text FROM outbox_all_events WHERE event_type = 'publication.requested'
+			AND event_payload->>'publication_id' = $1 ORDER BY created_at DESC LIMIT 1`, pubID)
+		require.Equal(t, "pending", seedOne(t, w.db, "SELECT status FROM operations WHERE id = $1", opID))
+	}
+	since := time.Now()
+	w.startWork(t)
+
+	status, code := w.waitFinished(t, opID, since, livenessJobBudget)
+	require.Equal(t, "succeeded", status, code)
+	require.Equal(t, 1, front.sb.ProductsWithRef(pubID))
+	require.Equal(t, "1 0 5", seedOne(t, w.db,
+		"SELECT attempts || ' ' || reconciliations || ' ' || redeliveries FROM publications WHERE id = $1", pubID))
+}

@@ -16,8 +16,10 @@ type StuckTasks interface {
 	// Find returns up to limit of the queue's tasks in the transaction's workspace that are
 	// unfinished since before and not owed a delivery by the outbox (no request event of
 	// theirs is pending or being dispatched), oldest first, and locks them; tasks locked by
-	// another transaction are skipped. It must run inside a transaction.
-	Find(ctx context.Context, queue string, before time.Time, limit int) ([]StuckTask, error)
+	// another transaction are skipped. A task delivered again n times without running
+	// (domain.Task.Redeliveries) backs off: it is found only when unfinished since before −
+	// backoff × (2^min(n, MaxRedeliveryDoublings) − 1). It must run inside a transaction.
+	Find(ctx context.Context, queue string, before time.Time, backoff time.Duration, limit int) ([]StuckTask, error)
 	// Exclusive runs fn unless another process is running an Exclusive fn of the same name,
 	// and reports whether fn ran. The exclusion ends with fn, or with this process.
 	Exclusive(ctx context.Context, name string, fn func(ctx context.Context) error) (bool, error)
@@ -29,7 +31,15 @@ type StuckTask struct {
 	// LastJobID is the job id of the task's latest delivered request event (its outbox
 	// event id); empty when none is left.
 	LastJobID string
+	// FirstDispatchedAt is when the task's request event was first dispatched; zero when the
+	// outbox no longer knows.
+	FirstDispatchedAt time.Time
 }
+
+// MaxRedeliveryDoublings caps the backoff of a task delivered again without running
+// (StuckTasks.Find): after this many redeliveries it waits 2^MaxRedeliveryDoublings − 1
+// times the backoff more, each time.
+const MaxRedeliveryDoublings = 6
 
 // JobProbe tells whether the queues still hold jobs unfinished: waiting, delayed or
 // running. A task whose last job is unfinished is not stuck, only queued.

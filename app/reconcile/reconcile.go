@@ -4,8 +4,11 @@
 // failed outside any handler, removed, or lost with Redis — and asks for them again through
 // the outbox, under a new job id (the old one may still be held by BullMQ's deduplication).
 // Workers compare-and-set on the task, so a second delivery of a task that was merely slow
-// changes nothing twice. A task that keeps coming back is failed after MaxReconciliations
-// with the code DELIVERY_EXHAUSTED.
+// changes nothing twice. Only a run spends a try: a task whose handler has not started since
+// its previous delivery (its job lost with Redis while it waited in a backlog) is delivered
+// again for free, with a backoff, until it is MaxAge old (from its first dispatch); a task
+// that ran and keeps coming back is failed after MaxReconciliations. Both fail with the code
+// DELIVERY_EXHAUSTED.
 //
 // One Reconciler runs at a time across processes (StuckTasks.Exclusive); it works per
 // workspace, in transactions of that workspace, under RLS like the dispatcher. It holds no
@@ -34,6 +37,7 @@ const (
 	DefaultAfter              = 15 * time.Minute
 	DefaultInterval           = time.Minute
 	DefaultMaxReconciliations = 3
+	DefaultMaxAge             = 24 * time.Hour
 	DefaultBatch              = 100
 	DefaultWorkspaces         = 1000
 )
@@ -61,7 +65,14 @@ type Config struct {
 	Interval time.Duration
 	// MaxReconciliations is how often one task is delivered again before it fails with
 	// DELIVERY_EXHAUSTED; 0 fails a stuck task at once (DefaultMaxReconciliations is 3).
+	// Only deliveries of a task that ran since its previous delivery count.
 	MaxReconciliations int
+	// MaxAge is how long, from its first dispatch, a task whose handler has not started is
+	// delivered again before it fails with DELIVERY_EXHAUSTED (TASK_MAX_AGE). Such deliveries
+	// back off: after the n-th, the task is stuck again only when unmoved for its queue's
+	// After + Interval × (2^min(n, port.MaxRedeliveryDoublings) − 1). Default DefaultMaxAge
+	// (24h).
+	MaxAge time.Duration
 	// Batch bounds the tasks of one queue handled per workspace and sweep. Default 100.
 	Batch int
 	// Now tells the time. Default time.Now.
@@ -83,6 +94,9 @@ func (c *Config) setDefaults() {
 	if c.Batch == 0 {
 		c.Batch = DefaultBatch
 	}
+	if c.MaxAge == 0 {
+		c.MaxAge = DefaultMaxAge
+	}
 	if c.Now == nil {
 		c.Now = time.Now
 	}
@@ -96,8 +110,8 @@ func (c Config) Validate() error {
 	switch {
 	case len(c.Kinds) == 0 || c.Stuck == nil || c.Tx == nil:
 		return errors.New("reconcile: Kinds, Stuck and Tx are required")
-	case c.DefaultAfter < 0 || c.Interval < 0 || c.MaxReconciliations < 0 || c.Batch < 0:
-		return errors.New("reconcile: DefaultAfter, Interval, MaxReconciliations and Batch must not be negative")
+	case c.DefaultAfter < 0 || c.Interval < 0 || c.MaxReconciliations < 0 || c.Batch < 0 || c.MaxAge < 0:
+		return errors.New("reconcile: DefaultAfter, Interval, MaxReconciliations, Batch and MaxAge must not be negative")
 	}
 	for q, d := range c.After {
 		if d <= 0 {
@@ -137,10 +151,11 @@ func New(cfg Config) (*Reconciler, error) {
 	r.minAfter = slices.Min(slices.Collect(maps.Values(r.after)))
 	r.total = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "listing_reconciliations_total",
-		Help: "Stuck tasks the reconciler delivered again (redelivered), sent to a last look before DELIVERY_EXHAUSTED (last_look) or failed with DELIVERY_EXHAUSTED (exhausted).",
+		Help: "Stuck tasks the reconciler delivered again after they ran (redelivered) or without their handler having started since the previous delivery (redelivered_unrun, spends no try), sent to a last look before DELIVERY_EXHAUSTED (last_look) or failed with DELIVERY_EXHAUSTED (exhausted).",
 	}, []string{"queue", "outcome"})
 	for _, k := range cfg.Kinds {
 		r.total.WithLabelValues(k.Queue(), string(worker.Redelivered))
+		r.total.WithLabelValues(k.Queue(), string(worker.RedeliveredUnrun))
 		r.total.WithLabelValues(k.Queue(), string(worker.Exhausted))
 		r.total.WithLabelValues(k.Queue(), string(worker.LastLooked))
 	}
@@ -159,9 +174,12 @@ func New(cfg Config) (*Reconciler, error) {
 // Result counts what one sweep did.
 type Result struct {
 	// Ran is false when another process held the sweep.
-	Ran         bool
-	Workspaces  int
+	Ran        bool
+	Workspaces int
+	// Redelivered counts tasks delivered again after they ran; Unrun those delivered again
+	// for free, their handler not started since the previous delivery.
 	Redelivered int
+	Unrun       int
 	Exhausted   int
 	// LastLooks counts tasks at MaxReconciliations sent to their last look.
 	LastLooks int
@@ -217,6 +235,8 @@ func (r *Reconciler) RunOnce(ctx context.Context) (Result, error) {
 					level = slog.LevelError
 				case worker.LastLooked:
 					res.LastLooks++
+				case worker.RedeliveredUnrun:
+					res.Unrun++
 				default:
 					res.Redelivered++
 				}
@@ -236,7 +256,7 @@ func (r *Reconciler) RunOnce(ctx context.Context) (Result, error) {
 // unqueued returns the tasks whose last job the Probe does not see unfinished. A failing
 // probe fails the workspace's sweep (retried next sweep): without it a backlog could not be
 // told from a loss.
-func (r *Reconciler) unqueued(ctx context.Context, queue string, tasks []port.StuckTask) (map[port.StuckTask]bool, error) {
+func (r *Reconciler) unqueued(ctx context.Context, queue string, tasks []port.StuckTask) (map[probed]bool, error) {
 	var jobs []string
 	for _, t := range tasks {
 		if t.LastJobID != "" {
@@ -250,13 +270,19 @@ func (r *Reconciler) unqueued(ctx context.Context, queue string, tasks []port.St
 			return nil, fmt.Errorf("probe the jobs of %s: %w", queue, err)
 		}
 	}
-	out := make(map[port.StuckTask]bool, len(tasks))
+	out := make(map[probed]bool, len(tasks))
 	for _, t := range tasks {
 		if !queued[t.LastJobID] {
-			out[t] = true
+			out[probed{t.ID, t.LastJobID}] = true
 		}
 	}
 	return out, nil
+}
+
+// probed is a task as probed: the same task with another last job moved meanwhile.
+type probed struct {
+	id        uuid.UUID
+	lastJobID string
 }
 
 // reconciled is one task a sweep delivered again or failed.
@@ -276,7 +302,7 @@ func (r *Reconciler) workspace(ctx context.Context, ws uuid.UUID, now time.Time)
 	found := make(map[string][]port.StuckTask, len(r.cfg.Kinds))
 	if err := r.cfg.Tx.InTx(ctx, ws, uuid.Nil, func(ctx context.Context) error {
 		for _, k := range r.cfg.Kinds {
-			tasks, err := r.cfg.Stuck.Find(ctx, k.Queue(), now.Add(-r.after[k.Queue()]), r.cfg.Batch)
+			tasks, err := r.cfg.Stuck.Find(ctx, k.Queue(), now.Add(-r.after[k.Queue()]), r.cfg.Interval, r.cfg.Batch)
 			if err != nil {
 				return err
 			}
@@ -286,7 +312,7 @@ func (r *Reconciler) workspace(ctx context.Context, ws uuid.UUID, now time.Time)
 	}); err != nil {
 		return nil, err
 	}
-	stuck := make(map[string]map[port.StuckTask]bool, len(found))
+	stuck := make(map[string]map[probed]bool, len(found))
 	some := false
 	for queue, tasks := range found {
 		if len(tasks) == 0 {
@@ -309,15 +335,15 @@ func (r *Reconciler) workspace(ctx context.Context, ws uuid.UUID, now time.Time)
 			if len(stuck[k.Queue()]) == 0 {
 				continue
 			}
-			again, err := r.cfg.Stuck.Find(ctx, k.Queue(), now.Add(-r.after[k.Queue()]), r.cfg.Batch)
+			again, err := r.cfg.Stuck.Find(ctx, k.Queue(), now.Add(-r.after[k.Queue()]), r.cfg.Interval, r.cfg.Batch)
 			if err != nil {
 				return err
 			}
 			for _, t := range again {
-				if !stuck[k.Queue()][t] {
+				if !stuck[k.Queue()][probed{t.ID, t.LastJobID}] {
 					continue // moved since it was probed, or not probed: the next sweep looks again
 				}
-				outcome, err := k.Reconcile(ctx, t.ID, r.cfg.MaxReconciliations)
+				outcome, err := k.Reconcile(ctx, t, worker.RedeliveryPolicy{Max: r.cfg.MaxReconciliations, MaxAge: r.cfg.MaxAge})
 				if err != nil {
 					return err
 				}

@@ -36,6 +36,11 @@ func setup(t *testing.T, max int) *bundle {
 }
 
 func setupWith(t *testing.T, max int, probe port.JobProbe) *bundle {
+	return setupAged(t, max, 0, probe)
+}
+
+// setupAged is setupWith with a MaxAge (0: the default).
+func setupAged(t *testing.T, max int, maxAge time.Duration, probe port.JobProbe) *bundle {
 	t.Helper()
 	e := workertest.New(t)
 	b := &bundle{env: e, transfers: postgres.NewMaterialTransfers(), tasks: postgres.NewMediaTasks(),
@@ -43,7 +48,7 @@ func setupWith(t *testing.T, max int, probe port.JobProbe) *bundle {
 	r, err := reconcile.New(reconcile.Config{
 		Kinds: []worker.TaskKind{transfer.Tasks(e.Deps, b.transfers), mediaproc.Tasks(e.Deps, b.tasks, b.media)},
 		Stuck: postgres.StuckTasks{Pool: e.DB.App, Tables: flows.TaskTables()}, Tx: e.Deps.Tx, Probe: probe, DefaultAfter: time.Minute,
-		MaxReconciliations: max, Log: e.Log, Registerer: b.reg,
+		MaxReconciliations: max, MaxAge: maxAge, Log: e.Log, Registerer: b.reg,
 	})
 	require.NoError(t, err)
 	b.r = r
@@ -69,6 +74,17 @@ func (b *bundle) age(t *testing.T, table string, id uuid.UUID) {
 		"UPDATE "+pgx.Identifier{table}.Sanitize()+" SET updated_at = now() - interval '1 hour' WHERE id = $1", id)
 	require.NoError(t, err)
 }
+
+// ran counts one start of the task's handler, as Task.Start does.
+func (b *bundle) ran(t *testing.T, table string, id uuid.UUID) {
+	t.Helper()
+	_, err := b.env.DB.Owner.Exec(context.Background(),
+		"UPDATE "+pgx.Identifier{table}.Sanitize()+" SET attempts = attempts + 1, status = 'running' WHERE id = $1", id)
+	require.NoError(t, err)
+}
+
+// delivered counts the tasks a sweep delivered again, whether they ran or not.
+func delivered(r reconcile.Result) int { return r.Redelivered + r.Unrun }
 
 // requests returns the ids of the outbox's material_transfer.requested events for id.
 func (b *bundle) requests(t *testing.T, id uuid.UUID) []uuid.UUID {
@@ -111,6 +127,7 @@ func TestStuckTaskIsDeliveredAgainThenExhausted(t *testing.T) {
 
 	var seen []uuid.UUID
 	for n := 1; n <= 2; n++ {
+		b.ran(t, "material_transfers", tr.ID)
 		b.age(t, "material_transfers", tr.ID)
 		res := b.sweep(t)
 		require.Equal(t, 1, res.Redelivered, "sweep %d", n)
@@ -119,16 +136,18 @@ func TestStuckTaskIsDeliveredAgainThenExhausted(t *testing.T) {
 		seen = append(seen, ids[n-1])
 		got := workertest.Load(t, b.env, b.transfers, tr.ID)
 		require.Equal(t, n, got.Reconciliations)
-		require.Equal(t, domain.TaskPending, got.Status)
+		require.Zero(t, got.Redeliveries)
+		require.Equal(t, domain.TaskRunning, got.Status)
 
 		// While the outbox owes the task its delivery, it is not stuck, however old.
 		b.age(t, "material_transfers", tr.ID)
-		require.Zero(t, b.sweep(t).Redelivered)
+		require.Zero(t, delivered(b.sweep(t)))
 		b.dispatchAll(t)
 	}
 	require.NotEqual(t, seen[0], seen[1], "every redelivery has a job id of its own")
 
 	// Past MaxReconciliations: the task and its operation fail for good.
+	b.ran(t, "material_transfers", tr.ID)
 	b.age(t, "material_transfers", tr.ID)
 	res := b.sweep(t)
 	require.Equal(t, 1, res.Exhausted)
@@ -149,7 +168,76 @@ func TestStuckTaskIsDeliveredAgainThenExhausted(t *testing.T) {
 	// A finished task is never touched again.
 	b.age(t, "material_transfers", tr.ID)
 	res = b.sweep(t)
-	require.Zero(t, res.Redelivered+res.Exhausted)
+	require.Zero(t, delivered(res)+res.Exhausted)
+}
+
+// Only a run spends a try: a task whose job is lost again and again before any worker
+// starts it (Redis losing its data while the task waits in a backlog) is delivered again far
+// more often than MaxReconciliations, each time backing off, until it is MaxAge old from its
+// first dispatch; then it fails DELIVERY_EXHAUSTED.
+func TestUnrunTaskIsDeliveredAgainUntilMaxAge(t *testing.T) {
+	b := setupAged(t, 1, 3*time.Hour, nil)
+	tr := b.transferTask(t)
+	for n := 1; n <= 5; n++ {
+		b.age(t, "material_transfers", tr.ID)
+		res := b.sweep(t)
+		require.Equal(t, 1, res.Unrun, "sweep %d", n)
+		require.Zero(t, res.Redelivered+res.Exhausted)
+		require.Len(t, b.requests(t, tr.ID), n)
+		b.dispatchAll(t)
+	}
+	got := workertest.Load(t, b.env, b.transfers, tr.ID)
+	require.Equal(t, 5, got.Redeliveries)
+	require.Zero(t, got.Reconciliations, "no try spent")
+	require.Equal(t, domain.TaskPending, got.Status)
+	require.Equal(t, 5.0, counter(t, b.reg, "material-transfer", "redelivered_unrun"))
+	require.Contains(t, b.env.Logs.String(), `"outcome":"redelivered_unrun"`)
+
+	// The n-th free delivery backs off: unmoved for After (1m) + Interval (1m) × (2^5 − 1),
+	// not less.
+	_, err := b.env.DB.Owner.Exec(context.Background(),
+		`UPDATE material_transfers SET updated_at = now() - interval '31 minutes' WHERE id = $1`, tr.ID)
+	require.NoError(t, err)
+	require.Zero(t, delivered(b.sweep(t)), "backing off")
+	_, err = b.env.DB.Owner.Exec(context.Background(),
+		`UPDATE material_transfers SET updated_at = now() - interval '33 minutes' WHERE id = $1`, tr.ID)
+	require.NoError(t, err)
+	require.Equal(t, 1, b.sweep(t).Unrun, "backed off long enough")
+	b.dispatchAll(t)
+
+	// Its age counts from the first dispatch of its request event, kept on the task.
+	got = workertest.Load(t, b.env, b.transfers, tr.ID)
+	require.False(t, got.FirstDispatchedAt.IsZero())
+	require.WithinDuration(t, time.Now(), got.FirstDispatchedAt, time.Minute)
+
+	// MaxAge old, still never run: DELIVERY_EXHAUSTED.
+	_, err = b.env.DB.Owner.Exec(context.Background(),
+		`UPDATE material_transfers SET first_dispatched_at = now() - interval '3 hours', updated_at = now() - interval '3 hours' WHERE id = $1`, tr.ID)
+	require.NoError(t, err)
+	res := b.sweep(t)
+	require.Equal(t, 1, res.Exhausted)
+	got = workertest.Load(t, b.env, b.transfers, tr.ID)
+	require.Equal(t, domain.TaskFailed, got.Status)
+	require.Equal(t, "DELIVERY_EXHAUSTED", got.ErrorCode)
+}
+
+// A task that ran, then had its redelivery lost before it ran again, is delivered again
+// for free: its try was spent by the run, not by the loss.
+func TestLossAfterARunSpendsNoSecondTry(t *testing.T) {
+	b := setup(t, 1)
+	tr := b.transferTask(t)
+	b.ran(t, "material_transfers", tr.ID)
+	b.age(t, "material_transfers", tr.ID)
+	require.Equal(t, 1, b.sweep(t).Redelivered)
+	b.dispatchAll(t)
+	for range 3 {
+		b.age(t, "material_transfers", tr.ID)
+		require.Equal(t, 1, b.sweep(t).Unrun, "lost before it ran again")
+		b.dispatchAll(t)
+	}
+	b.ran(t, "material_transfers", tr.ID)
+	b.age(t, "material_transfers", tr.ID)
+	require.Equal(t, 1, b.sweep(t).Exhausted, "it ran again and stalled: past RECONCILE_MAX")
 }
 
 // probe answers Unfinished from a set of job ids; it records what it was asked.
@@ -174,17 +262,17 @@ func TestQueuedTaskIsNotStuck(t *testing.T) {
 	b := setupWith(t, 3, p)
 	tr := b.transferTask(t)
 	b.age(t, "material_transfers", tr.ID)
-	require.Equal(t, 1, b.sweep(t).Redelivered, "no delivered job: stuck")
+	require.Equal(t, 1, delivered(b.sweep(t)), "no delivered job: stuck")
 	b.dispatchAll(t)
 	job := b.requests(t, tr.ID)[0]
 	p.unfinished[job.String()] = true
 
 	b.age(t, "material_transfers", tr.ID)
-	require.Zero(t, b.sweep(t).Redelivered, "its job waits in the queue")
+	require.Zero(t, delivered(b.sweep(t)), "its job waits in the queue")
 	require.Equal(t, []string{job.String()}, p.asked)
 
 	p.unfinished[job.String()] = false
-	require.Equal(t, 1, b.sweep(t).Redelivered, "its job is gone")
+	require.Equal(t, 1, delivered(b.sweep(t)), "its job is gone")
 }
 
 func TestExhaustedMediaProcessingRejectsTheMedia(t *testing.T) {
@@ -197,6 +285,7 @@ func TestExhaustedMediaProcessingRejectsTheMedia(t *testing.T) {
 	op := domain.NewOperation(e.Workspace, e.User, "media_processing", "media", m.ID, time.Now())
 	task := domain.MediaTask{Task: domain.NewTask(uuid.New(), e.Workspace, op.ID, time.Now()), MediaID: m.ID}
 	workertest.InsertTask(t, e, b.tasks, op, task)
+	b.ran(t, "media_processings", task.ID)
 	b.age(t, "media_processings", task.ID)
 
 	require.Equal(t, 1, b.sweep(t).Exhausted)
@@ -240,7 +329,7 @@ func TestOneSweepAtATime(t *testing.T) {
 	require.NoError(t, other.err)
 	require.True(t, other.ran)
 
-	require.Equal(t, 1, b.sweep(t).Redelivered, "the lock went with the sweep that held it")
+	require.Equal(t, 1, delivered(b.sweep(t)), "the lock went with the sweep that held it")
 }
 
 func TestFindIsScopedToTheWorkspace(t *testing.T) {
@@ -250,7 +339,7 @@ func TestFindIsScopedToTheWorkspace(t *testing.T) {
 	stuck := postgres.StuckTasks{Pool: b.env.DB.App, Tables: flows.TaskTables()}
 	other := uuid.New()
 	err := b.env.Deps.Tx.InTx(context.Background(), other, uuid.Nil, func(ctx context.Context) error {
-		tasks, err := stuck.Find(ctx, worker.QueueMaterialTransfer, time.Now(), 10)
+		tasks, err := stuck.Find(ctx, worker.QueueMaterialTransfer, time.Now(), time.Second, 10)
 		require.Empty(t, tasks)
 		return err
 	})
@@ -301,7 +390,7 @@ func TestProbeRunsOutsideTheTaskRowLocks(t *testing.T) {
 	b := setupWith(t, 3, p)
 	tr := b.transferTask(t)
 	b.age(t, "material_transfers", tr.ID)
-	require.Equal(t, 1, b.sweep(t).Redelivered, "no delivered job: stuck")
+	require.Equal(t, 1, delivered(b.sweep(t)), "no delivered job: stuck")
 	b.dispatchAll(t)
 	b.age(t, "material_transfers", tr.ID)
 
@@ -320,10 +409,10 @@ func TestProbeRunsOutsideTheTaskRowLocks(t *testing.T) {
 	}
 	res := b.sweep(t)
 	require.Equal(t, 1, probed)
-	require.Zero(t, res.Redelivered+res.Exhausted, "the task moved while it was probed")
+	require.Zero(t, delivered(res)+res.Exhausted, "the task moved while it was probed")
 	require.Len(t, b.requests(t, tr.ID), 1)
 
 	p.during = nil
 	b.age(t, "material_transfers", tr.ID)
-	require.Equal(t, 1, b.sweep(t).Redelivered, "stuck again: delivered again")
+	require.Equal(t, 1, delivered(b.sweep(t)), "stuck again: delivered again")
 }

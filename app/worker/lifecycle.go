@@ -69,6 +69,14 @@ type Flow[T domain.Requested, W, R any] struct {
 	// done: r is recorded as a success (Record); not done: the held failure is recorded. A
 	// look that fails is retried, and on its last attempt the held failure is recorded.
 	LastLook func(ctx context.Context, task T, tx Tx) (r R, done bool, err error)
+	// Hold and Unhold, when set (both or neither), make Call's result storable: when the
+	// record step gives up after a successful call, the engine keeps Hold(r) on the task
+	// (domain.Task.HeldResult, in the database, so that neither a retry nor a Redis loss
+	// drops it) and the next delivery records Unhold of it without calling again. Without
+	// them, a record step that gives up is retried with a new call (under the same
+	// deduplication key).
+	Hold   func(r R) ([]byte, error)
+	Unhold func(held []byte) (R, error)
 	// Log receives one line per attempt. Default: Deps.Log, else no logs.
 	Log *slog.Logger
 }
@@ -90,6 +98,8 @@ func (f Flow[T, W, R]) Validate() error {
 		return fmt.Errorf("worker.Flow %s: Call and Record are required", f.QueueName)
 	case (f.LastLook != nil) != f.AsksLastLook:
 		return fmt.Errorf("worker.Flow %s: LastLook and Kind.AsksLastLook go together", f.QueueName)
+	case (f.Hold != nil) != (f.Unhold != nil):
+		return fmt.Errorf("worker.Flow %s: Hold and Unhold go together", f.QueueName)
 	}
 	return nil
 }
@@ -139,6 +149,7 @@ const (
 	OutcomeFailed    = "failed"    // final failure, recorded on the task and its operation
 	OutcomeLost      = "error"     // final failure that could not be recorded (the reconciler will)
 	OutcomeLastLook  = "last_look" // final failure held: a last look was requested first
+	OutcomeHeld      = "held"      // the record step gave up; the call's result is held on the task
 )
 
 // Handle implements Handler: it runs one delivery of a job through the lifecycle and
@@ -193,7 +204,7 @@ func (f Flow[T, W, R]) Handle(ctx context.Context, job Job) error {
 	attrs := []any{slog.String("outcome", outcome), slog.Duration("duration", time.Since(start))}
 	level := slog.LevelInfo
 	switch outcome {
-	case OutcomeRetry, OutcomeSnoozed:
+	case OutcomeRetry, OutcomeSnoozed, OutcomeHeld:
 		level = slog.LevelWarn
 		attrs = append(attrs, slog.Bool("retry", true), slog.String("error", err.Error()))
 	case OutcomeLastLook:
@@ -220,11 +231,12 @@ func (f Flow[T, W, R]) run(ctx context.Context, job Job, id uuid.UUID) (R, error
 	var w W
 	var refused *domain.Error
 	var busy error
+	var held []byte
 	// The task's locking read (with its operation) may be sent ahead with the group's others.
 	err := d.groupStep(preloadLocking(ctx, f.Tasks, id), job, id, func(ctx context.Context) error {
 		// Set on every run: a group commit may run this again alone.
 		var zero W
-		w, refused, busy = zero, nil, nil
+		w, refused, busy, held = zero, nil, nil, nil
 		// The task's write goes with the COMMIT unless Begin may refuse it: a refusal's
 		// OnFail may read the task again.
 		// The operation is locked and read with the task (one round trip), for StartOperation.
@@ -232,6 +244,10 @@ func (f Flow[T, W, R]) run(ctx context.Context, job Job, id uuid.UUID) (R, error
 			t := f.TaskOf(v)
 			if t.Status.Terminal() {
 				return errFinished
+			}
+			if f.Unhold != nil && len(t.HeldResult) > 0 {
+				held = t.HeldResult
+				return errHeld
 			}
 			if f.Begin != nil {
 				var err error
@@ -251,7 +267,7 @@ func (f Flow[T, W, R]) run(ctx context.Context, job Job, id uuid.UUID) (R, error
 			}
 			return t.Start(d.Now())
 		})
-		if busy != nil && errors.Is(err, errBusy) {
+		if (busy != nil && errors.Is(err, errBusy)) || (held != nil && errors.Is(err, errHeld)) {
 			return nil // nothing written: the group's other steps commit
 		}
 		if err != nil {
@@ -273,6 +289,13 @@ func (f Flow[T, W, R]) run(ctx context.Context, job Job, id uuid.UUID) (R, error
 		return r, refusal{refused}
 	case busy != nil:
 		return r, busy
+	case held != nil:
+		// A previous delivery's call succeeded and its record step gave up: record its
+		// result, without calling again.
+		if r, err = f.Unhold(held); err != nil {
+			return r, Permanent(fmt.Errorf("worker: the held result of task %s: %w", id, err))
+		}
+		return r, f.holdOnFailure(ctx, job, id, r, f.record(ctx, job, id, r))
 	}
 
 	r, err = f.Call(ctx, task, w, tx)
@@ -280,7 +303,48 @@ func (f Flow[T, W, R]) run(ctx context.Context, job Job, id uuid.UUID) (R, error
 		return r, err
 	}
 
-	return r, f.record(ctx, job, id, r)
+	return r, f.holdOnFailure(ctx, job, id, r, f.record(ctx, job, id, r))
+}
+
+// HoldTimeout bounds the transaction that holds a result (Flow.Hold) once the record step
+// gave up; it runs even when the job's context ended (a shutdown, a lost lock).
+const HoldTimeout = 2 * time.Second
+
+// heldError is a record step that gave up after a successful call whose result is held on
+// the task (Flow.Hold): the next delivery records it.
+type heldError struct{ err error }
+
+func (e heldError) Error() string { return e.err.Error() + " (result held on the task)" }
+func (e heldError) Unwrap() error { return e.err }
+
+// holdOnFailure keeps r on task id when the record step failed with err in a way a later
+// delivery may mend (not a finished task, not a refused result), for a flow that can hold
+// its results; it returns err, marked as held (heldError) when r was kept.
+func (f Flow[T, W, R]) holdOnFailure(ctx context.Context, job Job, id uuid.UUID, r R, err error) error {
+	if err == nil || f.Hold == nil || !recordRetryable(err) {
+		return err
+	}
+	b, herr := f.Hold(r)
+	if herr == nil {
+		hctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), HoldTimeout)
+		defer cancel()
+		herr = f.Deps.Step(hctx, job, func(ctx context.Context) error {
+			_, err := f.Tasks.Update(ctx, id, func(v *T) error {
+				if errors.Is(f.TaskOf(v).Hold(b, f.Deps.Now()), domain.ErrTaskFinished) {
+					return ErrSkip
+				}
+				return nil
+			})
+			return err
+		})
+	}
+	switch {
+	case errors.Is(herr, ErrSkip):
+		return herr // finished by another delivery meanwhile
+	case herr != nil:
+		return fmt.Errorf("%w; holding the result: %v", err, herr)
+	}
+	return heldError{err}
 }
 
 // Record-step retries: a record transaction that fails after a successful call is tried
@@ -388,6 +452,15 @@ func (f Flow[T, W, R]) decide(ctx context.Context, job Job, id uuid.UUID, r R, e
 		// The job is no longer this worker's to finish (cut short by shutdown, its lock
 		// lost, or past its lease): record nothing; the transport decides what comes next.
 		return OutcomeRetry, err
+	}
+	var h heldError
+	if errors.As(err, &h) {
+		if job.LastAttempt {
+			// The call succeeded: no failure is recorded over it. The task keeps its
+			// result; the reconciler delivers it again, and that delivery records it.
+			return OutcomeHeld, Permanent(err)
+		}
+		return OutcomeHeld, err
 	}
 	if delay, ok := retryAfter(err); ok && !permanent(err) && job.Snoozes < MaxSnoozes && job.Snoozed+delay <= MaxSnooze {
 		return OutcomeSnoozed, &SnoozeError{Delay: delay, Err: err}

@@ -341,3 +341,54 @@ func TestLifecycleConcurrentJobsEachSucceedOnce(t *testing.T) {
 	}
 	require.GreaterOrEqual(t, calls.Load(), int64(n))
 }
+
+// A record step that gives up after a successful call holds the call's result on the task
+// (Flow.Hold), in the database: the next delivery records it without calling again, and a
+// give-up on the last attempt records no failure over the successful call (the reconciler's
+// delivery records it). Without Hold, the next delivery calls again.
+func TestLifecycleHeldResultIsRecordedNotCalledAgain(t *testing.T) {
+	for _, c := range []struct {
+		name  string
+		hold  bool
+		last  bool
+		calls int
+	}{
+		{name: "held_then_retried", hold: true, calls: 1},
+		{name: "held_on_the_last_attempt", hold: true, last: true, calls: 1},
+		{name: "not_held", calls: 2},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			l := newLifecycle(t)
+			f := l.flow(t, func() (string, error) { return "done", nil }, nil)
+			if c.hold {
+				f.Hold = func(r string) ([]byte, error) { return []byte(`"` + r + `"`), nil }
+				f.Unhold = func(b []byte) (string, error) { return string(b[1 : len(b)-1]), nil }
+			}
+			tr, job := l.task(t)
+			d := f.Deps
+			d.Tx = &workertest.FlakyTx{Transactor: l.env.Deps.Tx, FailAt: 2, Times: workertest.CrashTimes}
+			f.Deps, f.Kind.Deps = d, d
+			job.LastAttempt = c.last
+			err := f.Handle(context.Background(), job)
+			require.ErrorIs(t, err, workertest.ErrCrash)
+			require.Equal(t, c.last, worker.IsPermanent(err))
+			got, _ := l.state(t, tr)
+			require.Equal(t, domain.TaskRunning, got.Status, "no failure recorded over a successful call")
+			if c.hold {
+				require.JSONEq(t, `"done"`, string(got.HeldResult))
+				require.Contains(t, l.env.Logs.String(), `"outcome":"held"`)
+			}
+
+			// The next delivery (the transport's retry, or the reconciler's under a new job).
+			f.Deps, f.Kind.Deps = l.env.Deps, l.env.Deps
+			job.Attempt, job.LastAttempt = job.Attempt+1, false
+			require.NoError(t, f.Handle(context.Background(), job))
+			require.Equal(t, c.calls, l.calls, "external calls")
+			got, op := l.state(t, tr)
+			require.Equal(t, domain.TaskSucceeded, got.Status)
+			require.Equal(t, "https://example.com/done", got.SourceURL)
+			require.Nil(t, got.HeldResult)
+			require.Equal(t, domain.OperationSucceeded, op.Status)
+		})
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/google/uuid"
 
@@ -24,11 +25,23 @@ type TaskKind interface {
 	// Abandon records a final failure f on the task job is about, in a transaction of its
 	// own, unless the task is finished (then it changes nothing and returns nil).
 	Abandon(ctx context.Context, job Job, f Failure) error
-	// Reconcile handles task id, found stuck: it must run inside a transaction of the task's
-	// workspace. Below max reconciliations it counts one more and publishes the task's
-	// request event again (a new outbox event, so a new job id); at max it fails the task and
-	// its operation with DELIVERY_EXHAUSTED. A finished task is left alone (Unchanged).
-	Reconcile(ctx context.Context, id uuid.UUID, max int) (Reconciled, error)
+	// Reconcile handles task s, found stuck: it must run inside a transaction of the task's
+	// workspace. A task whose handler has not started since its previous delivery is
+	// delivered again for free while younger than p.MaxAge (RedeliveredUnrun), then fails
+	// DELIVERY_EXHAUSTED; one that ran is delivered again while below p.Max reconciliations
+	// (Redelivered), then fails DELIVERY_EXHAUSTED (after a last look, for a flow that asks
+	// one). A delivery publishes the task's request event again (a new outbox event, so a new
+	// job id). A finished task is left alone (Unchanged).
+	Reconcile(ctx context.Context, s port.StuckTask, p RedeliveryPolicy) (Reconciled, error)
+}
+
+// RedeliveryPolicy bounds the deliveries of a stuck task (TaskKind.Reconcile).
+type RedeliveryPolicy struct {
+	// Max is how often a task that ran is delivered again before it fails (RECONCILE_MAX).
+	Max int
+	// MaxAge is how long, from its first dispatch, a task whose handler did not start is
+	// delivered again before it fails (TASK_MAX_AGE).
+	MaxAge time.Duration
 }
 
 // Reconciled is what Reconcile did.
@@ -37,8 +50,11 @@ type Reconciled string
 // Outcomes of Reconcile.
 const (
 	Redelivered Reconciled = "redelivered"
-	Exhausted   Reconciled = "exhausted"
-	Unchanged   Reconciled = "unchanged"
+	// RedeliveredUnrun: delivered again, for free, a task whose handler had not started since
+	// its previous delivery (its job lost before a worker took it).
+	RedeliveredUnrun Reconciled = "redelivered_unrun"
+	Exhausted        Reconciled = "exhausted"
+	Unchanged        Reconciled = "unchanged"
 	// LastLooked: at max, a last look was requested before DELIVERY_EXHAUSTED.
 	LastLooked Reconciled = "last_look"
 )
@@ -150,19 +166,25 @@ func LastLookOf(job Job) (Failure, bool) {
 // Reconcile implements TaskKind. A flow that asks a last look gets one more round at max:
 // a last look (RequestLastLook) before DELIVERY_EXHAUSTED, which is recorded only if the task
 // is found stuck once more.
-func (k Kind[T]) Reconcile(ctx context.Context, id uuid.UUID, max int) (Reconciled, error) {
+func (k Kind[T]) Reconcile(ctx context.Context, s port.StuckTask, p RedeliveryPolicy) (Reconciled, error) {
 	d := k.Deps
-	again := false
-	limit := max
+	limit := p.Max
 	if k.AsksLastLook {
-		limit = max + 1
+		limit = p.Max + 1
 	}
-	t, err := k.Tasks.Update(ctx, id, func(v *T) error {
-		var err error
-		again, err = k.TaskOf(v).Reconcile(limit, d.Now())
-		if errors.Is(err, domain.ErrTaskFinished) {
+	var decision domain.Redelivery
+	t, err := k.Tasks.Update(ctx, s.ID, func(v *T) error {
+		task := k.TaskOf(v)
+		if task.Status.Terminal() {
 			return ErrSkip
 		}
+		if k.AsksLastLook && task.Reconciliations >= limit {
+			// Its last look was requested and it is stuck still.
+			decision = domain.RedeliveriesSpent
+			return nil
+		}
+		var err error
+		decision, err = task.Reconcile(limit, p.MaxAge, s.FirstDispatchedAt, d.Now())
 		return err
 	})
 	switch {
@@ -170,19 +192,26 @@ func (k Kind[T]) Reconcile(ctx context.Context, id uuid.UUID, max int) (Reconcil
 		return Unchanged, nil
 	case err != nil:
 		return "", fmt.Errorf("worker.Reconcile %s: %w", k.QueueName, err)
-	case again && limit > max && k.TaskOf(&t).Reconciliations == limit:
-		f := FailureOf(domain.ErrDeliveryExhausted)
-		if err := d.Events.Publish(ctx, domain.LastLookRequested{Request: t.RequestEvent(), Code: f.Code, Message: f.Message}); err != nil {
-			return "", fmt.Errorf("worker.Reconcile %s: %w", k.QueueName, err)
+	}
+	task := k.TaskOf(&t)
+	switch decision {
+	case domain.RedeliverRun, domain.RedeliverUnrun:
+		if decision == domain.RedeliverRun && limit > p.Max && task.Reconciliations == limit {
+			f := FailureOf(domain.ErrDeliveryExhausted)
+			if err := d.Events.Publish(ctx, domain.LastLookRequested{Request: t.RequestEvent(), Code: f.Code, Message: f.Message}); err != nil {
+				return "", fmt.Errorf("worker.Reconcile %s: %w", k.QueueName, err)
+			}
+			return LastLooked, nil
 		}
-		return LastLooked, nil
-	case again:
 		if err := d.Events.Publish(ctx, t.RequestEvent()); err != nil {
 			return "", fmt.Errorf("worker.Reconcile %s: %w", k.QueueName, err)
 		}
+		if decision == domain.RedeliverUnrun {
+			return RedeliveredUnrun, nil
+		}
 		return Redelivered, nil
 	}
-	if err := k.Fail(ctx, id, FailureOf(domain.ErrDeliveryExhausted)); err != nil && !errors.Is(err, ErrSkip) {
+	if err := k.Fail(ctx, s.ID, FailureOf(domain.ErrDeliveryExhausted)); err != nil && !errors.Is(err, ErrSkip) {
 		return "", fmt.Errorf("worker.Reconcile %s: %w", k.QueueName, err)
 	}
 	return Exhausted, nil

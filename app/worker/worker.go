@@ -191,6 +191,10 @@ func updateWith[T any](repo port.Repository[T], atCommit bool) func(context.Cont
 // anything was written: the step writes nothing and fails no other step of its group.
 var errBusy = errors.New("worker: busy")
 
+// errHeld ends a begin step that found a held result (domain.Task.HeldResult) before writing
+// anything: the delivery records it instead of calling.
+var errHeld = errors.New("worker: result held")
+
 // errFinished is ErrSkip returned by a step that found its task finished before writing
 // anything: in a group transaction it fails no other step.
 var errFinished = fmt.Errorf("%w (nothing written)", ErrSkip)

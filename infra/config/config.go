@@ -186,9 +186,14 @@ type Config struct {
 	ReconcileAfterQueues map[string]time.Duration `env:"RECONCILE_AFTER_QUEUES" envKeyValSeparator:"="`
 	// ReconcileInterval is the period of the reconciler's sweep.
 	ReconcileInterval time.Duration `env:"RECONCILE_INTERVAL" envDefault:"1m"`
-	// ReconcileMax is how often one task is delivered again before it fails with
-	// DELIVERY_EXHAUSTED.
+	// ReconcileMax is how often one task that ran is delivered again before it fails with
+	// DELIVERY_EXHAUSTED. A delivery of a task whose handler has not started since the
+	// previous one (its job lost before any worker took it) does not count: TaskMaxAge
+	// bounds those.
 	ReconcileMax int `env:"RECONCILE_MAX" envDefault:"3"`
+	// TaskMaxAge is how long, from its first dispatch, a task whose handler never ran is
+	// delivered again before it fails with DELIVERY_EXHAUSTED. Positive.
+	TaskMaxAge time.Duration `env:"TASK_MAX_AGE" envDefault:"24h"`
 
 	// PlatformBaseURL is the marketplace gateway. Empty in development: `all` and `work`
 	// start the marketplace sandbox on SandboxMarketplaceAddr instead.
@@ -396,6 +401,9 @@ func (c Config) Validate() error {
 	}
 	if c.ReconcileInterval <= 0 || c.ReconcileMax < 0 {
 		errs = append(errs, errors.New("RECONCILE_INTERVAL must be positive and RECONCILE_MAX at least 0"))
+	}
+	if c.TaskMaxAge <= 0 {
+		errs = append(errs, errors.New("TASK_MAX_AGE must be positive"))
 	}
 	if least := c.QuietestHealthyTask(); c.ReconcileAfter < least {
 		errs = append(errs, fmt.Errorf("RECONCILE_AFTER must be at least %s (the job lock plus the backoff of JOB_ATTEMPTS)", least))

@@ -14,16 +14,19 @@ import (
 
 // taskColumns are the columns every domain task table starts with (see sql/005_flows.sql).
 var taskColumns = []string{"id", "workspace_id", "operation_id", "status", "attempts", "reconciliations",
-	"error_code", "error_message", "version", "created_at", "updated_at"}
+	"error_code", "error_message", "version", "created_at", "updated_at", "redeliveries", "reconciled_attempts",
+	"first_dispatched_at", "held_result"}
 
 func taskScan(t *domain.Task) []any {
 	return []any{&t.ID, &t.WorkspaceID, &t.OperationID, &t.Status, &t.Attempts, &t.Reconciliations, &t.ErrorCode,
-		&t.ErrorMessage, &t.Version, &t.CreatedAt, &t.UpdatedAt}
+		&t.ErrorMessage, &t.Version, &t.CreatedAt, &t.UpdatedAt, &t.Redeliveries, &t.ReconciledAttempts,
+		(*nullTime)(&t.FirstDispatchedAt), &t.HeldResult}
 }
 
 func taskValues(t *domain.Task) []any {
 	return []any{t.ID, t.WorkspaceID, t.OperationID, t.Status, t.Attempts, t.Reconciliations, t.ErrorCode,
-		t.ErrorMessage, t.Version, t.CreatedAt, t.UpdatedAt}
+		t.ErrorMessage, t.Version, t.CreatedAt, t.UpdatedAt, t.Redeliveries, t.ReconciledAttempts,
+		nullTimeValue(t.FirstDispatchedAt), nullIfEmpty(t.HeldResult)}
 }
 
 func taskKey(t *domain.Task) (uuid.UUID, time.Time) { return t.ID, t.CreatedAt }
@@ -428,4 +431,20 @@ func (t *nullTime) Scan(src any) error {
 		return fmt.Errorf("postgres: cannot scan %T into a time", src)
 	}
 	return nil
+}
+
+// nullTimeValue maps the zero time to SQL NULL.
+func nullTimeValue(t time.Time) any {
+	if t.IsZero() {
+		return nil
+	}
+	return t
+}
+
+// nullIfEmpty maps an empty JSON document to SQL NULL.
+func nullIfEmpty(b []byte) any {
+	if len(b) == 0 {
+		return nil
+	}
+	return b
 }

@@ -47,13 +47,15 @@ func (s StuckTasks) stuckQueryOf(queue string) (stuckQuery, bool) {
 
 func (q stuckQuery) sql() string {
 	args := fmt.Sprintf(`$2, t.%s::text, $3, t.id::text`, q.aggregateColumn)
-	return fmt.Sprintf(`SELECT t.id, coalesce(outbox_last_dispatched_job(%s)::text, '')
+	return fmt.Sprintf(`SELECT t.id, coalesce(outbox_last_dispatched_job(%s)::text, ''),
+  outbox_first_dispatched_at(%s)
 FROM %s t
 WHERE t.status IN ('pending', 'running') AND t.updated_at < $1
+  AND t.updated_at < $1 - (power(2, least(t.redeliveries, $6)) - 1) * $5::bigint * interval '1 microsecond'
   AND NOT outbox_owes_task(%s)
 ORDER BY t.updated_at, t.id
 LIMIT $4
-FOR UPDATE OF t SKIP LOCKED`, args, q.table, args)
+FOR UPDATE OF t SKIP LOCKED`, args, args, q.table, args)
 }
 
 // Workspaces implements port.StuckTasks.
@@ -70,7 +72,7 @@ func (s StuckTasks) Workspaces(ctx context.Context, before time.Time, limit int)
 }
 
 // Find implements port.StuckTasks.
-func (s StuckTasks) Find(ctx context.Context, queue string, before time.Time, limit int) ([]port.StuckTask, error) {
+func (s StuckTasks) Find(ctx context.Context, queue string, before time.Time, backoff time.Duration, limit int) ([]port.StuckTask, error) {
 	const op = "postgres.StuckTasks.Find"
 	q, ok := s.stuckQueryOf(queue)
 	if !ok {
@@ -80,13 +82,14 @@ func (s StuckTasks) Find(ctx context.Context, queue string, before time.Time, li
 	if err != nil {
 		return nil, err
 	}
-	rows, err := tx.Query(ctx, q.sql(), before, q.aggregateType, q.payloadKey, limit)
+	rows, err := tx.Query(ctx, q.sql(), before, q.aggregateType, q.payloadKey, limit, backoff.Microseconds(),
+		port.MaxRedeliveryDoublings)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", op, TranslateError(err))
 	}
 	tasks, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (port.StuckTask, error) {
 		var t port.StuckTask
-		return t, row.Scan(&t.ID, &t.LastJobID)
+		return t, row.Scan(&t.ID, &t.LastJobID, (*nullTime)(&t.FirstDispatchedAt))
 	})
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", op, TranslateError(err))

@@ -92,7 +92,7 @@ func New(cfg Config) (*Handler, error) {
 	}
 	h := &Handler{cfg: cfg}
 	h.flow = worker.Flow[domain.AITask, struct{}, answer]{Kind: Tasks(cfg.Deps, cfg.Tasks, cfg.Ledger),
-		Begin: h.begin, Call: h.call, Record: h.record,
+		Begin: h.begin, Call: h.call, Record: h.record, Hold: hold, Unhold: unhold,
 		OnFail: func(ctx context.Context, t domain.AITask, ans answer, _ worker.Failure) error {
 			_, err := cfg.Ledger.Record(ctx, t, ans.usage, ans.model)
 			return err

@@ -5,9 +5,9 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
+	"github.com/listingkit/listing/app/port"
 	"github.com/listingkit/listing/app/worker"
 	"github.com/listingkit/listing/app/worker/listingupdate"
 	"github.com/listingkit/listing/domain"
@@ -106,6 +106,6 @@ type fakeKind struct{ q string }
 
 func (k fakeKind) Queue() string                                           { return k.q }
 func (fakeKind) Abandon(context.Context, worker.Job, worker.Failure) error { return nil }
-func (fakeKind) Reconcile(context.Context, uuid.UUID, int) (worker.Reconciled, error) {
+func (fakeKind) Reconcile(context.Context, port.StuckTask, worker.RedeliveryPolicy) (worker.Reconciled, error) {
 	return worker.Unchanged, nil
 }

@@ -334,6 +334,14 @@ func (b *bundle) afterLastLook(t *testing.T, h *publish.Handler, f fixture, code
 	return s
 }
 
+// ran counts one start of the handler of f's publication, as Task.Start does.
+func (b *bundle) ran(t *testing.T, f fixture) {
+	t.Helper()
+	_, err := b.DB.Owner.Exec(context.Background(),
+		`UPDATE publications SET attempts = attempts + 1, status = 'running' WHERE id = $1`, f.pub.ID)
+	require.NoError(t, err)
+}
+
 // lastLook returns the job of the last look of f's publication holding the failure code.
 func (b *bundle) lastLook(t *testing.T, f fixture, code, message string) worker.Job {
 	t.Helper()
@@ -376,10 +384,12 @@ func TestExhaustedPublicationWhoseProductExistsSucceeds(t *testing.T) {
 	_, err := b.gateway.CreateProduct(context.Background(), f.creds, f.pub.ID.String(), input(f))
 	require.NoError(t, err)
 	kind := publish.Tasks(b.Deps, b.pubs)
+	policy := worker.RedeliveryPolicy{Max: 2, MaxAge: time.Hour}
 	var outcomes []worker.Reconciled
 	for range 3 {
+		b.ran(t, f)
 		b.InTx(t, func(ctx context.Context) error {
-			o, err := kind.Reconcile(ctx, f.pub.ID, 2)
+			o, err := kind.Reconcile(ctx, port.StuckTask{ID: f.pub.ID}, policy)
 			outcomes = append(outcomes, o)
 			return err
 		})
@@ -396,7 +406,11 @@ func TestExhaustedPublicationWhoseProductExistsSucceeds(t *testing.T) {
 	// Found stuck once more after its last look (the look lost): DELIVERY_EXHAUSTED, blind.
 	g := b.seed(t, "sk_test_pub_exh2", true)
 	for range 4 {
-		b.InTx(t, func(ctx context.Context) error { _, err := kind.Reconcile(ctx, g.pub.ID, 2); return err })
+		b.ran(t, g)
+		b.InTx(t, func(ctx context.Context) error {
+			_, err := kind.Reconcile(ctx, port.StuckTask{ID: g.pub.ID}, policy)
+			return err
+		})
 	}
 	require.Equal(t, "DELIVERY_EXHAUSTED", b.state(t, g).pub.ErrorCode)
 }
