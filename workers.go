@@ -57,7 +57,7 @@ func ProvideExternals(cfg config.Config, log *slog.Logger) (*Externals, func(), 
 	x := &Externals{MarketplaceURL: cfg.PlatformBaseURL, AIURL: cfg.AIBaseURL}
 	aiKey := cfg.AIAPIKey
 	if x.MarketplaceURL == "" {
-		sb, err := marketplace.New(marketplace.Config{Logger: log})
+		sb, err := marketplace.New(marketplace.Config{Logger: log, Rate: cfg.SandboxMarketplaceRate})
 		if err != nil {
 			return nil, nil, err
 		}

@@ -12,6 +12,7 @@ import (
 	"image/jpeg"
 	"image/png"
 	"io"
+	"maps"
 	"net/http"
 	"os"
 	"os/exec"
@@ -137,6 +138,12 @@ func TestMemoryConcurrentFailedLogins(t *testing.T) {
 // (development defaults otherwise) and waits until /readyz answers 200.
 func memStartAll(t *testing.T) (*seedProc, *servicetest.Env) {
 	t.Helper()
+	return memStartAllEnv(t, nil)
+}
+
+// memStartAllEnv is memStartAll with extra variables for the child (they replace its own).
+func memStartAllEnv(t *testing.T, extra map[string]string) (*seedProc, *servicetest.Env) {
+	t.Helper()
 	if _, err := os.Stat("/proc/self/status"); err != nil {
 		t.Skip("needs /proc/<pid>/status (Linux)")
 	}
@@ -145,7 +152,7 @@ func memStartAll(t *testing.T) (*seedProc, *servicetest.Env) {
 	seedRedis(t, prefix)
 	addr := seedFreeAddr(t)
 	base := "http://" + addr
-	p := seedStartProc(t, "all", seedEnv(db.AppURL, prefix, map[string]string{
+	vars := map[string]string{
 		"MIGRATE_DATABASE_URL":     db.OwnerURL,
 		"HTTP_ADDR":                addr,
 		"PUBLIC_BASE_URL":          base,
@@ -154,7 +161,9 @@ func memStartAll(t *testing.T) (*seedProc, *servicetest.Env) {
 		// The default (the number of CPUs) of the 2-core reference machine, pinned so that
 		// the bound means the same on a larger runner.
 		"PASSWORD_HASH_CONCURRENCY": "2",
-	}), "all")
+	}
+	maps.Copy(vars, extra)
+	p := seedStartProc(t, "all", seedEnv(db.AppURL, prefix, vars), "all")
 	seedWaitHTTP(t, p, base+"/readyz")
 	return p, seedChildEnv(t, db, base)
 }

@@ -87,7 +87,9 @@ func seedRedis(t testing.TB, prefix string) *redis.Client {
 	require.NoError(t, err)
 	rdb := redis.NewClient(opts)
 	t.Cleanup(func() {
-		ctx := context.Background()
+		// Bounded: a Redis that stopped answering must not hang the test binary.
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
 		iter := rdb.Scan(ctx, 0, prefix+":*", 500).Iterator()
 		for iter.Next(ctx) {
 			rdb.Del(ctx, iter.Val())

@@ -21,6 +21,7 @@ import (
 
 	"github.com/caarlos0/env/v11"
 
+	"github.com/listingkit/listing/domain"
 	"github.com/listingkit/listing/infra/bullmq"
 	"github.com/listingkit/listing/infra/outbox"
 )
@@ -213,6 +214,10 @@ type Config struct {
 	// SandboxMarketplaceAddr and SandboxAIAddr are where development sandboxes listen.
 	SandboxMarketplaceAddr string `env:"SANDBOX_MARKETPLACE_ADDR" envDefault:"127.0.0.1:8091"`
 	SandboxAIAddr          string `env:"SANDBOX_AI_ADDR" envDefault:"127.0.0.1:8092"`
+	// SandboxMarketplaceRate is the marketplace sandbox's limit per api key (a shop's
+	// credentials), "<per second>/<burst>" (e.g. 10/20): a call beyond it is answered 429
+	// with Retry-After. Empty (default): no limit.
+	SandboxMarketplaceRate domain.RateLimit `env:"SANDBOX_MARKETPLACE_RATE"`
 
 	// StorageDir is the local object storage (used when S3Bucket is empty).
 	StorageDir string `env:"STORAGE_DIR" envDefault:"./var/storage"`

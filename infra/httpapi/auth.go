@@ -3,6 +3,7 @@ package httpapi
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"net/http"
 	"time"
 
@@ -148,7 +149,11 @@ func (s *Server) login(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, domain.ErrInvalidCredentials)
 		return
 	}
+	// The steps' durations, logged at debug level: what a login waited on.
+	steps := loginSteps{last: time.Now()}
+	defer steps.log(r.Context(), s.log)
 	attempt, retryAfter, err := s.logins.admit(r.Context(), email, clientkey.Of(r.RemoteAddr), device)
+	steps.lap(&steps.limits)
 	if err == nil && retryAfter > 0 {
 		err = domain.ErrRateLimited.WithRetryAfter(retryAfter)
 	}
@@ -156,7 +161,9 @@ func (s *Server) login(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, err)
 		return
 	}
+	steps.known = attempt.known
 	release, err := s.hashSlot(r.Context(), attempt.known)
+	steps.lap(&steps.slot)
 	if err != nil {
 		attempt.done(r.Context(), false)
 		writeError(w, r, err)
@@ -166,17 +173,45 @@ func (s *Server) login(w http.ResponseWriter, r *http.Request) {
 	reply, err := bus.Execute(r.Context(), s.app.Bus, s.app.Commands.Login, bus.Request[commands.Login]{
 		Command: commands.Login{Email: email, Password: in.Password},
 	})
+	steps.lap(&steps.check)
 	attempt.done(r.Context(), errors.Is(err, domain.ErrInvalidCredentials))
 	if err != nil {
+		steps.lap(&steps.record)
 		writeError(w, r, err)
 		return
 	}
 	out := sessionBody(reply.Result)
-	// The session exists: a device that could not be remembered only goes without a token.
-	if out.DeviceToken, err = attempt.succeeded(r.Context(), in.DeviceToken); err != nil {
-		s.log.WarnContext(r.Context(), "login limits: remember a successful login", "err", err)
+	// The session exists: the token is answered even when the device could not be
+	// remembered (a later login that sends it is then from an unknown device, and gets a
+	// new token when it succeeds).
+	var rememberErr error
+	out.DeviceToken, rememberErr = attempt.succeeded(r.Context(), in.DeviceToken)
+	steps.lap(&steps.record)
+	if rememberErr != nil {
+		s.log.WarnContext(r.Context(), "login limits: remember a successful login", "request_id", requestID(r.Context()), "err", rememberErr)
 	}
 	writeJSON(w, http.StatusOK, out)
+}
+
+// loginSteps times the steps of one login: the limits (Known and Admit, and a turn's wait),
+// the wait for a password-hashing slot, the password check (the Login command: the user's
+// row, the hash, the session) and the records after it (Uncount, Remember).
+type loginSteps struct {
+	last                        time.Time
+	known                       bool
+	limits, slot, check, record time.Duration
+}
+
+// lap sets *d to the time since the previous lap (the first: since last was set).
+func (s *loginSteps) lap(d *time.Duration) {
+	now := time.Now()
+	*d = now.Sub(s.last)
+	s.last = now
+}
+
+func (s *loginSteps) log(ctx context.Context, log *slog.Logger) {
+	log.DebugContext(ctx, "login steps", "request_id", requestID(ctx), "known", s.known,
+		"limits", s.limits, "slot", s.slot, "check", s.check, "record", s.record)
 }
 
 func (s *Server) refresh(w http.ResponseWriter, r *http.Request) {

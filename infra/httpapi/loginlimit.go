@@ -218,7 +218,9 @@ func (a *loginAttempt) done(ctx context.Context, failed bool) {
 }
 
 // succeeded records the client and the device of a successful login and returns the device
-// token to answer: the one the login sent when it was known, a new one otherwise.
+// token to answer: the one the login sent when it was known, a new one otherwise. The token
+// is returned with the store's error too: a token that was not remembered only makes a
+// later login from it one from an unknown device.
 func (a *loginAttempt) succeeded(ctx context.Context, sent string) (string, error) {
 	token := sent
 	device := a.device
@@ -232,10 +234,7 @@ func (a *loginAttempt) succeeded(ctx context.Context, sent string) (string, erro
 	if a.g.store == nil {
 		return token, nil
 	}
-	if err := a.g.store.Remember(context.WithoutCancel(ctx), a.account, a.address, device, a.g.cfg.Now()); err != nil {
-		return "", err
-	}
-	return token, nil
+	return token, a.g.store.Remember(context.WithoutCancel(ctx), a.account, a.address, device, a.g.cfg.Now())
 }
 
 // delay is the spacing of password checks from unknown clients of an account with n

@@ -2,6 +2,7 @@ package httpapi
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/listingkit/listing/app/port"
 	"github.com/listingkit/listing/infra/postgres"
 	"github.com/listingkit/listing/infra/postgres/pgtest"
 )
@@ -218,4 +220,27 @@ func TestParseDeviceToken(t *testing.T) {
 		_, err := parseDeviceToken(bad)
 		require.Error(t, err, bad)
 	}
+}
+
+// failingRemember is a store whose Remember always fails.
+type failingRemember struct{ port.LoginLimitStore }
+
+func (failingRemember) Remember(context.Context, []byte, string, []byte, time.Time) error {
+	return errors.New("the database is gone")
+}
+
+// TestLoginGuardAnswersADeviceTokenWhenRememberFails: a successful login gets its device
+// token even when the store could not remember it (the error is returned for the log).
+func TestLoginGuardAnswersADeviceTokenWhenRememberFails(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	g := newLoginGuard(LoginLimits{}, failingRemember{postgres.LoginLimits{Pool: db.App}}, slog.Default())
+	a, _, err := g.admit(context.Background(), "owner@example.com", "192.0.2.1", nil)
+	require.NoError(t, err)
+	a.done(context.Background(), false)
+	token, err := a.succeeded(context.Background(), "")
+	require.Error(t, err)
+	require.Len(t, token, 43)
+	_, err = parseDeviceToken(token)
+	require.NoError(t, err)
 }

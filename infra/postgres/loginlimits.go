@@ -5,10 +5,12 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/listingkit/listing/app/port"
@@ -104,12 +106,15 @@ func (l LoginLimits) Admit(ctx context.Context, account []byte, client string, k
 
 // Uncount implements port.LoginLimitStore. It runs even when ctx has ended (the request
 // that was counted may be gone): a failure that did not happen must not stay counted.
+// A transient failure is retried (retryTransient).
 func (l LoginLimits) Uncount(ctx context.Context, account []byte, failureID int64) error {
 	ctx = context.WithoutCancel(ctx)
-	return l.inAccount(ctx, "Uncount", account, func(tx pgx.Tx) error {
-		b := scoped(account)
-		b.Queue(`DELETE FROM login_failures WHERE id = $1`, failureID)
-		return tx.SendBatch(ctx, b).Close()
+	return retryTransient(ctx, func() error {
+		return l.inAccount(ctx, "Uncount", account, func(tx pgx.Tx) error {
+			b := scoped(account)
+			b.Queue(`DELETE FROM login_failures WHERE id = $1`, failureID)
+			return tx.SendBatch(ctx, b).Close()
+		})
 	})
 }
 
@@ -127,8 +132,60 @@ func (l LoginLimits) Known(ctx context.Context, account []byte, client string, d
 	return clientKnown, deviceKnown, err
 }
 
-// Remember implements port.LoginLimitStore.
+// Remember implements port.LoginLimitStore. Its upserts may run twice: a transient failure
+// (see retryTransient) is retried.
 func (l LoginLimits) Remember(ctx context.Context, account []byte, client string, device []byte, now time.Time) error {
+	return retryTransient(ctx, func() error { return l.remember(ctx, account, client, device, now) })
+}
+
+// loginRetryWaits are the pauses before retrying a transient failure of a write that must
+// land after the login was answered (Remember, Uncount): three tries within about 0.3 s.
+var loginRetryWaits = []time.Duration{50 * time.Millisecond, 250 * time.Millisecond}
+
+// retryTransient runs fn, and again after each of loginRetryWaits while it fails with what
+// another try may not meet: a serialization failure or deadlock, a connection that could not
+// be opened (too many clients, the server starting or shutting down) or was lost before
+// anything was sent. fn must be idempotent. ctx bounds the waits.
+func retryTransient(ctx context.Context, fn func() error) error {
+	err := fn()
+	for _, wait := range loginRetryWaits {
+		if err == nil || !transient(err) {
+			return err
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return err
+		case <-t.C:
+		}
+		err = fn()
+	}
+	return err
+}
+
+// transient reports whether err is worth another try of the same idempotent transaction.
+func transient(err error) bool {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		switch pgErr.Code {
+		case CodeSerializationFailure, CodeDeadlockDetected, codeTooManyConnections, codeCannotConnectNow, codeAdminShutdown:
+			return true
+		}
+		return false
+	}
+	var connErr *pgconn.ConnectError
+	return errors.As(err, &connErr) || pgconn.SafeToRetry(err)
+}
+
+// Connection-level SQLSTATEs that another connection may not meet.
+const (
+	codeTooManyConnections = "53300"
+	codeCannotConnectNow   = "57P03"
+	codeAdminShutdown      = "57P01"
+)
+
+func (l LoginLimits) remember(ctx context.Context, account []byte, client string, device []byte, now time.Time) error {
 	return l.inAccount(ctx, "Remember", account, func(tx pgx.Tx) error {
 		b := scoped(account)
 		b.Queue(`

@@ -18,6 +18,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/listingkit/listing/domain"
+	"github.com/listingkit/listing/infra/ratelimit"
 	"github.com/listingkit/listing/infra/sandbox"
 )
 
@@ -49,6 +51,9 @@ type Config struct {
 	Logger *slog.Logger
 	// Now is the clock. Default time.Now.
 	Now func() time.Time
+	// Rate limits the calls of each api key (a shop's credentials): beyond it a call is
+	// answered 429 rate_limited with Retry-After and does nothing. Zero (default): no limit.
+	Rate domain.RateLimit
 }
 
 func (c *Config) setDefaults() {
@@ -74,6 +79,9 @@ func (c *Config) setDefaults() {
 
 // Validate reports the first invalid field without changing c.
 func (c Config) Validate() error {
+	if err := c.Rate.Validate(); err != nil {
+		return fmt.Errorf("marketplace: Rate: %w", err)
+	}
 	if c.DefaultPageSize < 0 || c.MaxPageSize < 0 || (c.MaxPageSize > 0 && c.DefaultPageSize > c.MaxPageSize) {
 		return fmt.Errorf("marketplace: page sizes must be positive with DefaultPageSize <= MaxPageSize")
 	}
@@ -118,7 +126,9 @@ type Stats struct {
 	// ProductsDeleted counts every product deleted (a DELETE of an unknown id deletes none).
 	ProductsDeleted int `json:"products_deleted"`
 	// IdempotentReplays counts POSTs and PUTs answered from a saved Idempotency-Key response.
-	IdempotentReplays    int  `json:"idempotent_replays"`
+	IdempotentReplays int `json:"idempotent_replays"`
+	// RateLimited counts the calls answered 429 because their key was over Config.Rate.
+	RateLimited          int  `json:"rate_limited"`
 	IgnoreIdempotencyKey bool `json:"ignore_idempotency_key"`
 }
 
@@ -137,7 +147,9 @@ type Sandbox struct {
 	updated  int
 	deleted  int
 	replays  int
+	limited  int
 	adminMux *http.ServeMux
+	keys     *ratelimit.Local // the buckets of Config.Rate, by api key
 }
 
 // New returns a sandbox.
@@ -146,7 +158,7 @@ func New(cfg Config) (*Sandbox, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("marketplace.New: %w", err)
 	}
-	s := &Sandbox{cfg: cfg}
+	s := &Sandbox{cfg: cfg, keys: &ratelimit.Local{Now: cfg.Now}}
 	s.resetLocked()
 	s.ignore = cfg.IgnoreIdempotencyKey
 	return s, nil
@@ -161,6 +173,7 @@ func (s *Sandbox) resetLocked() {
 	s.updated = 0
 	s.deleted = 0
 	s.replays = 0
+	s.limited = 0
 }
 
 // SetIgnoreIdempotencyKey switches whether POST /v1/products and PUT /v1/products/{id}
@@ -212,6 +225,7 @@ func (s *Sandbox) Stats() Stats {
 		ProductsUpdated:       s.updated,
 		ProductsDeleted:       s.deleted,
 		IdempotentReplays:     s.replays,
+		RateLimited:           s.limited,
 		IgnoreIdempotencyKey:  s.ignore,
 	}
 	for k, v := range s.calls {
@@ -330,6 +344,14 @@ func (s *Sandbox) handle(r *http.Request, endpoint string) response {
 	key := sandbox.BearerToken(r)
 	if key == "" || !s.cfg.AcceptKey(key) {
 		return response{status: http.StatusUnauthorized, body: errBody("unauthorized", "missing or unknown api key")}
+	}
+	if wait, _ := s.keys.Take(r.Context(), key, s.cfg.Rate); wait > 0 {
+		s.mu.Lock()
+		s.limited++
+		s.mu.Unlock()
+		h := http.Header{}
+		h.Set("Retry-After", strconv.Itoa(int((wait+time.Second-1)/time.Second)))
+		return response{status: http.StatusTooManyRequests, header: h, body: errBody("rate_limited", "too many requests for this api key")}
 	}
 	invalid := strings.HasPrefix(key, s.cfg.InvalidKeyPrefix)
 	var resp response

@@ -7,8 +7,11 @@ import (
 	"log/slog"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
+	"github.com/listingkit/listing/domain"
 	"github.com/listingkit/listing/infra/sandbox"
 	"github.com/listingkit/listing/infra/sandbox/marketplace"
 )
@@ -104,5 +107,45 @@ func TestSandboxOverHTTP(t *testing.T) {
 	}
 	if strings.Contains(logs.String(), "SANDBOXCANARY") || !strings.Contains(logs.String(), "marketplace sandbox call") {
 		t.Fatalf("sandbox logs leak the key or are missing:\n%s", logs.String())
+	}
+}
+
+// TestSandboxRateLimitPerKey: with Rate 10/20 a key's 21st call at once is answered 429
+// rate_limited with Retry-After and counted; another key is not held back; a tenth of a
+// second later the key has a call again.
+func TestSandboxRateLimitPerKey(t *testing.T) {
+	var mu sync.Mutex
+	now := time.Unix(1_000_000, 0)
+	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+	sb, err := marketplace.New(marketplace.Config{Rate: domain.RateLimit{PerSecond: 10, Burst: 20}, Now: clock})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := sandbox.Start("", sb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	list := srv.URL + "/v1/products?limit=1"
+	for i := range 20 {
+		if st, _, body := do(t, "GET", list, "sk_test_shop_a", ""); st != 200 {
+			t.Fatalf("call %d of the burst: %d %v", i, st, body)
+		}
+	}
+	st, hdr, body := do(t, "GET", list, "sk_test_shop_a", "")
+	if st != 429 || hdr.Get("Retry-After") != "1" || body["error"].(map[string]any)["code"] != "rate_limited" {
+		t.Fatalf("over the limit: %d %v %v", st, hdr, body)
+	}
+	if st, _, _ := do(t, "GET", list, "sk_test_shop_b", ""); st != 200 {
+		t.Fatalf("another key: %d", st)
+	}
+	mu.Lock()
+	now = now.Add(100 * time.Millisecond)
+	mu.Unlock()
+	if st, _, _ := do(t, "GET", list, "sk_test_shop_a", ""); st != 200 {
+		t.Fatalf("a token later: %d", st)
+	}
+	if got := sb.Stats().RateLimited; got != 1 {
+		t.Fatalf("rate limited: %d", got)
 	}
 }
