@@ -24,7 +24,7 @@ SET LOCAL ROLE listing_owner;
 
 CREATE TABLE overview_flow_samples (
   minute          timestamptz NOT NULL,
-  flow            text NOT NULL CHECK (length(flow) BETWEEN 1 AND 100),
+  flow            text NOT NULL,
   waiting         bigint NOT NULL,  -- tasks pending at the sample's time
   running         bigint NOT NULL,  -- tasks running at the sample's time
   queue_waiting   bigint,           -- jobs waiting in the flow's queue (Redis); NULL: not read
