@@ -1,6 +1,6 @@
 -- Only a run spends an attempt (docs/guarantees.md, "Every accepted operation ends"). Every
 -- task table, those registered by prepare_task_table (026_task_tables.sql) from now on
--- included (a trigger on task_tables), gets three lifecycle columns:
+-- included (a trigger on task_tables), gets four lifecycle columns:
 --   redeliveries         how often the reconciler delivered the task again although its
 --                        handler had not started since the previous delivery (a job lost
 --                        with Redis in a backlog): such a delivery spends no attempt; it is
@@ -11,6 +11,10 @@
 --   first_dispatched_at  when the task's request event was first dispatched (NULL until the
 --                        reconciler first meets the task): its age counts from there, so that
 --                        work held back in the outbox does not age.
+--   held_result          the result of a successful external call whose record step gave
+--                        up, as the flow encodes it (JSON); NULL when none is held. The next
+--                        delivery records it instead of calling again (docs/guarantees.md, "A
+--                        job delivered twice does nothing twice"); a finished task holds none.
 --
 -- outbox_first_dispatched_at answers the reconciler's third question about a task (beside
 -- outbox_owes_task and outbox_last_dispatched_job, 017/018): when was its request event
@@ -30,7 +34,8 @@ BEGIN
   EXECUTE format($f$ALTER TABLE %s
     ADD COLUMN IF NOT EXISTS redeliveries int NOT NULL DEFAULT 0,
     ADD COLUMN IF NOT EXISTS reconciled_attempts int NOT NULL DEFAULT 0,
-    ADD COLUMN IF NOT EXISTS first_dispatched_at timestamptz$f$, rel);
+    ADD COLUMN IF NOT EXISTS first_dispatched_at timestamptz,
+    ADD COLUMN IF NOT EXISTS held_result jsonb$f$, rel);
 END
 $$;
 -- +goose StatementEnd
@@ -76,7 +81,7 @@ DECLARE
   t text;
 BEGIN
   FOR t IN SELECT table_name FROM task_tables LOOP
-    EXECUTE format('ALTER TABLE public.%I DROP COLUMN IF EXISTS redeliveries, DROP COLUMN IF EXISTS reconciled_attempts, DROP COLUMN IF EXISTS first_dispatched_at', t);
+    EXECUTE format('ALTER TABLE public.%I DROP COLUMN IF EXISTS redeliveries, DROP COLUMN IF EXISTS reconciled_attempts, DROP COLUMN IF EXISTS first_dispatched_at, DROP COLUMN IF EXISTS held_result', t);
   END LOOP;
 END
 $$;
