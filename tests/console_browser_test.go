@@ -22,6 +22,7 @@ import (
 	"github.com/listingkit/listing/infra/bullmq"
 	"github.com/listingkit/listing/infra/outbox"
 	"github.com/listingkit/listing/infra/postgres/pgtest"
+	"github.com/listingkit/listing/internal/testwait"
 )
 
 // chromiumPath returns Debian's chromium (CHROMIUM overrides the path). Without it the test
@@ -95,7 +96,7 @@ func TestConsoleInBrowser(t *testing.T) {
 	dctx, stopDispatch := context.WithCancel(ctx)
 	dispatched := make(chan error, 1)
 	go func() { dispatched <- d.Run(dctx) }()
-	t.Cleanup(func() { stopDispatch(); <-dispatched })
+	t.Cleanup(func() { stopDispatch(); testwait.Recv(t, dispatched, "the dispatcher's end") })
 	status := func() string {
 		var s string
 		require.NoError(t, db.Owner.QueryRow(ctx, `SELECT status FROM outbox_all_events WHERE id = $1`, eventID).Scan(&s))
@@ -112,7 +113,7 @@ func TestConsoleInBrowser(t *testing.T) {
 	wctx, stopWorker := context.WithCancel(ctx)
 	worked := make(chan error, 1)
 	go func() { worked <- w.Run(wctx) }()
-	t.Cleanup(func() { stopWorker(); <-worked })
+	t.Cleanup(func() { stopWorker(); testwait.Recv(t, worked, "the BullMQ worker's end") })
 
 	// The console, as the real binary.
 	const secret = "ada-browser-secret-0123456789"
