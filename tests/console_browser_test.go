@@ -22,7 +22,6 @@ import (
 	"github.com/listingkit/listing/infra/bullmq"
 	"github.com/listingkit/listing/infra/outbox"
 	"github.com/listingkit/listing/infra/postgres/pgtest"
-	"github.com/listingkit/listing/internal/testwait"
 )
 
 // chromiumPath returns Debian's chromium (CHROMIUM overrides the path). Without it the test
@@ -96,7 +95,7 @@ func TestConsoleInBrowser(t *testing.T) {
 	dctx, stopDispatch := context.WithCancel(ctx)
 	dispatched := make(chan error, 1)
 	go func() { dispatched <- d.Run(dctx) }()
-	t.Cleanup(func() { stopDispatch(); testwait.Recv(t, dispatched, "the dispatcher's end") })
+	t.Cleanup(func() { stopDispatch(); <-dispatched })
 	status := func() string {
 		var s string
 		require.NoError(t, db.Owner.QueryRow(ctx, `SELECT status FROM outbox_all_events WHERE id = $1`, eventID).Scan(&s))
@@ -113,7 +112,7 @@ func TestConsoleInBrowser(t *testing.T) {
 	wctx, stopWorker := context.WithCancel(ctx)
 	worked := make(chan error, 1)
 	go func() { worked <- w.Run(wctx) }()
-	t.Cleanup(func() { stopWorker(); testwait.Recv(t, worked, "the BullMQ worker's end") })
+	t.Cleanup(func() { stopWorker(); <-worked })
 
 	// The console, as the real binary.
 	const secret = "ada-browser-secret-0123456789"

@@ -15,7 +15,6 @@ import (
 
 	"github.com/listingkit/listing/infra/bullmq"
 	"github.com/listingkit/listing/infra/postgres/pgtest"
-	"github.com/listingkit/listing/internal/testwait"
 )
 
 // The console's overview, failures, queues and operation pages in a real browser (headless
@@ -125,7 +124,7 @@ func TestConsoleOverviewInBrowser(t *testing.T) {
 	wctx, stopWorker := context.WithCancel(ctx)
 	worked := make(chan error, 1)
 	go func() { worked <- w.Run(wctx) }()
-	t.Cleanup(func() { stopWorker(); testwait.Recv(t, worked, "the BullMQ worker's end") })
+	t.Cleanup(func() { stopWorker(); <-worked })
 	failedJobs := func(n int64) func() bool {
 		return func() bool {
 			c, err := bullmq.QueueCounts(ctx, bcfg, queue)
