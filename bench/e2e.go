@@ -173,6 +173,13 @@ func e2eOurs(ctx context.Context, o options) (float64, error) {
 	if err != nil {
 		return 0, err
 	}
+	if o.console > 0 {
+		stop, err := watchConsole(ctx, o, db, rdb, cfg.BullMQPrefix)
+		if err != nil {
+			return 0, err
+		}
+		defer stop()
+	}
 	rctx, cancel := context.WithCancel(ctx)
 	var running sync.WaitGroup
 	before := countOutbox(ctx, db, snapshot(ctx, db, rdb))

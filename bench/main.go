@@ -64,6 +64,9 @@ type options struct {
 	memprof   string
 	// svg is where the table's chart goes (empty: nowhere).
 	svg string
+	// console, when positive, keeps the operator console's overview open on our side of the
+	// latency and end-to-end sections, drawn every console (watchConsole).
+	console time.Duration
 }
 
 func (o options) on(section string) bool { return len(o.only) == 0 || o.only[section] }
@@ -89,6 +92,7 @@ func main() {
 	flag.StringVar(&o.redisURL, "redis", envOr("REDIS_URL", "redis://127.0.0.1:6379/0"), "Redis URL")
 	flag.StringVar(&o.adminURL, "admin", envOr("TEST_DATABASE_URL", "postgres://root@127.0.0.1:5432/postgres"), "PostgreSQL superuser URL")
 	flag.StringVar(&o.cpuprof, "cpuprofile", "", "write a CPU profile of this process (the Go side of every section) to this file")
+	flag.DurationVar(&o.console, "console", 0, "keep the console's overview open on our side of the latency and end-to-end sections, its sampler running and the page drawn this often (0: no console)")
 	flag.StringVar(&o.memprof, "memprofile", "", "write an allocation profile of this process (every section) to this file at the end")
 	var so soakOptions
 	runSoak := flag.Bool("soak", false, "run the soak instead of the benchmark sections (make soak)")
