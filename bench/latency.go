@@ -174,13 +174,6 @@ func latencyWatermill(ctx context.Context, o options) ([]latency, error) {
 		return nil, err
 	}
 	defer child.kill()
-	if o.console > 0 {
-		stop, err := watchConsole(ctx, o, db, rdb, prefix)
-		if err != nil {
-			return nil, err
-		}
-		defer stop()
-	}
 	before := child.usage(ctx, db, rdb)
 	commits, all, err := steadyLoad(ctx, o.rate, o.secs, func(ctx context.Context, id uuid.UUID) error {
 		tx, err := db.Owner.Begin(ctx)
