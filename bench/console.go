@@ -22,8 +22,9 @@ import (
 
 // watchConsole runs, on db and the queues under prefix, what an operator's open overview
 // costs the service: the console's sampler (its once-a-minute round, as the service runs it)
-// and the overview page fetched every `every` by a signed-in browser (the page reloads itself
-// every 60 s; a shorter period stands for several operators). The measured sections call it
+// and the overview fetched every `every` by a signed-in browser, in turn the last hour, the
+// last day and one flow's charts (the page reloads itself every 60 s; a shorter period stands
+// for several operators). The measured sections call it
 // before their measured period when -console is set; stop ends it and prints how many pages
 // were drawn and how long they took.
 func watchConsole(ctx context.Context, o options, db *scratch, rdb *redis.Client, prefix string) (stop func(), err error) {
@@ -58,9 +59,10 @@ func watchConsole(ctx context.Context, o options, db *scratch, rdb *redis.Client
 	running.Go(func() {
 		tick := time.NewTicker(o.console)
 		defer tick.Stop()
-		for {
+		pages := []string{"/", "/?range=day", "/?flow=" + cfg.Flows[0].Name}
+		for i := 0; ; i++ {
 			began := time.Now()
-			req, _ := http.NewRequestWithContext(wctx, http.MethodGet, web.URL+"/", nil)
+			req, _ := http.NewRequestWithContext(wctx, http.MethodGet, web.URL+pages[i%len(pages)], nil)
 			resp, err := client.Do(req)
 			if err == nil {
 				_, _ = io.Copy(io.Discard, resp.Body)
@@ -91,7 +93,7 @@ func watchConsole(ctx context.Context, o options, db *scratch, rdb *redis.Client
 			fmt.Printf("   console: no overview drawn (%d failed)\n", failures)
 			return
 		}
-		fmt.Printf("   console: overview drawn %d times every %s (%d failed), p50 %s, max %s; sampler once a minute\n",
+		fmt.Printf("   console: overview drawn %d times every %s (hour, day, one flow in turn; %d failed), p50 %s, max %s; sampler once a minute\n",
 			len(draws), o.console, failures, ms(percentile(draws, 0.5)), ms(draws[len(draws)-1]))
 	}, nil
 }
