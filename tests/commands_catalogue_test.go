@@ -4,11 +4,15 @@ import (
 	"context"
 	"encoding/json"
 	"os"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
+
+	"github.com/listingkit/listing/app/bus"
+	"github.com/listingkit/listing/infra/httpapi"
 )
 
 // commandRecord is the idempotency record of one command sent as a message, as a build of
@@ -88,4 +92,66 @@ func TestCommandRecordOfThePreviousBuildReplays(t *testing.T) {
 	require.Equal(t, 202, rec.ResponseStatus)
 	require.Equal(t, before, ce.Count(`SELECT count(*) FROM publications`), "a replay runs nothing")
 	require.Equal(t, 1, ce.Count(`SELECT count(*) FROM idempotency_requests WHERE method = 'MSG'`))
+}
+
+// noteCommand is a test-only command: a note about a product.
+type noteCommand struct {
+	ProductID uuid.UUID
+	Note      string
+}
+
+func (noteCommand) CommandName() string { return "test.note" }
+
+// A command in the catalogue without any HTTP endpoint runs from the command stream: its data
+// decoded strictly, its ids checked, through the command bus with the message's idempotency
+// (a second delivery answers from the record; the handler ran once).
+func TestCommandWithoutAnEndpointRunsFromTheStream(t *testing.T) {
+	t.Parallel()
+	ce := startCommands(t)
+	acct, _, products, integID, secret := setupPublishing(t, ce, "cmd-catalogue@example.com")
+	var runs atomic.Int64
+	type noteIn struct {
+		Note string `json:"note"`
+	}
+	require.NoError(t, ce.API.Server.Catalogue().Add(httpapi.Command{Type: "listing.test_note",
+		Params: []httpapi.Param{{Name: "product_id"}},
+		Run: httpapi.Runs(ce.API.App.Bus, bus.HandlerFunc[noteCommand, noteCommand](func(_ context.Context, c noteCommand) (noteCommand, error) {
+			runs.Add(1)
+			return c, nil
+		}), func(_ context.Context, c httpapi.Call, in noteIn) (noteCommand, error) {
+			return noteCommand{ProductID: c.IDs["product_id"], Note: in.Note}, nil
+		}, func(result any) (bus.Response, error) {
+			n := result.(noteCommand)
+			body, err := json.Marshal(map[string]string{"product_id": n.ProductID.String(), "note": n.Note})
+			return bus.Response{Status: 202, Header: map[string]string{"Content-Type": "application/json"}, Body: body}, err
+		})}))
+	ce.start()
+
+	signed := func(id string, data any) map[string]any {
+		ev := command(id, "listing.test_note", acct.WorkspaceID, integID, data)
+		return map[string]any{"event": ev, "signature": sign(secret, ev)}
+	}
+	entry := signed("cmd-note-1", map[string]any{"product_id": products[0], "note": "fragile"})
+	ce.send(t, entry)
+	ce.send(t, entry)
+	replies := ce.repliesTo(t, "cmd-note-1", 2)
+	for _, r := range replies {
+		require.Equal(t, "listing.command.accepted", r.Type, "%s", r.Data)
+		require.JSONEq(t, `{"product_id":"`+products[0]+`","note":"fragile"}`, string(r.Data))
+	}
+	require.Equal(t, int64(1), runs.Load(), "the second delivery is answered from the record")
+	require.Equal(t, 1, ce.Count(`SELECT count(*) FROM idempotency_requests WHERE method = 'MSG' AND path = '/listing.test_note'`))
+
+	for _, c := range []struct {
+		id   string
+		data any
+		code string
+	}{
+		{"cmd-note-extra", map[string]any{"product_id": products[0], "note": "x", "Note": "y"}, "UNKNOWN_FIELD"},
+		{"cmd-note-no-id", map[string]any{"note": "x"}, "COMMAND_DATA_INVALID"},
+	} {
+		ce.send(t, signed(c.id, c.data))
+		require.Equal(t, c.code, problemCode(t, ce.repliesTo(t, c.id, 1)[0]), c.id)
+	}
+	require.Equal(t, int64(1), runs.Load())
 }
