@@ -55,8 +55,8 @@ const MaxAhead = 5 * time.Minute
 // MaxIDLength bounds a command's id and source, in bytes.
 const MaxIDLength = 256
 
-// Executor runs an authenticated command through its HTTP endpoint's handler
-// (*httpapi.Server).
+// Executor runs an authenticated command from the command catalogue its HTTP endpoint runs
+// from, never through the HTTP router (*httpapi.Server).
 type Executor interface {
 	ExecuteMessage(ctx context.Context, m httpapi.MessageCommand) httpapi.MessageResult
 	MessageProblem(ctx context.Context, m httpapi.MessageCommand, err error) httpapi.MessageResult

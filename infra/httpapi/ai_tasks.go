@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"context"
 	"encoding/json"
 	"net/http"
 	"time"
@@ -33,27 +34,26 @@ func aiTaskBody(t domain.AITask) aiTaskJSON {
 	return out
 }
 
-func (s *Server) createAITask(w http.ResponseWriter, r *http.Request) {
-	var in struct {
-		Kind      string `json:"kind"`
-		ProductID string `json:"product_id"`
-		Input     struct {
-			Prompt string `json:"prompt"`
-		} `json:"input"`
-	}
-	body, ok := s.decode(w, r, &in)
-	if !ok {
-		return
-	}
-	pid, err := uuid.Parse(in.ProductID)
-	if err != nil {
-		writeError(w, r, domain.Invalid("product_id", "must be a product id"))
-		return
-	}
-	cmd := commands.CreateAITask{TaskID: domain.NewID(), WorkspaceID: workspaceID(r.Context()), UserID: userID(r.Context()),
-		Kind: in.Kind, ProductID: pid, Prompt: in.Input.Prompt}
-	execute(s, w, r, body, s.app.Commands.CreateAITask, cmd,
-		startRender(http.StatusAccepted, "ai_task", func(v domain.AITask) any { return aiTaskBody(v) }))
+// createAITaskIn is listing.create_ai_task's body.
+type createAITaskIn struct {
+	Kind      string `json:"kind"`
+	ProductID string `json:"product_id"`
+	Input     struct {
+		Prompt string `json:"prompt"`
+	} `json:"input"`
+}
+
+// createAITaskCommand is listing.create_ai_task: text or an image made for a product.
+func (s *Server) createAITaskCommand() Command {
+	return Command{Type: "listing.create_ai_task",
+		Run: Runs(s.app.Bus, s.app.Commands.CreateAITask, func(_ context.Context, c Call, in createAITaskIn) (commands.CreateAITask, error) {
+			pid, err := uuid.Parse(in.ProductID)
+			if err != nil {
+				return commands.CreateAITask{}, domain.Invalid("product_id", "must be a product id")
+			}
+			return commands.CreateAITask{TaskID: domain.NewID(), WorkspaceID: c.Actor.WorkspaceID, UserID: c.Actor.UserID,
+				Kind: in.Kind, ProductID: pid, Prompt: in.Input.Prompt}, nil
+		}, startRender(http.StatusAccepted, "ai_task", func(v domain.AITask) any { return aiTaskBody(v) }))}
 }
 
 func (s *Server) listAITasks(w http.ResponseWriter, r *http.Request) {

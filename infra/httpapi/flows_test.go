@@ -4,7 +4,6 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/go-chi/chi/v5"
 	"github.com/stretchr/testify/require"
 	"go.yaml.in/yaml/v3"
 
@@ -44,13 +43,6 @@ func TestOperationTypesAreTheFlows(t *testing.T) {
 	slices.Sort(resources)
 	require.Equal(t, types, sorted(op.Type.Enum), "openapi.yaml's Operation.type enum is not the flows' operation types")
 	require.Equal(t, resources, sorted(op.Resource.Properties.Type.Enum), "openapi.yaml's Operation.resource.type enum is not the flows' aggregate types")
-}
-
-// A command type whose endpoint the router does not serve stops the server from starting.
-func TestMessageWithoutAnEndpointIsRefused(t *testing.T) {
-	_, err := messageHandlers(chi.NewRouter())
-	require.ErrorContains(t, err, "httpapi: command type listing.")
-	require.ErrorContains(t, err, ": no route ")
 }
 
 func sorted(s []string) []string {

@@ -10,12 +10,8 @@ import (
 
 // idempotency builds the bus.Idempotency of an idempotent request. When required is false
 // and no key is sent, it returns nil (the request runs once, without a record). A command
-// that arrived as a message (ExecuteMessage) has its own scope: method MSG, its type as the
-// path, the key its transport derived.
+// that arrives as a message has its own (messageIdempotency).
 func (s *Server) idempotency(r *http.Request, body []byte, required bool, render bus.RenderFunc) (*bus.Idempotency, error) {
-	if idem := messageIdempotency(r, render); idem != nil {
-		return idem, nil
-	}
 	values := r.Header.Values(idem.HeaderKey)
 	if !required && len(values) == 0 {
 		return nil, nil

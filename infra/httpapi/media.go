@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"context"
 	"net/http"
 	"time"
 
@@ -67,23 +68,15 @@ func (s *Server) getMedia(w http.ResponseWriter, r *http.Request) {
 	getOne(s, w, r, "media_id", domain.ErrMediaNotFound, s.app.Queries.Media, "media", func(v domain.Media) any { return mediaBody(v) })
 }
 
-func (s *Server) completeMedia(w http.ResponseWriter, r *http.Request) {
-	id, err := pathID(r, "media_id", domain.ErrMediaNotFound)
-	if err != nil {
-		writeError(w, r, err)
-		return
-	}
-	var in struct{}
-	body, ok := s.decode(w, r, &in)
-	if !ok {
-		return
-	}
-	size, err := s.app.Queries.MediaObject(r.Context(), s.scope(r), id)
-	if err != nil {
-		writeError(w, r, err)
-		return
-	}
-	cmd := commands.CompleteMediaUpload{MediaID: id, WorkspaceID: workspaceID(r.Context()), UserID: userID(r.Context()), UploadedSize: size}
-	execute(s, w, r, body, s.app.Commands.CompleteMediaUpload, cmd,
-		startRender(http.StatusAccepted, "media", func(v domain.Media) any { return mediaBody(v) }))
+// completeMediaCommand is listing.complete_media: the upload done, the file processed.
+func (s *Server) completeMediaCommand() Command {
+	return Command{Type: "listing.complete_media", Params: []Param{{"media_id", domain.ErrMediaNotFound}},
+		Run: Runs(s.app.Bus, s.app.Commands.CompleteMediaUpload, func(ctx context.Context, c Call, _ struct{}) (commands.CompleteMediaUpload, error) {
+			id := c.IDs["media_id"]
+			size, err := s.app.Queries.MediaObject(ctx, scopeOf(c.Actor), id)
+			if err != nil {
+				return commands.CompleteMediaUpload{}, err
+			}
+			return commands.CompleteMediaUpload{MediaID: id, WorkspaceID: c.Actor.WorkspaceID, UserID: c.Actor.UserID, UploadedSize: size}, nil
+		}, startRender(http.StatusAccepted, "media", func(v domain.Media) any { return mediaBody(v) }))}
 }

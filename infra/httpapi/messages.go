@@ -5,27 +5,27 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"net/http"
 	"net/url"
 	"slices"
 	"strings"
+	"unicode/utf8"
 
-	"github.com/go-chi/chi/v5"
 	"github.com/google/uuid"
 
 	"github.com/listingkit/listing/app/bus"
-	"github.com/listingkit/listing/app/worker"
 	"github.com/listingkit/listing/app/worker/flows"
 	"github.com/listingkit/listing/domain"
 	"github.com/listingkit/listing/infra/outbox"
 )
 
-// This file runs commands that arrive as messages (infra/commandstream) through the very
-// handlers of their HTTP endpoints: the same strict decoding and validation, the same command
-// bus (RLS transaction, idempotency, outbox) and the same rendering, so that a message's
-// reply holds exactly what the endpoint would answer. Only the idempotency scope differs:
-// method MSG, the command's type as the path, the key the transport derives from the message.
+// This file is the message transport of the command catalogue (catalogue.go): a command that
+// arrives as a message (infra/commandstream) runs from the catalogue as its HTTP endpoint's
+// request would, never through the HTTP router: the same strict decoding and validation, the
+// same command bus (RLS transaction, idempotency, outbox) and the same rendering, so that a
+// message's reply holds exactly what the endpoint would answer. Only the idempotency scope
+// differs: method MSG, the command's type as the path, the key the transport derives from the
+// message.
 
 // MessageMethod is the idempotency method of commands that arrive as messages.
 const MessageMethod = "MSG"
@@ -38,61 +38,14 @@ var (
 	ErrCommandDataInvalid = domain.NewError(domain.KindInvalid, "COMMAND_DATA_INVALID", "the command's data is not valid")
 )
 
-// messageRoute is the HTTP endpoint a command type runs through: its method, its path under
-// the workspace (with {param}s that the message's data names).
-type messageRoute struct {
-	method string
-	path   string
-	params []string
-}
-
-// messageRoutes maps every command type the flows declare (worker.Spec.Messages) to its
-// endpoint. A command's data is the endpoint's body plus the path's ids by name.
-var messageRoutes = flowMessageRoutes(flows.All())
-
-func flowMessageRoutes(specs []worker.Spec) map[string]messageRoute {
-	out := map[string]messageRoute{}
-	for _, f := range specs {
-		for _, m := range f.Messages {
-			var params []string
-			for _, part := range strings.Split(m.Path, "/") {
-				if strings.HasPrefix(part, "{") && strings.HasSuffix(part, "}") {
-					params = append(params, strings.Trim(part, "{}"))
-				}
-			}
-			out[m.Type] = messageRoute{method: m.Method, path: m.Path, params: params}
-		}
-	}
-	return out
-}
-
-// messageHandlers finds, among router's routes, the handler of every command type's
-// endpoint, and fails naming a command type whose endpoint router does not serve.
-func messageHandlers(router chi.Routes) (map[string]http.Handler, error) {
-	served := map[string]http.Handler{}
-	err := chi.Walk(router, func(method, route string, h http.Handler, _ ...func(http.Handler) http.Handler) error {
-		served[method+" "+strings.ReplaceAll(strings.TrimSuffix(route, "/"), "/*/", "/")] = h
-		return nil
-	})
-	if err != nil {
-		return nil, err
-	}
-	out := map[string]http.Handler{}
-	for typ, route := range messageRoutes {
-		h, ok := served[route.method+" /v1/workspaces/{workspace_id}"+route.path]
-		if !ok {
-			return nil, fmt.Errorf("httpapi: command type %s: no route %s %s", typ, route.method, route.path)
-		}
-		out[typ] = h
-	}
-	return out, nil
-}
-
-// MessageCommandTypes lists the command types ExecuteMessage accepts, sorted.
+// MessageCommandTypes lists the command types the flows declare (worker.Spec.Messages), which
+// ExecuteMessage accepts, sorted.
 func MessageCommandTypes() []string {
-	out := make([]string, 0, len(messageRoutes))
-	for t := range messageRoutes {
-		out = append(out, t)
+	var out []string
+	for _, f := range flows.All() {
+		for _, m := range f.Messages {
+			out = append(out, m.Type)
+		}
 	}
 	slices.Sort(out)
 	return out
@@ -134,14 +87,13 @@ type MessageResult struct {
 // Accepted reports whether the command was executed (or replayed): a 2xx status.
 func (r MessageResult) Accepted() bool { return r.Status >= 200 && r.Status < 300 }
 
-type messageCtxKey struct{}
-
-// ExecuteMessage runs m through its endpoint's handler and returns what it answered. An
-// unknown type is COMMAND_TYPE_UNKNOWN; data that is not a JSON object, or whose path ids are
-// missing or not UUIDs, is COMMAND_DATA_INVALID; the rest is the endpoint's own answer. It
+// ExecuteMessage runs m from the command catalogue and returns what its endpoint would
+// answer: the one place where a message enters the command bus. An unknown type is
+// COMMAND_TYPE_UNKNOWN; data that is not a JSON object, or whose ids (Command.Params) are
+// missing or not UUIDs, is COMMAND_DATA_INVALID; the rest is the command's own answer. It
 // never returns a secret: the bodies are those the endpoint would send.
 func (s *Server) ExecuteMessage(ctx context.Context, m MessageCommand) MessageResult {
-	route, ok := messageRoutes[m.Type]
+	cmd, ok := s.commands.Lookup(m.Type)
 	if !ok {
 		return s.messageError(ctx, m, ErrCommandTypeUnknown.WithMessage("unknown command type; see docs/integrations.md"))
 	}
@@ -153,37 +105,46 @@ func (s *Server) ExecuteMessage(ctx context.Context, m MessageCommand) MessageRe
 		}
 		return s.messageError(ctx, m, ErrCommandDataInvalid.WithMessage("data must be a JSON object"))
 	}
-	rctx := chi.NewRouteContext()
-	path := "/v1/workspaces/" + m.WorkspaceID.String() + route.path
-	rctx.URLParams.Add("workspace_id", m.WorkspaceID.String())
-	for _, name := range route.params {
+	// A problem names the endpoint's path as its instance, as the endpoint's would.
+	instance := "/" + m.Type
+	if cmd.Path != "" {
+		instance = "/v1/workspaces/" + m.WorkspaceID.String() + cmd.Path
+	}
+	ids := make(map[string]uuid.UUID, len(cmd.Params))
+	for _, p := range cmd.Params {
 		var v string
-		raw, present := fields[name]
+		raw, present := fields[p.Name]
 		if !present || json.Unmarshal(raw, &v) != nil {
-			return s.messageError(ctx, m, ErrCommandDataInvalid.WithField(name, "required: a UUID"))
+			return s.messageError(ctx, m, ErrCommandDataInvalid.WithField(p.Name, "required: a UUID"))
 		}
 		id, err := uuid.Parse(v)
 		if err != nil {
-			return s.messageError(ctx, m, ErrCommandDataInvalid.WithField(name, "must be a UUID"))
+			return s.messageError(ctx, m, ErrCommandDataInvalid.WithField(p.Name, "must be a UUID"))
 		}
-		delete(fields, name)
-		rctx.URLParams.Add(name, id.String())
-		path = strings.Replace(path, "{"+name+"}", id.String(), 1)
+		delete(fields, p.Name)
+		ids[p.Name] = id
+		instance = strings.Replace(instance, "{"+p.Name+"}", id.String(), 1)
 	}
 	body, err := json.Marshal(fields)
 	if err != nil {
 		return s.messageError(ctx, m, ErrCommandDataInvalid.WithMessage("data must be a JSON object"))
 	}
-
-	r, err := http.NewRequestWithContext(s.messageContext(ctx, m), route.method, path, bytes.NewReader(body))
-	if err != nil {
-		return s.messageError(ctx, m, err)
+	ctx = s.messageContext(ctx, m)
+	// The limits readBody applies to an HTTP body.
+	switch {
+	case int64(len(body)) > s.cfg.MaxBodyBytes:
+		return s.problemAt(ctx, instance, errBodyTooLarge)
+	case !utf8.Valid(body):
+		return s.problemAt(ctx, instance, errMalformed.WithMessage("the body is not valid UTF-8"))
 	}
-	r.Header.Set("Content-Type", "application/json")
-	r = r.WithContext(context.WithValue(context.WithValue(r.Context(), chi.RouteCtxKey, rctx), messageCtxKey{}, &m))
-	w := newBufferWriter()
-	s.messages[m.Type].ServeHTTP(w, r)
-	return w.result()
+	ans, err := cmd.Run(ctx, Call{Actor: bus.Actor{WorkspaceID: m.WorkspaceID, UserID: m.UserID}, IDs: ids, Body: body,
+		Idempotency: func(render bus.RenderFunc) (*bus.Idempotency, error) { return messageIdempotency(m, render), nil }})
+	if err != nil {
+		return s.problemAt(ctx, instance, err)
+	}
+	resp := ans.Response
+	return MessageResult{Status: resp.Status, Body: bytes.Clone(resp.Body), Replayed: ans.Replayed,
+		Retryable: resp.Header["Retry-After"] != "" || resp.Status >= 500 || resp.Status == http.StatusTooManyRequests}
 }
 
 // messageContext is what the HTTP middleware would put in a request's context: the request
@@ -208,20 +169,23 @@ func (s *Server) MessageProblem(ctx context.Context, m MessageCommand, err error
 	return s.messageError(ctx, m, err)
 }
 
-// messageError renders err as the problem the endpoint would answer.
+// messageError renders err as the problem of a message refused before its command runs.
 func (s *Server) messageError(ctx context.Context, m MessageCommand, err error) MessageResult {
-	r, _ := http.NewRequestWithContext(s.messageContext(ctx, m), MessageMethod, (&url.URL{Path: "/" + m.Type}).String(), nil)
+	return s.problemAt(s.messageContext(ctx, m), "/"+m.Type, err)
+}
+
+// problemAt renders err as the problem an endpoint at instance would answer (writeError), in
+// a message's context (messageContext).
+func (s *Server) problemAt(ctx context.Context, instance string, err error) MessageResult {
+	r, _ := http.NewRequestWithContext(ctx, MessageMethod, (&url.URL{Path: instance}).String(), nil)
 	w := newBufferWriter()
 	writeError(w, r, err)
 	return w.result()
 }
 
-// messageIdempotency is the idempotency of a message's command, or nil for an HTTP request.
-func messageIdempotency(r *http.Request, render bus.RenderFunc) *bus.Idempotency {
-	m, ok := r.Context().Value(messageCtxKey{}).(*MessageCommand)
-	if !ok {
-		return nil
-	}
+// messageIdempotency is the idempotency of a message's command: method MSG, its type as the
+// path, its data (as sent) fingerprinted as a JSON body.
+func messageIdempotency(m MessageCommand, render bus.RenderFunc) *bus.Idempotency {
 	return &bus.Idempotency{
 		Key:         m.Key,
 		Method:      MessageMethod,

@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"context"
 	"net/http"
 	"time"
 
@@ -34,10 +35,13 @@ func publicationBody(p domain.Publication) publicationJSON {
 		Unpublished: p.UnpublishedAt != nil, UnpublishedAt: p.UnpublishedAt}
 }
 
-func (s *Server) unpublish(w http.ResponseWriter, r *http.Request) {
-	startUnderPublication(s, w, r, s.app.Commands.UnpublishPublication, func(ws, user, pid uuid.UUID) commands.UnpublishPublication {
-		return commands.UnpublishPublication{UnpublishID: domain.NewID(), WorkspaceID: ws, UserID: user, PublicationID: pid}
-	}, "unpublish", unpublish.Body)
+// unpublishCommand is listing.unpublish: the publication's product taken off its store.
+func (s *Server) unpublishCommand() Command {
+	return Command{Type: "listing.unpublish", Params: []Param{{"publication_id", domain.ErrPublicationNotFound}},
+		Run: Runs(s.app.Bus, s.app.Commands.UnpublishPublication, func(_ context.Context, c Call, _ struct{}) (commands.UnpublishPublication, error) {
+			return commands.UnpublishPublication{UnpublishID: domain.NewID(), WorkspaceID: c.Actor.WorkspaceID, UserID: c.Actor.UserID,
+				PublicationID: c.IDs["publication_id"]}, nil
+		}, startRender(http.StatusAccepted, "unpublish", func(v domain.Unpublish) any { return unpublish.Body(v) }))}
 }
 
 // startUnderPublication serves a POST that starts a task of the publication in the path: an
@@ -57,27 +61,22 @@ func startUnderPublication[C bus.Command, T any](s *Server, w http.ResponseWrite
 	execute(s, w, r, raw, h, newCmd(workspaceID(r.Context()), userID(r.Context()), pid), startRender(http.StatusAccepted, key, func(v T) any { return body(v) }))
 }
 
-func (s *Server) publishProduct(w http.ResponseWriter, r *http.Request) {
-	pid, err := pathID(r, "product_id", domain.ErrProductNotFound)
-	if err != nil {
-		writeError(w, r, err)
-		return
-	}
-	var in struct {
-		StoreID string `json:"store_id"`
-	}
-	body, ok := s.decode(w, r, &in)
-	if !ok {
-		return
-	}
-	storeID, err := uuid.Parse(in.StoreID)
-	if err != nil {
-		writeError(w, r, domain.Invalid("store_id", "must be a store id"))
-		return
-	}
-	cmd := commands.PublishProduct{PublicationID: domain.NewID(), WorkspaceID: workspaceID(r.Context()), UserID: userID(r.Context()), ProductID: pid, StoreID: storeID}
-	execute(s, w, r, body, s.app.Commands.PublishProduct, cmd,
-		startRender(http.StatusAccepted, "publication", func(v domain.Publication) any { return publicationBody(v) }))
+// publishIn is listing.publish's body.
+type publishIn struct {
+	StoreID string `json:"store_id"`
+}
+
+// publishCommand is listing.publish: a first publication of the product on a store.
+func (s *Server) publishCommand() Command {
+	return Command{Type: "listing.publish", Params: []Param{{"product_id", domain.ErrProductNotFound}},
+		Run: Runs(s.app.Bus, s.app.Commands.PublishProduct, func(_ context.Context, c Call, in publishIn) (commands.PublishProduct, error) {
+			storeID, err := uuid.Parse(in.StoreID)
+			if err != nil {
+				return commands.PublishProduct{}, domain.Invalid("store_id", "must be a store id")
+			}
+			return commands.PublishProduct{PublicationID: domain.NewID(), WorkspaceID: c.Actor.WorkspaceID, UserID: c.Actor.UserID,
+				ProductID: c.IDs["product_id"], StoreID: storeID}, nil
+		}, startRender(http.StatusAccepted, "publication", func(v domain.Publication) any { return publicationBody(v) }))}
 }
 
 func (s *Server) listPublications(w http.ResponseWriter, r *http.Request) {

@@ -30,6 +30,7 @@ import (
 
 	"github.com/listingkit/listing/app"
 	"github.com/listingkit/listing/app/port"
+	"github.com/listingkit/listing/app/worker/flows"
 	"github.com/listingkit/listing/domain"
 	"github.com/listingkit/listing/infra/tracing"
 )
@@ -119,8 +120,9 @@ type Server struct {
 	traced  http.Handler
 	// document is the served OpenAPI document and docs its HTML rendering.
 	document, docs []byte
-	// messages are the handlers of the command types sent as messages, by type.
-	messages map[string]http.Handler
+	// commands is the command catalogue: HTTP (serve) and messages (ExecuteMessage) run
+	// commands from it.
+	commands *Catalogue
 }
 
 // New builds the server and its routes.
@@ -146,10 +148,10 @@ func New(cfg Config, deps Deps) (*Server, error) {
 	if s.docs, err = renderDocs(s.document); err != nil {
 		return nil, err
 	}
-	s.handler = s.routes()
-	if s.messages, err = messageHandlers(s.Router()); err != nil {
+	if s.commands, err = s.catalogue(flows.All()); err != nil {
 		return nil, err
 	}
+	s.handler = s.routes()
 	s.traced = tracing.Handler(s.handler, "http")
 	return s, nil
 }
@@ -157,6 +159,10 @@ func New(cfg Config, deps Deps) (*Server, error) {
 // ServeHTTP implements http.Handler: every request gets a server span (continuing the
 // caller's traceparent) around the router.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.traced.ServeHTTP(w, r) }
+
+// Catalogue returns the command catalogue. A command added to it (before the command stream
+// runs) runs from messages; its HTTP endpoint, if any, is not served.
+func (s *Server) Catalogue() *Catalogue { return s.commands }
 
 // Router returns the chi router, for route listings (the OpenAPI test walks it).
 func (s *Server) Router() chi.Routes { return s.handler.(chi.Routes) }
@@ -203,19 +209,14 @@ func (s *Server) routes() http.Handler {
 				r.Get("/products", s.listProducts)
 				r.Get("/products/{product_id}", s.getProduct)
 				r.Put("/products/{product_id}/draft", s.saveProductDraft)
-				r.Post("/products/{product_id}/publications", s.publishProduct)
 				r.Get("/products/{product_id}/publications", s.listProductPublications)
 
 				r.Get("/operations", s.listOperations)
 				r.Get("/operations/{operation_id}", s.getOperation)
 
-				r.Post("/stores", s.createStore)
 				r.Get("/stores", s.listStores)
 				r.Get("/stores/{store_id}", s.getStore)
-				r.Put("/stores/{store_id}/authorization", s.replaceStoreAuthorization)
-				r.Post("/stores/{store_id}/verifications", s.verifyStore)
 				r.Get("/stores/{store_id}/verifications", s.listStoreVerifications)
-				r.Post("/stores/{store_id}/product-syncs", s.syncStore)
 				r.Get("/stores/{store_id}/product-syncs", s.listStoreSyncs)
 
 				r.Get("/product-syncs", s.listSyncs)
@@ -224,18 +225,14 @@ func (s *Server) routes() http.Handler {
 				r.Post("/media", s.createMedia)
 				r.Get("/media", s.listMedia)
 				r.Get("/media/{media_id}", s.getMedia)
-				r.Post("/media/{media_id}/complete", s.completeMedia)
 
-				r.Post("/material-transfers", s.createTransfer)
 				r.Get("/material-transfers", s.listTransfers)
 				r.Get("/material-transfers/{transfer_id}", s.getTransfer)
 
 				r.Get("/publications", s.listPublications)
 				r.Get("/publications/{publication_id}", s.getPublication)
 				r.Post("/publications/{publication_id}/updates", s.updateListing)
-				r.Post("/publications/{publication_id}/unpublish", s.unpublish)
 
-				r.Post("/ai-tasks", s.createAITask)
 				r.Get("/ai-tasks", s.listAITasks)
 				r.Get("/ai-tasks/{ai_task_id}", s.getAITask)
 
@@ -244,6 +241,10 @@ func (s *Server) routes() http.Handler {
 				r.Delete("/integrations/{integration_id}", s.revokeIntegration)
 
 				s.taskRoutes(r)
+				// The endpoints of the catalogue's commands (catalogue.go).
+				for _, c := range s.commands.endpoints() {
+					r.Method(c.Method, c.Path, s.serve(c))
+				}
 			})
 		})
 		if s.deps.Extra != nil {

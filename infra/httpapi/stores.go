@@ -1,12 +1,10 @@
 package httpapi
 
 import (
+	"context"
 	"net/http"
 	"time"
 
-	"github.com/google/uuid"
-
-	"github.com/listingkit/listing/app/bus"
 	"github.com/listingkit/listing/app/commands"
 	"github.com/listingkit/listing/app/port"
 	"github.com/listingkit/listing/app/worker"
@@ -33,21 +31,21 @@ func storeBody(s domain.Store) storeJSON {
 		CreatedAt: s.CreatedAt.UTC(), UpdatedAt: s.UpdatedAt.UTC()}
 }
 
-func (s *Server) createStore(w http.ResponseWriter, r *http.Request) {
-	var in struct {
-		Platform    string           `json:"platform"`
-		ShopID      string           `json:"shop_id"`
-		Name        string           `json:"name"`
-		Credentials port.Credentials `json:"credentials"`
-	}
-	body, ok := s.decode(w, r, &in)
-	if !ok {
-		return
-	}
-	cmd := commands.CreateStore{StoreID: domain.NewID(), WorkspaceID: workspaceID(r.Context()), UserID: userID(r.Context()),
-		Platform: in.Platform, ShopID: in.ShopID, Name: in.Name, Credentials: in.Credentials}
-	execute(s, w, r, body, s.app.Commands.CreateStore, cmd,
-		startRender(http.StatusCreated, "store", func(v domain.Store) any { return storeBody(v) }))
+// createStoreIn is listing.create_store's body.
+type createStoreIn struct {
+	Platform    string           `json:"platform"`
+	ShopID      string           `json:"shop_id"`
+	Name        string           `json:"name"`
+	Credentials port.Credentials `json:"credentials"`
+}
+
+// createStoreCommand is listing.create_store: a store connected with its credentials, then verified.
+func (s *Server) createStoreCommand() Command {
+	return Command{Type: "listing.create_store",
+		Run: Runs(s.app.Bus, s.app.Commands.CreateStore, func(_ context.Context, c Call, in createStoreIn) (commands.CreateStore, error) {
+			return commands.CreateStore{StoreID: domain.NewID(), WorkspaceID: c.Actor.WorkspaceID, UserID: c.Actor.UserID,
+				Platform: in.Platform, ShopID: in.ShopID, Name: in.Name, Credentials: in.Credentials}, nil
+		}, startRender(http.StatusCreated, "store", func(v domain.Store) any { return storeBody(v) }))}
 }
 
 func (s *Server) listStores(w http.ResponseWriter, r *http.Request) {
@@ -59,35 +57,30 @@ func (s *Server) getStore(w http.ResponseWriter, r *http.Request) {
 		func(v domain.Store) any { return storeBody(v) })
 }
 
-// storeCommand serves an idempotent command about the {store_id} of the path: it decodes the
-// body into in, builds the command for the store and runs it.
-func storeCommand[C bus.Command, R any](s *Server, w http.ResponseWriter, r *http.Request, in any,
-	h bus.Handler[C, R], build func(storeID uuid.UUID) C, render bus.RenderFunc) {
-	id, err := pathID(r, "store_id", domain.ErrStoreNotFound)
-	if err != nil {
-		writeError(w, r, err)
-		return
-	}
-	body, ok := s.decode(w, r, in)
-	if !ok {
-		return
-	}
-	execute(s, w, r, body, h, build(id), render)
+// storeParam is the store a command is about: the {store_id} of its path.
+var storeParam = []Param{{"store_id", domain.ErrStoreNotFound}}
+
+// replaceAuthorizationIn is listing.replace_store_authorization's body.
+type replaceAuthorizationIn struct {
+	Credentials port.Credentials `json:"credentials"`
 }
 
-func (s *Server) replaceStoreAuthorization(w http.ResponseWriter, r *http.Request) {
-	var in struct {
-		Credentials port.Credentials `json:"credentials"`
-	}
-	storeCommand(s, w, r, &in, s.app.Commands.ReplaceStoreAuthorization, func(id uuid.UUID) commands.ReplaceStoreAuthorization {
-		return commands.ReplaceStoreAuthorization{StoreID: id, WorkspaceID: workspaceID(r.Context()), UserID: userID(r.Context()), Credentials: in.Credentials}
-	}, startRender(http.StatusAccepted, "store", func(v domain.Store) any { return storeBody(v) }))
+// replaceStoreAuthorizationCommand is listing.replace_store_authorization: new credentials,
+// verified again.
+func (s *Server) replaceStoreAuthorizationCommand() Command {
+	return Command{Type: "listing.replace_store_authorization", Params: storeParam,
+		Run: Runs(s.app.Bus, s.app.Commands.ReplaceStoreAuthorization, func(_ context.Context, c Call, in replaceAuthorizationIn) (commands.ReplaceStoreAuthorization, error) {
+			return commands.ReplaceStoreAuthorization{StoreID: c.IDs["store_id"], WorkspaceID: c.Actor.WorkspaceID, UserID: c.Actor.UserID,
+				Credentials: in.Credentials}, nil
+		}, startRender(http.StatusAccepted, "store", func(v domain.Store) any { return storeBody(v) }))}
 }
 
-func (s *Server) verifyStore(w http.ResponseWriter, r *http.Request) {
-	storeCommand(s, w, r, &struct{}{}, s.app.Commands.VerifyStore, func(id uuid.UUID) commands.VerifyStore {
-		return commands.VerifyStore{StoreID: id, WorkspaceID: workspaceID(r.Context()), UserID: userID(r.Context())}
-	}, startRender(http.StatusAccepted, "store", func(v domain.Store) any { return storeBody(v) }))
+// verifyStoreCommand is listing.verify_store: the store's credentials verified again.
+func (s *Server) verifyStoreCommand() Command {
+	return Command{Type: "listing.verify_store", Params: storeParam,
+		Run: Runs(s.app.Bus, s.app.Commands.VerifyStore, func(_ context.Context, c Call, _ struct{}) (commands.VerifyStore, error) {
+			return commands.VerifyStore{StoreID: c.IDs["store_id"], WorkspaceID: c.Actor.WorkspaceID, UserID: c.Actor.UserID}, nil
+		}, startRender(http.StatusAccepted, "store", func(v domain.Store) any { return storeBody(v) }))}
 }
 
 type verificationJSON struct {

@@ -1,10 +1,9 @@
 package httpapi
 
 import (
+	"context"
 	"net/http"
 	"time"
-
-	"github.com/google/uuid"
 
 	"github.com/listingkit/listing/app/commands"
 	"github.com/listingkit/listing/app/worker"
@@ -27,10 +26,12 @@ func syncBody(s domain.ProductSync) syncJSON {
 		ItemsSynced: s.ItemsSynced, Error: worker.TaskError(s.Task), CreatedAt: s.CreatedAt.UTC(), UpdatedAt: s.UpdatedAt.UTC()}
 }
 
-func (s *Server) syncStore(w http.ResponseWriter, r *http.Request) {
-	storeCommand(s, w, r, &struct{}{}, s.app.Commands.SyncStoreProducts, func(id uuid.UUID) commands.SyncStoreProducts {
-		return commands.SyncStoreProducts{SyncID: domain.NewID(), WorkspaceID: workspaceID(r.Context()), UserID: userID(r.Context()), StoreID: id}
-	}, startRender(http.StatusAccepted, "sync", func(v domain.ProductSync) any { return syncBody(v) }))
+// syncStoreCommand is listing.start_product_sync: the store's products imported.
+func (s *Server) syncStoreCommand() Command {
+	return Command{Type: "listing.start_product_sync", Params: storeParam,
+		Run: Runs(s.app.Bus, s.app.Commands.SyncStoreProducts, func(_ context.Context, c Call, _ struct{}) (commands.SyncStoreProducts, error) {
+			return commands.SyncStoreProducts{SyncID: domain.NewID(), WorkspaceID: c.Actor.WorkspaceID, UserID: c.Actor.UserID, StoreID: c.IDs["store_id"]}, nil
+		}, startRender(http.StatusAccepted, "sync", func(v domain.ProductSync) any { return syncBody(v) }))}
 }
 
 func (s *Server) listSyncs(w http.ResponseWriter, r *http.Request) {

@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"context"
 	"net/http"
 	"net/url"
 	"time"
@@ -37,21 +38,22 @@ func transferBody(t domain.MaterialTransfer) transferJSON {
 		Bytes: t.Bytes, Error: worker.TaskError(t.Task), CreatedAt: t.CreatedAt.UTC(), UpdatedAt: t.UpdatedAt.UTC()}
 }
 
-func (s *Server) createTransfer(w http.ResponseWriter, r *http.Request) {
-	var in struct {
-		SourceURL string `json:"source_url"`
-	}
-	body, ok := s.decode(w, r, &in)
-	if !ok {
-		return
-	}
-	if err := s.app.Queries.CheckSourceURL(r.Context(), in.SourceURL); err != nil {
-		writeError(w, r, err)
-		return
-	}
-	cmd := commands.CreateMaterialTransfer{TransferID: domain.NewID(), WorkspaceID: workspaceID(r.Context()), UserID: userID(r.Context()), SourceURL: in.SourceURL}
-	execute(s, w, r, body, s.app.Commands.CreateMaterialTransfer, cmd,
-		startRender(http.StatusAccepted, "transfer", func(v domain.MaterialTransfer) any { return transferBody(v) }))
+// createTransferIn is listing.create_material_transfer's body.
+type createTransferIn struct {
+	SourceURL string `json:"source_url"`
+}
+
+// createTransferCommand is listing.create_material_transfer: a file fetched from a URL into
+// the media.
+func (s *Server) createTransferCommand() Command {
+	return Command{Type: "listing.create_material_transfer",
+		Run: Runs(s.app.Bus, s.app.Commands.CreateMaterialTransfer, func(ctx context.Context, c Call, in createTransferIn) (commands.CreateMaterialTransfer, error) {
+			if err := s.app.Queries.CheckSourceURL(ctx, in.SourceURL); err != nil {
+				return commands.CreateMaterialTransfer{}, err
+			}
+			return commands.CreateMaterialTransfer{TransferID: domain.NewID(), WorkspaceID: c.Actor.WorkspaceID, UserID: c.Actor.UserID,
+				SourceURL: in.SourceURL}, nil
+		}, startRender(http.StatusAccepted, "transfer", func(v domain.MaterialTransfer) any { return transferBody(v) }))}
 }
 
 func (s *Server) listTransfers(w http.ResponseWriter, r *http.Request) {
