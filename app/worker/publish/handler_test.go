@@ -322,13 +322,7 @@ func (b *bundle) afterLastLook(t *testing.T, h *publish.Handler, f fixture, code
 	s := b.state(t, f)
 	require.False(t, s.pub.Status.Terminal(), "held until the last look")
 	require.Contains(t, b.Logs.String(), `"outcome":"last_look"`)
-	var payload []byte
-	require.NoError(t, b.DB.Owner.QueryRow(context.Background(), `SELECT event_payload FROM outbox_events
-		WHERE event_type = 'publication.requested' AND aggregate_id = $1 AND event_payload ? 'last_look'
-		ORDER BY created_at DESC LIMIT 1`, f.pub.ID.String()).Scan(&payload))
-	look := f.job
-	look.Payload = payload
-	_ = h.Handle(context.Background(), look)
+	_ = h.Handle(context.Background(), b.latestLook(t, f))
 	s = b.state(t, f)
 	require.Equal(t, code, s.pub.ErrorCode)
 	return s
