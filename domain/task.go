@@ -46,7 +46,10 @@ type Task struct {
 	// HeldResult is the result of a successful external call whose record step gave up
 	// (Hold), as its flow encodes it; nil when none is held. The next delivery records it
 	// instead of calling again. A finished task holds none.
-	HeldResult   []byte
+	HeldResult []byte
+	// Look is the task's last look: the failure it holds until a look completes, and what
+	// the look found (see AskLook).
+	Look         TaskLook
 	ErrorCode    string
 	ErrorMessage string
 	Version      int
@@ -126,6 +129,10 @@ var (
 	// TASK_MAX_AGE old.
 	ErrDeliveryExhausted = NewError(KindUnavailable, "DELIVERY_EXHAUSTED",
 		"the task was delivered again several times and never finished")
+	// ErrOutcomeUnknown fails a task whose last look could not complete before the task was
+	// TASK_MAX_AGE old: the upstream may hold the work's result.
+	ErrOutcomeUnknown = NewError(KindUnavailable, "OUTCOME_UNKNOWN",
+		"the task did not finish and the platform could not be asked whether it holds the result: check there before trying again")
 	// ErrJobStalled fails a task whose job stopped with its worker more often than allowed
 	// (a worker that keeps dying on the same job).
 	ErrJobStalled = NewError(KindUnavailable, "JOB_STALLED",
@@ -196,6 +203,99 @@ func (t *Task) Reconcile(max int, maxAge time.Duration, firstDispatched, now tim
 		return RedeliverRun, nil
 	}
 	return RedeliverUnrun, nil
+}
+
+// What a completed last look found (TaskLook.Found).
+const (
+	// LookNotDone: the work is not done upstream; the held failure stands.
+	LookNotDone = "not_done"
+	// LookDone: the work is done upstream; the task succeeds.
+	LookDone = "done"
+)
+
+// TaskLook is a task's last look: before a final failure, a flow that can asks its upstream
+// whether the work was done after all. The failure is held (Code, Message) until a look
+// completes (LookedAt, Found); only then is it recorded.
+type TaskLook struct {
+	// Code and Message are the held failure; Code is empty when no look was asked.
+	Code, Message string
+	// LookedAt is when a look asked for last completed; zero while none did.
+	LookedAt time.Time
+	// Found is what it found: LookNotDone or LookDone; empty while none completed.
+	Found string
+}
+
+// Asked reports whether a last look was asked for.
+func (l TaskLook) Asked() bool { return l.Code != "" }
+
+// Pending reports whether a last look was asked for and none completed since.
+func (l TaskLook) Pending() bool { return l.Asked() && l.LookedAt.IsZero() }
+
+// AskLook asks for a last look before the final failure (code, message) and marks the task
+// moved at now. A look asked for already keeps the failure it holds (the first reason the
+// task was to fail) and is asked again: what an earlier look found is forgotten. A finished
+// task is ErrTaskFinished.
+func (t *Task) AskLook(code, message string, now time.Time) error {
+	if t.Status.Terminal() {
+		return ErrTaskFinished
+	}
+	if !t.Look.Asked() {
+		t.Look.Code, t.Look.Message = code, boundText(message, MaxTaskErrorLength)
+	}
+	t.Look.LookedAt, t.Look.Found = time.Time{}, ""
+	t.UpdatedAt = now
+	t.Version++
+	return nil
+}
+
+// Looked records that the last look completed at now and found found (LookNotDone,
+// LookDone). A finished task is ErrTaskFinished.
+func (t *Task) Looked(found string, now time.Time) error {
+	if t.Status.Terminal() {
+		return ErrTaskFinished
+	}
+	t.Look.LookedAt, t.Look.Found = now, found
+	t.UpdatedAt = now
+	t.Version++
+	return nil
+}
+
+// LookDecision is what ReconcileLook decided for a stuck task whose last look was asked for.
+type LookDecision int
+
+// Decisions of ReconcileLook.
+const (
+	// LookFail: a look completed and found the work absent: the held failure is recorded.
+	LookFail LookDecision = iota + 1
+	// LookAgain: no look completed (its job lost, or it failed), or the one that found the
+	// work done could not record it: the look is asked again (a redelivery that spends no
+	// try, backing off like one: Redeliveries).
+	LookAgain
+	// LookTooOld: no look completed and the task is older than the age bound: it fails
+	// OUTCOME_UNKNOWN.
+	LookTooOld
+)
+
+// ReconcileLook decides the next step of a stuck task whose last look was asked for
+// (Look.Asked); when the look is asked again, it counts the redelivery and marks the task
+// moved at now. firstDispatched as for Reconcile. A finished task is ErrTaskFinished.
+func (t *Task) ReconcileLook(maxAge time.Duration, firstDispatched, now time.Time) (LookDecision, error) {
+	if t.Status.Terminal() {
+		return 0, ErrTaskFinished
+	}
+	if t.FirstDispatchedAt.IsZero() && !firstDispatched.IsZero() {
+		t.FirstDispatchedAt = firstDispatched
+	}
+	switch {
+	case t.Look.Found == LookNotDone:
+		return LookFail, nil
+	case t.Look.Found == "" && t.Age(now) >= maxAge:
+		return LookTooOld, nil
+	}
+	t.Redeliveries++
+	t.UpdatedAt = now
+	t.Version++
+	return LookAgain, nil
 }
 
 // Requested is a task that can rebuild the event that asked for it, from its own state. The

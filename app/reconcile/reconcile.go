@@ -8,7 +8,9 @@
 // its previous delivery (its job lost with Redis while it waited in a backlog) is delivered
 // again for free, with a backoff, until it is MaxAge old (from its first dispatch); a task
 // that ran and keeps coming back is failed after MaxReconciliations. Both fail with the code
-// DELIVERY_EXHAUSTED.
+// DELIVERY_EXHAUSTED. A flow that asks a last look records no final failure without a
+// completed look: the reconciler asks the look instead, asks it again (with the same backoff)
+// while none completed, and fails the task OUTCOME_UNKNOWN when none completed before MaxAge.
 //
 // One Reconciler runs at a time across processes (StuckTasks.Exclusive); it works per
 // workspace, in transactions of that workspace, under RLS like the dispatcher. It holds no
@@ -151,13 +153,14 @@ func New(cfg Config) (*Reconciler, error) {
 	r.minAfter = slices.Min(slices.Collect(maps.Values(r.after)))
 	r.total = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "listing_reconciliations_total",
-		Help: "Stuck tasks the reconciler delivered again after they ran (redelivered) or without their handler having started since the previous delivery (redelivered_unrun, spends no try), sent to a last look before DELIVERY_EXHAUSTED (last_look) or failed with DELIVERY_EXHAUSTED (exhausted).",
+		Help: "Stuck tasks the reconciler delivered again after they ran (redelivered) or without their handler having started since the previous delivery (redelivered_unrun, spends no try), sent to a last look before a final failure or asked it again as no look completed (last_look), failed with DELIVERY_EXHAUSTED or the failure a completed look held (exhausted), or failed with OUTCOME_UNKNOWN as no look completed before TASK_MAX_AGE (outcome_unknown).",
 	}, []string{"queue", "outcome"})
 	for _, k := range cfg.Kinds {
 		r.total.WithLabelValues(k.Queue(), string(worker.Redelivered))
 		r.total.WithLabelValues(k.Queue(), string(worker.RedeliveredUnrun))
 		r.total.WithLabelValues(k.Queue(), string(worker.Exhausted))
 		r.total.WithLabelValues(k.Queue(), string(worker.LastLooked))
+		r.total.WithLabelValues(k.Queue(), string(worker.OutcomeUnknown))
 	}
 	if cfg.Registerer != nil {
 		if err := cfg.Registerer.Register(r.total); err != nil {
@@ -181,8 +184,10 @@ type Result struct {
 	Redelivered int
 	Unrun       int
 	Exhausted   int
-	// LastLooks counts tasks at MaxReconciliations sent to their last look.
+	// LastLooks counts tasks sent to their last look, or asked it again.
 	LastLooks int
+	// Unknown counts tasks failed OUTCOME_UNKNOWN: no last look completed before MaxAge.
+	Unknown int
 	// Failed counts workspaces whose transaction failed (logged; retried next sweep).
 	Failed int
 }
@@ -232,6 +237,9 @@ func (r *Reconciler) RunOnce(ctx context.Context) (Result, error) {
 				switch d.outcome {
 				case worker.Exhausted:
 					res.Exhausted++
+					level = slog.LevelError
+				case worker.OutcomeUnknown:
+					res.Unknown++
 					level = slog.LevelError
 				case worker.LastLooked:
 					res.LastLooks++

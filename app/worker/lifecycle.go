@@ -494,9 +494,11 @@ func (f Flow[T, W, R]) decide(ctx context.Context, job Job, id uuid.UUID, r R, e
 }
 
 // look is the delivery of a last look (LastLookOf): unless the task is finished, it asks the
-// upstream (LastLook, outside any transaction) and records the success it finds (record, with
-// its retries) or the failure it held. A look that fails is retried by the transport; on the
-// last attempt the held failure is recorded.
+// upstream (LastLook, outside any transaction) and records what it found: the success
+// (record, with its retries), or, with the look's completion (domain.Task.Looked), the
+// failure it held. A look that fails is retried by the transport; on the last attempt it
+// records nothing and the reconciler asks it again: no final failure without a completed
+// look.
 func (f Flow[T, W, R]) look(ctx context.Context, job Job, id uuid.UUID, held Failure) (string, error) {
 	d := f.Deps
 	tx := Tx(func(ctx context.Context, fn func(ctx context.Context) error) error { return d.Step(ctx, job, fn) })
@@ -509,6 +511,13 @@ func (f Flow[T, W, R]) look(ctx context.Context, job Job, id uuid.UUID, held Fai
 		task = v
 		return err
 	})
+	if err == nil {
+		// The failure the task's look holds (the first one asked for) prevails over the
+		// event's.
+		if l := f.TaskOf(&task).Look; l.Asked() {
+			held = Failure{Code: l.Code, Message: l.Message}
+		}
+	}
 	heldErr := Permanent(domain.NewError(domain.KindUnavailable, held.Code, held.Message))
 	var r R
 	done := false
@@ -524,6 +533,9 @@ func (f Flow[T, W, R]) look(ctx context.Context, job Job, id uuid.UUID, held Fai
 		// The task is gone: fail the operation its event names (recordFailure).
 	case err != nil && !job.LastAttempt && !permanent(err):
 		return OutcomeRetry, fmt.Errorf("last look: %w", err)
+	case err != nil:
+		// No look completed: nothing is recorded; the reconciler asks again.
+		return OutcomeLost, Permanent(fmt.Errorf("last look (asked again by the reconciler): %w", err))
 	case done:
 		err = f.record(ctx, job, id, r)
 		switch {
@@ -533,28 +545,53 @@ func (f Flow[T, W, R]) look(ctx context.Context, job Job, id uuid.UUID, held Fai
 			return OutcomeRetry, err
 		}
 		// The success cannot be recorded: the held failure is not recorded over it either;
-		// the reconciler delivers the task again.
+		// the reconciler asks the look again, which records it.
+		f.looked(ctx, job, id, domain.LookDone)
 		return OutcomeLost, Permanent(err)
 	}
-	if recErr := f.recordFailure(ctx, job, id, r, held); recErr != nil {
+	if recErr := f.recordFailureLooked(ctx, job, id, r, held, !isNotFound(err)); recErr != nil {
 		if !job.LastAttempt {
 			return OutcomeRetry, fmt.Errorf("%w; recording the failure: %v", heldErr, recErr)
 		}
+		// The look completed: the reconciler records the failure it held.
+		f.looked(ctx, job, id, domain.LookNotDone)
 		return OutcomeLost, Permanent(fmt.Errorf("%w; recording the failure: %v", heldErr, recErr))
 	}
 	return OutcomeFailed, heldErr
+}
+
+// looked records, in a transaction of its own bounded by HoldTimeout, that task id's last
+// look completed and found found, for the reconciler; best effort (without it the reconciler
+// asks the look again).
+func (f Flow[T, W, R]) looked(ctx context.Context, job Job, id uuid.UUID, found string) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), HoldTimeout)
+	defer cancel()
+	_ = f.Deps.Step(ctx, job, func(ctx context.Context) error {
+		_, err := f.Tasks.Update(ctx, id, func(v *T) error { return f.TaskOf(v).Looked(found, f.Deps.Now()) })
+		return err
+	})
 }
 
 // recordFailure fails the task and its operation with fl. A finished task is left alone. A
 // task that does not exist (deleted with its store or product, or an id of no task) fails
 // the operation its request event names, so that the client does not wait for ever.
 func (f Flow[T, W, R]) recordFailure(ctx context.Context, job Job, id uuid.UUID, r R, fl Failure) error {
+	return f.recordFailureLooked(ctx, job, id, r, fl, false)
+}
+
+// recordFailureLooked is recordFailure that, when looked, records with the failure that the
+// task's last look completed and found the work absent (domain.Task.Looked).
+func (f Flow[T, W, R]) recordFailureLooked(ctx context.Context, job Job, id uuid.UUID, r R, fl Failure, looked bool) error {
 	if id == uuid.Nil {
 		return nil // no task to fail: the payload was unreadable
 	}
 	d := f.Deps
+	var before func(*domain.Task) error
+	if looked {
+		before = func(t *domain.Task) error { return t.Looked(domain.LookNotDone, d.Now()) }
+	}
 	err := d.Step(ctx, job, func(ctx context.Context) error {
-		t, err := FailTask(ctx, d, f.Tasks, id, f.TaskOf, fl)
+		t, err := failTask(ctx, d, f.Tasks, id, f.TaskOf, fl, before)
 		if isNotFound(err) {
 			if op := operationOf(job); op != uuid.Nil {
 				return d.FailOperation(ctx, op, fl.Code, fl.Message)

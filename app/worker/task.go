@@ -29,9 +29,10 @@ type TaskKind interface {
 	// workspace. A task whose handler has not started since its previous delivery is
 	// delivered again for free while younger than p.MaxAge (RedeliveredUnrun), then fails
 	// DELIVERY_EXHAUSTED; one that ran is delivered again while below p.Max reconciliations
-	// (Redelivered), then fails DELIVERY_EXHAUSTED (after a last look, for a flow that asks
-	// one). A delivery publishes the task's request event again (a new outbox event, so a new
-	// job id). A finished task is left alone (Unchanged).
+	// (Redelivered), then fails DELIVERY_EXHAUSTED. For a flow that asks a last look, that
+	// failure waits for a completed look (LastLooked; OutcomeUnknown when none completes
+	// before p.MaxAge). A delivery publishes the task's request event again (a new outbox
+	// event, so a new job id). A finished task is left alone (Unchanged).
 	Reconcile(ctx context.Context, s port.StuckTask, p RedeliveryPolicy) (Reconciled, error)
 }
 
@@ -55,8 +56,12 @@ const (
 	RedeliveredUnrun Reconciled = "redelivered_unrun"
 	Exhausted        Reconciled = "exhausted"
 	Unchanged        Reconciled = "unchanged"
-	// LastLooked: at max, a last look was requested before DELIVERY_EXHAUSTED.
+	// LastLooked: a last look was asked before a final failure (at max, or too old after a
+	// run), or asked again (no look completed since it was asked).
 	LastLooked Reconciled = "last_look"
+	// OutcomeUnknown: no last look completed before the task was MaxAge old; it failed
+	// OUTCOME_UNKNOWN.
+	OutcomeUnknown Reconciled = "outcome_unknown"
 )
 
 // Kind implements TaskKind for tasks of type T (a domain task such as domain.Publication)
@@ -87,17 +92,27 @@ var _ TaskKind = Kind[domain.Publication]{}
 func (k Kind[T]) Queue() string { return k.QueueName }
 
 // Abandon implements TaskKind. A flow that asks a last look requests it instead of failing
-// the task, unless job is that last look already: then the failure it held is recorded.
+// the task. When job is that last look already, the failure it held is recorded only if a
+// look completed and found the work absent; otherwise nothing changes and the reconciler
+// asks the look again (no final failure without a completed look).
 func (k Kind[T]) Abandon(ctx context.Context, job Job, f Failure) error {
 	id, err := k.TaskID(job)
 	if err != nil {
 		return fmt.Errorf("worker.Abandon %s: %w", k.QueueName, err)
 	}
-	held, looked := LastLookOf(job)
+	_, looked := LastLookOf(job)
 	err = k.Deps.Step(ctx, job, func(ctx context.Context) error {
 		switch {
-		case looked:
-			return k.Fail(ctx, id, held)
+		case looked && k.AsksLastLook:
+			v, err := k.Tasks.Get(ctx, id)
+			if err != nil {
+				return err
+			}
+			l := k.TaskOf(&v).Look
+			if l.Found != domain.LookNotDone {
+				return ErrSkip // no completed look says the work is absent: asked again
+			}
+			return k.Fail(ctx, id, Failure{Code: l.Code, Message: l.Message})
 		case k.AsksLastLook:
 			return k.RequestLastLook(ctx, id, f)
 		}
@@ -124,13 +139,14 @@ func (k Kind[T]) Fail(ctx context.Context, id uuid.UUID, f Failure) error {
 }
 
 // RequestLastLook asks for the last look of task id before the final failure f: unless the
-// task is finished, it marks the task moved and publishes a domain.LastLookRequested (a
-// delivery of its own, through the outbox: the look runs in a worker, outside any
-// transaction). It must run inside a Step; on a finished task it changes nothing and returns
-// ErrSkip.
+// task is finished, it records the look asked for on the task (domain.Task.AskLook: a look
+// asked for already keeps the failure it holds) and publishes a domain.LastLookRequested
+// with the held failure (a delivery of its own, through the outbox: the look runs in a
+// worker, outside any transaction). It must run inside a Step; on a finished task it changes
+// nothing and returns ErrSkip.
 func (k Kind[T]) RequestLastLook(ctx context.Context, id uuid.UUID, f Failure) error {
 	t, err := k.Tasks.Update(ctx, id, func(v *T) error {
-		if errors.Is(k.TaskOf(v).Touch(k.Deps.Now()), domain.ErrTaskFinished) {
+		if errors.Is(k.TaskOf(v).AskLook(f.Code, f.Message, k.Deps.Now()), domain.ErrTaskFinished) {
 			return ErrSkip
 		}
 		return nil
@@ -138,7 +154,13 @@ func (k Kind[T]) RequestLastLook(ctx context.Context, id uuid.UUID, f Failure) e
 	if err != nil {
 		return err
 	}
-	return k.Deps.Events.Publish(ctx, domain.LastLookRequested{Request: t.RequestEvent(), Code: f.Code, Message: f.Message})
+	return k.publishLook(ctx, t)
+}
+
+// publishLook publishes the last look of t, with the failure t's look holds.
+func (k Kind[T]) publishLook(ctx context.Context, t T) error {
+	l := k.TaskOf(&t).Look
+	return k.Deps.Events.Publish(ctx, domain.LastLookRequested{Request: t.RequestEvent(), Code: l.Code, Message: l.Message})
 }
 
 // lastLookKey is the last look field as a JSON key.
@@ -163,28 +185,36 @@ func LastLookOf(job Job) (Failure, bool) {
 	return Failure{Code: l.Code, Message: l.Message}, true
 }
 
-// Reconcile implements TaskKind. A flow that asks a last look gets one more round at max:
-// a last look (RequestLastLook) before DELIVERY_EXHAUSTED, which is recorded only if the task
-// is found stuck once more.
+// Reconcile implements TaskKind. For a flow that asks a last look, no final failure is
+// recorded without a completed look: where the task would fail DELIVERY_EXHAUSTED after it
+// ran, a last look is asked instead (RequestLastLook); a task found stuck with its look asked
+// for fails with the failure the look holds once a look completed and found the work absent,
+// is asked the look again (a redelivery that spends no try: its job was lost, the look failed,
+// or its success could not be recorded) while younger than p.MaxAge, and then fails
+// OUTCOME_UNKNOWN. A task whose handler never ran fails DELIVERY_EXHAUSTED when too old
+// without a look: the upstream never saw it.
 func (k Kind[T]) Reconcile(ctx context.Context, s port.StuckTask, p RedeliveryPolicy) (Reconciled, error) {
 	d := k.Deps
-	limit := p.Max
-	if k.AsksLastLook {
-		limit = p.Max + 1
-	}
 	var decision domain.Redelivery
+	var look domain.LookDecision
+	asked := false
 	t, err := k.Tasks.Update(ctx, s.ID, func(v *T) error {
 		task := k.TaskOf(v)
 		if task.Status.Terminal() {
 			return ErrSkip
 		}
-		if k.AsksLastLook && task.Reconciliations >= limit {
-			// Its last look was requested and it is stuck still.
-			decision = domain.RedeliveriesSpent
-			return nil
-		}
 		var err error
-		decision, err = task.Reconcile(limit, p.MaxAge, s.FirstDispatchedAt, d.Now())
+		if k.AsksLastLook && task.Look.Asked() {
+			look, err = task.ReconcileLook(p.MaxAge, s.FirstDispatchedAt, d.Now())
+			return err
+		}
+		decision, err = task.Reconcile(p.Max, p.MaxAge, s.FirstDispatchedAt, d.Now())
+		if err == nil && k.AsksLastLook && (decision == domain.RedeliveriesSpent ||
+			(decision == domain.RedeliveryTooOld && task.Attempts > 0)) {
+			asked = true
+			f := FailureOf(domain.ErrDeliveryExhausted)
+			return task.AskLook(f.Code, f.Message, d.Now())
+		}
 		return err
 	})
 	switch {
@@ -194,15 +224,18 @@ func (k Kind[T]) Reconcile(ctx context.Context, s port.StuckTask, p RedeliveryPo
 		return "", fmt.Errorf("worker.Reconcile %s: %w", k.QueueName, err)
 	}
 	task := k.TaskOf(&t)
-	switch decision {
-	case domain.RedeliverRun, domain.RedeliverUnrun:
-		if decision == domain.RedeliverRun && limit > p.Max && task.Reconciliations == limit {
-			f := FailureOf(domain.ErrDeliveryExhausted)
-			if err := d.Events.Publish(ctx, domain.LastLookRequested{Request: t.RequestEvent(), Code: f.Code, Message: f.Message}); err != nil {
-				return "", fmt.Errorf("worker.Reconcile %s: %w", k.QueueName, err)
-			}
-			return LastLooked, nil
+	fail := FailureOf(domain.ErrDeliveryExhausted)
+	switch {
+	case asked || look == domain.LookAgain:
+		if err := k.publishLook(ctx, t); err != nil {
+			return "", fmt.Errorf("worker.Reconcile %s: %w", k.QueueName, err)
 		}
+		return LastLooked, nil
+	case look == domain.LookFail:
+		fail = Failure{Code: task.Look.Code, Message: task.Look.Message}
+	case look == domain.LookTooOld:
+		fail = FailureOf(domain.ErrOutcomeUnknown)
+	case decision == domain.RedeliverRun || decision == domain.RedeliverUnrun:
 		if err := d.Events.Publish(ctx, t.RequestEvent()); err != nil {
 			return "", fmt.Errorf("worker.Reconcile %s: %w", k.QueueName, err)
 		}
@@ -211,8 +244,11 @@ func (k Kind[T]) Reconcile(ctx context.Context, s port.StuckTask, p RedeliveryPo
 		}
 		return Redelivered, nil
 	}
-	if err := k.Fail(ctx, s.ID, FailureOf(domain.ErrDeliveryExhausted)); err != nil && !errors.Is(err, ErrSkip) {
+	if err := k.Fail(ctx, s.ID, fail); err != nil && !errors.Is(err, ErrSkip) {
 		return "", fmt.Errorf("worker.Reconcile %s: %w", k.QueueName, err)
+	}
+	if look == domain.LookTooOld {
+		return OutcomeUnknown, nil
 	}
 	return Exhausted, nil
 }

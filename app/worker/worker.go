@@ -283,11 +283,22 @@ var ErrSkip = errors.New("worker: task already finished")
 // Step and do not report the failure again. Any other error (e.g. the task's not-found
 // domain error) is returned as is, with nothing written.
 func FailTask[T any](ctx context.Context, d Deps, tasks port.Repository[T], id uuid.UUID, task func(*T) *domain.Task, f Failure) (T, error) {
+	return failTask(ctx, d, tasks, id, task, f, nil)
+}
+
+// failTask is FailTask that, when before is set, applies before to the unfinished task first,
+// in the same write.
+func failTask[T any](ctx context.Context, d Deps, tasks port.Repository[T], id uuid.UUID, task func(*T) *domain.Task, f Failure, before func(*domain.Task) error) (T, error) {
 	// The operation is locked and read with the task (one round trip), for FailOperation.
 	v, err := tasks.Update(port.LockingOperation(ctx), id, func(v *T) error {
 		t := task(v)
 		if t.Status.Terminal() {
 			return ErrSkip
+		}
+		if before != nil {
+			if err := before(t); err != nil {
+				return err
+			}
 		}
 		return t.Fail(f.Code, f.Message, d.Now())
 	})

@@ -15,18 +15,20 @@ import (
 // taskColumns are the columns every domain task table starts with (see sql/005_flows.sql).
 var taskColumns = []string{"id", "workspace_id", "operation_id", "status", "attempts", "reconciliations",
 	"error_code", "error_message", "version", "created_at", "updated_at", "redeliveries", "reconciled_attempts",
-	"first_dispatched_at", "held_result"}
+	"first_dispatched_at", "held_result", "look_code", "look_message", "looked_at", "look_found"}
 
 func taskScan(t *domain.Task) []any {
 	return []any{&t.ID, &t.WorkspaceID, &t.OperationID, &t.Status, &t.Attempts, &t.Reconciliations, &t.ErrorCode,
 		&t.ErrorMessage, &t.Version, &t.CreatedAt, &t.UpdatedAt, &t.Redeliveries, &t.ReconciledAttempts,
-		(*nullTime)(&t.FirstDispatchedAt), &t.HeldResult}
+		(*nullTime)(&t.FirstDispatchedAt), &t.HeldResult, (*nullText)(&t.Look.Code), (*nullText)(&t.Look.Message),
+		(*nullTime)(&t.Look.LookedAt), (*nullText)(&t.Look.Found)}
 }
 
 func taskValues(t *domain.Task) []any {
 	return []any{t.ID, t.WorkspaceID, t.OperationID, t.Status, t.Attempts, t.Reconciliations, t.ErrorCode,
 		t.ErrorMessage, t.Version, t.CreatedAt, t.UpdatedAt, t.Redeliveries, t.ReconciledAttempts,
-		nullTimeValue(t.FirstDispatchedAt), nullIfEmpty(t.HeldResult)}
+		nullTimeValue(t.FirstDispatchedAt), nullIfEmpty(t.HeldResult), nullTextValue(t.Look.Code),
+		nullTextValue(t.Look.Message), nullTimeValue(t.Look.LookedAt), nullTextValue(t.Look.Found)}
 }
 
 func taskKey(t *domain.Task) (uuid.UUID, time.Time) { return t.ID, t.CreatedAt }
@@ -439,6 +441,30 @@ func nullTimeValue(t time.Time) any {
 		return nil
 	}
 	return t
+}
+
+// nullText scans a nullable text into a string, NULL as "".
+type nullText string
+
+// Scan implements sql.Scanner.
+func (t *nullText) Scan(src any) error {
+	switch v := src.(type) {
+	case nil:
+		*t = ""
+	case string:
+		*t = nullText(v)
+	default:
+		return fmt.Errorf("postgres: cannot scan %T into a text", src)
+	}
+	return nil
+}
+
+// nullTextValue maps "" to SQL NULL.
+func nullTextValue(s string) any {
+	if s == "" {
+		return nil
+	}
+	return s
 }
 
 // nullIfEmpty maps an empty JSON document to SQL NULL.

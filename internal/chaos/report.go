@@ -76,6 +76,8 @@ type report struct {
 	reconciliations           int
 	reconciledTasks           int
 	exhausted, stalled        int
+	unknown                   int      // failed OUTCOME_UNKNOWN: no last look completed before TASK_MAX_AGE
+	unlooked                  int      // failed with a held failure while no last look completed
 	exhaustedBy               []row    // queue table, task attempts, count
 	failedListed              []string // failed publications with a platform product
 	mismatch                  int      // tasks whose operation has another status
@@ -173,6 +175,11 @@ func (h *harness) collect(ctx context.Context, chaosStopped, clientsDone time.Ti
 	}
 	r.exhausted = q(`SELECT count(*) FROM operations WHERE error_code = 'DELIVERY_EXHAUSTED'`)
 	r.stalled = q(`SELECT count(*) FROM operations WHERE error_code = 'JOB_STALLED'`)
+	r.unknown = q(`SELECT count(*) FROM operations WHERE error_code = 'OUTCOME_UNKNOWN'`)
+	for _, t := range taskTables {
+		r.unlooked += q(`SELECT count(*) FROM ` + t + ` WHERE status = 'failed' AND look_code IS NOT NULL
+			AND error_code <> 'OUTCOME_UNKNOWN' AND look_found IS DISTINCT FROM 'not_done'`)
+	}
 	for _, t := range taskTables {
 		rows, err := h.owner.Query(ctx, `SELECT attempts, count(*) FROM `+t+` WHERE error_code = 'DELIVERY_EXHAUSTED' GROUP BY 1 ORDER BY 1`)
 		if err != nil {
@@ -367,6 +374,7 @@ func (r *report) print(w io.Writer, h *harness) {
 		since.Round(10*time.Millisecond), r.clientsDone.Sub(r.chaosStopped).Round(10*time.Millisecond), r.bound, verdict)
 	p("tasks whose operation has another status or error code: %d", r.mismatch)
 	p("reconciliations: %d over %d tasks; DELIVERY_EXHAUSTED %d; JOB_STALLED %d", r.reconciliations, r.reconciledTasks, r.exhausted, r.stalled)
+	p("OUTCOME_UNKNOWN (no last look completed before TASK_MAX_AGE) %d; failed without a completed last look: %d", r.unknown, r.unlooked)
 	for _, x := range r.exhaustedBy {
 		p("  DELIVERY_EXHAUSTED %-20s with %s attempts (handler runs): %d", x.cols[0], x.cols[1], x.count)
 	}

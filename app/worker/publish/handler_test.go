@@ -322,13 +322,7 @@ func (b *bundle) afterLastLook(t *testing.T, h *publish.Handler, f fixture, code
 	s := b.state(t, f)
 	require.False(t, s.pub.Status.Terminal(), "held until the last look")
 	require.Contains(t, b.Logs.String(), `"outcome":"last_look"`)
-	var payload []byte
-	require.NoError(t, b.DB.Owner.QueryRow(context.Background(), `SELECT event_payload FROM outbox_events
-		WHERE event_type = 'publication.requested' AND aggregate_id = $1 AND event_payload ? 'last_look'
-		ORDER BY created_at DESC LIMIT 1`, f.pub.ID.String()).Scan(&payload))
-	look := f.job
-	look.Payload = payload
-	_ = h.Handle(context.Background(), look)
+	_ = h.Handle(context.Background(), b.latestLook(t, f))
 	s = b.state(t, f)
 	require.Equal(t, code, s.pub.ErrorCode)
 	return s
@@ -403,16 +397,87 @@ func TestExhaustedPublicationWhoseProductExistsSucceeds(t *testing.T) {
 	require.Equal(t, domain.TaskSucceeded, s.pub.Status)
 	require.Equal(t, domain.OperationSucceeded, s.op.Status)
 
-	// Found stuck once more after its last look (the look lost): DELIVERY_EXHAUSTED, blind.
-	g := b.seed(t, "sk_test_pub_exh2", true)
-	for range 4 {
-		b.ran(t, g)
-		b.InTx(t, func(ctx context.Context) error {
-			_, err := kind.Reconcile(ctx, port.StuckTask{ID: g.pub.ID}, policy)
-			return err
-		})
+}
+
+// reconcile runs the reconciler's decision on f's publication, found stuck, once.
+func (b *bundle) reconcile(t *testing.T, f fixture, policy worker.RedeliveryPolicy) worker.Reconciled {
+	t.Helper()
+	var o worker.Reconciled
+	b.InTx(t, func(ctx context.Context) error {
+		var err error
+		o, err = publish.Tasks(b.Deps, b.pubs).Reconcile(ctx, port.StuckTask{ID: f.pub.ID}, policy)
+		return err
+	})
+	return o
+}
+
+// latestLook returns the job of the last look of f's publication published last.
+func (b *bundle) latestLook(t *testing.T, f fixture) worker.Job {
+	t.Helper()
+	var payload []byte
+	require.NoError(t, b.DB.Owner.QueryRow(context.Background(), `SELECT event_payload FROM outbox_events
+		WHERE event_type = 'publication.requested' AND aggregate_id = $1 AND event_payload ? 'last_look'
+		ORDER BY created_at DESC LIMIT 1`, f.pub.ID.String()).Scan(&payload))
+	look := f.job
+	look.Payload = payload
+	return look
+}
+
+// A publication exhausted by the reconciler whose last look's job Redis loses is not failed
+// blind when found stuck again: the look is asked again, and the task ends by what that look
+// finds (no product: DELIVERY_EXHAUSTED, with the look recorded as completed).
+func TestLastLookLostIsAskedAgainAndDecides(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	f := b.seed(t, "sk_test_pub_lost_look", true)
+	policy := worker.RedeliveryPolicy{Max: 2, MaxAge: time.Hour}
+	var outcomes []worker.Reconciled
+	for range 3 {
+		b.ran(t, f)
+		outcomes = append(outcomes, b.reconcile(t, f, policy))
 	}
-	require.Equal(t, "DELIVERY_EXHAUSTED", b.state(t, g).pub.ErrorCode)
+	require.Equal(t, []worker.Reconciled{worker.Redelivered, worker.Redelivered, worker.LastLooked}, outcomes)
+	// The look's job is lost with Redis: found stuck again, the look is asked again, not
+	// the failure recorded.
+	for n := 2; n <= 3; n++ {
+		require.Equal(t, worker.LastLooked, b.reconcile(t, f, policy))
+		s := b.state(t, f)
+		require.False(t, s.pub.Status.Terminal(), "no final failure without a completed look")
+		require.Equal(t, domain.ErrDeliveryExhausted.Code, s.pub.Look.Code)
+		require.True(t, s.pub.Look.Pending())
+	}
+	require.Equal(t, 3, b.Count(t, `SELECT count(*) FROM outbox_events WHERE aggregate_id = $1 AND event_payload ? 'last_look'`,
+		f.pub.ID.String()))
+
+	require.True(t, worker.IsPermanent(b.handler.Handle(context.Background(), b.latestLook(t, f))))
+	s := b.state(t, f)
+	require.Equal(t, domain.TaskFailed, s.pub.Status)
+	require.Equal(t, domain.ErrDeliveryExhausted.Code, s.pub.ErrorCode)
+	require.Equal(t, domain.LookNotDone, s.pub.Look.Found)
+	require.False(t, s.pub.Look.LookedAt.IsZero())
+	require.Equal(t, domain.ErrDeliveryExhausted.Code, s.op.ErrorCode)
+	require.Equal(t, 1, b.sandbox.Calls(marketplace.EndpointFindProduct))
+}
+
+// A look that completed (no product) but whose failure could not be recorded is recorded by
+// the reconciler with the failure the look held, without asking again.
+func TestCompletedLookIsRecordedByTheReconciler(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	f := b.seed(t, "sk_test_pub_looked", true)
+	b.ran(t, f)
+	b.InTx(t, func(ctx context.Context) error {
+		return publish.Tasks(b.Deps, b.pubs).RequestLastLook(ctx, f.pub.ID, worker.FailureOf(domain.ErrJobStalled))
+	})
+	_, err := b.DB.Owner.Exec(context.Background(),
+		`UPDATE publications SET looked_at = now(), look_found = 'not_done' WHERE id = $1`, f.pub.ID)
+	require.NoError(t, err)
+	require.Equal(t, worker.Exhausted, b.reconcile(t, f, worker.RedeliveryPolicy{Max: 2, MaxAge: time.Hour}))
+	s := b.state(t, f)
+	require.Equal(t, domain.TaskFailed, s.pub.Status)
+	require.Equal(t, "JOB_STALLED", s.pub.ErrorCode)
+	require.Equal(t, 1, b.Count(t, `SELECT count(*) FROM outbox_events WHERE aggregate_id = $1 AND event_payload ? 'last_look'`,
+		f.pub.ID.String()), "no look asked again")
 }
 
 // A job that stalled too often (JOB_STALLED, decided in Abandon) takes a last look too.
@@ -424,14 +489,23 @@ func TestStalledPublicationTakesALastLook(t *testing.T) {
 	require.NoError(t, kind.Abandon(context.Background(), f.job, worker.FailureOf(domain.ErrJobStalled)))
 	require.Equal(t, domain.TaskPending, b.state(t, f).pub.Status)
 	require.Equal(t, 1, b.CountOutbox(t, "publication.requested", f.pub.ID))
-	// The look's own job stalls as well: the failure it held is recorded, no further look.
+	// The look's own job stalls as well: no look completed, so nothing is recorded; the
+	// reconciler asks the look again.
 	require.NoError(t, kind.Abandon(context.Background(), b.lastLook(t, f, "JOB_STALLED", "m"), worker.FailureOf(domain.ErrJobStalled)))
 	s := b.state(t, f)
+	require.Equal(t, domain.TaskPending, s.pub.Status, "no failure recorded blind")
+	require.Equal(t, worker.LastLooked, b.reconcile(t, f, worker.RedeliveryPolicy{Max: 2, MaxAge: time.Hour}))
+	require.True(t, worker.IsPermanent(b.handler.Handle(context.Background(), b.latestLook(t, f))))
+	s = b.state(t, f)
 	require.Equal(t, domain.TaskFailed, s.pub.Status)
 	require.Equal(t, "JOB_STALLED", s.pub.ErrorCode)
 }
 
-func TestRejectedCredentialsFailAtOnce(t *testing.T) {
+// Credentials revoked since the store's verification: the create is refused (401) and so is
+// the last look, which cannot complete. The failure is not recorded blind: the reconciler
+// asks the look again while the task is younger than TASK_MAX_AGE (here 2 s), then the task
+// fails OUTCOME_UNKNOWN.
+func TestLookThatCannotCompleteEndsOutcomeUnknown(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	// Verified once, revoked since: the platform answers 401.
@@ -441,15 +515,30 @@ func TestRejectedCredentialsFailAtOnce(t *testing.T) {
 	require.True(t, worker.IsPermanent(err))
 	require.ErrorIs(t, err, port.ErrPlatformUnauthorized)
 
-	s := b.afterLastLook(t, b.handler, f, "PLATFORM_UNAUTHORIZED")
+	policy := worker.RedeliveryPolicy{Max: 2, MaxAge: 2 * time.Second}
+	first := time.Now()
+	look := b.latestLook(t, f)
+	for {
+		require.True(t, worker.IsPermanent(b.handler.Handle(context.Background(), look)))
+		s := b.state(t, f)
+		require.Equal(t, domain.TaskRunning, s.pub.Status, "no final failure without a completed look")
+		require.True(t, s.pub.Look.Pending())
+		o := b.reconcile(t, f, policy)
+		if o == worker.OutcomeUnknown {
+			break
+		}
+		require.Equal(t, worker.LastLooked, o)
+		require.Less(t, time.Since(first), time.Minute)
+		look = b.latestLook(t, f)
+		time.Sleep(500 * time.Millisecond)
+	}
+	s := b.state(t, f)
 	require.Equal(t, domain.TaskFailed, s.pub.Status)
-	require.Equal(t, "PLATFORM_UNAUTHORIZED", s.pub.ErrorCode)
+	require.Equal(t, "OUTCOME_UNKNOWN", s.pub.ErrorCode)
 	require.Equal(t, domain.OperationFailed, s.op.Status)
-	require.Equal(t, "PLATFORM_UNAUTHORIZED", s.op.ErrorCode)
-	require.Equal(t, port.ErrPlatformUnauthorized.Message, s.op.ErrorMessage)
+	require.Equal(t, "OUTCOME_UNKNOWN", s.op.ErrorCode)
 	require.Equal(t, []string{"failed"}, s.events)
 	require.Zero(t, b.sandbox.Calls(marketplace.EndpointCreateProduct))
-
 	require.NoError(t, b.handler.Handle(context.Background(), redeliver(f.job)), "a finished publication is skipped")
 }
 
@@ -471,7 +560,9 @@ func TestUnverifiedStoreFailsWithoutPlatformCall(t *testing.T) {
 	require.Empty(t, b.sandbox.Stats().Calls)
 }
 
-func TestUnreadableCredentialsFailAtOnce(t *testing.T) {
+// Credentials that cannot be opened fail the call; the last look cannot open them either,
+// so it does not complete and nothing is recorded blind.
+func TestUnreadableCredentialsHoldTheFailureForALook(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	f := b.seed(t, "sk_test_pub_10", true)
@@ -483,10 +574,11 @@ func TestUnreadableCredentialsFailAtOnce(t *testing.T) {
 	require.True(t, worker.IsPermanent(err))
 	require.ErrorIs(t, err, publish.ErrCredentialsUnreadable)
 
-	s := b.afterLastLook(t, b.handler, f, "CREDENTIALS_UNREADABLE")
-	require.Equal(t, domain.TaskFailed, s.pub.Status)
-	require.Equal(t, "CREDENTIALS_UNREADABLE", s.pub.ErrorCode)
-	require.Equal(t, "CREDENTIALS_UNREADABLE", s.op.ErrorCode)
+	require.True(t, worker.IsPermanent(b.handler.Handle(context.Background(), b.latestLook(t, f))))
+	s := b.state(t, f)
+	require.Equal(t, domain.TaskRunning, s.pub.Status)
+	require.Equal(t, "CREDENTIALS_UNREADABLE", s.pub.Look.Code)
+	require.True(t, s.pub.Look.Pending())
 	require.Empty(t, b.sandbox.Stats().Calls)
 }
 
