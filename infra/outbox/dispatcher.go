@@ -21,11 +21,12 @@ import (
 // trigger notified it inside the business transaction.
 const NotifyChannel = WakeChannel
 
-// Event statuses as operators see them. outbox_events.status stores pending and dead_letter;
-// dispatching is a pending event with a lease (locked_by, locked_until); dispatched events
-// live in the log, outbox_dispatched.
+// Event statuses as operators see them. outbox_events.status stores pending, held (fair
+// share) and dead_letter; dispatching is a pending event with a lease (locked_by,
+// locked_until); dispatched events live in the log, outbox_dispatched.
 const (
 	StatusPending     = "pending"
+	StatusHeld        = "held"
 	StatusDispatching = "dispatching"
 	StatusDispatched  = "dispatched"
 	StatusDeadLetter  = "dead_letter"
