@@ -2,28 +2,19 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"log/slog"
 	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5"
-	"github.com/prometheus/client_golang/prometheus"
 
-	listing "github.com/listingkit/listing"
 	"github.com/listingkit/listing/app/worker"
 	"github.com/listingkit/listing/app/worker/flows"
 	"github.com/listingkit/listing/app/worker/storeverify"
-	"github.com/listingkit/listing/domain"
-	"github.com/listingkit/listing/infra/bullmq"
 	"github.com/listingkit/listing/infra/config"
-	"github.com/listingkit/listing/infra/jobs"
 	"github.com/listingkit/listing/infra/outbox"
-	"github.com/listingkit/listing/infra/postgres"
 )
 
 // fairOptions size the fairness section (flags -fair-*).
@@ -87,8 +78,8 @@ type fairResult struct {
 	drain time.Duration // every task done (when secs is 0)
 }
 
-// fairRun commits backlog[i] store verifications in workspace i (8 committers, 100 per
-// transaction; not timed), starts a dispatcher with slots (0: fair share off) and a Runner
+// fairRun commits backlog[i] store verifications in workspace i (verifications.commitAll,
+// 100 per transaction; not timed), starts a dispatcher with slots (0: fair share off) and a Runner
 // of o.workers; for secs seconds, it measures workspace 0's jobs done and, with withQ,
 // commits one task a second in one more workspace (Q), measuring each one's commit → job
 // start; then it waits until every task is done.
@@ -104,152 +95,58 @@ func fairRun(ctx context.Context, o options, slots int, backlog []int, secs int,
 		return res, err
 	}
 	q := wss[len(backlog)]
-	stores := map[uuid.UUID]domain.Store{}
-	for _, ws := range wss {
-		s := domain.Store{ID: uuid.New(), WorkspaceID: ws, CredentialsVersion: 1}
-		if _, err := db.Owner.Exec(ctx, `INSERT INTO stores (id, workspace_id, platform, shop_id, name, status)
-			VALUES ($1, $2, 'sandbox', $3, 'bench', 'verified')`, s.ID, ws, s.ID.String()); err != nil {
-			return res, err
-		}
-		stores[ws] = s
-	}
-	events, err := outbox.NewEventPublisher(outbox.PublisherConfig{Routes: outbox.Routes(flows.Routes())})
+	v, err := newVerifications(ctx, db, wss)
 	if err != nil {
 		return res, err
 	}
-	ops, verifications := postgres.NewOperations(), postgres.NewStoreVerifications()
-	commit := func(ws uuid.UUID, k int) ([]uuid.UUID, error) {
-		var ids []uuid.UUID
-		err := postgres.InTx(ctx, db.App, postgres.Scope{WorkspaceID: ws}, func(ctx context.Context, _ pgx.Tx) error {
-			ids = ids[:0]
-			now := time.Now()
-			for range k {
-				op := domain.NewOperation(ws, uuid.Nil, "store.verify", "store", stores[ws].ID, now)
-				v := domain.NewStoreVerification(uuid.New(), ws, op.ID, stores[ws], now)
-				if err := ops.Insert(ctx, op); err != nil {
-					return err
-				}
-				if err := verifications.Insert(ctx, v); err != nil {
-					return err
-				}
-				if err := events.Publish(ctx, v.RequestEvent()); err != nil {
-					return err
-				}
-				ids = append(ids, v.ID)
-			}
-			return nil
-		})
-		return ids, err
-	}
-	type batch struct {
-		ws uuid.UUID
-		k  int
-	}
-	work := make(chan batch)
-	var wg sync.WaitGroup
-	var mu sync.Mutex
-	var commitErr error
-	for range 8 {
-		wg.Go(func() {
-			for b := range work {
-				if _, err := commit(b.ws, b.k); err != nil {
-					mu.Lock()
-					commitErr = errors.Join(commitErr, err)
-					mu.Unlock()
-				}
-			}
-		})
-	}
+	var batches []verifyBatch
 	total := 0
 	for i, n := range backlog {
 		total += n
 		for done := 0; done < n; done += 100 {
-			work <- batch{wss[i], min(100, n-done)}
+			batches = append(batches, verifyBatch{ws: wss[i], k: min(100, n-done)})
 		}
 	}
-	close(work)
-	wg.Wait()
-	if commitErr != nil {
-		return res, commitErr
+	if err := v.commitAll(ctx, batches); err != nil {
+		return res, err
 	}
 
-	cfg, err := config.Load()
-	if err != nil {
-		return res, err
-	}
-	cfg.RedisURL, cfg.BullMQPrefix = o.redisURL, "bench-"+randomHex(4)
-	cfg.StreamPrefix = cfg.BullMQPrefix
-	rdb, err := newRedis(ctx, o.redisURL, 4*o.workers)
-	if err != nil {
-		return res, err
-	}
-	defer rdb.Close()
-	defer deletePrefix(rdb, cfg.BullMQPrefix)
-	log := slog.New(slog.DiscardHandler)
-	bcfg := listing.ProvideBullMQConfig(cfg, rdb)
-	pubs, closePubs, err := listing.ProvidePublishers(cfg, bcfg, &listing.Queues{}, log)
-	if err != nil {
-		return res, err
-	}
-	defer closePubs()
 	var fq []outbox.FairQueue
 	for _, s := range flows.All() {
 		fq = append(fq, outbox.FairQueue{Flow: s.Name, Queue: s.Queue, TaskIDField: s.TaskIDField, Table: s.Table})
 	}
-	d, err := outbox.NewDispatcher(outbox.DispatcherConfig{MetricsInterval: -1, DisableListen: true,
-		FairShare: outbox.FairShare{Slots: slots, Queues: fq}}, db.App, pubs, log, nil)
-	if err != nil {
-		return res, err
-	}
-	transport, err := jobs.NewBullMQ(bullmq.SubscriberConfig{Config: bcfg, Concurrency: o.workers, Name: "bench"}, nil)
-	if err != nil {
-		return res, err
-	}
-	defer transport.Close()
-	deps := worker.Deps{Tx: postgres.Transactor{Pool: db.App}, Operations: ops, Events: events, Now: time.Now}
-	kind := storeverify.Tasks(deps, verifications)
-	flow := worker.Flow[domain.StoreVerification, struct{}, struct{}]{Kind: kind,
-		Call: func(context.Context, domain.StoreVerification, struct{}, worker.Tx) (struct{}, error) {
-			return struct{}{}, nil
-		},
-		Record: func(context.Context, *domain.StoreVerification, struct{}) (any, error) {
-			return map[string]any{}, nil
-		}}
 	var handled, nDone atomic.Int64
 	var startsMu sync.Mutex
 	starts := map[uuid.UUID]time.Time{} // Q's tasks: first job start
-	counted := worker.HandlerFunc(func(ctx context.Context, job worker.Job) error {
-		if job.WorkspaceID == q {
-			if id, err := kind.TaskID(job); err == nil {
-				startsMu.Lock()
-				if _, ok := starts[id]; !ok {
-					starts[id] = time.Now()
+	kind := storeverify.Tasks(worker.Deps{}, v.tasks)
+	p, err := v.pipeline(ctx, o, outbox.DispatcherConfig{MetricsInterval: -1, DisableListen: true,
+		FairShare: outbox.FairShare{Slots: slots, Queues: fq}},
+		func(ctx context.Context, job worker.Job, handle worker.Handler) error {
+			if job.WorkspaceID == q {
+				if id, err := kind.TaskID(job); err == nil {
+					startsMu.Lock()
+					if _, ok := starts[id]; !ok {
+						starts[id] = time.Now()
+					}
+					startsMu.Unlock()
 				}
-				startsMu.Unlock()
 			}
-		}
-		err := flow.Handle(ctx, job)
-		if err == nil {
-			handled.Add(1)
-			if job.WorkspaceID == wss[0] {
-				nDone.Add(1)
+			err := handle.Handle(ctx, job)
+			if err == nil {
+				handled.Add(1)
+				if job.WorkspaceID == wss[0] {
+					nDone.Add(1)
+				}
 			}
-		}
-		return err
-	})
-	runner, err := jobs.NewRunner(jobs.Config{Transport: transport, Concurrency: o.workers, Logger: log,
-		Handlers: map[string]worker.Handler{worker.QueueStoreVerification: counted},
-		Kinds:    map[string]worker.TaskKind{worker.QueueStoreVerification: kind}, Registerer: prometheus.NewRegistry()})
+			return err
+		})
 	if err != nil {
 		return res, err
 	}
-	rctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	var running sync.WaitGroup
-	defer running.Wait()
+	defer p.close()
 	start := time.Now()
-	running.Go(func() { _ = d.Run(rctx) })
-	running.Go(func() { _ = runner.Run(rctx) })
+	stop := p.run(ctx)
+	defer stop()
 
 	commits := map[uuid.UUID]time.Time{}
 	if secs > 0 {
@@ -264,7 +161,7 @@ func fairRun(ctx context.Context, o options, slots int, backlog []int, secs int,
 			if !withQ {
 				continue
 			}
-			ids, err := commit(q, 1)
+			ids, err := v.commit(ctx, q, 1)
 			if err != nil {
 				tick.Stop()
 				return res, err

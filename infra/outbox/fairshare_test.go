@@ -31,6 +31,21 @@ func fairTasks(t *testing.T, db *pgtest.DB) {
 	require.NoError(t, err)
 }
 
+// fairSetup is a database with fair_tasks and a BullMQ queue of the test's own.
+func fairSetup(t *testing.T) (*pgtest.DB, *bullQueue) {
+	t.Helper()
+	db := pgtest.New(t)
+	fairTasks(t, db)
+	return db, newBullQueue(t, newRedis(t))
+}
+
+// requireDrained checks that the outbox owes nothing and no slot is taken.
+func requireDrained(t *testing.T, db *pgtest.DB) {
+	t.Helper()
+	require.Equal(t, 0, countSQL(t, db, `SELECT count(*) FROM outbox_events`))
+	require.Equal(t, 0, countSQL(t, db, `SELECT count(*) FROM outbox_fair_slots`))
+}
+
 func fairConfig(slots int) DispatcherConfig {
 	c := fastConfig()
 	c.FairShare = FairShare{Slots: slots, Queues: []FairQueue{{Flow: "fair", Queue: testQueue, TaskIDField: "thing_id", Table: "fair_tasks"}},
@@ -84,8 +99,14 @@ type fairWorker struct {
 	order []string
 }
 
-func newFairWorker(t *testing.T, db *pgtest.DB, q *bullQueue, work time.Duration) *fairWorker {
-	return &fairWorker{t: t, db: db, q: q, work: work, runs: map[string]int{}, start: map[string]time.Time{}, wsOf: map[string]uuid.UUID{}}
+// startFairWorker runs a fairWorker until the test ends.
+func startFairWorker(t *testing.T, db *pgtest.DB, q *bullQueue, work time.Duration) *fairWorker {
+	w := &fairWorker{t: t, db: db, q: q, work: work, runs: map[string]int{}, start: map[string]time.Time{}, wsOf: map[string]uuid.UUID{}}
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Go(func() { w.run(ctx) })
+	t.Cleanup(func() { cancel(); wg.Wait() })
+	return w
 }
 
 // run works until ctx ends.
@@ -168,17 +189,11 @@ func countSQL(t *testing.T, db *pgtest.DB, sql string, args ...any) int {
 // one; with 4 slots, N never has more than 4 jobs in Redis, and Q's job starts long before
 // N's backlog drains, within a bounded time of its commit.
 func TestFairShareAdmitsAnotherWorkspaceBeforeTheBacklog(t *testing.T) {
-	db := pgtest.New(t)
-	fairTasks(t, db)
-	q := newBullQueue(t, newRedis(t))
+	db, q := fairSetup(t)
 	n, other := createWorkspace(t, db), createWorkspace(t, db)
 	backlog := fairPublish(t, db, n, 300)
 	startDispatcher(t, db, fairConfig(4), q.router())
-	w := newFairWorker(t, db, q, 3*time.Millisecond)
-	ctx, cancel := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	wg.Go(func() { w.run(ctx) })
-	t.Cleanup(func() { cancel(); wg.Wait() })
+	w := startFairWorker(t, db, q, 3*time.Millisecond)
 
 	waitFor(t, 20*time.Second, "N's first jobs", func() bool { return w.ran(n) >= 8 })
 	require.Greater(t, countSQL(t, db, `SELECT count(*) FROM outbox_events WHERE status = 'held' AND workspace_id = $1`, n), 200)
@@ -194,8 +209,7 @@ func TestFairShareAdmitsAnotherWorkspaceBeforeTheBacklog(t *testing.T) {
 	require.Less(t, w.ran(n), len(backlog)-100, "Q waited for N's backlog")
 
 	waitFor(t, 60*time.Second, "N's backlog drains", func() bool { return w.ran(n) == len(backlog) })
-	require.Equal(t, 0, countSQL(t, db, `SELECT count(*) FROM outbox_events`))
-	require.Equal(t, 0, countSQL(t, db, `SELECT count(*) FROM outbox_fair_slots`))
+	requireDrained(t, db)
 }
 
 // TestFairShareHeldBacklogSurvivesRedisLossAndRestart: with a held backlog, the dispatcher
@@ -203,9 +217,7 @@ func TestFairShareAdmitsAnotherWorkspaceBeforeTheBacklog(t *testing.T) {
 // slot are delivered again (as the reconciler does: a new request event, which goes through
 // at once), a new dispatcher starts, and everything drains, each task run exactly once.
 func TestFairShareHeldBacklogSurvivesRedisLossAndRestart(t *testing.T) {
-	db := pgtest.New(t)
-	fairTasks(t, db)
-	q := newBullQueue(t, newRedis(t))
+	db, q := fairSetup(t)
 	ws := createWorkspace(t, db)
 	tasks := fairPublish(t, db, ws, 200)
 	_, stop := startDispatcher(t, db, fairConfig(4), q.router())
@@ -227,11 +239,7 @@ func TestFairShareHeldBacklogSurvivesRedisLossAndRestart(t *testing.T) {
 	fairRepublish(t, db, ws, lost, false)
 
 	startDispatcher(t, db, fairConfig(4), q.router())
-	w := newFairWorker(t, db, q, time.Millisecond)
-	ctx, cancel := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	wg.Go(func() { w.run(ctx) })
-	t.Cleanup(func() { cancel(); wg.Wait() })
+	w := startFairWorker(t, db, q, time.Millisecond)
 	waitFor(t, 60*time.Second, "the backlog drains", func() bool {
 		return countSQL(t, db, `SELECT count(*) FROM fair_tasks WHERE status = 'succeeded'`) == len(tasks)
 	})
@@ -241,17 +249,14 @@ func TestFairShareHeldBacklogSurvivesRedisLossAndRestart(t *testing.T) {
 	for task, k := range w.runs {
 		require.Equal(t, 1, k, "task %s ran %d times", task, k)
 	}
-	require.Equal(t, 0, countSQL(t, db, `SELECT count(*) FROM outbox_events`))
-	require.Equal(t, 0, countSQL(t, db, `SELECT count(*) FROM outbox_fair_slots`))
+	requireDrained(t, db)
 }
 
 // TestFairShareHoldDelaysNothingElse: a workspace whose queue is full (no worker: its slots
 // stay taken) still gets its integration events, its last looks and its redeliveries of
 // admitted tasks delivered at once, and its held events show in listing_fair_share_held.
 func TestFairShareHoldDelaysNothingElse(t *testing.T) {
-	db := pgtest.New(t)
-	fairTasks(t, db)
-	q := newBullQueue(t, newRedis(t))
+	db, q := fairSetup(t)
 	ws := createWorkspace(t, db)
 	tasks := fairPublish(t, db, ws, 50)
 	stream := &recorder{}
@@ -303,9 +308,7 @@ func lookupSlots(t *testing.T, db *pgtest.DB, ws uuid.UUID) []uuid.UUID {
 // takes its held events with it; a slot whose task ended before its event was claimed is
 // freed by the sweep; with fair share off, held events go back to the claim.
 func TestFairShareReleasesACancelledBacklogAndStaleSlots(t *testing.T) {
-	db := pgtest.New(t)
-	fairTasks(t, db)
-	q := newBullQueue(t, newRedis(t))
+	db, q := fairSetup(t)
 	ws := createWorkspace(t, db)
 	tasks := fairPublish(t, db, ws, 20)
 	cfg := fairConfig(2)
