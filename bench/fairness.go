@@ -132,7 +132,7 @@ func fairRun(ctx context.Context, o options, slots int, backlog []int, secs int,
 				}
 			}
 			err := handle.Handle(ctx, job)
-			if err == nil {
+			if err == nil || worker.IsPermanent(err) { // a task failed for good is done too
 				handled.Add(1)
 				if job.WorkspaceID == wss[0] {
 					nDone.Add(1)
@@ -172,10 +172,17 @@ func fairRun(ctx context.Context, o options, slots int, backlog []int, secs int,
 		tick.Stop()
 		res.nRate = float64(nDone.Load()) / time.Since(start).Seconds()
 	}
-	if err := waitDone(ctx, db, handled.Load, total, `SELECT count(*) FROM store_verifications WHERE status = 'succeeded'`); err != nil {
+	if err := waitDone(ctx, db, handled.Load, total, `SELECT count(*) FROM store_verifications WHERE status IN ('succeeded', 'failed')`); err != nil {
 		return res, err
 	}
 	res.drain = time.Since(start)
+	var failed int
+	if err := db.Owner.QueryRow(ctx, `SELECT count(*) FROM store_verifications WHERE status = 'failed'`).Scan(&failed); err != nil {
+		return res, err
+	}
+	if failed > 0 {
+		fmt.Printf("   %d tasks failed (a loaded machine: their attempts ran out)\n", failed)
+	}
 	if withQ {
 		var lat []time.Duration
 		startsMu.Lock()
