@@ -461,10 +461,25 @@ func (p prefixedTopics) Publish(topic string, msgs ...*message.Message) error {
 	return p.Publisher.Publish(p.prefix+topic, msgs...)
 }
 
+// fairQueues are the flows' request queues, fair-shared across workspaces
+// (FAIR_SHARE_SLOTS).
+func fairQueues() []outbox.FairQueue {
+	var out []outbox.FairQueue
+	for _, s := range flows.All() {
+		out = append(out, outbox.FairQueue{Flow: s.Name, Queue: s.Queue, TaskIDField: s.TaskIDField, Table: s.Table})
+	}
+	return out
+}
+
 // ProvideDispatcher builds the outbox dispatcher. With the bullmq transport it subscribes to
 // the wake-ups of the other processes (ProvideEventPublisher).
 func ProvideDispatcher(cfg config.Config, pool *pgxpool.Pool, pubs outbox.PublisherMap, rdb redis.UniversalClient, reg *prometheus.Registry, log *slog.Logger) (*outbox.Dispatcher, error) {
-	dcfg := outbox.DispatcherConfig{MaxAttempts: cfg.OutboxMaxAttempts, Lease: cfg.OutboxLease, DisableListen: true}
+	slots, err := cfg.FairSlots()
+	if err != nil {
+		return nil, err
+	}
+	dcfg := outbox.DispatcherConfig{MaxAttempts: cfg.OutboxMaxAttempts, Lease: cfg.OutboxLease, DisableListen: true,
+		FairShare: outbox.FairShare{Slots: slots, Queues: fairQueues()}}
 	if !cfg.Memory() {
 		dcfg.WakeRedis, dcfg.WakeChannel = rdb, wakeChannel(cfg)
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/riverqueue/river/rivermigrate"
@@ -58,50 +59,123 @@ func e2eOurs(ctx context.Context, o options) (float64, error) {
 	if err != nil {
 		return 0, err
 	}
-	stores := map[uuid.UUID]domain.Store{}
-	for _, ws := range wss {
-		s := domain.Store{ID: uuid.New(), WorkspaceID: ws, CredentialsVersion: 1}
-		if _, err := db.Owner.Exec(ctx, `INSERT INTO stores (id, workspace_id, platform, shop_id, name, status)
-			VALUES ($1, $2, 'sandbox', $3, 'bench', 'verified')`, s.ID, ws, s.ID.String()); err != nil {
-			return 0, err
-		}
-		stores[ws] = s
-	}
-	events, err := outbox.NewEventPublisher(outbox.PublisherConfig{Routes: outbox.Routes(flows.Routes())})
+	v, err := newVerifications(ctx, db, wss)
 	if err != nil {
 		return 0, err
 	}
-	ops, verifications := postgres.NewOperations(), postgres.NewStoreVerifications()
 
 	// The commands: an operation, a verification task and its request event, committed
 	// together, 100 commands per transaction, 8 committers.
 	start := time.Now()
-	work := make(chan int)
+	n := o.n / 100 * 100
+	batches := make([]verifyBatch, n/100)
+	for i := range batches {
+		batches[i] = verifyBatch{ws: wss[i%len(wss)], k: 100}
+	}
+	if err := v.commitAll(ctx, batches); err != nil {
+		return 0, err
+	}
+	fmt.Printf("   ours: %d commands committed in %s (not timed below)\n", n, time.Since(start).Round(time.Millisecond))
+
+	var handled atomic.Int64 // jobs whose lifecycle ended in success (the record committed)
+	p, err := v.pipeline(ctx, o, outbox.DispatcherConfig{MetricsInterval: -1, DisableListen: true},
+		func(ctx context.Context, job worker.Job, handle worker.Handler) error {
+			err := handle.Handle(ctx, job)
+			if err == nil {
+				handled.Add(1)
+			}
+			return err
+		})
+	if err != nil {
+		return 0, err
+	}
+	defer p.close()
+	if o.console > 0 {
+		stop, err := watchConsole(ctx, o, db, p.rdb, p.prefix)
+		if err != nil {
+			return 0, err
+		}
+		defer stop()
+	}
+	before := countOutbox(ctx, db, snapshot(ctx, db, p.rdb))
+	pgWaits := sampleWaits(ctx, db)
+	start = time.Now()
+	stop := p.run(ctx)
+	err = waitDone(ctx, db, handled.Load, n, `SELECT count(*) FROM store_verifications WHERE status = 'succeeded'`)
+	el := time.Since(start)
+	report("ours", before, countOutbox(ctx, db, snapshot(ctx, db, p.rdb)), n, "job")
+	fmt.Printf("   ours: PostgreSQL %s\n", pgWaits.summary())
+	stop()
+	return float64(n) / el.Seconds(), err
+}
+
+// verifications commits store verifications (an operation, the task and its request event)
+// in a scratch database, one verified sandbox store per workspace, and runs them through our
+// pipeline with a no-op call.
+type verifications struct {
+	db     *scratch
+	stores map[uuid.UUID]domain.Store
+	events *outbox.EventPublisher
+	ops    *postgres.Repository[domain.Operation]
+	tasks  postgres.StoreVerifications
+}
+
+func newVerifications(ctx context.Context, db *scratch, wss []uuid.UUID) (*verifications, error) {
+	v := &verifications{db: db, stores: map[uuid.UUID]domain.Store{}, ops: postgres.NewOperations(), tasks: postgres.NewStoreVerifications()}
+	for _, ws := range wss {
+		s := domain.Store{ID: uuid.New(), WorkspaceID: ws, CredentialsVersion: 1}
+		if _, err := db.Owner.Exec(ctx, `INSERT INTO stores (id, workspace_id, platform, shop_id, name, status)
+			VALUES ($1, $2, 'sandbox', $3, 'bench', 'verified')`, s.ID, ws, s.ID.String()); err != nil {
+			return nil, err
+		}
+		v.stores[ws] = s
+	}
+	var err error
+	v.events, err = outbox.NewEventPublisher(outbox.PublisherConfig{Routes: outbox.Routes(flows.Routes())})
+	return v, err
+}
+
+// commit commits k verifications of ws in one transaction and returns their task ids.
+func (v *verifications) commit(ctx context.Context, ws uuid.UUID, k int) ([]uuid.UUID, error) {
+	var ids []uuid.UUID
+	err := postgres.InTx(ctx, v.db.App, postgres.Scope{WorkspaceID: ws}, func(ctx context.Context, _ pgx.Tx) error {
+		ids = ids[:0]
+		now := time.Now()
+		for range k {
+			op := domain.NewOperation(ws, uuid.Nil, "store.verify", "store", v.stores[ws].ID, now)
+			t := domain.NewStoreVerification(uuid.New(), ws, op.ID, v.stores[ws], now)
+			if err := v.ops.Insert(ctx, op); err != nil {
+				return err
+			}
+			if err := v.tasks.Insert(ctx, t); err != nil {
+				return err
+			}
+			if err := v.events.Publish(ctx, t.RequestEvent()); err != nil {
+				return err
+			}
+			ids = append(ids, t.ID)
+		}
+		return nil
+	})
+	return ids, err
+}
+
+// verifyBatch is one transaction of commitAll: k verifications of ws.
+type verifyBatch struct {
+	ws uuid.UUID
+	k  int
+}
+
+// commitAll commits the batches with 8 committers.
+func (v *verifications) commitAll(ctx context.Context, batches []verifyBatch) error {
+	work := make(chan verifyBatch)
 	var wg sync.WaitGroup
 	var mu sync.Mutex
 	var commitErr error
 	for range 8 {
 		wg.Go(func() {
-			for i := range work {
-				ws := wss[i%len(wss)]
-				err := postgres.InTx(ctx, db.App, postgres.Scope{WorkspaceID: ws}, func(ctx context.Context, _ pgx.Tx) error {
-					now := time.Now()
-					for range 100 {
-						op := domain.NewOperation(ws, uuid.Nil, "store.verify", "store", stores[ws].ID, now)
-						v := domain.NewStoreVerification(uuid.New(), ws, op.ID, stores[ws], now)
-						if err := ops.Insert(ctx, op); err != nil {
-							return err
-						}
-						if err := verifications.Insert(ctx, v); err != nil {
-							return err
-						}
-						if err := events.Publish(ctx, v.RequestEvent()); err != nil {
-							return err
-						}
-					}
-					return nil
-				})
-				if err != nil {
+			for b := range work {
+				if _, err := v.commit(ctx, b.ws, b.k); err != nil {
 					mu.Lock()
 					commitErr = errors.Join(commitErr, err)
 					mu.Unlock()
@@ -109,49 +183,60 @@ func e2eOurs(ctx context.Context, o options) (float64, error) {
 			}
 		})
 	}
-	n := o.n / 100 * 100
-	for i := range n / 100 {
-		work <- i
+	for _, b := range batches {
+		work <- b
 	}
 	close(work)
 	wg.Wait()
-	if commitErr != nil {
-		return 0, commitErr
-	}
-	fmt.Printf("   ours: %d commands committed in %s (not timed below)\n", n, time.Since(start).Round(time.Millisecond))
+	return commitErr
+}
 
+// pipeline is our delivery of the verifications: a dispatcher (dcfg) and a Runner of
+// o.workers under a BullMQ prefix of its own (deleted by close).
+type pipeline struct {
+	rdb    *redis.Client
+	prefix string // the queues' and the event stream's prefix in rdb
+	d      *outbox.Dispatcher
+	runner *jobs.Runner
+	closes []func()
+}
+
+// pipeline builds the dispatcher and the Runner; each job goes through wrap, which calls
+// handle (the verification's flow: begin and record transactions as in production, a no-op
+// call).
+func (v *verifications) pipeline(ctx context.Context, o options, dcfg outbox.DispatcherConfig,
+	wrap func(ctx context.Context, job worker.Job, handle worker.Handler) error) (*pipeline, error) {
+	p := &pipeline{}
+	fail := func(err error) (*pipeline, error) { p.close(); return nil, err }
 	cfg, err := config.Load()
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
 	// The queues and the integration event stream under a prefix of the run's own, deleted
 	// after it.
 	cfg.RedisURL, cfg.BullMQPrefix = o.redisURL, "bench-"+randomHex(4)
-	cfg.StreamPrefix = cfg.BullMQPrefix
-	rdb, err := newRedis(ctx, o.redisURL, 4*o.workers)
-	if err != nil {
-		return 0, err
+	cfg.StreamPrefix, p.prefix = cfg.BullMQPrefix, cfg.BullMQPrefix
+	if p.rdb, err = newRedis(ctx, o.redisURL, 4*o.workers); err != nil {
+		return nil, err
 	}
-	defer rdb.Close()
-	defer deletePrefix(rdb, cfg.BullMQPrefix)
+	p.closes = append(p.closes, func() { _ = p.rdb.Close() }, func() { deletePrefix(p.rdb, cfg.BullMQPrefix) })
 	log := slog.New(slog.DiscardHandler)
-	bcfg := listing.ProvideBullMQConfig(cfg, rdb)
+	bcfg := listing.ProvideBullMQConfig(cfg, p.rdb)
 	pubs, closePubs, err := listing.ProvidePublishers(cfg, bcfg, &listing.Queues{}, log)
 	if err != nil {
-		return 0, err
+		return fail(err)
 	}
-	defer closePubs()
-	d, err := outbox.NewDispatcher(outbox.DispatcherConfig{MetricsInterval: -1, DisableListen: true}, db.App, pubs, log, nil)
-	if err != nil {
-		return 0, err
+	p.closes = append(p.closes, closePubs)
+	if p.d, err = outbox.NewDispatcher(dcfg, v.db.App, pubs, log, nil); err != nil {
+		return fail(err)
 	}
 	transport, err := jobs.NewBullMQ(bullmq.SubscriberConfig{Config: bcfg, Concurrency: o.workers, Name: "bench"}, nil)
 	if err != nil {
-		return 0, err
+		return fail(err)
 	}
-	defer transport.Close()
-	deps := worker.Deps{Tx: postgres.Transactor{Pool: db.App}, Operations: ops, Events: events, Now: time.Now}
-	kind := storeverify.Tasks(deps, verifications)
+	p.closes = append(p.closes, func() { _ = transport.Close() })
+	deps := worker.Deps{Tx: postgres.Transactor{Pool: v.db.App}, Operations: v.ops, Events: v.events, Now: time.Now}
+	kind := storeverify.Tasks(deps, v.tasks)
 	flow := worker.Flow[domain.StoreVerification, struct{}, struct{}]{Kind: kind,
 		Call: func(context.Context, domain.StoreVerification, struct{}, worker.Tx) (struct{}, error) {
 			return struct{}{}, nil
@@ -159,41 +244,30 @@ func e2eOurs(ctx context.Context, o options) (float64, error) {
 		Record: func(context.Context, *domain.StoreVerification, struct{}) (any, error) {
 			return map[string]any{}, nil
 		}}
-	var handled atomic.Int64 // jobs whose lifecycle ended in success (the record committed)
-	counted := worker.HandlerFunc(func(ctx context.Context, job worker.Job) error {
-		err := flow.Handle(ctx, job)
-		if err == nil {
-			handled.Add(1)
-		}
-		return err
-	})
-	runner, err := jobs.NewRunner(jobs.Config{Transport: transport, Concurrency: o.workers, Logger: log,
-		Handlers: map[string]worker.Handler{worker.QueueStoreVerification: counted},
+	h := worker.HandlerFunc(func(ctx context.Context, job worker.Job) error { return wrap(ctx, job, flow) })
+	p.runner, err = jobs.NewRunner(jobs.Config{Transport: transport, Concurrency: o.workers, Logger: log,
+		Handlers: map[string]worker.Handler{worker.QueueStoreVerification: h},
 		Kinds:    map[string]worker.TaskKind{worker.QueueStoreVerification: kind}, Registerer: prometheus.NewRegistry()})
 	if err != nil {
-		return 0, err
+		return fail(err)
 	}
-	if o.console > 0 {
-		stop, err := watchConsole(ctx, o, db, rdb, cfg.BullMQPrefix)
-		if err != nil {
-			return 0, err
-		}
-		defer stop()
-	}
+	return p, nil
+}
+
+// run starts the dispatcher and the Runner; the function it returns stops them and waits.
+func (p *pipeline) run(ctx context.Context) (stop func()) {
 	rctx, cancel := context.WithCancel(ctx)
 	var running sync.WaitGroup
-	before := countOutbox(ctx, db, snapshot(ctx, db, rdb))
-	pgWaits := sampleWaits(ctx, db)
-	start = time.Now()
-	running.Go(func() { _ = d.Run(rctx) })
-	running.Go(func() { _ = runner.Run(rctx) })
-	err = waitDone(ctx, db, handled.Load, n, `SELECT count(*) FROM store_verifications WHERE status = 'succeeded'`)
-	el := time.Since(start)
-	report("ours", before, countOutbox(ctx, db, snapshot(ctx, db, rdb)), n, "job")
-	fmt.Printf("   ours: PostgreSQL %s\n", pgWaits.summary())
-	cancel()
-	running.Wait()
-	return float64(n) / el.Seconds(), err
+	running.Go(func() { _ = p.d.Run(rctx) })
+	running.Go(func() { _ = p.runner.Run(rctx) })
+	return func() { cancel(); running.Wait() }
+}
+
+// close releases what pipeline opened, the last first.
+func (p *pipeline) close() {
+	for i := len(p.closes) - 1; i >= 0; i-- {
+		p.closes[i]()
+	}
 }
 
 // waitDone waits (up to 20 minutes) until done, an in-process count, reaches n, then

@@ -67,11 +67,17 @@ type options struct {
 	// console, when positive, keeps the operator console's overview open on our side of the
 	// latency and end-to-end sections, drawn every console (watchConsole).
 	console time.Duration
+	// fair sizes the fairness section.
+	fair fairOptions
 }
 
-func (o options) on(section string) bool { return len(o.only) == 0 || o.only[section] }
+// on reports whether section runs: every one but fairness (minutes of its own: -only
+// fairness) when -only is not given.
+func (o options) on(section string) bool {
+	return (len(o.only) == 0 && section != "fairness") || o.only[section]
+}
 
-var sections = []string{"write", "drain", "latency", "e2e", "bullmq", "idem"}
+var sections = []string{"write", "drain", "latency", "e2e", "bullmq", "idem", "fairness"}
 
 func main() {
 	var role roleFlags
@@ -89,6 +95,10 @@ func main() {
 	flag.DurationVar(&o.writeSecs, "write-time", 2*time.Second, "duration of one write-path measurement")
 	flag.IntVar(&o.rounds, "write-rounds", 6, "write-path rounds (each measures every configuration once, in rotating order)")
 	flag.IntVar(&o.workers, "workers", 50, "worker concurrency of the end-to-end benchmark (ours and River)")
+	flag.IntVar(&o.fair.backlog, "fair-backlog", 50000, "fairness: workspace N's tasks queued at once")
+	flag.IntVar(&o.fair.secs, "fair-secs", 60, "fairness: seconds workspace Q publishes one task a second")
+	flag.IntVar(&o.fair.workspaces, "fair-workspaces", 1000, "fairness: workspaces of the many-workspaces drain")
+	flag.IntVar(&o.fair.per, "fair-per", 50, "fairness: tasks per workspace of the many-workspaces drain")
 	flag.StringVar(&o.redisURL, "redis", envOr("REDIS_URL", "redis://127.0.0.1:6379/0"), "Redis URL")
 	flag.StringVar(&o.adminURL, "admin", envOr("TEST_DATABASE_URL", "postgres://root@127.0.0.1:5432/postgres"), "PostgreSQL superuser URL")
 	flag.StringVar(&o.cpuprof, "cpuprofile", "", "write a CPU profile of this process (the Go side of every section) to this file")
@@ -187,7 +197,7 @@ func run(ctx context.Context, o options) error {
 		fn   func(context.Context, options, *table) error
 	}
 	for _, s := range []section{{"write", benchWrite}, {"drain", benchDrain}, {"latency", benchLatency},
-		{"e2e", benchE2E}, {"bullmq", benchBullMQ}, {"idem", benchIdem}} {
+		{"e2e", benchE2E}, {"bullmq", benchBullMQ}, {"idem", benchIdem}, {"fairness", benchFairness}} {
 		if !o.on(s.name) {
 			continue
 		}

@@ -202,7 +202,7 @@ func runOutbox(ctx context.Context, cfg config.Config, log *slog.Logger, args []
 	}
 	switch name {
 	case "list":
-		status = fs.String("status", "", "only events of this status: pending, dispatching, dispatched or dead_letter")
+		status = fs.String("status", "", "only events of this status: pending, held, dispatching, dispatched or dead_letter")
 		limit = fs.Int("limit", 50, "how many events to list (at most 1000)")
 	case "show":
 		ids = fs.String("id", "", "event id (required)")

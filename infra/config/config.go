@@ -159,6 +159,10 @@ type Config struct {
 	JobAttempts int `env:"JOB_ATTEMPTS" envDefault:"5"`
 	// WorkerConcurrency is how many jobs of each queue one `work` process runs at once.
 	WorkerConcurrency int `env:"WORKER_CONCURRENCY" envDefault:"4"`
+	// FairShareSlots is how many jobs of one workspace each flow's queue admits at once,
+	// across every worker process (docs/operations.md, "Fair share"): a number of at least
+	// 1, or "off". Unset: FairShareFactor × WORKER_CONCURRENCY. See FairSlots.
+	FairShareSlots string `env:"FAIR_SHARE_SLOTS"`
 	// JobLockDuration is how long a worker's lock on a running job lasts (renewed at half of
 	// it): a job whose worker died is taken back by the stalled check once its lock expired.
 	// With the bullmq transport it must be at least twice every time-out of LockedCalls
@@ -333,6 +337,27 @@ const (
 	MigrateRole  = "root"
 )
 
+// FairShareFactor is FAIR_SHARE_SLOTS's default in multiples of WORKER_CONCURRENCY: one
+// busy workspace keeps that many processes' workers busy, with jobs queued behind each
+// running one so that no worker waits for the next admission.
+const FairShareFactor = 4
+
+// FairSlots is FAIR_SHARE_SLOTS as a number: 0 when "off", FairShareFactor ×
+// WORKER_CONCURRENCY when unset.
+func (c Config) FairSlots() (int, error) {
+	switch c.FairShareSlots {
+	case "":
+		return FairShareFactor * c.WorkerConcurrency, nil
+	case "off":
+		return 0, nil
+	}
+	n, err := strconv.Atoi(c.FairShareSlots)
+	if err != nil || n < 1 || n > 100000 {
+		return 0, errors.New(`FAIR_SHARE_SLOTS must be a number in [1, 100000] or "off"`)
+	}
+	return n, nil
+}
+
 // Validate checks the configuration without changing it.
 func (c Config) Validate() error {
 	var errs []error
@@ -375,6 +400,9 @@ func (c Config) Validate() error {
 	} else if w := outbox.RedeliveryWindow(c.OutboxMaxAttempts, c.OutboxLease); c.JobRetention < w {
 		errs = append(errs, fmt.Errorf("JOB_RETENTION (%s) must be at least the outbox's redelivery window (%s: its backoff over OUTBOX_MAX_ATTEMPTS=%d plus OUTBOX_LEASE=%s per attempt): a job id must keep deduplicating re-publications for as long as the outbox may re-publish it",
 			c.JobRetention, w.Round(time.Second), c.OutboxMaxAttempts, c.OutboxLease))
+	}
+	if _, err := c.FairSlots(); err != nil {
+		errs = append(errs, err)
 	}
 	if c.JobFailedRetention < time.Minute || c.JobKeepCompleted < 0 {
 		errs = append(errs, errors.New("JOB_FAILED_RETENTION must be at least 1m and JOB_KEEP_COMPLETED at least 0"))

@@ -287,3 +287,25 @@ func TestCommandsMaxAgeBelowIdempotencyRetention(t *testing.T) {
 	c.CommandsMaxAge = 0
 	require.ErrorContains(t, c.Validate(), "COMMANDS_MAX_AGE")
 }
+
+// FAIR_SHARE_SLOTS: unset, FairShareFactor × WORKER_CONCURRENCY; "off", 0; a number of at
+// least 1; anything else refused at start.
+func TestFairSlots(t *testing.T) {
+	c := defaults(t)
+	n, err := c.FairSlots()
+	require.NoError(t, err)
+	require.Equal(t, FairShareFactor*c.WorkerConcurrency, n)
+	for v, want := range map[string]int{"off": 0, "1": 1, "200": 200} {
+		c.FairShareSlots = v
+		n, err := c.FairSlots()
+		require.NoError(t, err, v)
+		require.Equal(t, want, n, v)
+		require.NoError(t, c.Validate(), v)
+	}
+	for _, v := range []string{"0", "-3", "many", "100001"} {
+		c.FairShareSlots = v
+		_, err := c.FairSlots()
+		require.Error(t, err, v)
+		require.ErrorContains(t, c.Validate(), "FAIR_SHARE_SLOTS", v)
+	}
+}

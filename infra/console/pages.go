@@ -98,7 +98,7 @@ type outboxData struct {
 func (s *Server) outboxPage(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
 	// The live table's statuses: a delivered event leaves it for the log (Stats.Delivered).
-	d := outboxData{Statuses: []string{outbox.StatusPending, outbox.StatusDispatching, outbox.StatusDeadLetter}}
+	d := outboxData{Statuses: []string{outbox.StatusPending, outbox.StatusHeld, outbox.StatusDispatching, outbox.StatusDeadLetter}}
 	var err error
 	if d.Stats, err = s.ops.Stats(ctx); err == nil {
 		per := make([]float64, len(d.Stats.Delivered.PerMinute))

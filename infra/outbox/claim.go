@@ -27,6 +27,8 @@ type claimed struct {
 	Attempts      int
 	// DueAt is the row's next_attempt_at when claimed (the claim's low-water mark, lowWater).
 	DueAt time.Time
+	// Held: the claim held the row (fair share: no free slot) instead of leasing it.
+	Held bool
 }
 
 // byWorkspace indexes rows by workspace.
@@ -75,11 +77,22 @@ func idsOf(rows []claimed) []uuid.UUID {
 // the entries of the events dispatched before (dead, and kept while an older snapshot is
 // held). It returns each row's due time and the claim's now(), from which the next marks are
 // derived.
+//
+// Fair share (FairShare; none when $7 is empty): a claimed row of a fair-shared queue ($7,
+// the task id in its payload's field $8 of the same index) that is not a last look and
+// whose task holds no slot yet (outbox_fair_slots) takes a free slot of its workspace's
+// queue (1..$9, the lowest first, the oldest rows first); a row that finds none, or loses
+// its slot to a concurrent claim (the slot's unique key), is held instead of leased (status
+// held, held_task = its task: out of outbox_events_due). Held rows come back with held =
+// true, after the leased ones.
 const claimSQL = `
 	WITH w AS (SELECT DISTINCT ON (u.ws) u.ws, u.lw FROM unnest($1::uuid[], $6::timestamptz[]) AS u(ws, lw) ORDER BY u.ws, u.lw),
 	e AS (
-	  SELECT x.id, x.attempt_count, x.expired FROM w CROSS JOIN LATERAL (
-	    SELECT id, attempt_count, locked_until IS NOT NULL AS expired FROM outbox_events
+	  SELECT x.* FROM w CROSS JOIN LATERAL (
+	    SELECT id, attempt_count, locked_until IS NOT NULL AS expired, workspace_id AS ws, destination AS dest, next_attempt_at AS due,
+	           CASE WHEN destination = ANY ($7::text[]) AND NOT event_payload ? 'last_look'
+	                THEN event_payload ->> ($8::text[])[array_position($7::text[], destination)] END AS task
+	    FROM outbox_events
 	    WHERE workspace_id = w.ws AND status = 'pending' AND next_attempt_at >= w.lw AND next_attempt_at <= now()
 	      AND (locked_until IS NULL OR locked_until <= now())
 	    ORDER BY next_attempt_at LIMIT $2 FOR UPDATE SKIP LOCKED) x),
@@ -87,22 +100,47 @@ const claimSQL = `
 	  UPDATE outbox_events o
 	  SET status = 'dead_letter', attempt_count = o.attempt_count + 1, locked_by = NULL, locked_until = NULL,
 	      last_error = 'lease expired before any delivery outcome was recorded, ' || (o.attempt_count + 1) || ' attempts'
-	  FROM e WHERE o.id = e.id AND e.expired AND e.attempt_count + 1 >= $5)
-	UPDATE outbox_events o
-	SET locked_by = $3, locked_until = now() + $4 * interval '1 millisecond',
-	    attempt_count = o.attempt_count + CASE WHEN o.id = ANY (ARRAY(SELECT id FROM e WHERE expired)) THEN 1 ELSE 0 END
-	WHERE o.id = ANY (ARRAY(SELECT id FROM e WHERE NOT (expired AND attempt_count + 1 >= $5)))
-	RETURNING o.id, o.workspace_id, o.event_type, o.destination, o.event_payload, o.metadata, o.created_at, o.attempt_count,
-	          o.next_attempt_at, now(), o.aggregate_type, o.aggregate_id`
+	  FROM e WHERE o.id = e.id AND e.expired AND e.attempt_count + 1 >= $5),
+	live AS (SELECT * FROM e WHERE NOT (expired AND attempt_count + 1 >= $5)),
+	cand AS (
+	  SELECT l.id, l.ws, l.dest, l.task::uuid AS task, row_number() OVER (PARTITION BY l.ws, l.dest ORDER BY l.due, l.id) AS rn
+	  FROM live l
+	  WHERE l.task ~* '^[0-9a-f]{8}-?[0-9a-f]{4}-?[0-9a-f]{4}-?[0-9a-f]{4}-?[0-9a-f]{12}$'
+	    AND NOT EXISTS (SELECT 1 FROM outbox_fair_slots s WHERE s.workspace_id = l.ws AND s.task_id = l.task::uuid)),
+	free AS (
+	  SELECT p.ws, p.dest, g.slot, row_number() OVER (PARTITION BY p.ws, p.dest ORDER BY g.slot) AS rn
+	  FROM (SELECT DISTINCT ws, dest FROM cand) p CROSS JOIN generate_series(1, $9::int) AS g(slot)
+	  WHERE NOT EXISTS (SELECT 1 FROM outbox_fair_slots s WHERE s.workspace_id = p.ws AND s.destination = p.dest AND s.slot = g.slot)),
+	took AS (
+	  INSERT INTO outbox_fair_slots (workspace_id, destination, slot, task_id, event_id)
+	  SELECT c.ws, c.dest, f.slot, c.task, c.id FROM cand c JOIN free f ON f.ws = c.ws AND f.dest = c.dest AND f.rn = c.rn
+	  ON CONFLICT DO NOTHING
+	  RETURNING event_id),
+	hold AS (SELECT c.id, c.task FROM cand c WHERE c.id NOT IN (SELECT event_id FROM took)),
+	held AS (
+	  UPDATE outbox_events o SET status = 'held', held_task = h.task, locked_by = NULL, locked_until = NULL
+	  FROM hold h WHERE o.id = h.id
+	  RETURNING o.id, o.workspace_id, o.event_type, o.destination, o.event_payload, o.metadata, o.created_at, o.attempt_count,
+	            o.next_attempt_at, now() AS now, o.aggregate_type, o.aggregate_id, true AS held),
+	leased AS (
+	  UPDATE outbox_events o
+	  SET locked_by = $3, locked_until = now() + $4 * interval '1 millisecond',
+	      attempt_count = o.attempt_count + CASE WHEN o.id = ANY (ARRAY(SELECT id FROM e WHERE expired)) THEN 1 ELSE 0 END
+	  WHERE o.id = ANY (ARRAY(SELECT id FROM live WHERE id NOT IN (SELECT id FROM hold)))
+	  RETURNING o.id, o.workspace_id, o.event_type, o.destination, o.event_payload, o.metadata, o.created_at, o.attempt_count,
+	            o.next_attempt_at, now() AS now, o.aggregate_type, o.aggregate_id, false AS held)
+	SELECT * FROM leased UNION ALL SELECT * FROM held`
 
 // claim claims up to limit due rows of each of wss under token, in one committed
-// transaction, one round trip, each workspace's scan starting at its low-water mark. On
-// error nothing is claimed (the rows stay due).
+// transaction, one round trip, each workspace's scan starting at its low-water mark. The
+// rows it held instead (fair share: no free slot) come with Held set. On error nothing is
+// claimed (the rows stay due).
 func (d *Dispatcher) claim(ctx context.Context, wss []uuid.UUID, token string, limit int) ([]claimed, error) {
 	var out []claimed
 	var now time.Time
 	marks := d.low.begin(wss)
-	st := scopedStmt{wss: wss, sql: claimSQL, args: []any{wss, limit, token, d.cfg.Lease.Milliseconds(), d.cfg.MaxAttempts, marks.at},
+	st := scopedStmt{wss: wss, sql: claimSQL, args: []any{wss, limit, token, d.cfg.Lease.Milliseconds(), d.cfg.MaxAttempts, marks.at,
+		d.fair.queues, d.fair.fields, d.fair.slots},
 		read: func(rows pgx.Rows) (err error) {
 			out, now, err = collectClaimed(rows)
 			return err
@@ -115,6 +153,7 @@ func (d *Dispatcher) claim(ctx context.Context, wss []uuid.UUID, token string, l
 		return nil, fmt.Errorf("outbox.Dispatcher.claim: %w", err)
 	}
 	d.metrics.Claim.Observe(time.Since(start).Seconds())
+	// Held rows left the due index: the marks pass them as they pass leased ones.
 	d.low.advance(marks, wss, now, out)
 	return out, nil
 }
@@ -127,7 +166,7 @@ func collectClaimed(rows pgx.Rows) (out []claimed, now time.Time, err error) {
 		var c claimed
 		var meta []byte
 		if err := rows.Scan(&c.ID, &c.WorkspaceID, &c.EventType, &c.Destination, &c.Payload, &meta, &c.CreatedAt, &c.Attempts,
-			&c.DueAt, &now, &c.AggregateType, &c.AggregateID); err != nil {
+			&c.DueAt, &now, &c.AggregateType, &c.AggregateID, &c.Held); err != nil {
 			return nil, time.Time{}, err
 		}
 		c.Metadata = parseMetadata(meta)

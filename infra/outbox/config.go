@@ -83,6 +83,9 @@ type DispatcherConfig struct {
 	MetricsInterval time.Duration
 	// ErrorMaxLen bounds the sanitized last_error. Default 500, max MaxLastErrorLength.
 	ErrorMaxLen int
+	// FairShare holds each workspace's excess of request events in the outbox (doc.go,
+	// "Fair share"). Default: off (no queues, or Slots 0).
+	FairShare FairShare
 }
 
 // MaxLastErrorLength bounds an outbox event's last_error (the column's CHECK).
@@ -112,6 +115,7 @@ func (c *DispatcherConfig) setDefaults() {
 	setDefault(&c.ShutdownTimeout, 10*time.Second)
 	setDefault(&c.MetricsInterval, 15*time.Second)
 	setDefault(&c.ErrorMaxLen, 500)
+	c.FairShare.setDefaults()
 }
 
 func setDefault[T comparable](p *T, v T) {
@@ -155,5 +159,5 @@ func (c DispatcherConfig) Validate() error {
 	case c.ErrorMaxLen < 1 || c.ErrorMaxLen > MaxLastErrorLength:
 		return fmt.Errorf("outbox: DispatcherConfig.ErrorMaxLen must be in [1, %d], got %d", MaxLastErrorLength, c.ErrorMaxLen)
 	}
-	return nil
+	return c.FairShare.validate()
 }

@@ -21,11 +21,12 @@ import (
 // trigger notified it inside the business transaction.
 const NotifyChannel = WakeChannel
 
-// Event statuses as operators see them. outbox_events.status stores pending and dead_letter;
-// dispatching is a pending event with a lease (locked_by, locked_until); dispatched events
-// live in the log, outbox_dispatched.
+// Event statuses as operators see them. outbox_events.status stores pending, held (fair
+// share) and dead_letter; dispatching is a pending event with a lease (locked_by,
+// locked_until); dispatched events live in the log, outbox_dispatched.
 const (
 	StatusPending     = "pending"
+	StatusHeld        = "held"
 	StatusDispatching = "dispatching"
 	StatusDispatched  = "dispatched"
 	StatusDeadLetter  = "dead_letter"
@@ -71,6 +72,7 @@ type Dispatcher struct {
 
 	queue    *wsQueue
 	low      *lowWater
+	fair     fairShare
 	wake     chan struct{}
 	claimSeq atomic.Uint64
 	running  atomic.Bool
@@ -102,6 +104,7 @@ func NewDispatcher(cfg DispatcherConfig, pool *pgxpool.Pool, publishers Publishe
 		metrics: m,
 		queue:   newWSQueue(),
 		low:     newLowWater(cfg.FullClaimInterval),
+		fair:    newFairShare(cfg.FairShare),
 		wake:    make(chan struct{}, 1),
 	}, nil
 }
@@ -129,6 +132,7 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 	if d.cfg.MetricsInterval > 0 {
 		wg.Go(func() { d.refreshGauges(ctx) })
 	}
+	wg.Go(func() { d.sweepFairShare(ctx) })
 	for range d.cfg.Concurrency {
 		wg.Go(func() { d.work(ctx) })
 	}
@@ -234,8 +238,8 @@ func (d *Dispatcher) listenOnce(ctx context.Context) error {
 	}
 }
 
-// refreshGauges sets the pending, oldest-pending-age and dead-letter gauges every
-// MetricsInterval.
+// refreshGauges sets the pending, oldest-pending-age, dead-letter and held (fair share)
+// gauges every MetricsInterval.
 func (d *Dispatcher) refreshGauges(ctx context.Context) {
 	t := time.NewTicker(d.cfg.MetricsInterval)
 	defer t.Stop()
@@ -243,6 +247,9 @@ func (d *Dispatcher) refreshGauges(ctx context.Context) {
 		if g, err := ReadGauges(ctx, d.pool); err == nil {
 			d.metrics.SetGauges(g)
 		} else if ctx.Err() == nil {
+			d.log.Warn("outbox stats failed", "error", SanitizeError(err, d.cfg.ErrorMaxLen))
+		}
+		if err := d.refreshHeld(ctx); err != nil && ctx.Err() == nil {
 			d.log.Warn("outbox stats failed", "error", SanitizeError(err, d.cfg.ErrorMaxLen))
 		}
 		select {

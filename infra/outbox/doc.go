@@ -94,6 +94,45 @@
 // sanitized, bounded last_error (SanitizeError). A reclaimed expired lease also counts as an
 // attempt.
 //
+// # Fair share
+//
+// DispatcherConfig.FairShare (FAIR_SHARE_SLOTS) admits at most Slots tasks of one workspace
+// into each of its Queues (the flows' request queues) at a time, across every dispatcher;
+// the rest stays in the outbox. The state is PostgreSQL's alone (sql/048):
+//   - outbox_fair_slots holds one row per admitted task: (workspace, queue, slot number
+//     1..Slots) is unique, and so is (workspace, task). The claim statement (claimSQL) takes
+//     a free slot for each claimed request of a fair-shared queue whose task (the payload's
+//     FairQueue.TaskIDField) holds none; a request that finds no free slot, or loses it to a
+//     concurrent claim of the same workspace, is held: status held, held_task = its task,
+//     its lease cleared. Held rows are out of outbox_events_due: no claim, discovery or
+//     low-water mark walks them again (the claim's marks pass them like leased rows), so a
+//     claim's cost does not grow with the held backlog; holding costs each event one update,
+//     once. Not held: last looks (a payload with last_look), requests of a task that holds a
+//     slot (the reconciler's redeliveries, a re-publication after a failed publish), requests
+//     without a task id, and every event of another destination.
+//   - A slot is freed when its task ends: every task table gets a trigger
+//     (prepare_task_fair_share, AFTER UPDATE OF status leaving pending/running, AFTER DELETE)
+//     that, in the transaction ending the task, deletes its slot and sets the oldest held
+//     event of its workspace's queue pending, due now (the next claim of the workspace admits
+//     it), and deletes the task's own held requests.
+//   - The sweep (sweepFairShare, every FairShare.SweepInterval) walks the (workspace, queue)
+//     pairs with held events (outbox_held_backlogs, a loose index scan), gives each pair's
+//     free slots to its oldest held events (unholdSQL: a slot freed while a claim was
+//     holding), frees the slots of a full queue older than StaleSlotAge whose task is no
+//     longer pending or running (a task that ended before its request was claimed), and,
+//     with fair share off, releases every held event (BatchSize per pair and pass).
+//
+// A job lost with Redis, or with its worker, keeps its task unfinished and so its slot: the
+// stalled check or the reconciler delivers the task again (through at once: it holds a slot),
+// and its end frees the slot. The reconciler counts held requests as owed (outbox_owes_task).
+//
+// Finding and dropping a workspace's held requests: they are the rows of outbox_events with
+// status = 'held' of the workspace (index outbox_events_held: workspace_id, destination,
+// created_at), held_task naming the task each asks for (index outbox_events_held_task). Ending
+// a task (any status but pending and running, in its table) drops its held requests in the
+// same transaction; nothing else needs to touch them. listing_fair_share_held{flow} counts
+// them (outbox_held_counts).
+//
 // # Guarantees
 //
 // Delivery is at least once: a dispatcher that dies after publishing and before marking

@@ -31,6 +31,9 @@ type Metrics struct {
 	DeadLettered prometheus.Counter
 	// Published is outbox_published_total{destination}.
 	Published *prometheus.CounterVec
+	// FairShareHeld is listing_fair_share_held{flow}: request events held back in the outbox
+	// by fair share (doc.go), per flow.
+	FairShareHeld *prometheus.GaugeVec
 }
 
 // NewMetrics creates the collectors and registers them on reg (nil: not registered). A
@@ -65,6 +68,9 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		Published: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "listing_outbox_published_total", Help: "Outbox events published, by destination.",
 		}, []string{"destination"}),
+		FairShareHeld: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "listing_fair_share_held", Help: "Request events held back in the outbox by fair share, per flow.",
+		}, []string{"flow"}),
 	}
 	// Both results exist from the start, so a rate over them sees the first failure.
 	m.Attempts.WithLabelValues("success")
@@ -81,6 +87,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	m.Attempts = metrics.Register(reg, m.Attempts, &err)
 	m.DeadLettered = metrics.Register(reg, m.DeadLettered, &err)
 	m.Published = metrics.Register(reg, m.Published, &err)
+	m.FairShareHeld = metrics.Register(reg, m.FairShareHeld, &err)
 	if err != nil {
 		return nil, err
 	}

@@ -199,7 +199,7 @@ func scanSummary(row pgx.Row, e *EventSummary, extra ...any) error {
 
 func validStatus(s string) bool {
 	switch s {
-	case StatusPending, StatusDispatching, StatusDispatched, StatusDeadLetter:
+	case StatusPending, StatusHeld, StatusDispatching, StatusDispatched, StatusDeadLetter:
 		return true
 	}
 	return false

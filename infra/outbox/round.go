@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"slices"
 	"syscall"
 	"time"
 
@@ -27,9 +28,9 @@ func (d *Dispatcher) work(ctx context.Context) {
 }
 
 // dispatchRound claims one batch of each of wss (BatchSize, or its share of RoundEvents when
-// smaller), requeues the workspaces whose batch was full (fairness: every other queued
-// workspace gets its batch first; other workers may take their next batch meanwhile),
-// publishes, and marks.
+// smaller), requeues the workspaces whose batch was full, held rows included (fairness: every
+// other queued workspace gets its batch first; other workers may take their next batch
+// meanwhile), publishes what it leased, and marks.
 func (d *Dispatcher) dispatchRound(ctx context.Context, wss []uuid.UUID) {
 	token := fmt.Sprintf("%s/%d", d.cfg.ID, d.claimSeq.Add(1))
 	claimedAt := time.Now() // the leases end at the server's now() + Lease, a little later
@@ -46,6 +47,11 @@ func (d *Dispatcher) dispatchRound(ctx context.Context, wss []uuid.UUID) {
 		if len(idx) >= limit {
 			d.queue.requeue(ws)
 		}
+	}
+	// Held rows (fair share) wait in the outbox for a slot: nothing to deliver.
+	rows = slices.DeleteFunc(rows, func(r claimed) bool { return r.Held })
+	if len(rows) == 0 {
+		return
 	}
 	d.deliver(ctx, token, rows, claimedAt)
 }

@@ -1,0 +1,203 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/listingkit/listing/app/worker"
+	"github.com/listingkit/listing/app/worker/flows"
+	"github.com/listingkit/listing/app/worker/storeverify"
+	"github.com/listingkit/listing/infra/config"
+	"github.com/listingkit/listing/infra/outbox"
+)
+
+// fairOptions size the fairness section (flags -fair-*).
+type fairOptions struct {
+	backlog    int // workspace N's tasks queued at once
+	secs       int // Q publishes one task a second for this long
+	workspaces int // the many-workspaces drain: workspaces ...
+	per        int // ... times tasks each
+}
+
+// benchFairness measures fair share (FAIR_SHARE_SLOTS, the default 4 × workers) against the
+// FIFO build (fair share off), end to end as benchE2E (outbox → dispatcher → BullMQ → Runner
+// → worker.Flow with a no-op call): workspace N queues a backlog at once, then workspace Q
+// publishes one task a second; Q's commit → job start p99, N's throughput over the same
+// period against N alone; and the drain time of many workspaces with a few tasks each.
+func benchFairness(ctx context.Context, o options, t *table) error {
+	f := o.fair
+	slots := config.FairShareFactor * o.workers
+	fair, err := fairRun(ctx, o, slots, []int{f.backlog}, f.secs, true)
+	if err != nil {
+		return fmt.Errorf("fair share: %w", err)
+	}
+	fifo, err := fairRun(ctx, o, 0, []int{f.backlog}, f.secs, true)
+	if err != nil {
+		return fmt.Errorf("FIFO: %w", err)
+	}
+	alone, err := fairRun(ctx, o, slots, []int{f.backlog}, f.secs, false)
+	if err != nil {
+		return fmt.Errorf("N alone: %w", err)
+	}
+	fmt.Printf("   Q's commit → job start p99: fair share %s, FIFO %s; N's jobs/s: %.0f, alone %.0f\n",
+		fair.qP99.Round(time.Millisecond), fifo.qP99.Round(time.Millisecond), fair.nRate, alone.nRate)
+	t.add(line{measure: fmt.Sprintf("fairness: Q's commit → job start p99 behind N's %d", f.backlog),
+		ours: fair.qP99.Round(time.Millisecond).String(), peer: "FIFO (fair share off)", peerFig: fifo.qP99.Round(time.Millisecond).String(),
+		ratio: fair.qP99.Seconds() / max(fifo.qP99.Seconds(), 1e-9), target: "≤ 2s", met: fair.qP99 <= 2*time.Second})
+	t.add(line{measure: "fairness: N's throughput beside Q", ours: perSec(fair.nRate, "jobs"), peer: "N alone", peerFig: perSec(alone.nRate, "jobs"),
+		ratio: fair.nRate / alone.nRate, target: "≥ 0.9×", met: fair.nRate/alone.nRate >= 0.9})
+
+	many := make([]int, f.workspaces)
+	for i := range many {
+		many[i] = f.per
+	}
+	fairDrain, err := fairRun(ctx, o, slots, many, 0, false)
+	if err != nil {
+		return fmt.Errorf("many workspaces, fair share: %w", err)
+	}
+	fifoDrain, err := fairRun(ctx, o, 0, many, 0, false)
+	if err != nil {
+		return fmt.Errorf("many workspaces, FIFO: %w", err)
+	}
+	t.add(line{measure: fmt.Sprintf("fairness: %d workspaces × %d jobs drain", f.workspaces, f.per),
+		ours: fairDrain.drain.Round(time.Millisecond).String(), peer: "FIFO (fair share off)", peerFig: fifoDrain.drain.Round(time.Millisecond).String(),
+		ratio: fairDrain.drain.Seconds() / fifoDrain.drain.Seconds(), target: "≤ 1.1×", met: fairDrain.drain.Seconds() <= 1.1*fifoDrain.drain.Seconds()})
+	return nil
+}
+
+// fairResult is one run's figures.
+type fairResult struct {
+	qP99  time.Duration // Q's commit → job start p99 (when Q published)
+	nRate float64       // workspace 0's jobs done per second over the run's first secs
+	drain time.Duration // every task done (when secs is 0)
+}
+
+// fairRun commits backlog[i] store verifications in workspace i (verifications.commitAll,
+// 100 per transaction; not timed), starts a dispatcher with slots (0: fair share off) and a Runner
+// of o.workers; for secs seconds, it measures workspace 0's jobs done and, with withQ,
+// commits one task a second in one more workspace (Q), measuring each one's commit → job
+// start; then it waits until every task is done.
+func fairRun(ctx context.Context, o options, slots int, backlog []int, secs int, withQ bool) (fairResult, error) {
+	var res fairResult
+	db, err := newScratch(ctx, o.adminURL, 60)
+	if err != nil {
+		return res, err
+	}
+	defer db.drop()
+	wss, err := db.workspaces(ctx, len(backlog)+1)
+	if err != nil {
+		return res, err
+	}
+	q := wss[len(backlog)]
+	v, err := newVerifications(ctx, db, wss)
+	if err != nil {
+		return res, err
+	}
+	var batches []verifyBatch
+	total := 0
+	for i, n := range backlog {
+		total += n
+		for done := 0; done < n; done += 100 {
+			batches = append(batches, verifyBatch{ws: wss[i], k: min(100, n-done)})
+		}
+	}
+	if err := v.commitAll(ctx, batches); err != nil {
+		return res, err
+	}
+
+	var fq []outbox.FairQueue
+	for _, s := range flows.All() {
+		fq = append(fq, outbox.FairQueue{Flow: s.Name, Queue: s.Queue, TaskIDField: s.TaskIDField, Table: s.Table})
+	}
+	var handled, nDone atomic.Int64
+	var startsMu sync.Mutex
+	starts := map[uuid.UUID]time.Time{} // Q's tasks: first job start
+	kind := storeverify.Tasks(worker.Deps{}, v.tasks)
+	p, err := v.pipeline(ctx, o, outbox.DispatcherConfig{MetricsInterval: -1, DisableListen: true,
+		FairShare: outbox.FairShare{Slots: slots, Queues: fq}},
+		func(ctx context.Context, job worker.Job, handle worker.Handler) error {
+			if job.WorkspaceID == q {
+				if id, err := kind.TaskID(job); err == nil {
+					startsMu.Lock()
+					if _, ok := starts[id]; !ok {
+						starts[id] = time.Now()
+					}
+					startsMu.Unlock()
+				}
+			}
+			err := handle.Handle(ctx, job)
+			if err == nil || worker.IsPermanent(err) { // a task failed for good is done too
+				handled.Add(1)
+				if job.WorkspaceID == wss[0] {
+					nDone.Add(1)
+				}
+			}
+			return err
+		})
+	if err != nil {
+		return res, err
+	}
+	defer p.close()
+	start := time.Now()
+	stop := p.run(ctx)
+	defer stop()
+
+	commits := map[uuid.UUID]time.Time{}
+	if secs > 0 {
+		tick := time.NewTicker(time.Second)
+		for range secs {
+			select {
+			case <-ctx.Done():
+				tick.Stop()
+				return res, ctx.Err()
+			case <-tick.C:
+			}
+			if !withQ {
+				continue
+			}
+			ids, err := v.commit(ctx, q, 1)
+			if err != nil {
+				tick.Stop()
+				return res, err
+			}
+			commits[ids[0]] = time.Now()
+			total++
+		}
+		tick.Stop()
+		res.nRate = float64(nDone.Load()) / time.Since(start).Seconds()
+	}
+	if err := waitDone(ctx, db, handled.Load, total, `SELECT count(*) FROM store_verifications WHERE status IN ('succeeded', 'failed')`); err != nil {
+		return res, err
+	}
+	res.drain = time.Since(start)
+	var failed int
+	if err := db.Owner.QueryRow(ctx, `SELECT count(*) FROM store_verifications WHERE status = 'failed'`).Scan(&failed); err != nil {
+		return res, err
+	}
+	if failed > 0 {
+		fmt.Printf("   %d tasks failed (a loaded machine: their attempts ran out)\n", failed)
+	}
+	if withQ {
+		var lat []time.Duration
+		startsMu.Lock()
+		for id, c := range commits {
+			if s, ok := starts[id]; ok {
+				lat = append(lat, s.Sub(c))
+			}
+		}
+		startsMu.Unlock()
+		slices.Sort(lat)
+		if len(lat) > 0 {
+			res.qP99 = lat[min(len(lat)-1, len(lat)*99/100)]
+		}
+	}
+	fmt.Printf("   slots %d, %d workspaces, Q %t: done in %s; N %.0f jobs/s; Q p99 %s\n", slots, len(backlog), withQ,
+		res.drain.Round(time.Millisecond), res.nRate, res.qP99.Round(time.Millisecond))
+	return res, nil
+}

@@ -1,0 +1,249 @@
+package outbox
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+)
+
+// FairShare configures fair share across workspaces (doc.go, "Fair share"): at most Slots
+// request events of one workspace admitted into one of Queues at a time, across every
+// dispatcher; the rest held in the outbox until a task of the workspace's queue ends.
+type FairShare struct {
+	// Slots is the most tasks of one workspace admitted into one queue at once
+	// (FAIR_SHARE_SLOTS). 0 turns fair share off: held events go back to the claim.
+	Slots int
+	// Queues are the fair-shared queues (the flows' request queues).
+	Queues []FairQueue
+	// SweepInterval is the period of the sweep that gives free slots to held events the
+	// tasks' own release missed (a slot freed while a claim was holding), frees the slots of
+	// tasks that ended without releasing them, and releases every held event when fair share
+	// is off. Default 1s.
+	SweepInterval time.Duration
+	// StaleSlotAge is how old a full queue's oldest slot must be before the sweep checks
+	// that its tasks are still unfinished. Default 30s.
+	StaleSlotAge time.Duration
+}
+
+// FairQueue is one fair-shared queue: the flow's name (the gauge's label), its request
+// events' queue, the JSON field of their payload that holds the task id, and the task table.
+type FairQueue struct {
+	Flow, Queue, TaskIDField, Table string
+}
+
+// fairShare is the claim's view of FairShare: parallel arrays of the queues and their task
+// id fields, and the slots (no queues when off).
+type fairShare struct {
+	queues, fields []string
+	slots          int
+	byQueue        map[string]FairQueue
+}
+
+func newFairShare(c FairShare) fairShare {
+	f := fairShare{queues: []string{}, fields: []string{}, slots: c.Slots, byQueue: map[string]FairQueue{}}
+	for _, q := range c.Queues {
+		f.byQueue[q.Queue] = q
+		if c.Slots > 0 {
+			f.queues = append(f.queues, q.Queue)
+			f.fields = append(f.fields, q.TaskIDField)
+		}
+	}
+	return f
+}
+
+func (c *FairShare) setDefaults() {
+	setDefault(&c.SweepInterval, time.Second)
+	setDefault(&c.StaleSlotAge, 30*time.Second)
+}
+
+func (c FairShare) validate() error {
+	if c.Slots < 0 || c.Slots > 100000 {
+		return fmt.Errorf("outbox: FairShare.Slots must be in [0, 100000], got %d", c.Slots)
+	}
+	for _, q := range c.Queues {
+		if q.Queue == "" || q.TaskIDField == "" || q.Table == "" {
+			return fmt.Errorf("outbox: FairShare queue %q needs Queue, TaskIDField and Table", q.Queue)
+		}
+	}
+	return nil
+}
+
+// heldBacklogsLimit bounds the (workspace, queue) pairs one sweep looks at.
+const heldBacklogsLimit = 10000
+
+// unholdSQL gives, for each (workspace $1[i], queue $2[i]), its free slots (of $3; all of
+// its held events, up to $4, when $3 is 0) to its oldest held events: back to pending, due
+// now. It returns per pair the slots in use and the oldest slot's age in seconds, and the
+// workspaces of the events it released.
+const unholdSQL = `
+	WITH p AS (SELECT * FROM unnest($1::uuid[], $2::text[]) AS p(ws, dest)),
+	u AS (
+	  SELECT p.ws, p.dest, count(s.slot) AS used, coalesce(extract(epoch FROM now() - min(s.taken_at)), 0)::float8 AS oldest
+	  FROM p LEFT JOIN outbox_fair_slots s ON s.workspace_id = p.ws AND s.destination = p.dest
+	  GROUP BY p.ws, p.dest),
+	x AS (
+	  SELECT h.id FROM u CROSS JOIN LATERAL (
+	    SELECT o.id FROM outbox_events o
+	    WHERE o.workspace_id = u.ws AND o.destination = u.dest AND o.status = 'held'
+	    ORDER BY o.created_at, o.id
+	    LIMIT CASE WHEN $3::int = 0 THEN $4::int ELSE greatest($3::int - u.used, 0) END
+	    FOR UPDATE SKIP LOCKED) h),
+	r AS (
+	  UPDATE outbox_events o SET status = 'pending', held_task = NULL, next_attempt_at = now()
+	  FROM x WHERE o.id = x.id AND o.status = 'held'
+	  RETURNING o.workspace_id)
+	SELECT u.ws, u.dest, u.used, u.oldest, (SELECT count(*) FROM r WHERE r.workspace_id = u.ws) AS released FROM u`
+
+// staleSlotsSQL frees the slots of queue $2 in the transaction's workspace $1 taken more
+// than $3 seconds ago whose task (in table %s) is finished or gone: tasks that ended
+// before their event was claimed (a task cancelled while its request was pending) release
+// nothing themselves.
+const staleSlotsSQL = `
+	DELETE FROM outbox_fair_slots s
+	WHERE s.workspace_id = $1 AND s.destination = $2 AND s.taken_at < now() - make_interval(secs => $3)
+	  AND NOT EXISTS (SELECT 1 FROM %s t WHERE t.id = s.task_id AND t.status IN ('pending', 'running'))`
+
+// sweepFairShare runs the fair-share sweep every SweepInterval until ctx ends.
+func (d *Dispatcher) sweepFairShare(ctx context.Context) {
+	t := time.NewTicker(d.cfg.FairShare.SweepInterval)
+	defer t.Stop()
+	for {
+		if err := d.sweep(ctx); err != nil && ctx.Err() == nil {
+			d.log.Warn("outbox fair-share sweep failed", "error", SanitizeError(err, d.cfg.ErrorMaxLen))
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// sweep is one pass of the fair-share sweep over the pairs with held events: it releases
+// held events into free slots (every held event, up to BatchSize per pair, when the queue is
+// not fair-shared), queues the workspaces it released events of, and frees the stale slots
+// of full queues (released at the next pass).
+func (d *Dispatcher) sweep(ctx context.Context) error {
+	rows, err := d.pool.Query(ctx, `SELECT workspace_id, destination FROM outbox_held_backlogs($1)`, heldBacklogsLimit)
+	if err != nil {
+		return fmt.Errorf("outbox.Dispatcher.sweep: %w", err)
+	}
+	type pair struct {
+		ws   uuid.UUID
+		dest string
+	}
+	var pairs []pair
+	for rows.Next() {
+		var p pair
+		if err := rows.Scan(&p.ws, &p.dest); err != nil {
+			rows.Close()
+			return fmt.Errorf("outbox.Dispatcher.sweep: %w", err)
+		}
+		pairs = append(pairs, p)
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("outbox.Dispatcher.sweep: %w", err)
+	}
+	for len(pairs) > 0 {
+		// One statement per RoundWorkspaces workspaces, scoped to them.
+		var wss []uuid.UUID
+		var ws []uuid.UUID
+		var dests []string
+		seen := map[uuid.UUID]bool{}
+		n := 0
+		for n < len(pairs) && (seen[pairs[n].ws] || len(wss) < d.cfg.RoundWorkspaces) {
+			if !seen[pairs[n].ws] {
+				seen[pairs[n].ws] = true
+				wss = append(wss, pairs[n].ws)
+			}
+			ws, dests = append(ws, pairs[n].ws), append(dests, pairs[n].dest)
+			n++
+		}
+		pairs = pairs[n:]
+		type state struct {
+			ws       uuid.UUID
+			dest     string
+			used     int
+			oldest   float64
+			released int
+		}
+		var got []state
+		st := scopedStmt{wss: wss, sql: unholdSQL, args: []any{ws, dests, d.fairSlots(), d.cfg.BatchSize},
+			read: func(rows pgx.Rows) error {
+				for rows.Next() {
+					var s state
+					if err := rows.Scan(&s.ws, &s.dest, &s.used, &s.oldest, &s.released); err != nil {
+						return err
+					}
+					got = append(got, s)
+				}
+				return rows.Err()
+			}}
+		if err := inWorkspaces(ctx, d.pool, []scopedStmt{st})[0]; err != nil {
+			return fmt.Errorf("outbox.Dispatcher.sweep: %w", err)
+		}
+		for _, s := range got {
+			if s.released > 0 {
+				d.queue.push(s.ws)
+			}
+			q, fair := d.fair.byQueue[s.dest]
+			if !fair || d.fair.slots == 0 || s.used < d.fair.slots || s.oldest < d.cfg.FairShare.StaleSlotAge.Seconds() {
+				continue
+			}
+			stale := scopedStmt{wss: []uuid.UUID{s.ws}, sql: fmt.Sprintf(staleSlotsSQL, pgx.Identifier{q.Table}.Sanitize()),
+				args: []any{s.ws, s.dest, d.cfg.FairShare.StaleSlotAge.Seconds()}}
+			if err := inWorkspaces(ctx, d.pool, []scopedStmt{stale})[0]; err != nil {
+				return fmt.Errorf("outbox.Dispatcher.sweep: %w", err)
+			}
+		}
+	}
+	return nil
+}
+
+// fairSlots is the unholdSQL's $3 for the sweep: the slots when fair share is on, else 0
+// (release everything).
+func (d *Dispatcher) fairSlots() int {
+	if len(d.fair.queues) == 0 {
+		return 0
+	}
+	return d.fair.slots
+}
+
+// refreshHeld sets listing_fair_share_held{flow} from outbox_held_counts.
+func (d *Dispatcher) refreshHeld(ctx context.Context) error {
+	rows, err := d.pool.Query(ctx, `SELECT destination, events FROM outbox_held_counts()`)
+	if err != nil {
+		return fmt.Errorf("outbox.Dispatcher.refreshHeld: %w", err)
+	}
+	counts := map[string]float64{}
+	for rows.Next() {
+		var dest string
+		var n int64
+		if err := rows.Scan(&dest, &n); err != nil {
+			rows.Close()
+			return fmt.Errorf("outbox.Dispatcher.refreshHeld: %w", err)
+		}
+		counts[d.flowOf(dest)] += float64(n)
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("outbox.Dispatcher.refreshHeld: %w", err)
+	}
+	for _, q := range d.cfg.FairShare.Queues {
+		counts[d.flowOf(q.Queue)] += 0 // every flow shows, at 0 when nothing is held
+	}
+	for flow, n := range counts {
+		d.metrics.FairShareHeld.WithLabelValues(flow).Set(n)
+	}
+	return nil
+}
+
+// flowOf names queue dest's flow for the gauge (the queue itself when not configured).
+func (d *Dispatcher) flowOf(dest string) string {
+	if q, ok := d.fair.byQueue[dest]; ok && q.Flow != "" {
+		return q.Flow
+	}
+	return dest
+}

@@ -1,0 +1,350 @@
+package outbox
+
+import (
+	"context"
+	"encoding/json"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+
+	"github.com/listingkit/listing/infra/postgres"
+	"github.com/listingkit/listing/infra/postgres/pgtest"
+)
+
+// fairTasks creates a task table for the tests (id, workspace_id, status; RLS per workspace,
+// app_user's) with the fair-share trigger every task table has (sql/048).
+func fairTasks(t *testing.T, db *pgtest.DB) {
+	t.Helper()
+	_, err := db.Owner.Exec(context.Background(), `
+		CREATE TABLE fair_tasks (id uuid PRIMARY KEY, workspace_id uuid NOT NULL, status text NOT NULL DEFAULT 'pending');
+		ALTER TABLE fair_tasks ENABLE ROW LEVEL SECURITY, FORCE ROW LEVEL SECURITY;
+		CREATE POLICY fair_tasks_tenant ON fair_tasks USING (workspace_id = app_workspace_id());
+		GRANT ALL ON fair_tasks TO app_user;
+		SELECT prepare_task_fair_share('fair_tasks');`)
+	require.NoError(t, err)
+}
+
+// fairSetup is a database with fair_tasks and a BullMQ queue of the test's own.
+func fairSetup(t *testing.T) (*pgtest.DB, *bullQueue) {
+	t.Helper()
+	db := pgtest.New(t)
+	fairTasks(t, db)
+	return db, newBullQueue(t, newRedis(t))
+}
+
+// requireDrained checks that the outbox owes nothing and no slot is taken.
+func requireDrained(t *testing.T, db *pgtest.DB) {
+	t.Helper()
+	require.Equal(t, 0, countSQL(t, db, `SELECT count(*) FROM outbox_events`))
+	require.Equal(t, 0, countSQL(t, db, `SELECT count(*) FROM outbox_fair_slots`))
+}
+
+func fairConfig(slots int) DispatcherConfig {
+	c := fastConfig()
+	c.FairShare = FairShare{Slots: slots, Queues: []FairQueue{{Flow: "fair", Queue: testQueue, TaskIDField: "thing_id", Table: "fair_tasks"}},
+		SweepInterval: 200 * time.Millisecond}
+	return c
+}
+
+// fairPublish commits n tasks of ws and their request events (thing_id = task id) in one
+// transaction as app_user, and returns the task ids.
+func fairPublish(t *testing.T, db *pgtest.DB, ws uuid.UUID, n int) []uuid.UUID {
+	t.Helper()
+	ids := make([]uuid.UUID, n)
+	for i := range ids {
+		ids[i] = uuid.Must(uuid.NewV7())
+	}
+	fairRepublish(t, db, ws, ids, true)
+	return ids
+}
+
+// fairRepublish commits a request event for each task of ids (and the tasks, when create).
+func fairRepublish(t *testing.T, db *pgtest.DB, ws uuid.UUID, ids []uuid.UUID, create bool) {
+	t.Helper()
+	pub, err := NewEventPublisher(PublisherConfig{Routes: testRoutes})
+	require.NoError(t, err)
+	require.NoError(t, postgres.InTx(context.Background(), db.App, postgres.Scope{WorkspaceID: ws}, func(ctx context.Context, tx pgx.Tx) error {
+		if create {
+			if _, err := tx.Exec(ctx, `INSERT INTO fair_tasks (id, workspace_id) SELECT unnest($1::uuid[]), $2`, ids, ws); err != nil {
+				return err
+			}
+		}
+		for _, id := range ids {
+			if err := pub.Publish(ctx, testHappened{ID: uuid.Must(uuid.NewV7()), ThingID: id.String()}); err != nil {
+				return err
+			}
+		}
+		return nil
+	}))
+}
+
+// fairWorker takes the jobs of a BullMQ queue, oldest first, as a worker would (RPOP of its
+// wait list), and ends each one's task (succeeded, as app_user in its workspace) after work.
+type fairWorker struct {
+	t     *testing.T
+	db    *pgtest.DB
+	q     *bullQueue
+	work  time.Duration
+	mu    sync.Mutex
+	runs  map[string]int       // task id -> jobs run
+	start map[string]time.Time // task id -> first job start
+	wsOf  map[string]uuid.UUID
+	order []string
+}
+
+// startFairWorker runs a fairWorker until the test ends.
+func startFairWorker(t *testing.T, db *pgtest.DB, q *bullQueue, work time.Duration) *fairWorker {
+	w := &fairWorker{t: t, db: db, q: q, work: work, runs: map[string]int{}, start: map[string]time.Time{}, wsOf: map[string]uuid.UUID{}}
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Go(func() { w.run(ctx) })
+	t.Cleanup(func() { cancel(); wg.Wait() })
+	return w
+}
+
+// run works until ctx ends.
+func (w *fairWorker) run(ctx context.Context) {
+	wait := w.q.prefix + ":" + w.q.queue + ":wait"
+	for ctx.Err() == nil {
+		id, err := w.q.rdb.RPop(ctx, wait).Result()
+		if err == redis.Nil {
+			select {
+			case <-ctx.Done():
+			case <-time.After(2 * time.Millisecond):
+			}
+			continue
+		}
+		if err != nil {
+			continue
+		}
+		data, err := w.q.rdb.HGet(ctx, w.q.prefix+":"+w.q.queue+":"+id, "data").Result()
+		if err != nil {
+			w.t.Errorf("job %s: %v", id, err)
+			continue
+		}
+		var env struct {
+			WorkspaceID uuid.UUID       `json:"workspace_id"`
+			Payload     json.RawMessage `json:"payload"`
+		}
+		var ev struct {
+			ThingID string `json:"thing_id"`
+		}
+		if json.Unmarshal([]byte(data), &env) != nil || json.Unmarshal(env.Payload, &ev) != nil {
+			w.t.Errorf("job %s: data %s", id, data)
+			continue
+		}
+		w.mu.Lock()
+		w.runs[ev.ThingID]++
+		if _, ok := w.start[ev.ThingID]; !ok {
+			w.start[ev.ThingID] = time.Now()
+		}
+		w.wsOf[ev.ThingID] = env.WorkspaceID
+		w.order = append(w.order, ev.ThingID)
+		w.mu.Unlock()
+		time.Sleep(w.work)
+		err = postgres.InTx(context.Background(), w.db.App, postgres.Scope{WorkspaceID: env.WorkspaceID}, func(ctx context.Context, tx pgx.Tx) error {
+			_, err := tx.Exec(ctx, `UPDATE fair_tasks SET status = 'succeeded' WHERE id = $1 AND status = 'pending'`, ev.ThingID)
+			return err
+		})
+		if err != nil {
+			w.t.Errorf("task %s: %v", ev.ThingID, err)
+		}
+	}
+}
+
+func (w *fairWorker) started(id uuid.UUID) (time.Time, bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	s, ok := w.start[id.String()]
+	return s, ok
+}
+
+func (w *fairWorker) ran(ws uuid.UUID) int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	n := 0
+	for task, k := range w.runs {
+		if w.wsOf[task] == ws {
+			n += k
+		}
+	}
+	return n
+}
+
+func countSQL(t *testing.T, db *pgtest.DB, sql string, args ...any) int {
+	t.Helper()
+	var n int
+	require.NoError(t, db.Owner.QueryRow(context.Background(), sql, args...).Scan(&n))
+	return n
+}
+
+// TestFairShareAdmitsAnotherWorkspaceBeforeTheBacklog: workspace N queues 300 tasks, then Q
+// one; with 4 slots, N never has more than 4 jobs in Redis, and Q's job starts long before
+// N's backlog drains, within a bounded time of its commit.
+func TestFairShareAdmitsAnotherWorkspaceBeforeTheBacklog(t *testing.T) {
+	db, q := fairSetup(t)
+	n, other := createWorkspace(t, db), createWorkspace(t, db)
+	backlog := fairPublish(t, db, n, 300)
+	startDispatcher(t, db, fairConfig(4), q.router())
+	w := startFairWorker(t, db, q, 3*time.Millisecond)
+
+	waitFor(t, 20*time.Second, "N's first jobs", func() bool { return w.ran(n) >= 8 })
+	require.Greater(t, countSQL(t, db, `SELECT count(*) FROM outbox_events WHERE status = 'held' AND workspace_id = $1`, n), 200)
+	require.LessOrEqual(t, countSQL(t, db, `SELECT count(*) FROM outbox_fair_slots WHERE workspace_id = $1`, n), 4)
+	require.LessOrEqual(t, int(q.rdb.LLen(context.Background(), q.prefix+":"+q.queue+":wait").Val()), 4, "N's jobs in Redis")
+
+	committed := time.Now()
+	mine := fairPublish(t, db, other, 1)[0]
+	waitFor(t, 10*time.Second, "Q's job", func() bool { _, ok := w.started(mine); return ok })
+	began, _ := w.started(mine)
+	t.Logf("Q's commit -> job start %s; N's jobs run by then %d of %d", began.Sub(committed), w.ran(n), len(backlog))
+	require.Less(t, began.Sub(committed), 5*time.Second)
+	require.Less(t, w.ran(n), len(backlog)-100, "Q waited for N's backlog")
+
+	waitFor(t, 60*time.Second, "N's backlog drains", func() bool { return w.ran(n) == len(backlog) })
+	requireDrained(t, db)
+}
+
+// TestFairShareHeldBacklogSurvivesRedisLossAndRestart: with a held backlog, the dispatcher
+// stops and the queue's keys are flushed (the admitted jobs are lost); the tasks holding a
+// slot are delivered again (as the reconciler does: a new request event, which goes through
+// at once), a new dispatcher starts, and everything drains, each task run exactly once.
+func TestFairShareHeldBacklogSurvivesRedisLossAndRestart(t *testing.T) {
+	db, q := fairSetup(t)
+	ws := createWorkspace(t, db)
+	tasks := fairPublish(t, db, ws, 200)
+	_, stop := startDispatcher(t, db, fairConfig(4), q.router())
+	waitFor(t, 20*time.Second, "held backlog", func() bool {
+		return countSQL(t, db, `SELECT count(*) FROM outbox_events WHERE status = 'held'`) == len(tasks)-4
+	})
+	stop()
+	// Redis loses the admitted jobs (this test's prefix only).
+	keys, err := q.rdb.Keys(context.Background(), q.prefix+":*").Result()
+	require.NoError(t, err)
+	require.NotEmpty(t, keys)
+	require.NoError(t, q.rdb.Unlink(context.Background(), keys...).Err())
+
+	rows, err := db.Owner.Query(context.Background(), `SELECT task_id FROM outbox_fair_slots WHERE workspace_id = $1`, ws)
+	require.NoError(t, err)
+	lost, err := pgx.CollectRows(rows, pgx.RowTo[uuid.UUID])
+	require.NoError(t, err)
+	require.Len(t, lost, 4)
+	fairRepublish(t, db, ws, lost, false)
+
+	startDispatcher(t, db, fairConfig(4), q.router())
+	w := startFairWorker(t, db, q, time.Millisecond)
+	waitFor(t, 60*time.Second, "the backlog drains", func() bool {
+		return countSQL(t, db, `SELECT count(*) FROM fair_tasks WHERE status = 'succeeded'`) == len(tasks)
+	})
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	require.Len(t, w.runs, len(tasks))
+	for task, k := range w.runs {
+		require.Equal(t, 1, k, "task %s ran %d times", task, k)
+	}
+	requireDrained(t, db)
+}
+
+// TestFairShareHoldDelaysNothingElse: a workspace whose queue is full (no worker: its slots
+// stay taken) still gets its integration events, its last looks and its redeliveries of
+// admitted tasks delivered at once, and its held events show in listing_fair_share_held.
+func TestFairShareHoldDelaysNothingElse(t *testing.T) {
+	db, q := fairSetup(t)
+	ws := createWorkspace(t, db)
+	tasks := fairPublish(t, db, ws, 50)
+	stream := &recorder{}
+	cfg := fairConfig(2)
+	cfg.MetricsInterval = 100 * time.Millisecond
+	reg := prometheus.NewRegistry()
+	d, err := NewDispatcher(cfg, db.App, PublisherMap{testQueue: q.pub, "events": stream}, testLogger(t), reg)
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = d.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	waitFor(t, 20*time.Second, "held backlog", func() bool {
+		return countSQL(t, db, `SELECT count(*) FROM outbox_events WHERE status = 'held'`) == len(tasks)-2
+	})
+	waitFor(t, 5*time.Second, "listing_fair_share_held", func() bool {
+		return testutil.ToFloat64(d.metrics.FairShareHeld.WithLabelValues("fair")) == float64(len(tasks)-2)
+	})
+
+	admitted := lookupSlots(t, db, ws)
+	var lastLook, integration uuid.UUID
+	lastLook, integration = uuid.Must(uuid.NewV7()), uuid.Must(uuid.NewV7())
+	_, err = db.Owner.Exec(context.Background(), `
+		INSERT INTO outbox_events (id, workspace_id, event_type, destination, aggregate_type, aggregate_id, event_payload) VALUES
+		($1, $3, 'test.happened', $4, 'thing', $5, jsonb_build_object('thing_id', $5::text, 'last_look', jsonb_build_object('code', 'X'))),
+		($2, $3, 'test.integration', 'events', 'thing', 'x', '{}')`, lastLook, integration, ws, testQueue, tasks[10].String())
+	require.NoError(t, err)
+	committed := time.Now()
+	fairRepublish(t, db, ws, admitted[:1], false) // a redelivery of an admitted task
+	d.Wake()
+	waitFor(t, 5*time.Second, "the last look, the integration event and the redelivery", func() bool {
+		return countSQL(t, db, `SELECT count(*) FROM outbox_dispatched WHERE workspace_id = $1`, ws) == 2+3
+	})
+	t.Logf("delivered %s after the commit", time.Since(committed))
+	require.Equal(t, 1, stream.count())
+	require.Equal(t, len(tasks)-2, countSQL(t, db, `SELECT count(*) FROM outbox_events WHERE status = 'held'`))
+}
+
+func lookupSlots(t *testing.T, db *pgtest.DB, ws uuid.UUID) []uuid.UUID {
+	t.Helper()
+	rows, err := db.Owner.Query(context.Background(), `SELECT task_id FROM outbox_fair_slots WHERE workspace_id = $1 ORDER BY slot`, ws)
+	require.NoError(t, err)
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[uuid.UUID])
+	require.NoError(t, err)
+	return ids
+}
+
+// TestFairShareReleasesACancelledBacklogAndStaleSlots: a held task that ends (cancelled)
+// takes its held events with it; a slot whose task ended before its event was claimed is
+// freed by the sweep; with fair share off, held events go back to the claim.
+func TestFairShareReleasesACancelledBacklogAndStaleSlots(t *testing.T) {
+	db, q := fairSetup(t)
+	ws := createWorkspace(t, db)
+	tasks := fairPublish(t, db, ws, 20)
+	cfg := fairConfig(2)
+	cfg.FairShare.StaleSlotAge = 500 * time.Millisecond
+	_, stop := startDispatcher(t, db, cfg, q.router())
+	waitFor(t, 20*time.Second, "held backlog", func() bool {
+		return countSQL(t, db, `SELECT count(*) FROM outbox_events WHERE status = 'held'`) == len(tasks)-2
+	})
+	admitted := lookupSlots(t, db, ws)
+	// Cancel every task not admitted: their held events leave with them.
+	require.NoError(t, postgres.InTx(context.Background(), db.App, postgres.Scope{WorkspaceID: ws}, func(ctx context.Context, tx pgx.Tx) error {
+		_, err := tx.Exec(ctx, `UPDATE fair_tasks SET status = 'cancelled' WHERE NOT id = ANY($1)`, admitted)
+		return err
+	}))
+	require.Equal(t, 0, countSQL(t, db, `SELECT count(*) FROM outbox_events WHERE status = 'held'`))
+	require.Len(t, lookupSlots(t, db, ws), 2)
+
+	// A slot whose task ended without freeing it (set up by hand: a task that ended before
+	// its event was claimed) is freed by the sweep once stale.
+	for _, sql := range []string{`ALTER TABLE fair_tasks DISABLE TRIGGER fair_tasks_fair_share_end`,
+		`UPDATE fair_tasks SET status = 'succeeded' WHERE id = '` + admitted[0].String() + `'`,
+		`ALTER TABLE fair_tasks ENABLE TRIGGER fair_tasks_fair_share_end`} {
+		_, err := db.Owner.Exec(context.Background(), sql)
+		require.NoError(t, err)
+	}
+	more := fairPublish(t, db, ws, 3)
+	waitFor(t, 10*time.Second, "the stale slot freed and given to a held event", func() bool {
+		s := lookupSlots(t, db, ws)
+		return len(s) == 2 && s[0] != admitted[0] && s[1] != admitted[0]
+	})
+	require.Equal(t, len(more)-1, countSQL(t, db, `SELECT count(*) FROM outbox_events WHERE status = 'held'`))
+	stop()
+
+	// Fair share off: the held events are claimed again.
+	startDispatcher(t, db, fastConfig(), q.router())
+	waitFor(t, 10*time.Second, "held events released", func() bool {
+		return countSQL(t, db, `SELECT count(*) FROM outbox_events`) == 0
+	})
+}
