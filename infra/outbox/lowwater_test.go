@@ -290,15 +290,19 @@ func TestLateEventUnderHeldSnapshot(t *testing.T) {
 
 // TestMarkFindsRowsByPrimaryKey: the statements that find claimed rows by id (mark
 // dispatched, mark failed, release), planned as the dispatcher plans them (generic plans,
-// app_user scoped to the workspace), read the primary key, not outbox_events_due: with a
-// snapshot held and 20,000 dead entries in that index, marking 10 events reads a few
-// hundred buffers at most, not the index and the heap pages of its dead entries.
+// app_user scoped to the workspace), read the primary key, whatever the statistics say: on
+// a table grown by an earlier hold and vacuumed since, with a snapshot held and 20,000 dead
+// entries, marking 10 events reads fewer than 300 buffers (about 25), not the heap or the due
+// index with the dead row versions and entries.
 func TestMarkFindsRowsByPrimaryKey(t *testing.T) {
 	db := pgtest.New(t)
 	ctx := context.Background()
 	ws := createWorkspace(t, db)
+	// A table that held many more rows than it holds now (after a held snapshot): heap and
+	// indexes grown, statistics of a few rows.
+	dispatchNow(t, db, bulkInsert(t, db, []uuid.UUID{ws}, 20000)...)
 	live := bulkInsert(t, db, []uuid.UUID{ws}, 20)
-	_, err := db.Owner.Exec(ctx, `ANALYZE outbox_events`)
+	_, err := db.Owner.Exec(ctx, `VACUUM ANALYZE outbox_events`)
 	require.NoError(t, err)
 	held, err := db.Owner.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead})
 	require.NoError(t, err)
@@ -336,7 +340,7 @@ func TestMarkFindsRowsByPrimaryKey(t *testing.T) {
 			require.NoError(t, tx.QueryRow(ctx, `SELECT (($1::jsonb)->0->'Plan'->>'Shared Hit Blocks')::bigint + (($1::jsonb)->0->'Plan'->>'Shared Read Blocks')::bigint`, plan).Scan(&n))
 		}()
 		t.Logf("%s: %d buffers", s.name, n)
-		require.NotContains(t, plan, "outbox_events_due", "%s: by primary key, not along the due index", s.name)
-		require.Less(t, n, int64(1000), "%s: a few buffers, not the dead entries'", s.name)
+		require.Contains(t, plan, "outbox_events_pkey", "%s: by primary key", s.name)
+		require.Less(t, n, int64(300), "%s: a few buffers, not the dead entries'", s.name)
 	}
 }
