@@ -44,11 +44,8 @@ type DispatcherConfig struct {
 	// every such period (shifted per workspace, so that the workspaces' full scans spread
 	// over it) a workspace's claim walks its whole due index range again (lowWater): it bounds
 	// the extra delay of an expired lease, of an event released by another process, and of an
-	// event whose writer transaction ran longer than 5 s. While a snapshot of the database is
-	// held (its walk then visits every row dispatched since), the periods between a
-	// workspace's walks stretch to half the snapshot's age: the bound is FullClaimInterval
-	// plus half the age of the oldest snapshot then held. Default Lease; negative keeps no
-	// marks (every claim walks the whole range).
+	// event whose writer transaction ran longer than 5 s. Default Lease; negative keeps no marks
+	// (every claim walks the whole range).
 	FullClaimInterval time.Duration
 	// PollInterval is the longest period of workspace discovery (outbox_due_workspaces),
 	// reached when discoveries keep finding nothing: it bounds the delay a lost wake-up can

@@ -129,9 +129,6 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 	if d.cfg.MetricsInterval > 0 {
 		wg.Go(func() { d.refreshGauges(ctx) })
 	}
-	if d.cfg.FullClaimInterval > 0 {
-		wg.Go(func() { d.watchHorizon(ctx) })
-	}
 	for range d.cfg.Concurrency {
 		wg.Go(func() { d.work(ctx) })
 	}
@@ -247,43 +244,6 @@ func (d *Dispatcher) refreshGauges(ctx context.Context) {
 			d.metrics.SetGauges(g)
 		} else if ctx.Err() == nil {
 			d.log.Warn("outbox stats failed", "error", SanitizeError(err, d.cfg.ErrorMaxLen))
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-	}
-}
-
-// horizonInterval is the period at which the dispatcher observes the oldest snapshot of its
-// database (lowWater.observeHorizon: how long it has been held spaces out the full scans).
-const horizonInterval = time.Second
-
-// horizonSQL returns the oldest backend_xmin among the database's other sessions (no row:
-// none holds one); pg_stat_activity shows every session's backend_xmin to every role. An
-// autovacuum worker's is left out: it does not hold back what the scans may remove.
-const horizonSQL = `
-	SELECT backend_xmin::text::bigint FROM pg_stat_activity
-	WHERE datname = current_database() AND pid <> pg_backend_pid() AND backend_xmin IS NOT NULL
-	  AND backend_type <> 'autovacuum worker'
-	ORDER BY age(backend_xmin) DESC LIMIT 1`
-
-// watchHorizon observes the oldest snapshot of the database every horizonInterval until ctx
-// ends. A failed observation keeps the previous one.
-func (d *Dispatcher) watchHorizon(ctx context.Context) {
-	t := time.NewTicker(horizonInterval)
-	defer t.Stop()
-	for {
-		var xmin int64
-		err := d.pool.QueryRow(ctx, horizonSQL).Scan(&xmin)
-		switch {
-		case err == nil:
-			d.low.observeHorizon(uint32(xmin), true, d.low.now())
-		case errors.Is(err, pgx.ErrNoRows):
-			d.low.observeHorizon(0, false, d.low.now())
-		case ctx.Err() == nil:
-			d.log.Warn("outbox snapshot horizon unread", "error", SanitizeError(err, d.cfg.ErrorMaxLen))
 		}
 		select {
 		case <-ctx.Done():

@@ -58,11 +58,7 @@
 // transaction longer than 5 s) is claimed by the workspace's first claim of each period of
 // FullClaimInterval (default Lease; the periods are shifted per workspace, so that these full
 // scans spread out), which starts at the first entry; and every mark is forgotten at once
-// after this dispatcher releases events or fails to claim or mark. While the database's
-// oldest snapshot stays held (the dispatcher reads backend_xmin in pg_stat_activity every
-// second), a full scan walks every entry left since, so the periods between a workspace's
-// full scans stretch to half the snapshot's age: what the mark skips waits at most
-// FullClaimInterval plus half the age of the oldest snapshot then held.
+// after this dispatcher releases events or fails to claim or mark.
 //
 // The statements that find a round's rows by id (the mark, the failed mark, the release)
 // read the primary key: the dispatcher's transactions plan with sequential and bitmap scans

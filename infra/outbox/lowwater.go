@@ -27,20 +27,11 @@ import (
 //     is late; and an expired lease (its dispatcher died, or its mark failed), or an event
 //     another process released, whose due time is older than the mark. Time is cut into
 //     periods of FullClaimInterval, shifted per workspace (phase, from its id): a claim uses
-//     a workspace's mark only if the claim that last started at the workspace's first entry
-//     (its full scan) began fewer than span periods of that workspace ago, so the first claim
-//     of each workspace after that starts at its first entry and takes them. The shift
-//     spreads those full scans over the period instead of making every workspace's next claim
-//     a full scan at once.
-//   - While a snapshot is held, a full scan walks every entry the workspace's events left
-//     since the snapshot was taken (none can be removed), and its cost grows with the
-//     snapshot's age. span is 1 period, or half the age of the oldest snapshot of the
-//     database in periods when that is more (heldFor, observed by the dispatcher every
-//     horizonInterval): full scans under a hold come at hold ages a, about 2a, 4a..., so
-//     their total cost grows with the hold's length, not with its square. An event the mark
-//     skipped is claimed within FullClaimInterval plus half the age of the oldest snapshot
-//     then held (within FullClaimInterval when none is); the end of the hold (often the
-//     late writer's own commit) brings span back to 1.
+//     a workspace's mark only if a claim that began in the same period of that workspace
+//     derived it, so the first claim of each workspace in each period starts at its first
+//     entry and takes them: they are delayed by at most one period. The shift spreads those
+//     full scans over the period instead of making every workspace's next claim a full scan
+//     at once (under a held snapshot each one walks the workspace's dead entries).
 //   - Events this dispatcher releases, or whose claim or mark failed: every mark is
 //     forgotten at once.
 //
@@ -53,17 +44,10 @@ type lowWater struct {
 	every  time.Duration // <= 0: no marks kept (every claim starts at the first entry)
 	margin time.Duration
 	now    func() time.Time
-	// horizon is the oldest backend_xmin observed in the database (held: one was), and
-	// heldSince the first observation of that value.
-	horizon   uint32
-	held      bool
-	heldSince time.Time
-	fulls     int64 // workspaces' full scans begun (tests)
 }
 
-// mark is a workspace's low-water mark and the period (of that workspace) in which its last
-// full scan began (the claim that started at the workspace's first entry, from which the
-// mark derives).
+// mark is a workspace's low-water mark and the period (of that workspace) in which the
+// claim that derived it began.
 type mark struct {
 	at     time.Time
 	period int64
@@ -84,33 +68,10 @@ func (l *lowWater) period(ws uuid.UUID, t time.Time) int64 {
 	return (t.UnixNano() + phase) / int64(l.every)
 }
 
-// observeHorizon records the oldest backend_xmin of the database's sessions at t (ok
-// false: no session holds one).
-func (l *lowWater) observeHorizon(xmin uint32, ok bool, t time.Time) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if !ok {
-		l.held = false
-		return
-	}
-	if !l.held || xmin != l.horizon {
-		l.horizon, l.held, l.heldSince = xmin, true, t
-	}
-}
-
-// span returns how many periods a workspace's mark is used after its full scan began: 1, or
-// half the age of the oldest snapshot held at now, in periods, when that is more.
-func (l *lowWater) span(now time.Time) int64 {
-	if !l.held {
-		return 1
-	}
-	return max(1, int64(now.Sub(l.heldSince)/(2*l.every)))
-}
-
 // claimMarks is what begin hands a claim: the marks to start at and what advance needs.
 type claimMarks struct {
 	at      []time.Time // per workspace; the zero time: none, the scan starts at the first entry
-	periods []int64     // per workspace, the period of its last full scan (this claim's when at is zero)
+	periods []int64
 	seq     uint64
 }
 
@@ -123,14 +84,11 @@ func (l *lowWater) begin(wss []uuid.UUID) claimMarks {
 		return c
 	}
 	now := l.now()
-	span := l.span(now)
 	c.periods = make([]int64, len(wss))
 	for i, ws := range wss {
 		c.periods[i] = l.period(ws, now)
-		if m, ok := l.marks[ws]; ok && c.periods[i] >= m.period && c.periods[i]-m.period < span {
-			c.at[i], c.periods[i] = m.at, m.period
-		} else {
-			l.fulls++
+		if m, ok := l.marks[ws]; ok && m.period == c.periods[i] {
+			c.at[i] = m.at
 		}
 	}
 	return c
@@ -138,8 +96,8 @@ func (l *lowWater) begin(wss []uuid.UUID) claimMarks {
 
 // advance records the marks derived from a claim of wss that began with c: per workspace
 // that had rows claimed, the lowest due time among them, or the claim's now() less
-// lowWaterMargin when lower, with the period of the workspace's last full scan (c.periods).
-// Rows below the mark are then leased by a claim, or late.
+// lowWaterMargin when lower, in the period the claim began in. Rows below the mark are then
+// leased by a claim, or late.
 func (l *lowWater) advance(c claimMarks, wss []uuid.UUID, now time.Time, rows []claimed) {
 	if len(rows) == 0 || now.IsZero() || l.every <= 0 {
 		return

@@ -14,60 +14,6 @@ import (
 	"github.com/listingkit/listing/infra/postgres/pgtest"
 )
 
-// TestLowWaterHeldSnapshotSpacesFullScans: while the oldest snapshot of the database stays
-// held, a workspace's full scans (each walks every entry dispatched since the snapshot) come
-// at most FullClaimInterval plus half the snapshot's age apart, and so are few: about log2
-// of the hold's length in periods instead of one a period. When no snapshot is held, or it
-// moves, one a period; after the hold, the next within a period.
-func TestLowWaterHeldSnapshotSpacesFullScans(t *testing.T) {
-	const every = 30 * time.Second
-	start := time.Date(2026, 12, 6, 6, 0, 0, 0, time.UTC)
-	ws := uuid.New()
-	// run claims ws every second from start for d, the oldest snapshot held from start when
-	// held (else a new one every second), and returns the times of its full scans.
-	run := func(l *lowWater, clock *time.Time, d time.Duration, held bool) (fulls []time.Time) {
-		for end := clock.Add(d); clock.Before(end); *clock = clock.Add(time.Second) {
-			xmin := uint32(1000)
-			if !held {
-				xmin = uint32(clock.Unix())
-			}
-			l.observeHorizon(xmin, true, *clock)
-			c := l.begin([]uuid.UUID{ws})
-			if c.at[0].IsZero() {
-				fulls = append(fulls, *clock)
-			}
-			l.advance(c, []uuid.UUID{ws}, *clock, []claimed{{WorkspaceID: ws, DueAt: clock.Add(-time.Second)}})
-		}
-		return fulls
-	}
-	newL := func() (*lowWater, *time.Time) {
-		clock := start
-		l := newLowWater(every)
-		l.now = func() time.Time { return clock }
-		return l, &clock
-	}
-
-	l, clock := newL()
-	moving := run(l, clock, 20*time.Minute, false)
-	require.InDelta(t, 40, len(moving), 1, "no snapshot held: a full scan a period")
-
-	l, clock = newL()
-	held := run(l, clock, 20*time.Minute, true)
-	for i := 1; i < len(held); i++ {
-		gap, age := held[i].Sub(held[i-1]), held[i].Sub(start)
-		require.LessOrEqual(t, gap, every+age/2+time.Second, "full scan %d: at most FullClaimInterval plus half the hold's age after the previous one", i)
-	}
-	require.GreaterOrEqual(t, held[len(held)-1], start.Add(20*time.Minute).Add(-every-10*time.Minute-time.Second),
-		"the last full scan of the hold within FullClaimInterval plus half its age of its end")
-	require.Less(t, len(held), 12, "held 20 minutes: the full scans come at ages a, 2a, 4a... (%d: %v)", len(held), held)
-	t.Logf("20 minutes held: %d full scans (%d without a hold)", len(held), len(moving))
-
-	// The hold ends: the next full scan within a period.
-	l.observeHorizon(0, false, *clock)
-	after := run(l, clock, every+time.Second, false)
-	require.NotEmpty(t, after, "a full scan within a period of the hold's end")
-}
-
 // TestClaimUnderHeldSnapshot: while a REPEATABLE READ transaction holds a snapshot, no dead
 // row version of outbox_events can be pruned, and every dispatched event leaves a dead
 // entry in outbox_events_due. The claim with low-water marks starts its scans past them and
@@ -227,65 +173,6 @@ func TestLowWaterPeriods(t *testing.T) {
 	c = off.begin([]uuid.UUID{ws})
 	off.advance(c, []uuid.UUID{ws}, clock, []claimed{{WorkspaceID: ws, DueAt: due}})
 	require.True(t, off.begin([]uuid.UUID{ws}).at[0].IsZero())
-}
-
-// TestLateEventUnderHeldSnapshot: an event whose writer transaction commits after the
-// claims' marks passed its due time, while an older snapshot is held, is still delivered,
-// within FullClaimInterval plus half the held snapshot's age (plus the dispatcher's
-// observation period of the snapshot); and the full scans under the hold are spaced out:
-// fewer than one in two periods.
-func TestLateEventUnderHeldSnapshot(t *testing.T) {
-	db := pgtest.New(t)
-	ctx := context.Background()
-	ws := createWorkspace(t, db)
-	other := createWorkspace(t, db)
-	held, err := db.Owner.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead})
-	require.NoError(t, err)
-	defer func() { _ = held.Rollback(ctx) }()
-	_, err = held.Exec(ctx, `SELECT count(*) FROM workspaces`)
-	require.NoError(t, err)
-	heldAt := time.Now()
-
-	cfg := fastConfig()
-	cfg.FullClaimInterval = 200 * time.Millisecond
-	rec := &recorder{}
-	d, _ := startDispatcher(t, db, cfg, PublisherMap{testQueue: rec})
-	d.low.mu.Lock()
-	fullsAtStart := d.low.fulls
-	d.low.mu.Unlock()
-
-	// The late writer: its event is due at its transaction's start, and it commits after
-	// lowWaterMargin, the claims of ws having moved the mark past that due time.
-	late, err := db.Owner.Begin(ctx)
-	require.NoError(t, err)
-	defer func() { _ = late.Rollback(ctx) }()
-	lateID := uuid.Must(uuid.NewV7())
-	_, err = late.Exec(ctx, `INSERT INTO outbox_events (id, workspace_id, event_type, destination, aggregate_type, aggregate_id, event_payload)
-		VALUES ($1, $2, 'test.happened', $3, 'thing', 'late', '{"thing_id": "late", "version": 0}')`, lateID, ws, testQueue)
-	require.NoError(t, err)
-	var steady []uuid.UUID
-	for end := time.Now().Add(lowWaterMargin + 2*time.Second); time.Now().Before(end); {
-		steady = append(steady, publishEvents(t, db, ws, 1)...)
-		steady = append(steady, publishEvents(t, db, other, 1)...)
-		time.Sleep(50 * time.Millisecond)
-	}
-	require.NoError(t, late.Commit(ctx))
-	committed := time.Now()
-
-	delivered := func() bool { return slices.Contains(rec.ids(), lateID.String()) }
-	waitFor(t, 60*time.Second, "the late event delivered", delivered)
-	took, age := time.Since(committed), time.Since(heldAt)
-	bound := cfg.FullClaimInterval + age/2 + horizonInterval + time.Second // + the machine's slack
-	t.Logf("late event delivered %s after its commit, the snapshot held %s (bound %s)", took, age, bound)
-	require.LessOrEqual(t, took, bound, "delivered within FullClaimInterval plus half the held snapshot's age")
-	waitFor(t, 30*time.Second, "the steady events delivered", func() bool { return rec.count() >= len(steady)+1 })
-
-	d.low.mu.Lock()
-	fulls := d.low.fulls - fullsAtStart
-	d.low.mu.Unlock()
-	periods := int64(2 * age / cfg.FullClaimInterval) // two workspaces
-	t.Logf("%d full scans of the two workspaces over %d of their periods under the hold", fulls, periods)
-	require.Less(t, 2*fulls, periods, "under the hold, fewer than one full scan in two periods")
 }
 
 // TestMarkFindsRowsByPrimaryKey: the statements that find claimed rows by id (mark
