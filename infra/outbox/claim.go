@@ -175,13 +175,22 @@ func collectClaimed(rows pgx.Rows) (out []claimed, now time.Time, err error) {
 	return out, now, rows.Err()
 }
 
+// pendingByID is how the statements that find claimed rows by id (mark, release) say
+// "pending": status <> 'dead_letter' is the same rows as status = 'pending' (the column's
+// CHECK, sql/018), and unlike it does not match outbox_events_due's predicate. Under the
+// generic plans the dispatcher's transactions use (plan_cache_mode, scope.go), the planner
+// chose that partial index, its row estimate one, over the primary key for id = ANY($1),
+// and read the whole index: every entry of every workspace, and while a snapshot is held
+// the dead entry of every event dispatched since (each mark's time grew with the hold).
+const pendingByID = `status <> 'dead_letter'`
+
 // markDispatchedSQL moves the events $1 that claim $2 still holds from outbox_events to the
 // log of dispatched events (outbox_dispatched), in one statement, and returns their dispatch
 // latency.
 const markDispatchedSQL = `
 	WITH m AS (
 	  DELETE FROM outbox_events
-	  WHERE id = ANY($1) AND locked_by = $2 AND status = 'pending'
+	  WHERE id = ANY($1) AND locked_by = $2 AND ` + pendingByID + `
 	  RETURNING id, workspace_id, event_type, destination, aggregate_type, aggregate_id, event_payload, metadata,
 	            attempt_count, created_at)
 	INSERT INTO outbox_dispatched (id, workspace_id, event_type, destination, aggregate_type, aggregate_id,
@@ -190,7 +199,8 @@ const markDispatchedSQL = `
 	       attempt_count, created_at, clock_timestamp() FROM m
 	RETURNING extract(epoch FROM dispatched_at - created_at)::float8`
 
-// markFailedSQL records failed deliveries where claim $5 still holds them: attempt_count+1,
+// markFailedSQL records failed deliveries where claim $5 still holds them (pending, found by
+// id: pendingByID): attempt_count+1,
 // lease released, due again after the event's backoff, or dead_letter from attempt $4 on,
 // with the sanitized last_error.
 const markFailedSQL = `
@@ -200,14 +210,14 @@ const markFailedSQL = `
 	    next_attempt_at = now() + make_interval(secs => f.delay),
 	    last_error = f.err, locked_by = NULL, locked_until = NULL
 	FROM unnest($1::uuid[], $2::float8[], $3::text[]) AS f(id, delay, err)
-	WHERE o.id = f.id AND o.locked_by = $5 AND o.status = 'pending'
+	WHERE o.id = f.id AND o.locked_by = $5 AND o.` + pendingByID + `
 	RETURNING o.status`
 
 // releaseSQL hands unpublished claims back: lease released (a HOT update), attempt not
 // counted.
 const releaseSQL = `
 	UPDATE outbox_events SET locked_by = NULL, locked_until = NULL
-	WHERE id = ANY($1) AND locked_by = $2 AND status = 'pending'`
+	WHERE id = ANY($1) AND locked_by = $2 AND ` + pendingByID
 
 // mark records the outcome of one round under token, only where the claim still holds the
 // events (a stale dispatcher cannot overwrite a newer claim): published ones dispatched

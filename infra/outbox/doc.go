@@ -60,6 +60,11 @@
 // scans spread out), which starts at the first entry; and every mark is forgotten at once
 // after this dispatcher releases events or fails to claim or mark.
 //
+// The statements that find a round's rows by id (the mark, the failed mark, the release)
+// read the primary key: the dispatcher's transactions plan with sequential and bitmap scans
+// off (scope.go), since outbox_events' statistics describe a table of a few rows while its
+// heap and indexes keep the size a held snapshot grew them to.
+//
 // Every statement on outbox_events and outbox_dispatched runs in a transaction that first scopes it with
 // set_config(…, true): as app_user for the dispatcher and the Cleaner, as listing_operator
 // for Ops. A transaction of one workspace sets app.workspace_id; the dispatcher's

@@ -29,9 +29,19 @@ import (
 // connection and their plans do not depend on the values (index scans by workspace and by
 // id); planning the claim anew each time (PostgreSQL's default for the first executions, and
 // whenever it judges a custom plan cheaper) costs about as much as running it.
+//
+// enable_seqscan and enable_bitmapscan off: every statement here reads its rows along an
+// index, by primary key or along outbox_events_due from a workspace's mark, and must keep
+// doing so whatever the statistics say. outbox_events' statistics describe a table that
+// holds what is owed (a few rows), its heap and indexes stay grown after a held snapshot,
+// and a generic plan made from them chose to read the whole heap (a sequential scan) or
+// the whole due index (a bitmap scan) to find a round's rows by id: under a held snapshot
+// every mark then read every row version and entry left since, and PostgreSQL's time per
+// event grew with the hold.
 const scopeSQL = `SELECT set_config('app.workspace_id', $1, true), set_config('app.workspace_ids', $2, true),
 	set_config('app.user_id', '', true), set_config('synchronous_commit', 'off', true),
-	set_config('plan_cache_mode', 'force_generic_plan', true)`
+	set_config('plan_cache_mode', 'force_generic_plan', true), set_config('enable_seqscan', 'off', true),
+	set_config('enable_bitmapscan', 'off', true)`
 
 // scopeOf returns the app.workspace_id and app.workspace_ids values of wss: one workspace
 // goes in the first, several in the second (an array literal); none, or only uuid.Nil,
