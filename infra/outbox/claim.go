@@ -176,8 +176,9 @@ func collectClaimed(rows pgx.Rows) (out []claimed, now time.Time, err error) {
 }
 
 // pendingByID is how the statements that find claimed rows by id (mark, release) say
-// "pending": status <> 'dead_letter' is the same rows as status = 'pending' (the column's
-// CHECK, sql/018), and unlike it does not match outbox_events_due's predicate. Under the
+// "pending": with their locked_by = claim condition, status <> 'dead_letter' is the same rows
+// as status = 'pending' (the column's CHECK allows pending, held and dead_letter, and a held
+// row carries no lease), and unlike it does not match outbox_events_due's predicate. Under the
 // generic plans the dispatcher's transactions use (plan_cache_mode, scope.go), the planner
 // chose that partial index, its row estimate one, over the primary key for id = ANY($1),
 // and read the whole index: every entry of every workspace, and while a snapshot is held
