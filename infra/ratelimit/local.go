@@ -1,6 +1,7 @@
 package ratelimit
 
 import (
+	"container/list"
 	"context"
 	"math"
 	"sync"
@@ -10,10 +11,11 @@ import (
 	"github.com/listingkit/listing/domain"
 )
 
-// Local keeps token buckets in this process's memory. At most MaxKeys buckets are kept: when
-// a new key would exceed it, the buckets that are full again (forgetting them changes
-// nothing) are dropped, and if none is, the new key's take is refused for a second (never
-// does an eviction hand out tokens a bucket did not have). Safe for concurrent use.
+// Local keeps token buckets in this process's memory. Each bucket keeps the limit of its own
+// last take: the time since then refills at that limit, whatever limit another key's caller
+// passes. At most MaxKeys buckets are kept: a new key beyond it evicts the least recently
+// used bucket (in constant time) and is never refused; an evicted key that returns starts
+// full again, so the cap is set far above the keys busy at once. Safe for concurrent use.
 type Local struct {
 	// MaxKeys bounds the buckets kept. Default 100000.
 	MaxKeys int
@@ -21,12 +23,15 @@ type Local struct {
 	Now func() time.Time
 
 	mu      sync.Mutex
-	buckets map[string]*bucket
+	buckets map[string]*list.Element // of *bucket
+	lru     list.List                // front: most recently used
 }
 
 type bucket struct {
+	key    string
 	tokens float64
 	at     time.Time
+	limit  domain.RateLimit
 }
 
 var _ port.RateBuckets = (*Local)(nil)
@@ -43,20 +48,21 @@ func (l *Local) Take(_ context.Context, key string, limit domain.RateLimit) (tim
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.buckets == nil {
-		l.buckets = map[string]*bucket{}
+		l.buckets = map[string]*list.Element{}
 	}
-	b, ok := l.buckets[key]
-	if !ok {
-		if max := l.maxKeys(); len(l.buckets) >= max {
-			l.dropFullLocked(now, limit)
-			if len(l.buckets) >= max {
-				return time.Second, nil
-			}
+	e, ok := l.buckets[key]
+	if ok {
+		l.lru.MoveToFront(e)
+	} else {
+		if len(l.buckets) >= l.maxKeys() {
+			oldest := l.lru.Back()
+			l.lru.Remove(oldest)
+			delete(l.buckets, oldest.Value.(*bucket).key)
 		}
-		b = &bucket{tokens: float64(limit.Burst), at: now}
-		l.buckets[key] = b
+		e = l.lru.PushFront(&bucket{key: key, tokens: float64(limit.Burst), at: now, limit: limit})
+		l.buckets[key] = e
 	}
-	return b.take(now, limit), nil
+	return e.Value.(*bucket).take(now, limit), nil
 }
 
 func (l *Local) maxKeys() int {
@@ -66,21 +72,14 @@ func (l *Local) maxKeys() int {
 	return 100_000
 }
 
-// dropFullLocked forgets the buckets that have refilled to at least limit's burst by now.
-func (l *Local) dropFullLocked(now time.Time, limit domain.RateLimit) {
-	for k, b := range l.buckets {
-		if b.tokens+now.Sub(b.at).Seconds()*limit.PerSecond >= float64(limit.Burst) {
-			delete(l.buckets, k)
-		}
-	}
-}
-
-// take refills b up to now and takes a token, or returns the wait for one.
+// take refills b up to now at its own limit, adopts limit (capping the tokens at its burst)
+// and takes a token, or returns the wait for one.
 func (b *bucket) take(now time.Time, limit domain.RateLimit) time.Duration {
 	if elapsed := now.Sub(b.at).Seconds(); elapsed > 0 {
-		b.tokens += elapsed * limit.PerSecond
+		b.tokens = math.Min(b.tokens+elapsed*b.limit.PerSecond, float64(b.limit.Burst))
 		b.at = now
 	}
+	b.limit = limit
 	b.tokens = math.Min(b.tokens, float64(limit.Burst))
 	if b.tokens >= 1 {
 		b.tokens--

@@ -41,8 +41,9 @@ func TestLocalBucket(t *testing.T) {
 	require.Zero(t, wait, "no limit")
 }
 
-// TestLocalBucketBoundsItsKeys: beyond MaxKeys only full buckets are forgotten; while none
-// is, a new key waits.
+// TestLocalBucketBoundsItsKeys: beyond MaxKeys the least recently used bucket is evicted and
+// the new key takes at once: many busy keys (one workspace's) never make another key wait
+// for its first token.
 func TestLocalBucketBoundsItsKeys(t *testing.T) {
 	t.Parallel()
 	now := time.Unix(1_000_000, 0)
@@ -53,13 +54,33 @@ func TestLocalBucketBoundsItsKeys(t *testing.T) {
 		wait, _ := l.Take(ctx, k, limit)
 		require.Zero(t, wait)
 	}
-	wait, _ := l.Take(ctx, "c", limit)
-	require.Positive(t, wait, "no room, and no bucket is full again")
-	now = now.Add(time.Second)
+	wait, _ := l.Take(ctx, "b", limit)
+	require.Positive(t, wait, "b is empty and now the most recently used")
 	wait, _ = l.Take(ctx, "c", limit)
-	require.Zero(t, wait, "full buckets forgotten")
+	require.Zero(t, wait, "a new key is never refused, though no bucket is full again")
+	wait, _ = l.Take(ctx, "b", limit)
+	require.Positive(t, wait, "b was used more recently than a: kept, still empty")
 	wait, _ = l.Take(ctx, "a", limit)
-	require.Zero(t, wait, "a forgotten bucket was full: nothing gained")
+	require.Zero(t, wait, "a, the least recently used, was evicted and starts full")
+}
+
+// TestLocalBucketKeepsItsOwnLimit: the time since a bucket's last take refills at that
+// take's limit (the one in force meanwhile), not at the limit of the take that comes next.
+func TestLocalBucketKeepsItsOwnLimit(t *testing.T) {
+	t.Parallel()
+	now := time.Unix(1_000_000, 0)
+	l := &ratelimit.Local{Now: func() time.Time { return now }}
+	ctx := context.Background()
+	slow := domain.RateLimit{PerSecond: 1, Burst: 1}
+	fast := domain.RateLimit{PerSecond: 1000, Burst: 1000}
+	wait, _ := l.Take(ctx, "k", slow)
+	require.Zero(t, wait)
+	now = now.Add(500 * time.Millisecond)
+	wait, _ = l.Take(ctx, "k", fast)
+	require.Equal(t, 500*time.Microsecond, wait, "half a token refilled at 1/s; the rest comes at 1000/s")
+	now = now.Add(time.Millisecond)
+	wait, _ = l.Take(ctx, "k", fast)
+	require.Zero(t, wait)
 }
 
 // TestRedisBucketIsShared: two processes (two Redis values over one server) draw from one
