@@ -41,7 +41,7 @@ func InitializeCleanup(ctx context.Context, cfg config.Config, reg *prometheus.R
 // (or their development sandboxes).
 func InitializeWork(ctx context.Context, cfg config.Config, q *Queues, reg *prometheus.Registry, log *slog.Logger) (*Work, func(), error) {
 	wire.Build(ProvidePool, ProvideRedis, ProvideRepositories, ProvideEventPublisher, ProvideCipher, ProvideStorage,
-		ProvideFetcher, ProvideExternals, ProvideWorkerDeps, ProvideTaskKinds, ProvideJobHandlers, ProvideBullMQConfig,
+		ProvideFetcher, ProvideExternals, ProvideStoreBudget, ProvideWorkerDeps, ProvideTaskKinds, ProvideJobHandlers, ProvideBullMQConfig,
 		ProvideTransport, ProvideRunner, wire.Struct(new(Work), "*"))
 	return nil, nil, nil
 }

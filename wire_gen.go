@@ -268,7 +268,16 @@ func InitializeWork(ctx context.Context, cfg config.Config, q *Queues, reg *prom
 		cleanup()
 		return nil, nil, err
 	}
-	v, err := ProvideJobHandlers(cfg, deps, repositories, cipher, storage, fetcher, externals)
+	storeBudget, err := ProvideStoreBudget(cfg, universalClient, reg)
+	if err != nil {
+		cleanup5()
+		cleanup4()
+		cleanup3()
+		cleanup2()
+		cleanup()
+		return nil, nil, err
+	}
+	v, err := ProvideJobHandlers(cfg, deps, repositories, cipher, storage, fetcher, externals, storeBudget)
 	if err != nil {
 		cleanup5()
 		cleanup4()

@@ -21,9 +21,11 @@ import (
 	"github.com/listingkit/listing/infra/fetch"
 	"github.com/listingkit/listing/infra/imaging"
 	"github.com/listingkit/listing/infra/jobs"
+	"github.com/listingkit/listing/infra/metrics"
 	"github.com/listingkit/listing/infra/outbox"
 	"github.com/listingkit/listing/infra/platform"
 	"github.com/listingkit/listing/infra/postgres"
+	"github.com/listingkit/listing/infra/ratelimit"
 	"github.com/listingkit/listing/infra/sandbox"
 	"github.com/listingkit/listing/infra/sandbox/aiprovider"
 	"github.com/listingkit/listing/infra/sandbox/marketplace"
@@ -108,10 +110,10 @@ type TaskKinds []worker.TaskKind
 
 // provided are the dependencies this process offers the flows' builders (worker.Register):
 // the repositories, the shared worker dependencies and settings, and, in a process that
-// consumes jobs, the cipher, the storage, the fetcher and the external systems (nil
-// otherwise, so a flow that needs them there is refused by name).
+// consumes jobs, the cipher, the storage, the fetcher, the external systems and the stores'
+// budgets (nil otherwise, so a flow that needs them there is refused by name).
 func provided(cfg config.Config, deps worker.Deps, repos *Repositories, cipher *secret.Cipher, store *Storage,
-	fetcher *fetch.Fetcher, x *Externals) worker.Provided {
+	fetcher *fetch.Fetcher, x *Externals, budget *worker.StoreBudget) worker.Provided {
 	values := []any{deps, worker.Settings{PlatformTimeout: cfg.PlatformTimeout, MediaMaxBytes: cfg.MediaMaxBytes,
 		MediaDecodes: cfg.MediaDecodeConcurrency, AITextModel: cfg.AITextModel},
 		repos.Products, repos.Stores, repos.Verifications, repos.Media, repos.MediaTasks, repos.Transfers,
@@ -131,12 +133,15 @@ func provided(cfg config.Config, deps worker.Deps, repos *Repositories, cipher *
 	if x != nil {
 		values = append(values, x.Marketplace, x.AI)
 	}
+	if budget != nil {
+		values = append(values, budget)
+	}
 	return worker.Provide(values...)
 }
 
 // ProvideTaskKinds builds the task kind of every registered flow (flows.Kinds).
 func ProvideTaskKinds(cfg config.Config, deps worker.Deps, repos *Repositories) (TaskKinds, error) {
-	m, err := flows.Kinds(provided(cfg, deps, repos, nil, nil, nil, nil))
+	m, err := flows.Kinds(provided(cfg, deps, repos, nil, nil, nil, nil, nil))
 	if err != nil {
 		return nil, err
 	}
@@ -176,8 +181,26 @@ func ProvideReconciler(cfg config.Config, pool *pgxpool.Pool, session SessionPoo
 // ProvideJobHandlers builds one handler per queue. A process calls it once: the media
 // handler's decode slots (MEDIA_DECODE_CONCURRENCY) bound the whole process.
 func ProvideJobHandlers(cfg config.Config, deps worker.Deps, repos *Repositories, cipher *secret.Cipher, store *Storage,
-	fetcher *fetch.Fetcher, x *Externals) (map[string]worker.Handler, error) {
-	return flows.Handlers(provided(cfg, deps, repos, cipher, store, fetcher, x))
+	fetcher *fetch.Fetcher, x *Externals, budget *worker.StoreBudget) (map[string]worker.Handler, error) {
+	return flows.Handlers(provided(cfg, deps, repos, cipher, store, fetcher, x, budget))
+}
+
+// ProvideStoreBudget builds the stores' budgets of requests to their marketplaces
+// (STORE_RATE_LIMITS and each store's own), in Redis, shared by every worker process; waits
+// are counted in listing_store_rate_waits_total{platform}.
+func ProvideStoreBudget(cfg config.Config, rdb redis.UniversalClient, reg *prometheus.Registry) (*worker.StoreBudget, error) {
+	var err error
+	waits := metrics.Register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{Name: "listing_store_rate_waits_total",
+		Help: "Jobs that waited (delayed, nothing spent) because their store was over its rate limit, by platform."},
+		[]string{"platform"}), &err)
+	if err != nil {
+		return nil, err
+	}
+	for _, p := range cfg.Platforms {
+		waits.WithLabelValues(p)
+	}
+	return &worker.StoreBudget{Buckets: ratelimit.Redis{Client: rdb, Prefix: cfg.StreamPrefix + ":rate:"},
+		Platforms: cfg.StoreRateLimits, Waited: func(platform string) { waits.WithLabelValues(platform).Inc() }}, nil
 }
 
 // inspectImage inspects and decodes an original with imaging within the decode budget

@@ -33,6 +33,15 @@ func (r RateLimit) Validate() error {
 	return nil
 }
 
+// Lowered is r while an upstream's 429 lowers it (port.RateBuckets.Lower): half the rate and
+// half the burst, the burst at least 1.
+func (r RateLimit) Lowered() RateLimit {
+	if r.IsZero() {
+		return r
+	}
+	return RateLimit{PerSecond: r.PerSecond / 2, Burst: max(1, r.Burst/2)}
+}
+
 // String renders r in the form ParseRateLimit reads ("" for no limit).
 func (r RateLimit) String() string {
 	if r.IsZero() {

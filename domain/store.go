@@ -31,8 +31,11 @@ type Store struct {
 	ShopName           string // as the platform reports it, after a verification
 	StatusReason       string
 	VerifiedAt         *time.Time
-	CreatedAt          time.Time
-	UpdatedAt          time.Time
+	// RateLimit is the store's own budget of requests to its marketplace; the zero
+	// RateLimit: its platform's (STORE_RATE_LIMITS).
+	RateLimit RateLimit
+	CreatedAt time.Time
+	UpdatedAt time.Time
 }
 
 // Store error codes.

@@ -44,10 +44,11 @@ type Flow[T domain.Requested, W, R any] struct {
 	// Begin runs in the begin transaction with the task locked and unfinished, before the
 	// engine starts it; it may change the task (it is saved). It returns what Call needs, or
 	// Refuse(reason) to fail the task at once without a call, or an error (retried). An error
-	// with a Retry-After (busy: another holds what the task needs; snoozed) must come before
-	// Begin wrote anything: the step ends without a write and, in a group transaction, the
-	// other steps commit (a busy task is a routine answer, not the group's failure).
-	// Optional.
+	// with a Retry-After (busy: another holds what the task needs; snoozed), or the error of
+	// StoreBudget.Wait (over the store's budget: the job waits, spending neither an attempt
+	// nor a snooze, its task still pending), must come before Begin wrote anything: the step
+	// ends without a write and, in a group transaction, the other steps commit (a busy task
+	// is a routine answer, not the group's failure). Optional.
 	Begin func(ctx context.Context, task *T) (W, error)
 	// Call does the work, outside any transaction. A long call may record progress in
 	// transactions of its own with tx. Required.
@@ -113,14 +114,23 @@ const (
 )
 
 // SnoozeError asks the transport to deliver the job again after Delay without counting an
-// attempt (River's JobSnooze). Returned by Flow.Handle only.
+// attempt (River's JobSnooze). With Wait set (a wait for a budget of this service's own, a
+// store's rate limit) it is not counted as a snooze either (Job.Snoozes, Job.Snoozed).
+// Returned by Flow.Handle only.
 type SnoozeError struct {
 	Delay time.Duration
 	Err   error
+	Wait  bool
 }
 
 func (e *SnoozeError) Error() string { return fmt.Sprintf("snoozed for %s: %v", e.Delay, e.Err) }
 func (e *SnoozeError) Unwrap() error { return e.Err }
+
+// IsWait reports whether err is a SnoozeError with Wait set.
+func IsWait(err error) bool {
+	var s *SnoozeError
+	return errors.As(err, &s) && s.Wait
+}
 
 // SnoozeOf returns how long err asks to snooze the job, and whether it does.
 func SnoozeOf(err error) (time.Duration, bool) {
@@ -146,6 +156,7 @@ const (
 	OutcomeSkipped   = "skipped"   // the task was finished already: nothing done
 	OutcomeRetry     = "retry"     // retryable failure; the transport delivers again
 	OutcomeSnoozed   = "snoozed"   // upstream Retry-After; delivered again, no attempt spent
+	OutcomeWaiting   = "waiting"   // over its store's budget, not started; delivered again, nothing spent
 	OutcomeFailed    = "failed"    // final failure, recorded on the task and its operation
 	OutcomeLost      = "error"     // final failure that could not be recorded (the reconciler will)
 	OutcomeLastLook  = "last_look" // final failure held: a last look was requested first
@@ -257,7 +268,7 @@ func (f Flow[T, W, R]) run(ctx context.Context, job Job, id uuid.UUID) (R, error
 					refused = ref.reason
 					return t.Fail(ref.reason.Code, ref.reason.Message, d.Now())
 				}
-				if _, ok := retryAfter(err); ok && !permanent(err) {
+				if _, ok := retryAfter(err); (ok && !permanent(err)) || isBudgetWait(err) {
 					busy = err
 					return errBusy
 				}
@@ -440,9 +451,12 @@ func (f Flow[T, W, R]) failed(ctx context.Context, task T, r R, fl Failure) erro
 // Handle returns.
 func (f Flow[T, W, R]) decide(ctx context.Context, job Job, id uuid.UUID, r R, err error) (string, error) {
 	var ref refusal
+	var wait budgetWait
 	switch {
 	case err == nil:
 		return OutcomeSucceeded, nil
+	case errors.As(err, &wait):
+		return OutcomeWaiting, &SnoozeError{Delay: wait.delay, Err: err, Wait: true}
 	case errors.Is(err, ErrSkip):
 		return OutcomeSkipped, nil
 	case errors.As(err, &ref):

@@ -3,6 +3,7 @@ package worker_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -391,4 +392,55 @@ func TestLifecycleHeldResultIsRecordedNotCalledAgain(t *testing.T) {
 			require.Equal(t, domain.OperationSucceeded, op.Status)
 		})
 	}
+}
+
+// fullBuckets is a RateBuckets over which every take waits wait; it counts the lowerings.
+type fullBuckets struct {
+	wait    time.Duration
+	lowered int
+}
+
+func (b *fullBuckets) Take(context.Context, string, domain.RateLimit, int) (time.Duration, error) {
+	return b.wait, nil
+}
+
+func (b *fullBuckets) Lower(context.Context, string, domain.RateLimit, time.Duration) error {
+	b.lowered++
+	return nil
+}
+
+// TestLifecycleStoreBudgetWaitSpendsNothing: a job whose store is over budget (its Begin's
+// StoreBudget.Wait) waits, even past MaxSnoozes and on its last attempt: no call, no write,
+// the task still pending with no attempt, the wait not counted as a snooze (SnoozeError.Wait).
+func TestLifecycleStoreBudgetWaitSpendsNothing(t *testing.T) {
+	l := newLifecycle(t)
+	buckets := &fullBuckets{wait: 300 * time.Millisecond}
+	waited := 0
+	budget := &worker.StoreBudget{Buckets: buckets, Platforms: map[string]domain.RateLimit{"sandbox": {PerSecond: 10, Burst: 20}},
+		Waited: func(string) { waited++ }}
+	store := domain.Store{ID: uuid.New(), Platform: "sandbox"}
+	f := l.flow(t, func() (string, error) { return "x", nil }, func(*domain.MaterialTransfer) error {
+		return budget.Wait(context.Background(), store, 2)
+	})
+	tr, job := l.task(t)
+	job.Snoozes, job.LastAttempt = worker.MaxSnoozes, true
+	err := f.Handle(context.Background(), job)
+	delay, ok := worker.SnoozeOf(err)
+	require.True(t, ok, "%v", err)
+	require.True(t, worker.IsWait(err))
+	require.Equal(t, 300*time.Millisecond, delay)
+	require.Zero(t, l.calls)
+	require.Equal(t, 1, waited)
+	got, op := l.state(t, tr)
+	require.Equal(t, domain.TaskPending, got.Status)
+	require.Zero(t, got.Attempts)
+	require.Equal(t, domain.OperationPending, op.Status)
+
+	// A store's own limit replaces its platform's; a store of a platform without one waits
+	// for nothing; a 429 lowers the budget.
+	require.Equal(t, domain.RateLimit{PerSecond: 1, Burst: 1}, budget.Limit(domain.Store{Platform: "sandbox", RateLimit: domain.RateLimit{PerSecond: 1, Burst: 1}}))
+	require.NoError(t, budget.Wait(context.Background(), domain.Store{Platform: "other"}, 1))
+	budget.Limited(context.Background(), store, fmt.Errorf("call: %w", port.ErrPlatformRateLimited.WithRetryAfter(time.Second)))
+	budget.Limited(context.Background(), store, errors.New("boom"))
+	require.Equal(t, 1, buckets.lowered)
 }

@@ -423,6 +423,7 @@ func IsUnrecoverable(err error) bool {
 type snoozeError struct {
 	delay time.Duration
 	err   error
+	wait  bool // Wait: not counted in Snoozes and Snoozed
 }
 
 func (e snoozeError) Error() string { return fmt.Sprintf("snoozed for %s: %v", e.delay, e.err) }
@@ -433,6 +434,13 @@ func (e snoozeError) Unwrap() error { return e.err }
 // err is the reason, for the caller's logs; it is not stored.
 func Snooze(delay time.Duration, err error) error {
 	return snoozeError{delay: max(delay, time.Millisecond), err: err}
+}
+
+// Wait, returned by a handler, moves the job to delayed for delay (at least 1 ms) like
+// Snooze, but counts nothing: neither an attempt nor a snooze. For a job that waits for a
+// budget of the consumer's own (a rate limit), which says nothing of the job's health.
+func Wait(delay time.Duration, err error) error {
+	return snoozeError{delay: max(delay, time.Millisecond), err: err, wait: true}
 }
 
 // ErrHandBack, returned (or wrapped) by a handler, puts the job back at the

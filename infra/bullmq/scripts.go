@@ -305,6 +305,7 @@ end
 //   - "retry": back to delayed (delay > 0) or to the end of wait, atm + 1;
 //   - "snooze": back to delayed like a retry, but atm unchanged and no failedReason:
 //     snz + 1 and snzms + delay instead;
+//   - "wait": back to delayed like a snooze, but snz and snzms unchanged too;
 //   - "handback": to the front of wait, no attempt counted.
 //
 // Unlike BullMQ, the locks of the batch are read in one MGET, a settled job is
@@ -402,12 +403,14 @@ local function finish(jobId, jk, dk, a, target)
   return atm
 end
 
-local function retry(jobId, jk, a, snooze)
+local function retry(jobId, jk, a, snooze, counted)
   local delay = tonumber(ARGV[a + 10])
   local atm
   if snooze then
-    rcall("HINCRBY", jk, "snz", 1)
-    rcall("HINCRBY", jk, "snzms", delay)
+    if counted then
+      rcall("HINCRBY", jk, "snz", 1)
+      rcall("HINCRBY", jk, "snzms", delay)
+    end
     atm = tonumber(rcall("HGET", jk, "atm") or 0)
   else
     atm = tonumber(ARGV[a + 11])
@@ -481,9 +484,11 @@ for i = 1, n do
       code = -3
       if rcall("EXISTS", jk) == 0 then code = -1 end
     elseif kind == "retry" then
-      code = retry(jobId, jk, a, false)
+      code = retry(jobId, jk, a, false, false)
     elseif kind == "snooze" then
-      code = retry(jobId, jk, a, true)
+      code = retry(jobId, jk, a, true, true)
+    elseif kind == "wait" then
+      code = retry(jobId, jk, a, true, false)
     elseif kind == "handback" then
       code = handBack(jobId, jk)
     else

@@ -41,12 +41,14 @@ const (
 const (
 	// MetadataNack is NackRetry (default: a failed attempt, retried with the backoff while
 	// attempts remain), NackFail (the job fails for good) or NackSnooze (the job waits
-	// MetadataSnoozeMs without spending an attempt, see Snooze).
+	// MetadataSnoozeMs without spending an attempt, see Snooze) or NackWait (the same, and
+	// not counted as a snooze either, see Wait).
 	MetadataNack     = "bullmq_nack"
 	MetadataSnoozeMs = "bullmq_snooze_ms"
 	NackRetry        = "retry"
 	NackFail         = "fail"
 	NackSnooze       = "snooze"
+	NackWait         = "wait"
 	// NackHandBack gives the job back to wait without spending an attempt (ErrHandBack): for
 	// a message whose consumer started nothing (it was shutting down).
 	NackHandBack = "handback"
@@ -230,6 +232,9 @@ func nackError(msg *message.Message) error {
 	case NackSnooze:
 		ms, _ := strconv.ParseInt(msg.Metadata.Get(MetadataSnoozeMs), 10, 64)
 		return Snooze(time.Duration(ms)*time.Millisecond, errNacked)
+	case NackWait:
+		ms, _ := strconv.ParseInt(msg.Metadata.Get(MetadataSnoozeMs), 10, 64)
+		return Wait(time.Duration(ms)*time.Millisecond, errNacked)
 	case NackHandBack:
 		return ErrHandBack
 	case NackAbandon:

@@ -75,6 +75,7 @@ const (
 	finishRetry
 	finishHandBack
 	finishSnooze
+	finishWait
 )
 
 type finishReq struct {
@@ -335,6 +336,9 @@ func (w *Worker) process(rs *runState, j *Job) {
 			req.kind = finishHandBack
 		case errors.As(err, &snooze):
 			req.kind, req.delay = finishSnooze, snooze.delay.Milliseconds()
+			if snooze.wait {
+				req.kind = finishWait
+			}
 		default:
 			w.failRequest(req, err)
 		}
@@ -601,6 +605,8 @@ func (w *Worker) finishCall(reqs []*finishReq, now int64, fetch int) scriptCall 
 			kind = "handback"
 		case finishSnooze:
 			kind = "snooze"
+		case finishWait:
+			kind = "wait"
 		}
 		count, age, limit := keep.keepArgs()
 		args = append(args, j.ID, j.token, kind, r.value, count, age, limit, j.Opts.Attempts, r.stack, dedupID, r.delay,

@@ -442,3 +442,32 @@ func TestSnoozeKeepsAttempts(t *testing.T) {
 	waitFor(t, 5*time.Second, "job completed", func() bool { return b.finished(t) == 1 })
 	assert.Equal(t, "2", b.rdb.HGet(ctx, b.key(j.ID), "atm").Val(), "the retry and the completion; the snooze none")
 }
+
+// A job that waits (Wait) is delayed like a snoozed one but counts nothing: neither an
+// attempt nor a snooze.
+func TestWaitCountsNothing(t *testing.T) {
+	b := setup(t)
+	j := job(behaviour{}, &bullmq.JobOptions{Attempts: 2, Backoff: &bullmq.Backoff{Type: "fixed", Delay: 10}})
+	b.add(t, j)
+	type seen struct {
+		attemptsMade, snoozes int
+		snoozed               time.Duration
+		at                    time.Time
+	}
+	runs := make(chan seen, 4)
+	var n atomic.Int32
+	runWorker(t, b.worker(t, nil, func(_ context.Context, jb *bullmq.Job) (any, error) {
+		runs <- seen{jb.AttemptsMade, jb.Snoozes, jb.Snoozed, time.Now()}
+		if n.Add(1) <= 2 {
+			return nil, bullmq.Wait(200*time.Millisecond, errors.New("over budget"))
+		}
+		return "ok", nil
+	}))
+	first := testwait.Recv(t, runs, "the first run")
+	testwait.Recv(t, runs, "the second run")
+	third := testwait.Recv(t, runs, "the third run")
+	assert.GreaterOrEqual(t, third.at.Sub(first.at), 400*time.Millisecond, "delayed twice")
+	assert.Equal(t, seen{}, seen{third.attemptsMade, third.snoozes, third.snoozed, time.Time{}})
+	waitFor(t, 5*time.Second, "job completed", func() bool { return b.finished(t) == 1 })
+	assert.Equal(t, "1", b.rdb.HGet(context.Background(), b.key(j.ID), "atm").Val(), "the completion alone")
+}

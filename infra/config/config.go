@@ -223,6 +223,17 @@ type Config struct {
 	// with Retry-After. Empty (default): no limit.
 	SandboxMarketplaceRate domain.RateLimit `env:"SANDBOX_MARKETPLACE_RATE"`
 
+	// StoreRateLimits are the budgets of each store's requests to its marketplace, by
+	// platform: "<platform>=<per second>/<burst>,…" (e.g. sandbox=10/20), shared by every
+	// worker process (in Redis); a store's own (PUT .../stores/{id}/rate-limit) replaces its
+	// platform's. A platform not named: no limit. Empty (default): no limits.
+	StoreRateLimits RateLimits `env:"STORE_RATE_LIMITS"`
+	// WorkspaceRateLimit is each workspace's budget of requests to the API and the command
+	// stream together, "<per second>/<burst>", shared by every API process (in Redis); a
+	// request beyond it is answered 429 RATE_LIMITED with Retry-After. Empty (default): no
+	// limit.
+	WorkspaceRateLimit domain.RateLimit `env:"WORKSPACE_RATE_LIMIT"`
+
 	// StorageDir is the local object storage (used when S3Bucket is empty).
 	StorageDir string `env:"STORAGE_DIR" envDefault:"./var/storage"`
 	// S3 settings; S3Bucket set means S3 storage.
@@ -668,5 +679,34 @@ func (b *ByteSize) UnmarshalText(text []byte) error {
 		return fmt.Errorf("%q is not a byte size such as 1GiB, 512MiB or 1073741824", text)
 	}
 	*b = ByteSize(n << shift)
+	return nil
+}
+
+// RateLimits are rate limits by name, written "<name>=<per second>/<burst>,…" (see
+// domain.ParseRateLimit); "" is none.
+type RateLimits map[string]domain.RateLimit
+
+// UnmarshalText implements encoding.TextUnmarshaler.
+func (r *RateLimits) UnmarshalText(text []byte) error {
+	m := RateLimits{}
+	for _, part := range strings.Split(string(text), ",") {
+		if strings.TrimSpace(part) == "" {
+			continue
+		}
+		name, limit, ok := strings.Cut(part, "=")
+		name = strings.TrimSpace(name)
+		if !ok || name == "" {
+			return fmt.Errorf("%q: want <platform>=<per second>/<burst>,…, e.g. sandbox=10/20", part)
+		}
+		if _, dup := m[name]; dup {
+			return fmt.Errorf("%q is named twice", name)
+		}
+		l, err := domain.ParseRateLimit(limit)
+		if err != nil {
+			return fmt.Errorf("%s: %w", name, err)
+		}
+		m[name] = l
+	}
+	*r = m
 	return nil
 }

@@ -309,3 +309,14 @@ func TestFairSlots(t *testing.T) {
 		require.ErrorContains(t, c.Validate(), "FAIR_SHARE_SLOTS", v)
 	}
 }
+
+func TestRateLimits(t *testing.T) {
+	var r RateLimits
+	require.NoError(t, r.UnmarshalText([]byte(" sandbox=10/20, shopify=2 ")))
+	require.Equal(t, RateLimits{"sandbox": {PerSecond: 10, Burst: 20}, "shopify": {PerSecond: 2, Burst: 2}}, r)
+	require.NoError(t, r.UnmarshalText([]byte("")))
+	require.Empty(t, r)
+	for _, in := range []string{"sandbox", "=1/1", "sandbox=0/1", "sandbox=1/1,sandbox=2/2", "sandbox=x"} {
+		require.Error(t, r.UnmarshalText([]byte(in)), in)
+	}
+}

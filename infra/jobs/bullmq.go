@@ -64,11 +64,15 @@ func (BullMQ) Delivery(msg *message.Message) (worker.Delivery, string) {
 }
 
 // Settle implements Transport: Ack completes the job; a nack retries it, fails it for good
-// (worker.Permanent), snoozes it (worker.SnoozeError), gives it back (ErrNotStarted) or
+// (worker.Permanent), snoozes it (worker.SnoozeError; one with Wait set is not counted as a
+// snooze), gives it back (ErrNotStarted) or
 // leaves it to its lock (cut short by shutdown).
 func (BullMQ) Settle(ctx context.Context, msg *message.Message, _ worker.Job, err error) {
 	if delay, ok := worker.SnoozeOf(err); ok {
 		msg.Metadata.Set(bullmq.MetadataNack, bullmq.NackSnooze)
+		if worker.IsWait(err) {
+			msg.Metadata.Set(bullmq.MetadataNack, bullmq.NackWait)
+		}
 		msg.Metadata.Set(bullmq.MetadataSnoozeMs, strconv.FormatInt(delay.Milliseconds(), 10))
 		msg.Nack()
 		return

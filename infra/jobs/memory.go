@@ -179,6 +179,8 @@ func (m *Memory) Settle(ctx context.Context, msg *message.Message, job worker.Jo
 		// Lost claim: another claim delivers the event. Otherwise the outbox retries it.
 		settled = errors.Is(err, outbox.ErrClaimLost)
 		return
+	case snoozed && worker.IsWait(err):
+		after = delay
 	case snoozed:
 		after, next.Snoozes, next.Snoozed = delay, next.Snoozes+1, next.Snoozed+delay
 	case errors.Is(err, ErrNotStarted):

@@ -22,27 +22,28 @@ func TestLocalBucket(t *testing.T) {
 	ctx := context.Background()
 	limit := domain.RateLimit{PerSecond: 10, Burst: 20}
 	for i := range 20 {
-		wait, err := l.Take(ctx, "a", limit)
+		wait, err := l.Take(ctx, "a", limit, 1)
 		require.NoError(t, err)
 		require.Zero(t, wait, "take %d of the burst", i)
 	}
-	wait, _ := l.Take(ctx, "a", limit)
+	wait, _ := l.Take(ctx, "a", limit, 1)
 	require.Equal(t, 100*time.Millisecond, wait)
-	wait, _ = l.Take(ctx, "b", limit)
+	wait, _ = l.Take(ctx, "b", limit, 1)
 	require.Zero(t, wait, "another key has its own bucket")
 	now = now.Add(250 * time.Millisecond)
 	for range 2 {
-		wait, _ = l.Take(ctx, "a", limit)
+		wait, _ = l.Take(ctx, "a", limit, 1)
 		require.Zero(t, wait)
 	}
-	wait, _ = l.Take(ctx, "a", limit)
+	wait, _ = l.Take(ctx, "a", limit, 1)
 	require.Equal(t, 50*time.Millisecond, wait, "half a token left")
-	wait, _ = l.Take(ctx, "a", domain.RateLimit{})
+	wait, _ = l.Take(ctx, "a", domain.RateLimit{}, 1)
 	require.Zero(t, wait, "no limit")
 }
 
-// TestLocalBucketBoundsItsKeys: beyond MaxKeys only full buckets are forgotten; while none
-// is, a new key waits.
+// TestLocalBucketBoundsItsKeys: beyond MaxKeys the least recently used bucket is evicted and
+// the new key takes at once: many busy keys (one workspace's) never make another key wait
+// for its first token.
 func TestLocalBucketBoundsItsKeys(t *testing.T) {
 	t.Parallel()
 	now := time.Unix(1_000_000, 0)
@@ -50,16 +51,36 @@ func TestLocalBucketBoundsItsKeys(t *testing.T) {
 	ctx := context.Background()
 	limit := domain.RateLimit{PerSecond: 1, Burst: 1}
 	for _, k := range []string{"a", "b"} {
-		wait, _ := l.Take(ctx, k, limit)
+		wait, _ := l.Take(ctx, k, limit, 1)
 		require.Zero(t, wait)
 	}
-	wait, _ := l.Take(ctx, "c", limit)
-	require.Positive(t, wait, "no room, and no bucket is full again")
-	now = now.Add(time.Second)
-	wait, _ = l.Take(ctx, "c", limit)
-	require.Zero(t, wait, "full buckets forgotten")
-	wait, _ = l.Take(ctx, "a", limit)
-	require.Zero(t, wait, "a forgotten bucket was full: nothing gained")
+	wait, _ := l.Take(ctx, "b", limit, 1)
+	require.Positive(t, wait, "b is empty and now the most recently used")
+	wait, _ = l.Take(ctx, "c", limit, 1)
+	require.Zero(t, wait, "a new key is never refused, though no bucket is full again")
+	wait, _ = l.Take(ctx, "b", limit, 1)
+	require.Positive(t, wait, "b was used more recently than a: kept, still empty")
+	wait, _ = l.Take(ctx, "a", limit, 1)
+	require.Zero(t, wait, "a, the least recently used, was evicted and starts full")
+}
+
+// TestLocalBucketKeepsItsOwnLimit: the time since a bucket's last take refills at that
+// take's limit (the one in force meanwhile), not at the limit of the take that comes next.
+func TestLocalBucketKeepsItsOwnLimit(t *testing.T) {
+	t.Parallel()
+	now := time.Unix(1_000_000, 0)
+	l := &ratelimit.Local{Now: func() time.Time { return now }}
+	ctx := context.Background()
+	slow := domain.RateLimit{PerSecond: 1, Burst: 1}
+	fast := domain.RateLimit{PerSecond: 1000, Burst: 1000}
+	wait, _ := l.Take(ctx, "k", slow, 1)
+	require.Zero(t, wait)
+	now = now.Add(500 * time.Millisecond)
+	wait, _ = l.Take(ctx, "k", fast, 1)
+	require.Equal(t, 500*time.Microsecond, wait, "half a token refilled at 1/s; the rest comes at 1000/s")
+	now = now.Add(time.Millisecond)
+	wait, _ = l.Take(ctx, "k", fast, 1)
+	require.Zero(t, wait)
 }
 
 // TestRedisBucketIsShared: two processes (two Redis values over one server) draw from one
@@ -78,7 +99,7 @@ func TestRedisBucketIsShared(t *testing.T) {
 		if i%2 == 1 {
 			p = b
 		}
-		wait, err := p.Take(ctx, "store", limit)
+		wait, err := p.Take(ctx, "store", limit, 1)
 		require.NoError(t, err)
 		if wait == 0 {
 			taken++
@@ -92,4 +113,45 @@ func TestRedisBucketIsShared(t *testing.T) {
 	require.NoError(t, err)
 	require.Positive(t, ttl, "the bucket expires once it would be full again")
 	require.LessOrEqual(t, ttl, 4*time.Second)
+}
+
+// TestLowerHalvesAndEmpties: Lower empties the bucket and halves the limit for its time
+// (Local and Redis alike); a take of n tokens takes them all or none.
+func TestLowerHalvesAndEmpties(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	limit := domain.RateLimit{PerSecond: 1000, Burst: 4}
+	now := time.Unix(1_000_000, 0)
+	l := &ratelimit.Local{Now: func() time.Time { return now }}
+	wait, _ := l.Take(ctx, "k", limit, 3)
+	require.Zero(t, wait)
+	wait, _ = l.Take(ctx, "k", limit, 2)
+	require.Equal(t, time.Millisecond, wait, "one token left of the two wanted")
+	require.NoError(t, l.Lower(ctx, "k", limit, time.Second))
+	wait, _ = l.Take(ctx, "k", limit, 1)
+	require.Equal(t, 2*time.Millisecond, wait, "empty, refilling at 500/s")
+	now = now.Add(time.Second / 2)
+	wait, _ = l.Take(ctx, "k", limit, 3)
+	require.Zero(t, wait, "n is capped at the lowered burst, 2, and the bucket refilled to it")
+	wait, _ = l.Take(ctx, "k", limit, 2)
+	require.Equal(t, 4*time.Millisecond, wait)
+	now = now.Add(time.Second)
+	wait, _ = l.Take(ctx, "k", limit, 4)
+	require.Equal(t, 2*time.Millisecond, wait, "no longer lowered: it refilled up to the lowered burst, 2, and now refills at 1000/s")
+	now = now.Add(2 * time.Millisecond)
+	wait, _ = l.Take(ctx, "k", limit, 4)
+	require.Zero(t, wait)
+
+	rdb := redistest.NewClient(t)
+	prefix := "test:rate:" + uuid.NewString() + ":"
+	t.Cleanup(func() { _ = rdb.Del(context.Background(), prefix+"k").Err() })
+	r := ratelimit.Redis{Client: rdb, Prefix: prefix}
+	slow := domain.RateLimit{PerSecond: 2, Burst: 4}
+	require.NoError(t, r.Lower(ctx, "k", slow, time.Minute))
+	wait, err := r.Take(ctx, "k", slow, 1)
+	require.NoError(t, err)
+	require.Greater(t, wait, 900*time.Millisecond, "empty, refilling at 1/s")
+	ttl, err := rdb.PTTL(ctx, prefix+"k").Result()
+	require.NoError(t, err)
+	require.Greater(t, ttl, 50*time.Second, "the bucket outlives its lowering")
 }

@@ -47,7 +47,7 @@ func provided(without ...string) worker.Provided {
 		"ai tasks": repo[domain.AITask]{}, "ledger": fakeLedger{},
 		"updates": repo[domain.ListingUpdate]{}, "unpublishes": repo[domain.Unpublish]{},
 		"cipher": fakeCipher{}, "storage": fakeStorage{}, "fetcher": fakeFetcher{},
-		"marketplace": fakeMarket{}, "ai": fakeAI{}, "inspect": inspect,
+		"marketplace": fakeMarket{}, "ai": fakeAI{}, "inspect": inspect, "budget": &worker.StoreBudget{},
 	}
 	for _, w := range without {
 		delete(all, w)

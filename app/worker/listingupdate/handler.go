@@ -26,6 +26,8 @@ type Config struct {
 	Cipher port.CredentialCipher
 	// Marketplace is the gateway that replaces the listing's content.
 	Marketplace port.Marketplace
+	// Budget keeps the calls to each store within its rate limit; nil: no limit.
+	Budget *worker.StoreBudget
 	// Lease is how long an update holds its publication's push claim: it must be longer than
 	// Marketplace's time-out of one call, with a margin for clock skew (see the package
 	// comment).
@@ -77,6 +79,7 @@ type started struct {
 	productID  string // the platform product
 	input      port.ProductInput
 	sealed     port.SealedCredentials
+	store      domain.Store
 }
 
 // pushed is what the call hands to the record step.
@@ -104,8 +107,11 @@ func (h *Handler) begin(ctx context.Context, u *domain.ListingUpdate) (started, 
 	if store.Status != domain.StoreVerified {
 		return started{}, worker.Refuse(domain.ErrStoreNotVerified)
 	}
+	if err := h.cfg.Budget.Wait(ctx, store, 1); err != nil {
+		return started{}, err
+	}
 	now := h.cfg.Deps.Now()
-	var s started
+	s := started{store: store}
 	_, err = h.cfg.Publications.Update(ctx, u.PublicationID, func(p *domain.Publication) error {
 		switch {
 		case p.UnpublishedAt != nil:
@@ -149,6 +155,7 @@ func (h *Handler) push(ctx context.Context, u domain.ListingUpdate, s started, t
 		return pushed{}, err
 	}
 	if _, err := h.cfg.Marketplace.UpdateProduct(ctx, creds, u.ID.String(), s.productID, s.input); err != nil {
+		h.cfg.Budget.Limited(ctx, s.store, err)
 		var de *domain.Error
 		if errors.As(err, &de) && de.RetryAfter > 0 {
 			// The gateway refused the request (429, or 503 with Retry-After) without applying

@@ -37,6 +37,9 @@ type Config struct {
 	Marketplace port.Marketplace
 	// PageSize is the number of products asked for per page. Default DefaultPageSize.
 	PageSize int
+	// Budget keeps the calls to each store within its rate limit: a delivery takes one
+	// request of it before it starts (its first page); nil: no limit.
+	Budget *worker.StoreBudget
 }
 
 func (c *Config) setDefaults() {
@@ -114,7 +117,8 @@ type lastPage struct {
 }
 
 // begin runs under the sync's row lock: a sync of a store that is no longer verified is
-// refused (STORE_NOT_VERIFIED); otherwise it reads the store's sealed credentials.
+// refused (STORE_NOT_VERIFIED); otherwise it takes a request of the store's budget and reads
+// the store's sealed credentials.
 func (h *Handler) begin(ctx context.Context, s *domain.ProductSync) (port.SealedCredentials, error) {
 	store, err := h.cfg.Stores.Get(ctx, s.StoreID)
 	if err != nil {
@@ -122,6 +126,9 @@ func (h *Handler) begin(ctx context.Context, s *domain.ProductSync) (port.Sealed
 	}
 	if store.Status != domain.StoreVerified {
 		return port.SealedCredentials{}, worker.Refuse(domain.ErrStoreNotVerified)
+	}
+	if err := h.cfg.Budget.Wait(ctx, store, 1); err != nil {
+		return port.SealedCredentials{}, err
 	}
 	sealed, _, err := h.cfg.Stores.Credentials(ctx, s.StoreID)
 	return sealed, err

@@ -15,7 +15,7 @@ import (
 // credentials cannot be opened.
 var ErrCredentialsUnreadable = worker.ErrCredentialsUnreadable
 
-// Config configures New. Every field is required.
+// Config configures New. Every field but Budget is required.
 type Config struct {
 	// Deps gives the transactions (one per step), the operations, the outbox publisher,
 	// the clock and the logger (Log may be nil: no logs).
@@ -31,6 +31,8 @@ type Config struct {
 	Cipher port.CredentialCipher
 	// Marketplace is the gateway that creates the product.
 	Marketplace port.Marketplace
+	// Budget keeps the calls to each store within its rate limit; nil: no limit.
+	Budget *worker.StoreBudget
 }
 
 // Validate reports the first missing field. It does not change c.
@@ -95,11 +97,12 @@ func (h *Handler) Handle(ctx context.Context, job worker.Job) error {
 type started struct {
 	input  port.ProductInput
 	sealed port.SealedCredentials
+	store  domain.Store
 }
 
 // begin runs under the publication's row lock: it refuses a publication whose store is not
-// verified, or whose requested revision's content is lost, and reads the store's sealed
-// credentials.
+// verified, or whose requested revision's content is lost, takes the two requests of the
+// call (find, create) from the store's budget, and reads the store's sealed credentials.
 func (h *Handler) begin(ctx context.Context, p *domain.Publication) (started, error) {
 	store, err := h.cfg.Stores.Get(ctx, p.StoreID)
 	if err != nil {
@@ -107,6 +110,9 @@ func (h *Handler) begin(ctx context.Context, p *domain.Publication) (started, er
 	}
 	if store.Status != domain.StoreVerified {
 		return started{}, worker.Refuse(domain.ErrStoreNotVerified)
+	}
+	if err := h.cfg.Budget.Wait(ctx, store, 2); err != nil {
+		return started{}, err
 	}
 	if p.Snapshot == nil {
 		refused, err := h.capture(ctx, p)
@@ -121,7 +127,7 @@ func (h *Handler) begin(ctx context.Context, p *domain.Publication) (started, er
 	if err != nil {
 		return started{}, err
 	}
-	s := started{sealed: sealed}
+	s := started{sealed: sealed, store: store}
 	if p.Snapshot != nil {
 		s.input = input(*p)
 	}
@@ -201,6 +207,7 @@ func (h *Handler) publish(ctx context.Context, p domain.Publication, s started, 
 	m, ref := h.cfg.Marketplace, p.ExternalRef()
 	found, err := m.FindProductByExternalRef(ctx, creds, ref)
 	if err != nil {
+		h.cfg.Budget.Limited(ctx, s.store, err)
 		return port.PlatformProduct{}, fmt.Errorf("publish: find by external_ref: %w", err)
 	}
 	if found != nil {
@@ -220,6 +227,7 @@ func (h *Handler) publish(ctx context.Context, p domain.Publication, s started, 
 	if again, ferr := m.FindProductByExternalRef(ctx, creds, ref); ferr == nil && again != nil {
 		return *again, nil
 	}
+	h.cfg.Budget.Limited(ctx, s.store, err)
 	return port.PlatformProduct{}, fmt.Errorf("publish: create product: %w", err)
 }
 

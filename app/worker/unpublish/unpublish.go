@@ -55,6 +55,7 @@ type handlerNeeds struct {
 	Cipher       port.CredentialCipher
 	Marketplace  port.Marketplace
 	Settings     worker.Settings
+	Budget       *worker.StoreBudget
 }
 
 func handler(n handlerNeeds) (worker.Handler, error) { return newHandler(n) }
@@ -75,7 +76,10 @@ type Handler struct {
 // Handle implements worker.Handler.
 func (h *Handler) Handle(ctx context.Context, job worker.Job) error { return h.flow.Handle(ctx, job) }
 
-type started struct{ sealed port.SealedCredentials }
+type started struct {
+	sealed port.SealedCredentials
+	store  domain.Store
+}
 
 func newHandler(e handlerNeeds) (*Handler, error) {
 	h := &Handler{env: e}
@@ -103,6 +107,9 @@ func (h *Handler) begin(ctx context.Context, u *domain.Unpublish) (started, erro
 	if store.Status != domain.StoreVerified {
 		return started{}, worker.Refuse(domain.ErrStoreNotVerified)
 	}
+	if err := h.env.Budget.Wait(ctx, store, 1); err != nil {
+		return started{}, err
+	}
 	now := h.env.Deps.Now()
 	_, err = h.env.Publications.Update(ctx, u.PublicationID, func(p *domain.Publication) error {
 		if p.Push.HeldBy(u.ID, now) {
@@ -115,7 +122,7 @@ func (h *Handler) begin(ctx context.Context, u *domain.Unpublish) (started, erro
 		return started{}, err
 	}
 	sealed, _, err := h.env.Stores.Credentials(ctx, u.StoreID)
-	return started{sealed: sealed}, err
+	return started{sealed: sealed, store: store}, err
 }
 
 // delete deletes the platform product, outside any transaction; a repeat's 404 is success
@@ -126,6 +133,7 @@ func (h *Handler) delete(ctx context.Context, u domain.Unpublish, s started, _ w
 		return struct{}{}, err
 	}
 	if err := h.env.Marketplace.DeleteProduct(ctx, creds, u.ExternalProductID); err != nil {
+		h.env.Budget.Limited(ctx, s.store, err)
 		return struct{}{}, fmt.Errorf("unpublish: delete product: %w", err)
 	}
 	return struct{}{}, nil

@@ -49,7 +49,7 @@ func setup(t *testing.T, verified bool) *bundle {
 	stores, pubs, products := postgres.NewStores(), postgres.NewPublications(), postgres.Products{}
 	unpublishes := postgres.TaskRepositories()["unpublishes"]
 	h, err := unpublish.Flow.Handler(worker.Provide(env.Deps, stores, pubs, unpublishes, port.CredentialCipher(cipher),
-		port.Marketplace(gateway), worker.Settings{PlatformTimeout: 5 * time.Second}))
+		port.Marketplace(gateway), worker.Settings{PlatformTimeout: 5 * time.Second}, &worker.StoreBudget{}))
 	require.NoError(t, err)
 	creds, err := port.NewCredentials(apiKey)
 	require.NoError(t, err)

@@ -345,7 +345,7 @@ func (s *Sandbox) handle(r *http.Request, endpoint string) response {
 	if key == "" || !s.cfg.AcceptKey(key) {
 		return response{status: http.StatusUnauthorized, body: errBody("unauthorized", "missing or unknown api key")}
 	}
-	if wait, _ := s.keys.Take(r.Context(), key, s.cfg.Rate); wait > 0 {
+	if wait, _ := s.keys.Take(r.Context(), key, s.cfg.Rate, 1); wait > 0 {
 		s.mu.Lock()
 		s.limited++
 		s.mu.Unlock()
