@@ -103,7 +103,7 @@
 //
 // DispatcherConfig.FairShare (FAIR_SHARE_SLOTS) admits at most Slots tasks of one workspace
 // into each of its Queues (the flows' request queues) at a time, across every dispatcher;
-// the rest stays in the outbox. The state is PostgreSQL's alone (sql/048):
+// the rest stays in the outbox. The state is PostgreSQL's alone (sql/053):
 //   - outbox_fair_slots holds one row per admitted task: (workspace, queue, slot number
 //     1..Slots) is unique, and so is (workspace, task). The claim statement (claimSQL) takes
 //     a free slot for each claimed request of a fair-shared queue whose task (the payload's

@@ -19,7 +19,7 @@ import (
 )
 
 // fairTasks creates a task table for the tests (id, workspace_id, status; RLS per workspace,
-// app_user's) with the fair-share trigger every task table has (sql/048).
+// app_user's) with the fair-share trigger every task table has (sql/053).
 func fairTasks(t *testing.T, db *pgtest.DB) {
 	t.Helper()
 	_, err := db.Owner.Exec(context.Background(), `
