@@ -10,7 +10,7 @@ import (
 
 // The overview, the console's first page: one row per flow and one for the outbox now (read
 // when the page is drawn), and charts of the last hour (per minute) or day (per ten minutes)
-// from the samples RunSampler writes (sql/050).
+// from the samples RunSampler writes (sql/050, sql/054).
 
 // overviewRefresh is how often the page reloads itself (a meta refresh: no script).
 const overviewRefresh = 60
@@ -61,6 +61,11 @@ type overviewData struct {
 	Delivered, Owed         Chart
 	// Sampled is the last sampled minute (zero: none yet).
 	Sampled time.Time
+	// SampleSize is sampleSize; LatencySampled and RedeliveredSampled count the flow minutes
+	// charted whose percentiles, and whose redeliveries (an estimate), are from a sample of
+	// that many (FlowSample.LatencySample, RedeliveredSample).
+	SampleSize                         int
+	LatencySampled, RedeliveredSampled int
 }
 
 // choiceLink is one link of a choice on the overview (a flow, a range).
@@ -154,6 +159,18 @@ func (s *Server) index(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	d.Throughput, d.Latency, d.Depth, d.Reconciliations = flowCharts(flowRows, d.Flow, from, end, rng)
+	d.SampleSize = sampleSize
+	for _, x := range flowRows {
+		if d.Flow != "" && x.Flow != d.Flow {
+			continue
+		}
+		if x.LatencySample != nil {
+			d.LatencySampled++
+		}
+		if x.RedeliveredSample != nil {
+			d.RedeliveredSampled++
+		}
+	}
 	s.render(w, r, http.StatusOK, "index", p)
 }
 

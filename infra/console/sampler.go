@@ -3,6 +3,7 @@ package console
 import (
 	"context"
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -11,8 +12,8 @@ import (
 	"github.com/listingkit/listing/infra/outbox"
 )
 
-// The overview's samples (sql/050): one row per minute and flow, and one per minute for the
-// outbox, written by the console (RunSampler) and kept sampleRetention.
+// The overview's samples (sql/050, sql/054): one row per minute and flow, and one per minute
+// for the outbox, written by the console (RunSampler) and kept sampleRetention.
 
 const (
 	// sampleLag is how long after a minute ends it is sampled: its events committed by its
@@ -25,6 +26,12 @@ const (
 	sampleRetention = 48 * time.Hour
 	// sampleTimeout bounds one round.
 	sampleTimeout = 20 * time.Second
+	// sampleSize bounds the rows a minute's sample reads beyond the log's minute, per flow:
+	// the latencies are those of at most sampleSize finished operations (one primary-key read
+	// of operations each), the redeliveries are looked for among at most sampleSize request
+	// events (one index probe of the log each), both drawn uniformly at random and scaled up
+	// to the minute's count; all of them when there are no more. The counts are exact.
+	sampleSize = 1000
 )
 
 // FlowSample is one flow's minute.
@@ -41,9 +48,16 @@ type FlowSample struct {
 	// Delivered counts the flow's request events delivered to its queue in the minute; of
 	// those, Redelivered a task's second or later delivery, LastLooks the last looks.
 	Delivered, Redelivered, LastLooks int64
+	// RedeliveredSample, when set, is the number of request events Redelivered was estimated
+	// from (the redeliveries found among them, scaled up to the minute's request events
+	// other than last looks, rounded); nil: every request event was looked at (exact).
+	RedeliveredSample *int64
 	// Commit → job start and commit → finish of the operations finished in the minute, in
 	// seconds (nil: none finished).
 	StartP50, StartP99, FinishP50, FinishP99 *float64
+	// LatencySample, when set, is the number of finished operations (drawn at random) the
+	// percentiles are from; nil: all of them.
+	LatencySample *int64
 }
 
 // OutboxSample is the outbox's minute.
@@ -117,10 +131,10 @@ func (s *Server) sampleMinute(ctx context.Context, m time.Time) error {
 	b := &pgx.Batch{}
 	for _, f := range flows {
 		b.Queue(`INSERT INTO overview_flow_samples (minute, flow, waiting, running, queue_waiting, accepted, succeeded, failed,
-				delivered, redelivered, last_looks, start_p50, start_p99, finish_p50, finish_p99)
-			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15) ON CONFLICT DO NOTHING`,
+				delivered, redelivered, last_looks, start_p50, start_p99, finish_p50, finish_p99, latency_sample, redelivered_sample)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17) ON CONFLICT DO NOTHING`,
 			f.Minute, f.Flow, f.Waiting, f.Running, f.QueueWaiting, f.Accepted, f.Succeeded, f.Failed,
-			f.Delivered, f.Redelivered, f.LastLooks, f.StartP50, f.StartP99, f.FinishP50, f.FinishP99)
+			f.Delivered, f.Redelivered, f.LastLooks, f.StartP50, f.StartP99, f.FinishP50, f.FinishP99, f.LatencySample, f.RedeliveredSample)
 	}
 	var oldest *float64
 	if out.Owed > 0 {
@@ -143,7 +157,7 @@ func (s *Server) readSample(ctx context.Context, m time.Time) ([]FlowSample, Out
 	if err != nil {
 		return nil, OutboxSample{}, err
 	}
-	ops, err := s.data.overviewLog(ctx, m, end)
+	ops, err := s.data.overviewLog(ctx, m, end, sampleSize)
 	if err != nil {
 		return nil, OutboxSample{}, err
 	}
@@ -151,7 +165,7 @@ func (s *Server) readSample(ctx context.Context, m time.Time) ([]FlowSample, Out
 	for _, f := range s.cfg.Flows {
 		requests = append(requests, f.RequestEvent)
 	}
-	deliveries, err := s.data.overviewDeliveries(ctx, m, end, requests)
+	deliveries, err := s.data.overviewDeliveries(ctx, m, end, requests, sampleSize)
 	if err != nil {
 		return nil, OutboxSample{}, err
 	}
@@ -171,9 +185,13 @@ func (s *Server) readSample(ctx context.Context, m time.Time) ([]FlowSample, Out
 		if o, ok := ops[f.Operation]; ok {
 			x.Accepted, x.Succeeded, x.Failed = o.accepted, o.succeeded, o.failed
 			x.StartP50, x.StartP99, x.FinishP50, x.FinishP99 = o.startP50, o.startP99, o.finishP50, o.finishP99
+			if o.sampled < o.succeeded+o.failed {
+				x.LatencySample = &o.sampled
+			}
 		}
 		if d, ok := deliveries[f.Queue]; ok {
-			x.Delivered, x.Redelivered, x.LastLooks = d.delivered, d.redelivered, d.lastLooks
+			x.Delivered, x.LastLooks = d.delivered, d.lastLooks
+			x.Redelivered, x.RedeliveredSample = d.redeliveries()
 		}
 		if s.cfg.BullMQ.Client != nil {
 			if n, err := queueWaiting(ctx, s.cfg.BullMQ, f.Queue); err == nil {
@@ -222,21 +240,23 @@ func (r reader) overviewTasks(ctx context.Context, failedSince time.Time) (map[s
 	return out, nil
 }
 
+// opMinute is one operation type's minute: its percentiles are those of sampled of its
+// finished operations.
 type opMinute struct {
-	accepted, succeeded, failed              int64
+	accepted, succeeded, failed, sampled     int64
 	startP50, startP99, finishP50, finishP99 *float64
 }
 
-func (r reader) overviewLog(ctx context.Context, from, to time.Time) (map[string]opMinute, error) {
-	rows, err := r.pool.Query(ctx, `SELECT op_type, accepted, succeeded, failed, start_p50, start_p99, finish_p50, finish_p99
-		FROM operator_overview_log($1, $2)`, from, to)
+func (r reader) overviewLog(ctx context.Context, from, to time.Time, sample int) (map[string]opMinute, error) {
+	rows, err := r.pool.Query(ctx, `SELECT op_type, accepted, succeeded, failed, sampled, start_p50, start_p99, finish_p50, finish_p99
+		FROM operator_overview_log($1, $2, $3)`, from, to, sample)
 	if err != nil {
 		return nil, fmt.Errorf("console.overviewLog: %w", err)
 	}
 	out := map[string]opMinute{}
 	var typ *string
 	var o opMinute
-	_, err = pgx.ForEachRow(rows, []any{&typ, &o.accepted, &o.succeeded, &o.failed, &o.startP50, &o.startP99, &o.finishP50, &o.finishP99},
+	_, err = pgx.ForEachRow(rows, []any{&typ, &o.accepted, &o.succeeded, &o.failed, &o.sampled, &o.startP50, &o.startP99, &o.finishP50, &o.finishP99},
 		func() error {
 			if typ != nil {
 				out[*typ] = o
@@ -249,18 +269,31 @@ func (r reader) overviewLog(ctx context.Context, from, to time.Time) (map[string
 	return out, nil
 }
 
-type destMinute struct{ delivered, redelivered, lastLooks int64 }
+// destMinute is one destination's minute: of its requests (request events other than last
+// looks), probed were looked at and redelivered of those found to be redeliveries.
+type destMinute struct{ delivered, lastLooks, requests, probed, redelivered int64 }
 
-func (r reader) overviewDeliveries(ctx context.Context, from, to time.Time, requestTypes []string) (map[string]destMinute, error) {
-	rows, err := r.pool.Query(ctx, `SELECT destination, delivered, redelivered, last_looks FROM operator_overview_deliveries($1, $2, $3)`,
-		from, to, requestTypes)
+// redeliveries returns the minute's redeliveries: those found when every request was
+// probed (sample nil), else those found scaled up to the requests, rounded, and the number
+// probed.
+func (d destMinute) redeliveries() (n int64, sample *int64) {
+	if d.probed >= d.requests || d.probed == 0 {
+		return d.redelivered, nil
+	}
+	probed := d.probed
+	return int64(math.Round(float64(d.redelivered) * float64(d.requests) / float64(d.probed))), &probed
+}
+
+func (r reader) overviewDeliveries(ctx context.Context, from, to time.Time, requestTypes []string, sample int) (map[string]destMinute, error) {
+	rows, err := r.pool.Query(ctx, `SELECT destination, delivered, last_looks, requests, probed, redelivered
+		FROM operator_overview_deliveries($1, $2, $3, $4)`, from, to, requestTypes, sample)
 	if err != nil {
 		return nil, fmt.Errorf("console.overviewDeliveries: %w", err)
 	}
 	out := map[string]destMinute{}
 	var dest string
 	var d destMinute
-	_, err = pgx.ForEachRow(rows, []any{&dest, &d.delivered, &d.redelivered, &d.lastLooks}, func() error {
+	_, err = pgx.ForEachRow(rows, []any{&dest, &d.delivered, &d.lastLooks, &d.requests, &d.probed, &d.redelivered}, func() error {
 		out[dest] = d
 		return nil
 	})
@@ -300,7 +333,7 @@ func (r reader) owed(ctx context.Context, now time.Time) (int64, time.Duration, 
 // flowSamples reads the flow samples of minutes in [from, to), oldest first.
 func (r reader) flowSamples(ctx context.Context, from, to time.Time) ([]FlowSample, error) {
 	rows, err := r.pool.Query(ctx, `SELECT minute, flow, waiting, running, queue_waiting, accepted, succeeded, failed,
-			delivered, redelivered, last_looks, start_p50, start_p99, finish_p50, finish_p99
+			delivered, redelivered, last_looks, start_p50, start_p99, finish_p50, finish_p99, latency_sample, redelivered_sample
 		FROM overview_flow_samples WHERE minute >= $1 AND minute < $2 ORDER BY minute, flow`, from, to)
 	if err != nil {
 		return nil, fmt.Errorf("console.flowSamples: %w", err)
@@ -309,7 +342,7 @@ func (r reader) flowSamples(ctx context.Context, from, to time.Time) ([]FlowSamp
 		var f FlowSample
 		var p50, p99, f50, f99 *float32
 		err := row.Scan(&f.Minute, &f.Flow, &f.Waiting, &f.Running, &f.QueueWaiting, &f.Accepted, &f.Succeeded, &f.Failed,
-			&f.Delivered, &f.Redelivered, &f.LastLooks, &p50, &p99, &f50, &f99)
+			&f.Delivered, &f.Redelivered, &f.LastLooks, &p50, &p99, &f50, &f99, &f.LatencySample, &f.RedeliveredSample)
 		f.StartP50, f.StartP99, f.FinishP50, f.FinishP99 = widen(p50), widen(p99), widen(f50), widen(f99)
 		return f, err
 	})

@@ -49,10 +49,10 @@ var securityDefiners = map[string]definer{
 	"operator_outbox_delivered(timestamp with time zone)":                                         {"listing_inspector", "listing_operator"},
 	"operator_recent_operations(uuid,integer)":                                                    {"listing_inspector", "listing_operator"},
 	"operator_workspace_flows(uuid,timestamp with time zone)":                                     {"listing_inspector", "listing_operator"},
-	// The console's overview (sql/050): counts and percentiles, no ids.
-	"operator_overview_tasks(timestamp with time zone)":                                      {"listing_inspector", "listing_operator"},
-	"operator_overview_log(timestamp with time zone,timestamp with time zone)":               {"listing_inspector", "listing_operator"},
-	"operator_overview_deliveries(timestamp with time zone,timestamp with time zone,text[])": {"listing_inspector", "listing_operator"},
+	// The console's overview (sql/050, 054): counts and percentiles, no ids.
+	"operator_overview_tasks(timestamp with time zone)":                                              {"listing_inspector", "listing_operator"},
+	"operator_overview_log(timestamp with time zone,timestamp with time zone,integer)":               {"listing_inspector", "listing_operator"},
+	"operator_overview_deliveries(timestamp with time zone,timestamp with time zone,text[],integer)": {"listing_inspector", "listing_operator"},
 	// Retention of the login limits: deletes, across accounts, what no longer counts.
 	"login_limits_sweep(interval,interval,integer)": {"listing_owner", "app_user"},
 	// Auth flows that act before the user is known.
