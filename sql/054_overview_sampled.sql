@@ -15,15 +15,13 @@
 --                                 when fewer); delivered, last looks and request events
 --                                 counted exactly. The caller scales the redeliveries found
 --                                 to the request events and says so.
--- The sample: a Bernoulli draw of each candidate row with probability 1.25 p_sample / n
--- (n counted in the same statement), then p_sample of those at random; P(the draw holds
--- fewer than p_sample when n ≥ p_sample) < 1e-6 for p_sample ≥ 1,000, and the result is a
--- uniform sample either way. overview_flow_samples keeps the sample sizes of each minute
+-- Each reads the minute's rows once over the BRIN index (only the fields it needs, kept in
+-- memory: work_mem 64 MB holds a minute of 100,000 operations), counts them, and draws the
+-- sample from them: each candidate with probability 1.25 p_sample / n (n its count), then
+-- p_sample of those drawn at random. With no more than p_sample, every one is taken; above,
+-- the draw holds fewer than p_sample with a probability under 1e-6 (p_sample ≥ 1,000), and the
+-- sample is uniform either way. overview_flow_samples keeps each minute's sample sizes
 -- (latency_sample, redelivered_sample: NULL when every row was read).
--- Both run with enable_sort off: planned with parameters, the minute's rows are estimated at
--- a handful, and a sort of all of them for the counts' GROUP BY spilled to disk (54 MB for a
--- minute of 100,000 operations) where a hash of a few groups needs none; the sample's own
--- ordering (by a random number, of about 1.25 p_sample rows) is still a sort.
 -- The service's own writes pay nothing for it: no index, trigger or column is added to a
 -- table they write.
 
@@ -47,7 +45,7 @@ DROP FUNCTION operator_overview_deliveries(timestamptz, timestamptz, text[]);
 CREATE FUNCTION operator_overview_log(p_from timestamptz, p_to timestamptz, p_sample int)
 RETURNS TABLE (op_type text, accepted bigint, succeeded bigint, failed bigint, sampled bigint,
                start_p50 float8, start_p99 float8, finish_p50 float8, finish_p99 float8)
-LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, public SET enable_sort = off SET work_mem = '64MB' AS $$
+LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, public SET work_mem = '64MB' AS $$
   WITH e AS MATERIALIZED (
     SELECT x.op_type, x.status, x.created_at, x.started_at, x.operation_id, random() AS u
     FROM (SELECT d.event_payload->>'type' AS op_type, d.event_payload->>'status' AS status, d.created_at,
@@ -57,10 +55,17 @@ LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, public SET en
           WHERE d.dispatched_at >= p_from AND d.dispatched_at < p_to + interval '5 minutes'
             AND d.created_at >= p_from AND d.created_at < p_to
             AND d.event_type = 'operation.status_changed') x
+  ), n AS (
+    SELECT e.op_type, count(*) FILTER (WHERE e.status = 'pending') AS accepted,
+           count(*) FILTER (WHERE e.status = 'succeeded') AS succeeded,
+           count(*) FILTER (WHERE e.status = 'failed') AS failed
+    FROM e GROUP BY e.op_type
   ), s AS (
     SELECT x.op_type, x.created_at, x.started_at::timestamptz AS started_at, x.operation_id::uuid AS operation_id
-    FROM (SELECT e.*, row_number() OVER (PARTITION BY e.op_type ORDER BY e.u) AS r
-          FROM e WHERE e.status IN ('succeeded', 'failed')) x
+    FROM (SELECT e.op_type, e.created_at, e.started_at, e.operation_id,
+                 row_number() OVER (PARTITION BY e.op_type ORDER BY e.u) AS r
+          FROM e JOIN n ON n.op_type = e.op_type
+          WHERE e.status IN ('succeeded', 'failed') AND e.u < 1.25::float8 * p_sample / nullif(n.succeeded + n.failed, 0)) x
     WHERE x.r <= p_sample
   ), f AS (
     SELECT s.op_type, extract(epoch FROM s.started_at - p.created_at) AS start_s,
@@ -69,11 +74,7 @@ LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, public SET en
   )
   SELECT n.op_type, n.accepted, n.succeeded, n.failed, coalesce(b.sampled, 0),
          b.start_p50, b.start_p99, b.finish_p50, b.finish_p99
-  FROM (SELECT e.op_type, count(*) FILTER (WHERE e.status = 'pending') AS accepted,
-               count(*) FILTER (WHERE e.status = 'succeeded') AS succeeded,
-               count(*) FILTER (WHERE e.status = 'failed') AS failed
-        FROM e GROUP BY e.op_type) n
-  LEFT JOIN (
+  FROM n LEFT JOIN (
     SELECT f.op_type, count(*) AS sampled,
            percentile_cont(0.5) WITHIN GROUP (ORDER BY f.start_s) AS start_p50,
            percentile_cont(0.99) WITHIN GROUP (ORDER BY f.start_s) AS start_p99,
@@ -93,19 +94,29 @@ $$;
 -- +goose StatementBegin
 CREATE FUNCTION operator_overview_deliveries(p_from timestamptz, p_to timestamptz, p_request_types text[], p_sample int)
 RETURNS TABLE (destination text, delivered bigint, last_looks bigint, requests bigint, probed bigint, redelivered bigint)
-LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, public SET enable_sort = off SET work_mem = '64MB' AS $$
+LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, public SET work_mem = '64MB' AS $$
   WITH e AS MATERIALIZED (
-    SELECT x.destination, x.request, x.look, x.workspace_id, x.event_type, x.aggregate_type, x.aggregate_id, x.created_at,
-           random() AS u
+    SELECT x.destination, x.request, x.look,
+           CASE WHEN x.request AND NOT x.look THEN x.workspace_id END AS workspace_id,
+           CASE WHEN x.request AND NOT x.look THEN x.event_type END AS event_type,
+           CASE WHEN x.request AND NOT x.look THEN x.aggregate_type END AS aggregate_type,
+           CASE WHEN x.request AND NOT x.look THEN x.aggregate_id END AS aggregate_id,
+           CASE WHEN x.request AND NOT x.look THEN x.created_at END AS created_at, random() AS u
     FROM (SELECT d.destination, d.event_type = ANY (p_request_types) AS request,
                  d.event_type = ANY (p_request_types) AND d.event_payload ? 'last_look' AS look,
                  d.workspace_id, d.event_type, d.aggregate_type, d.aggregate_id, d.created_at
           FROM outbox_dispatched d
           WHERE d.dispatched_at >= p_from AND d.dispatched_at < p_to) x
+  ), n AS (
+    SELECT e.destination, count(*) AS delivered, count(*) FILTER (WHERE e.look) AS last_looks,
+           count(*) FILTER (WHERE e.request AND NOT e.look) AS requests
+    FROM e GROUP BY e.destination
   ), s AS (
     SELECT x.destination, x.workspace_id, x.event_type, x.aggregate_type, x.aggregate_id, x.created_at
-    FROM (SELECT e.*, row_number() OVER (PARTITION BY e.destination ORDER BY e.u) AS r
-          FROM e WHERE e.request AND NOT e.look) x
+    FROM (SELECT e.destination, e.workspace_id, e.event_type, e.aggregate_type, e.aggregate_id, e.created_at,
+                 row_number() OVER (PARTITION BY e.destination ORDER BY e.u) AS r
+          FROM e JOIN n ON n.destination = e.destination
+          WHERE e.request AND NOT e.look AND e.u < 1.25::float8 * p_sample / nullif(n.requests, 0)) x
     WHERE x.r <= p_sample
   ), p AS (
     SELECT s.destination, count(*) AS probed,
@@ -116,10 +127,7 @@ LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, public SET en
     FROM s GROUP BY s.destination
   )
   SELECT n.destination, n.delivered, n.last_looks, n.requests, coalesce(p.probed, 0), coalesce(p.redelivered, 0)
-  FROM (SELECT e.destination, count(*) AS delivered, count(*) FILTER (WHERE e.look) AS last_looks,
-               count(*) FILTER (WHERE e.request AND NOT e.look) AS requests
-        FROM e GROUP BY e.destination) n
-  LEFT JOIN p ON p.destination = n.destination
+  FROM n LEFT JOIN p ON p.destination = n.destination
 $$;
 -- +goose StatementEnd
 

@@ -113,3 +113,144 @@ func TestOverview(t *testing.T) {
 		require.Equal(t, http.StatusBadRequest, code, q)
 	}
 }
+
+// fillMinute inserts, as the owner, n material transfer operations committed in minute m of
+// ws, each with its pending and succeeded operation.status_changed and its request event in
+// the log (commit → start i%50 × 20 ms, commit → finish i%100 × 30 ms + 10 ms, i its rank);
+// the request events of the first redelivered are redeliveries (their task's first request
+// event is in the minute before).
+func (b pagesBundle) fillMinute(t *testing.T, ws uuid.UUID, m time.Time, n, redelivered int) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	_, err := b.db.Owner.Exec(ctx, `
+		WITH o AS MATERIALIZED (
+		  SELECT gen_random_uuid() AS id, gen_random_uuid() AS task, i,
+		         $2::timestamptz + (i * 50.0 / $3) * interval '1 second' AS t
+		  FROM generate_series(0, $3 - 1) i
+		), ops AS (
+		  INSERT INTO operations (id, workspace_id, type, status, resource_type, resource_id, version, created_at, updated_at)
+		  SELECT id, $1, 'material_transfer', 'succeeded', 'media', gen_random_uuid(), 3, t, t FROM o
+		)
+		INSERT INTO outbox_dispatched (id, workspace_id, event_type, destination, aggregate_type, aggregate_id, event_payload,
+		                               metadata, attempt_count, created_at, dispatched_at)
+		SELECT gen_random_uuid(), $1, typ, dest, agg, agg_id, payload, '{}', 1, at, at + interval '5 ms'
+		FROM (
+		  SELECT 'operation.status_changed' AS typ, 'stream' AS dest, 'operation' AS agg, id::text AS agg_id,
+		         jsonb_build_object('operation_id', id, 'type', 'material_transfer', 'status', 'pending') AS payload, t AS at FROM o
+		  UNION ALL
+		  SELECT 'operation.status_changed', 'stream', 'operation', id::text,
+		         jsonb_build_object('operation_id', id, 'type', 'material_transfer', 'status', 'succeeded',
+		                            'started_at', t + (i % 50) * interval '20 ms'),
+		         t + (i % 100) * interval '30 ms' + interval '10 ms' FROM o
+		  UNION ALL
+		  SELECT 'material_transfer.requested', 'material-transfer', 'material_transfer', task::text,
+		         jsonb_build_object('transfer_id', task), t FROM o
+		  UNION ALL
+		  SELECT 'material_transfer.requested', 'material-transfer', 'material_transfer', task::text,
+		         jsonb_build_object('transfer_id', task), t - interval '1 minute' FROM o WHERE i < $4
+		) e ORDER BY at`, ws, m, n, redelivered)
+	require.NoError(t, err)
+}
+
+// A minute's sample reads other tables for a bounded sample only: at ten times the volume
+// it reads operations and probes the log's aggregate index no more (at most sampleSize each,
+// 1,000), its counts stay exact and its estimates say what they are from; under the sample
+// size everything is exact.
+func TestOverviewSampleBounded(t *testing.T) {
+	b := setupPagesWith(t, func(c *console.Config) { c.Flows = overviewFlows })
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	ws := b.workspace(t)
+	now := time.Now()
+	small, large, larger := now.Add(-6*time.Minute).Truncate(time.Minute), now.Add(-4*time.Minute).Truncate(time.Minute),
+		now.Add(-2*time.Minute).Truncate(time.Minute)
+	b.fillMinute(t, ws, small, 800, 40)
+	b.fillMinute(t, ws, large, 2000, 1000)
+	b.fillMinute(t, ws, larger, 20000, 10000)
+
+	s, err := console.New(console.Config{Pool: b.db.OperatorPool(t), Flows: overviewFlows, Operators: operators(),
+		Logger: slog.New(slog.DiscardHandler), Now: func() time.Time { return now }})
+	require.NoError(t, err)
+	require.NoError(t, s.Sample(ctx))
+
+	type row struct {
+		accepted, succeeded, delivered, redelivered int64
+		startP50, startP99, finishP50, finishP99    float64
+		latencySample, redeliveredSample            *int64
+	}
+	read := func(m time.Time) row {
+		var r row
+		var p50, p99, f50, f99 float32
+		require.NoError(t, b.db.Owner.QueryRow(ctx, `SELECT accepted, succeeded, delivered, redelivered, start_p50, start_p99,
+				finish_p50, finish_p99, latency_sample, redelivered_sample
+			FROM overview_flow_samples WHERE minute = $1 AND flow = 'material_transfer'`, m).
+			Scan(&r.accepted, &r.succeeded, &r.delivered, &r.redelivered, &p50, &p99, &f50, &f99, &r.latencySample, &r.redeliveredSample))
+		r.startP50, r.startP99, r.finishP50, r.finishP99 = float64(p50), float64(p99), float64(f50), float64(f99)
+		return r
+	}
+	// exact is what every operation of minute m gives: the percentiles over all of them.
+	exact := func(m time.Time) (p50, p99, f50, f99 float64) {
+		require.NoError(t, b.db.Owner.QueryRow(ctx, `SELECT
+				percentile_cont(0.5) WITHIN GROUP (ORDER BY extract(epoch FROM (d.event_payload->>'started_at')::timestamptz - p.created_at)),
+				percentile_cont(0.99) WITHIN GROUP (ORDER BY extract(epoch FROM (d.event_payload->>'started_at')::timestamptz - p.created_at)),
+				percentile_cont(0.5) WITHIN GROUP (ORDER BY extract(epoch FROM d.created_at - p.created_at)),
+				percentile_cont(0.99) WITHIN GROUP (ORDER BY extract(epoch FROM d.created_at - p.created_at))
+			FROM outbox_dispatched d JOIN operations p ON p.id = (d.event_payload->>'operation_id')::uuid
+			WHERE d.event_type = 'operation.status_changed' AND d.event_payload->>'status' = 'succeeded'
+			  AND p.created_at >= $1 AND p.created_at < $1 + interval '1 minute'`, m).Scan(&p50, &p99, &f50, &f99))
+		return p50, p99, f50, f99
+	}
+
+	// Under the sample size: exact, and said to be.
+	r := read(small)
+	require.Equal(t, []int64{800, 800, 800, 40}, []int64{r.accepted, r.succeeded, r.delivered, r.redelivered})
+	require.Nil(t, r.latencySample, "every operation's latency read")
+	require.Nil(t, r.redeliveredSample, "every request event looked at")
+	p50, p99, f50, f99 := exact(small)
+	require.InDeltaSlice(t, []float64{p50, p99, f50, f99}, []float64{r.startP50, r.startP99, r.finishP50, r.finishP99}, 1e-4)
+
+	// Above it: counts exact, latencies and redeliveries from 1,000, said to be, and close.
+	for _, x := range []struct {
+		m              time.Time
+		n, redelivered int64
+	}{{large, 2000, 1000}, {larger, 20000, 10000}} {
+		r := read(x.m)
+		require.Equal(t, []int64{x.n, x.n, x.n}, []int64{r.accepted, r.succeeded, r.delivered})
+		require.Equal(t, int64(1000), *r.latencySample)
+		require.Equal(t, int64(1000), *r.redeliveredSample)
+		// Half the request events are redeliveries: among 1,000 drawn, 500 ± 16 (one standard
+		// deviation); 15 % is more than six.
+		require.InEpsilon(t, float64(x.redelivered), float64(r.redelivered), 0.15)
+		p50, p99, f50, f99 := exact(x.m)
+		require.InDelta(t, p50, r.startP50, 0.1, "start p50 (0 to 0.98 s, uniform)")
+		require.InDelta(t, p99, r.startP99, 0.03, "start p99")
+		require.InDelta(t, f50, r.finishP50, 0.3, "finish p50 (0.01 to 2.98 s, uniform)")
+		require.InDelta(t, f99, r.finishP99, 0.1, "finish p99")
+	}
+
+	// The reads beyond the log's minute, counted by PostgreSQL in the operator's own
+	// transaction: at most 1,000 primary-key reads of operations and 1,000 probes of the
+	// log's aggregate index per minute, at 2,000 and at 20,000 operations alike.
+	reads := func(m time.Time) (pk, probes, indexes int64) {
+		tx, err := b.db.OperatorPool(t).Begin(ctx)
+		require.NoError(t, err)
+		defer func() { _ = tx.Rollback(ctx) }()
+		_, err = tx.Exec(ctx, `SELECT * FROM operator_overview_log($1, $2, 1000)`, m, m.Add(time.Minute))
+		require.NoError(t, err)
+		_, err = tx.Exec(ctx, `SELECT * FROM operator_overview_deliveries($1, $2, '{material_transfer.requested}', 1000)`, m, m.Add(time.Minute))
+		require.NoError(t, err)
+		require.NoError(t, tx.QueryRow(ctx, `SELECT pg_stat_get_xact_numscans('operations_pkey'::regclass),
+				sum(pg_stat_get_xact_numscans(i.indexrelid))::bigint, count(*)
+			FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid
+			WHERE c.relname LIKE 'outbox_dispatched%aggregate_id%' AND c.relkind = 'i'`).Scan(&pk, &probes, &indexes))
+		return pk, probes, indexes
+	}
+	pk1, probes1, indexes := reads(large)
+	pk10, probes10, _ := reads(larger)
+	t.Logf("primary-key reads of operations %d and %d, probes of the log's %d day partitions %d and %d, at 2,000 and 20,000 operations",
+		pk1, pk10, indexes, probes1, probes10)
+	require.Equal(t, []int64{1000, 1000}, []int64{pk1, pk10}, "one primary-key read per sampled operation")
+	require.LessOrEqual(t, probes1, 1000*indexes, "at most one probe per sampled request event and day partition")
+	require.LessOrEqual(t, probes10, 1000*indexes, "at most one probe per sampled request event and day partition")
+}
