@@ -37,11 +37,13 @@
 //
 // # The overview's samples
 //
-// The charts read per-minute samples (sql/050: overview_flow_samples, overview_outbox_samples,
-// kept two days) that Server.RunSampler writes, ten seconds after each minute ends, in the
-// console process (`app console` and `app all`): from the log of delivered events (a minute's
-// rows, over its BRIN index, and one primary-key read of operations per finished operation),
-// the task tables' unfinished and failed partial indexes, the outbox's live table and the
+// The charts read per-minute samples (sql/050, sql/054: overview_flow_samples,
+// overview_outbox_samples, kept two days) that Server.RunSampler writes, ten seconds after
+// each minute ends, in the console process (`app console` and `app all`): from the log of
+// delivered events (a minute's rows, over its BRIN index, counted; beyond them at most 1,000
+// primary-key reads of operations per flow for the latencies and 1,000 probes of the log for
+// the redeliveries, of events drawn at random, the sample sizes kept with the sample), the
+// task tables' unfinished and failed partial indexes, the outbox's live table and the
 // queues' lengths in Redis. Nothing the service writes pays for them. Several consoles may
 // sample: a minute already written is left alone.
 //
