@@ -22,6 +22,15 @@
 -- the draw holds fewer than p_sample with a probability under 1e-6 (p_sample ≥ 1,000), and the
 -- sample is uniform either way. overview_flow_samples keeps each minute's sample sizes
 -- (latency_sample, redelivered_sample: NULL when every row was read).
+-- Their read of the minute is as tight as the log's BRIN index is summarized: a range never
+-- summarized matches every query. VACUUM summarizes (autovacuum: after inserts of 20 % of a
+-- partition; never where autovacuum is off), so without more a minute's read could cover
+-- every page written since the partition's last vacuum. overview_summarize_log, which the
+-- sampler runs before it reads, summarizes the complete ranges of the partitions of today
+-- and yesterday (UTC) and of the default partition written since its last call (each range
+-- read once; overview_log_summary keeps where it stopped): never the last range, whose last
+-- page is still being filled (a summarized range makes each insert past its maximum update
+-- the summary).
 -- The service's own writes pay nothing for it: no index, trigger or column is added to a
 -- table they write.
 
@@ -34,6 +43,62 @@ RESET ROLE;
 
 DROP FUNCTION operator_overview_log(timestamptz, timestamptz);
 DROP FUNCTION operator_overview_deliveries(timestamptz, timestamptz, text[]);
+
+SET LOCAL ROLE listing_owner;
+CREATE TABLE overview_log_summary (
+  partition  text PRIMARY KEY,  -- a partition of outbox_dispatched
+  next_block bigint NOT NULL    -- its BRIN ranges before this block are summarized
+);
+REVOKE ALL ON overview_log_summary FROM app_user;
+RESET ROLE;
+
+-- overview_summarize_log summarizes the BRIN ranges of dispatched_at (outbox_dispatched_at)
+-- of today's and yesterday's partitions (UTC) and of the default partition that are complete
+-- (the relation has a block after them) and lie after where its last call stopped, and
+-- returns how many it summarized. It waits at most 1 s for a partition's lock (SHARE UPDATE
+-- EXCLUSIVE, which inserts do not take: a VACUUM of the partition holds it) and fails
+-- rather than wait longer.
+-- +goose StatementBegin
+CREATE FUNCTION overview_summarize_log() RETURNS bigint
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, public SET lock_timeout = '1s' AS $$
+DECLARE
+  r      record;
+  ppr    int;
+  blocks bigint;
+  b      bigint;
+  done   bigint := 0;
+BEGIN
+  FOR r IN
+    SELECT c.oid AS part, c.relname, ic.oid AS idx, ic.reloptions
+    FROM pg_inherits h JOIN pg_class c ON c.oid = h.inhrelid
+    JOIN pg_index i ON i.indrelid = c.oid JOIN pg_class ic ON ic.oid = i.indexrelid
+    JOIN pg_am a ON a.oid = ic.relam AND a.amname = 'brin'
+    WHERE h.inhparent = 'public.outbox_dispatched'::regclass
+      AND c.relname IN ('outbox_dispatched_' || to_char(now() AT TIME ZONE 'UTC', 'YYYYMMDD'),
+                        'outbox_dispatched_' || to_char((now() - interval '1 day') AT TIME ZONE 'UTC', 'YYYYMMDD'),
+                        'outbox_dispatched_default')
+    ORDER BY c.relname
+  LOOP
+    ppr := coalesce((SELECT o.option_value::int FROM pg_options_to_table(r.reloptions) o WHERE o.option_name = 'pages_per_range'), 128);
+    blocks := pg_relation_size(r.part) / current_setting('block_size')::int;
+    b := coalesce((SELECT s.next_block FROM overview_log_summary s WHERE s.partition = r.relname), 0);
+    WHILE b + ppr < blocks LOOP
+      done := done + brin_summarize_range(r.idx, b);
+      b := b + ppr;
+    END LOOP;
+    INSERT INTO overview_log_summary (partition, next_block) VALUES (r.relname, b)
+      ON CONFLICT (partition) DO UPDATE SET next_block = excluded.next_block;
+  END LOOP;
+  DELETE FROM overview_log_summary s
+  WHERE NOT EXISTS (SELECT 1 FROM pg_inherits h JOIN pg_class c ON c.oid = h.inhrelid
+                    WHERE h.inhparent = 'public.outbox_dispatched'::regclass AND c.relname = s.partition);
+  RETURN done;
+END
+$$;
+-- +goose StatementEnd
+ALTER FUNCTION overview_summarize_log() OWNER TO listing_owner;
+REVOKE ALL ON FUNCTION overview_summarize_log() FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION overview_summarize_log() TO listing_operator;
 
 -- operator_overview_log returns, per operation type, the operations accepted (their pending
 -- operation.status_changed) and finished (succeeded, failed) with a commit in [p_from, p_to)
@@ -139,10 +204,12 @@ GRANT EXECUTE ON FUNCTION operator_overview_log(timestamptz, timestamptz, int),
   operator_overview_deliveries(timestamptz, timestamptz, text[], int) TO listing_operator;
 
 -- +goose Down
+DROP FUNCTION IF EXISTS overview_summarize_log();
 DROP FUNCTION IF EXISTS operator_overview_deliveries(timestamptz, timestamptz, text[], int);
 DROP FUNCTION IF EXISTS operator_overview_log(timestamptz, timestamptz, int);
 SET LOCAL ROLE listing_owner;
 ALTER TABLE overview_flow_samples DROP COLUMN IF EXISTS latency_sample, DROP COLUMN IF EXISTS redelivered_sample;
+DROP TABLE IF EXISTS overview_log_summary;
 RESET ROLE;
 
 -- sql/050's definitions.
