@@ -41,7 +41,7 @@ const livenessBound = livenessAfter + livenessInterval + livenessJobBudget
 func livenessEnv(extra map[string]string) map[string]string {
 	env := map[string]string{
 		"JOB_LOCK_DURATION": livenessLock.String(),
-		// Every external call ends within half the lock (config.CallWithinLock).
+		// Short call time-outs: the call fences (two time-outs) stay short.
 		"PLATFORM_TIMEOUT":     (livenessLock / 2).String(),
 		"AI_TIMEOUT":           (livenessLock / 2).String(),
 		"FETCH_TIMEOUT":        (livenessLock / 2).String(),
