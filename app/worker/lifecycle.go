@@ -395,6 +395,16 @@ type heldError struct{ err error }
 func (e heldError) Error() string { return e.err.Error() + " (result held on the task)" }
 func (e heldError) Unwrap() error { return e.err }
 
+// IsHeld reports whether err ended a delivery whose record step gave up after a successful
+// call, the call's result held on the task (Flow.Hold): the next delivery records it
+// without calling again. On the last attempt such an error is also Permanent (no failure is
+// recorded over the call); a transport may deliver the job once more rather than leave it
+// to the reconciler.
+func IsHeld(err error) bool {
+	var h heldError
+	return errors.As(err, &h)
+}
+
 // holdOnFailure keeps r on task id when the record step failed with err in a way a later
 // delivery may mend (not a finished task, not a refused result), for a flow that can hold
 // its results; it returns err, marked as held (heldError) when r was kept.
