@@ -22,7 +22,8 @@ import (
 //     stop (success, nothing done) if it is finished; Begin gathers what the call needs and
 //     may refuse the task; then the task and its operation start (compare-and-set);
 //  3. Call, outside any transaction (external systems, storage), with a deduplication key
-//     derived from the task;
+//     derived from the task, under the call fence when the flow has one (CallTimeout: a
+//     delivery that finds the task running before another run's call deadline waits);
 //  4. record, in a second transaction: the task under its row lock again, and, unless
 //     another delivery finished it meanwhile, Record applies the result; the task and its
 //     operation succeed.
