@@ -114,7 +114,7 @@ type TaskKinds []worker.TaskKind
 // budgets (nil otherwise, so a flow that needs them there is refused by name).
 func provided(cfg config.Config, deps worker.Deps, repos *Repositories, cipher *secret.Cipher, store *Storage,
 	fetcher *fetch.Fetcher, x *Externals, budget *worker.StoreBudget) worker.Provided {
-	values := []any{deps, worker.Settings{PlatformTimeout: cfg.PlatformTimeout, MediaMaxBytes: cfg.MediaMaxBytes,
+	values := []any{deps, worker.Settings{PlatformTimeout: cfg.PlatformTimeout, AITimeout: cfg.AITimeout, MediaMaxBytes: cfg.MediaMaxBytes,
 		MediaDecodes: cfg.MediaDecodeConcurrency, AITextModel: cfg.AITextModel},
 		repos.Products, repos.Stores, repos.Verifications, repos.Media, repos.MediaTasks, repos.Transfers,
 		repos.Publications, repos.Syncs, repos.AITasks, repos.AILedger, repos.Updates}
@@ -237,7 +237,7 @@ func ProvideTransport(cfg config.Config, bcfg bullmq.Config, q *Queues, pool *pg
 			return outbox.Requeue(ctx, pool, job.WorkspaceID, job.ID, claim, after, next)
 		}
 		return jobs.NewMemory(q.Memory, jobs.MemoryConfig{Attempts: cfg.JobAttempts, Backoff: config.JobRetryDelay,
-			Lease: cfg.JobLockDuration, Take: take, Requeue: requeue, Logger: log}), func() {}, nil
+			Lease: cfg.MemoryLease(), Take: take, Requeue: requeue, Logger: log}), func() {}, nil
 	}
 	maxStalls := cfg.JobMaxStalls
 	if maxStalls == 0 {
@@ -264,9 +264,9 @@ func ProvideRunner(cfg config.Config, transport jobs.Transport, handlers map[str
 	}
 	var timeout time.Duration
 	if cfg.Memory() {
-		// A handler holds its outbox event for JOB_LOCK_DURATION from when it is taken: it
-		// must finish, and its calls end, within that lease (config checks the calls fit).
-		timeout = jobs.HandlerTimeout(cfg.JobLockDuration)
+		// A handler holds its outbox event for the lease from when it is taken: it must
+		// finish, and its calls end, within it (MemoryLease covers the calls).
+		timeout = jobs.HandlerTimeout(cfg.MemoryLease())
 	}
 	return jobs.NewRunner(jobs.Config{Transport: transport, Concurrency: cfg.WorkerConcurrency, Handlers: handlers,
 		Kinds: byQueue(kinds), JobTimeout: timeout, ShutdownTimeout: cfg.WorkerStopTimeout, Logger: log, Registerer: reg})

@@ -49,7 +49,11 @@ type Task struct {
 	HeldResult []byte
 	// Look is the task's last look: the failure it holds until a look completes, and what
 	// the look found (see AskLook).
-	Look         TaskLook
+	Look TaskLook
+	// CallDeadline is when the external call of the task's latest run ends at the latest
+	// (the call fence, see Fence); zero when no fenced call started, or the last one ended
+	// with an error (Unfence).
+	CallDeadline time.Time
 	ErrorCode    string
 	ErrorMessage string
 	Version      int
@@ -75,6 +79,40 @@ func (t *Task) Start(now time.Time) error {
 	t.Attempts++
 	t.Version++
 	return nil
+}
+
+// Fence records that the run started now makes an external call that ends by deadline (its
+// flow runs the call under that deadline): until then, another delivery that finds the task
+// running waits (Fenced), since the call of a worker that died may still land upstream. A
+// finished task is ErrTaskFinished.
+func (t *Task) Fence(deadline time.Time) error {
+	if t.Status.Terminal() {
+		return ErrTaskFinished
+	}
+	t.CallDeadline = deadline
+	return nil
+}
+
+// Fenced reports how long a delivery at now must wait before it may run the task: until the
+// call deadline of a running task (Fence); zero, false when it may run now.
+func (t *Task) Fenced(now time.Time) (time.Duration, bool) {
+	if t.Status != TaskRunning || !t.CallDeadline.After(now) {
+		return 0, false
+	}
+	return t.CallDeadline.Sub(now), true
+}
+
+// Unfence lifts the fence of the call that was to end by deadline, which ended (with an
+// error: the delivery that made it no longer calls), so that the next delivery need not
+// wait. A fence set since by another run, or none, is left alone; it reports whether it
+// changed the task.
+func (t *Task) Unfence(deadline time.Time, now time.Time) bool {
+	if t.Status.Terminal() || t.CallDeadline.IsZero() || !t.CallDeadline.Equal(deadline) {
+		return false
+	}
+	t.CallDeadline, t.UpdatedAt = time.Time{}, now
+	t.Version++
+	return true
 }
 
 // Succeed finishes the task.

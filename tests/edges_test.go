@@ -7,6 +7,7 @@ package tests
 import (
 	"context"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -15,6 +16,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/listingkit/listing/app/worker"
+	"github.com/listingkit/listing/infra/postgres/pgtest"
 	"github.com/listingkit/listing/infra/sandbox"
 	"github.com/listingkit/listing/infra/sandbox/aiprovider"
 	"github.com/listingkit/listing/infra/sandbox/marketplace"
@@ -152,6 +155,67 @@ func TestEdgesRecordFailsOnceAfterTheAICall(t *testing.T) {
 	require.Equal(t, "1", seedOne(t, w.db, "SELECT attempts::text FROM ai_tasks WHERE id = $1", seedField(t, task, "ai_task", "id")),
 		"one attempt")
 	require.Contains(t, work.out.String(), "outcome=succeeded")
+}
+
+// failRecordsUntilHeld makes every record transaction of table's tasks fail while no result
+// is held on the task: the first delivery's record step gives up (all its retries) after
+// its call, holds the result, and a later delivery, which records the held result, succeeds.
+// It returns how many record transactions failed so far.
+func failRecordsUntilHeld(t *testing.T, db *pgtest.DB, table string) func() int {
+	t.Helper()
+	_, err := db.Owner.Exec(context.Background(), `
+		CREATE SEQUENCE test_failed_records;
+		CREATE FUNCTION test_fail_records_until_held() RETURNS trigger LANGUAGE plpgsql SECURITY DEFINER AS $$
+		BEGIN
+		  IF NEW.status = 'succeeded' AND OLD.status <> 'succeeded' AND OLD.held_result IS NULL THEN
+		    PERFORM nextval('test_failed_records');
+		    RAISE EXCEPTION 'injected: the record transaction fails until a result is held';
+		  END IF;
+		  RETURN NEW;
+		END $$;
+		CREATE TRIGGER test_fail_records_until_held BEFORE UPDATE ON `+table+`
+		  FOR EACH ROW EXECUTE FUNCTION test_fail_records_until_held();`)
+	require.NoError(t, err)
+	return func() int {
+		// A sequence's increments are not rolled back with the failed transactions.
+		n, err := strconv.Atoi(seedOne(t, db, "SELECT CASE WHEN is_called THEN last_value ELSE 0 END::text FROM test_failed_records"))
+		require.NoError(t, err)
+		return n
+	}
+}
+
+// TestEdgesRecordGivesUpAfterTheAICall: the record step of an AI task gives up after the
+// provider answered (every record transaction fails until the result is held). The result
+// is held on the task and the next delivery records it: the BullMQ job's retry, or, when
+// that was the job's last attempt, the reconciler's delivery. One provider call (one bill).
+// TestMemoryTransportRecordGivesUpAfterTheAICall is the memory transport's twin.
+func TestEdgesRecordGivesUpAfterTheAICall(t *testing.T) {
+	t.Parallel()
+	for _, attempts := range []string{"3", "1"} {
+		t.Run("attempts_"+attempts, func(t *testing.T) {
+			t.Parallel()
+			ai, err := aiprovider.New(aiprovider.Config{APIKeys: []string{"edges-ai-key"}})
+			require.NoError(t, err)
+			aiSrv, err := sandbox.Start("", ai)
+			require.NoError(t, err)
+			t.Cleanup(func() { _ = aiSrv.Close() })
+			_, url := newHeldFront(t, 0, false)
+			w := newLivenessWorld(t, url, 0, map[string]string{"AI_BASE_URL": aiSrv.URL, "AI_API_KEY": "edges-ai-key",
+				"JOB_ATTEMPTS": attempts})
+			failed := failRecordsUntilHeld(t, w.db, "ai_tasks")
+			w.startWork(t)
+
+			task := w.env.Do(servicetest.Request{Method: "POST", Path: seedWS(w.acct) + "/ai-tasks", Token: w.acct.AccessToken,
+				Header: seedKey(), Body: map[string]any{"kind": "text", "product_id": w.productID, "input": map[string]any{"prompt": "held"}}})
+			require.Equal(t, http.StatusAccepted, task.Status, "%s", task.Body)
+			status, code := w.waitFinished(t, seedField(t, task, "operation", "id"), time.Now(), livenessBound+livenessJobBudget)
+			require.Equal(t, "succeeded", status, code)
+			require.GreaterOrEqual(t, failed(), worker.RecordRetries+1, "the first delivery's record step gave up")
+			require.Equal(t, 1, ai.Calls(aiprovider.EndpointChat), "one provider call")
+			taskID := seedField(t, task, "ai_task", "id")
+			require.Equal(t, "", seedOne(t, w.db, "SELECT coalesce(held_result::text, '') FROM ai_tasks WHERE id = $1", taskID))
+		})
+	}
 }
 
 // lockFront serves a marketplace sandbox that ignores Idempotency-Key and logs every

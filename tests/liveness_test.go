@@ -9,6 +9,7 @@ import (
 	"context"
 	"net/http"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -41,7 +42,7 @@ const livenessBound = livenessAfter + livenessInterval + livenessJobBudget
 func livenessEnv(extra map[string]string) map[string]string {
 	env := map[string]string{
 		"JOB_LOCK_DURATION": livenessLock.String(),
-		// Every external call ends within half the lock (config.CallWithinLock).
+		// Short call time-outs: the call fences (two time-outs) stay short.
 		"PLATFORM_TIMEOUT":     (livenessLock / 2).String(),
 		"AI_TIMEOUT":           (livenessLock / 2).String(),
 		"FETCH_TIMEOUT":        (livenessLock / 2).String(),
@@ -68,6 +69,22 @@ type heldFront struct {
 	seen       atomic.Int32
 	held       chan struct{}
 	close      chan struct{}
+	// products records when each request to /v1/products arrived.
+	mu       sync.Mutex
+	products []time.Time
+}
+
+// productsSince returns when the requests to /v1/products that arrived after since did.
+func (f *heldFront) productsSince(since time.Time) []time.Time {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []time.Time
+	for _, at := range f.products {
+		if at.After(since) {
+			out = append(out, at)
+		}
+	}
+	return out
 }
 
 func newHeldFront(t *testing.T, hold int, ignoreKey bool) (*heldFront, string) {
@@ -90,6 +107,11 @@ func (f *heldFront) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		case <-f.close:
 		}
 		return
+	}
+	if r.URL.Path == "/v1/products" {
+		f.mu.Lock()
+		f.products = append(f.products, time.Now())
+		f.mu.Unlock()
 	}
 	if r.Method == http.MethodPost && r.URL.Path == "/v1/products" {
 		f.created.Store(true)
@@ -265,6 +287,45 @@ func TestLivenessWorkerKilledTwice(t *testing.T) {
 			require.Equal(t, 1, front.sb.ProductsWithRef(pubID), "platform products of the publication")
 		})
 	}
+}
+
+// TestLivenessSIGKILLDuringACreateResumesFast: at the default lock, stalled check and call
+// time-outs (a 15s platform time-out), the worker holding a publication's job is SIGKILLed
+// while the platform, which ignores Idempotency-Key, created the product and delays its
+// answer. Another worker process takes the job back and runs it again within 45s of the
+// kill (JOB_LOCK_DURATION + JOB_STALLED_INTERVAL), not before the dead worker's call
+// deadline (the call fence, on the task), and the platform holds one product.
+func TestLivenessSIGKILLDuringACreateResumesFast(t *testing.T) {
+	t.Parallel()
+	front, url := newHeldFront(t, 1, true)
+	// The reconciler stays out of the way: the job comes back through BullMQ alone.
+	w := newLivenessWorld(t, url, 0, map[string]string{"RECONCILE_AFTER": "5m"})
+	for _, k := range []string{"JOB_LOCK_DURATION", "JOB_STALLED_INTERVAL", "PLATFORM_TIMEOUT", "AI_TIMEOUT", "FETCH_TIMEOUT"} {
+		delete(w.workEnv, k) // the defaults
+	}
+	w1 := w.startWork(t)
+	pubID, opID, _ := w.publish(t)
+	front.waitHeld(t) // the create was performed; its answer never comes
+	w1.kill(t)
+	killed := time.Now()
+	var deadline time.Time
+	require.NoError(t, w.db.Owner.QueryRow(context.Background(),
+		"SELECT call_deadline FROM publications WHERE id = $1", pubID).Scan(&deadline))
+	require.WithinDuration(t, killed.Add(30*time.Second), deadline, 5*time.Second,
+		"the dead worker's call is fenced by two platform time-outs from its start")
+	w.startWork(t)
+
+	status, code := w.waitFinished(t, opID, killed, 45*time.Second+livenessJobBudget)
+	require.Equal(t, "succeeded", status, code)
+	again := front.productsSince(killed)
+	require.NotEmpty(t, again, "the job ran again")
+	t.Logf("the job ran again %s after the kill (call deadline %s after it)", again[0].Sub(killed).Round(time.Millisecond),
+		deadline.Sub(killed).Round(time.Millisecond))
+	require.LessOrEqual(t, again[0].Sub(killed), 45*time.Second, "the job runs again within 45s of the kill")
+	require.False(t, again[0].Before(deadline), "no call before the dead worker's call deadline")
+	require.Equal(t, 1, front.sb.ProductsWithRef(pubID), "platform products of the publication")
+	require.Equal(t, "2", seedOne(t, w.db, "SELECT attempts::text FROM publications WHERE id = $1", pubID),
+		"the wait for the fence spends no attempt")
 }
 
 // TestLivenessRedisFlushedAfterDispatch: the worker dies after the platform created the

@@ -6,11 +6,13 @@ package tests
 import (
 	"context"
 	"net/http"
+	"strconv"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/listingkit/listing/app/worker"
 	"github.com/listingkit/listing/infra/config"
 	"github.com/listingkit/listing/infra/postgres/pgtest"
 	"github.com/listingkit/listing/infra/sandbox"
@@ -145,4 +147,34 @@ func TestMemoryTransportHoldsTheEventThroughALongCall(t *testing.T) {
 	require.Equal(t, 1, sb.Calls(aiprovider.EndpointChat), "one provider call")
 	require.Equal(t, "", seedOne(t, env.DB, `SELECT coalesce(metadata->>'job_attempt', '') FROM outbox_all_events
 		WHERE event_type = 'ai_task.requested'`), "delivered once: never handed back")
+}
+
+// TestMemoryTransportRecordGivesUpAfterTheAICall: over the memory transport, the record step
+// of an AI task gives up after the provider answered (every record transaction fails until
+// the result is held): the result is held on the task and the next delivery records it, on
+// the job's last attempt too (handed back once, not left to the reconciler). One provider
+// call. TestEdgesRecordGivesUpAfterTheAICall is BullMQ's twin.
+func TestMemoryTransportRecordGivesUpAfterTheAICall(t *testing.T) {
+	t.Parallel()
+	for _, attempts := range []int{3, 1} {
+		t.Run("attempts_"+strconv.Itoa(attempts), func(t *testing.T) {
+			t.Parallel()
+			env := servicetest.StartAll(t, func(c *config.Config) {
+				c.QueueTransport, c.RedisURL, c.JobAttempts = config.TransportMemory, closedRedis, attempts
+			})
+			failed := failRecordsUntilHeld(t, env.DB, "ai_tasks")
+			acct := env.Register("memory-held@example.com")
+			productID := seedProduct(t, env, acct)
+			task := env.Do(servicetest.Request{Method: "POST", Path: seedWS(acct) + "/ai-tasks", Token: acct.AccessToken,
+				Header: seedKey(), Body: map[string]any{"kind": "text", "product_id": productID, "input": map[string]any{"prompt": "held"}}})
+			require.Equal(t, http.StatusAccepted, task.Status, "%s", task.Body)
+			op := env.WaitOperation(acct, seedField(t, task, "operation", "id"))
+			require.Equal(t, "succeeded", op["status"], "%v", op)
+			require.GreaterOrEqual(t, failed(), worker.RecordRetries+1, "the first delivery's record step gave up")
+			require.Equal(t, 1, env.Work.Externals.AISandbox.Calls(aiprovider.EndpointChat), "one provider call")
+			taskID := seedField(t, task, "ai_task", "id")
+			require.Equal(t, "1", seedOne(t, env.DB, "SELECT attempts::text FROM ai_tasks WHERE id = $1", taskID),
+				"the held result is recorded without a second run")
+		})
+	}
 }

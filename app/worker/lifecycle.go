@@ -22,7 +22,8 @@ import (
 //     stop (success, nothing done) if it is finished; Begin gathers what the call needs and
 //     may refuse the task; then the task and its operation start (compare-and-set);
 //  3. Call, outside any transaction (external systems, storage), with a deduplication key
-//     derived from the task;
+//     derived from the task, under the call fence when the flow has one (CallTimeout: a
+//     delivery that finds the task running before another run's call deadline waits);
 //  4. record, in a second transaction: the task under its row lock again, and, unless
 //     another delivery finished it meanwhile, Record applies the result; the task and its
 //     operation succeed.
@@ -78,6 +79,17 @@ type Flow[T domain.Requested, W, R any] struct {
 	// deduplication key).
 	Hold   func(r R) ([]byte, error)
 	Unhold func(held []byte) (R, error)
+	// CallTimeout, when positive, fences the call: the begin step records on the task that
+	// this run's call ends by its start plus CallTimeout (domain.Task.Fence) and Call runs
+	// under that deadline, so that a delivery that finds the task running before it (its
+	// worker died, or gave its job up, with the call in flight) waits until it passed,
+	// spending no attempt, and one after it proceeds: no call made for the task can land
+	// upstream beside the next one. A flow whose call changes something upstream sets it
+	// to the longest its call may take (the time-outs of the requests it makes one after
+	// another); without it a dead worker's call may still land while the next delivery
+	// runs. A call that ends with an error lifts its fence (the next delivery need not
+	// wait).
+	CallTimeout time.Duration
 	// Log receives one line per attempt. Default: Deps.Log, else no logs.
 	Log *slog.Logger
 }
@@ -103,6 +115,19 @@ func (f Flow[T, W, R]) Validate() error {
 		return fmt.Errorf("worker.Flow %s: Hold and Unhold go together", f.QueueName)
 	}
 	return nil
+}
+
+// FenceMargin is added to the wait of a delivery that met a fenced call (Flow.CallTimeout):
+// the clocks of the processes that run the workers must agree within it.
+const FenceMargin = time.Second
+
+// fenceWait is a delivery that found its task running before the call deadline of another
+// run (domain.Task.Fenced): it waits delay and runs again (decide turns it into a
+// SnoozeError with Wait set: no attempt, no snooze spent).
+type fenceWait struct{ delay time.Duration }
+
+func (e fenceWait) Error() string {
+	return "the task's call may still be in flight (its worker stopped): waiting " + e.delay.String()
 }
 
 // Snooze bounds: a job is snoozed at most MaxSnoozes times, and at most MaxSnooze in total;
@@ -156,7 +181,7 @@ const (
 	OutcomeSkipped   = "skipped"   // the task was finished already: nothing done
 	OutcomeRetry     = "retry"     // retryable failure; the transport delivers again
 	OutcomeSnoozed   = "snoozed"   // upstream Retry-After; delivered again, no attempt spent
-	OutcomeWaiting   = "waiting"   // over its store's budget, not started; delivered again, nothing spent
+	OutcomeWaiting   = "waiting"   // over its store's budget, or its call fenced: not started; delivered again, nothing spent
 	OutcomeFailed    = "failed"    // final failure, recorded on the task and its operation
 	OutcomeLost      = "error"     // final failure that could not be recorded (the reconciler will)
 	OutcomeLastLook  = "last_look" // final failure held: a last look was requested first
@@ -243,11 +268,13 @@ func (f Flow[T, W, R]) run(ctx context.Context, job Job, id uuid.UUID) (R, error
 	var refused *domain.Error
 	var busy error
 	var held []byte
+	var fenced time.Duration
+	var deadline time.Time
 	// The task's locking read (with its operation) may be sent ahead with the group's others.
 	err := d.groupStep(preloadLocking(ctx, f.Tasks, id), job, id, func(ctx context.Context) error {
 		// Set on every run: a group commit may run this again alone.
 		var zero W
-		w, refused, busy, held = zero, nil, nil, nil
+		w, refused, busy, held, fenced, deadline = zero, nil, nil, nil, 0, time.Time{}
 		// The task's write goes with the COMMIT unless Begin may refuse it: a refusal's
 		// OnFail may read the task again.
 		// The operation is locked and read with the task (one round trip), for StartOperation.
@@ -259,6 +286,10 @@ func (f Flow[T, W, R]) run(ctx context.Context, job Job, id uuid.UUID) (R, error
 			if f.Unhold != nil && len(t.HeldResult) > 0 {
 				held = t.HeldResult
 				return errHeld
+			}
+			if wait, ok := t.Fenced(d.Now()); ok {
+				fenced = wait
+				return errFenced
 			}
 			if f.Begin != nil {
 				var err error
@@ -276,9 +307,16 @@ func (f Flow[T, W, R]) run(ctx context.Context, job Job, id uuid.UUID) (R, error
 					return err
 				}
 			}
-			return t.Start(d.Now())
+			now := d.Now()
+			if err := t.Start(now); err != nil || f.CallTimeout <= 0 {
+				return err
+			}
+			// Microseconds: the deadline is compared with what the database kept (Unfence).
+			deadline = now.Add(f.CallTimeout).Truncate(time.Microsecond)
+			return t.Fence(deadline)
 		})
-		if (busy != nil && errors.Is(err, errBusy)) || (held != nil && errors.Is(err, errHeld)) {
+		if (busy != nil && errors.Is(err, errBusy)) || (held != nil && errors.Is(err, errHeld)) ||
+			(fenced > 0 && errors.Is(err, errFenced)) {
 			return nil // nothing written: the group's other steps commit
 		}
 		if err != nil {
@@ -300,6 +338,8 @@ func (f Flow[T, W, R]) run(ctx context.Context, job Job, id uuid.UUID) (R, error
 		return r, refusal{refused}
 	case busy != nil:
 		return r, busy
+	case fenced > 0:
+		return r, fenceWait{fenced}
 	case held != nil:
 		// A previous delivery's call succeeded and its record step gave up: record its
 		// result, without calling again.
@@ -309,12 +349,40 @@ func (f Flow[T, W, R]) run(ctx context.Context, job Job, id uuid.UUID) (R, error
 		return r, f.holdOnFailure(ctx, job, id, r, f.record(ctx, job, id, r))
 	}
 
-	r, err = f.Call(ctx, task, w, tx)
+	cctx := ctx
+	if !deadline.IsZero() {
+		var cancel context.CancelFunc
+		cctx, cancel = context.WithDeadline(ctx, deadline)
+		defer cancel()
+	}
+	r, err = f.Call(cctx, task, w, tx)
 	if err != nil {
+		if !deadline.IsZero() && ctx.Err() == nil {
+			// The call ended: the next delivery need not wait for its deadline. Cut short by
+			// the job's end (a shutdown, a lost lock), it may still land: the fence stays.
+			f.unfence(ctx, job, id, deadline)
+		}
 		return r, err
 	}
 
 	return r, f.holdOnFailure(ctx, job, id, r, f.record(ctx, job, id, r))
+}
+
+// unfence lifts task id's fence of the call that was to end by deadline (domain.Task.Unfence),
+// in a transaction of its own bounded by HoldTimeout; best effort (without it the next
+// delivery waits for the deadline).
+func (f Flow[T, W, R]) unfence(ctx context.Context, job Job, id uuid.UUID, deadline time.Time) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), HoldTimeout)
+	defer cancel()
+	_ = f.Deps.Step(ctx, job, func(ctx context.Context) error {
+		_, err := f.Tasks.Update(ctx, id, func(v *T) error {
+			if !f.TaskOf(v).Unfence(deadline, f.Deps.Now()) {
+				return ErrSkip // nothing to write
+			}
+			return nil
+		})
+		return err
+	})
 }
 
 // HoldTimeout bounds the transaction that holds a result (Flow.Hold) once the record step
@@ -327,6 +395,16 @@ type heldError struct{ err error }
 
 func (e heldError) Error() string { return e.err.Error() + " (result held on the task)" }
 func (e heldError) Unwrap() error { return e.err }
+
+// IsHeld reports whether err ended a delivery whose record step gave up after a successful
+// call, the call's result held on the task (Flow.Hold): the next delivery records it
+// without calling again. On the last attempt such an error is also Permanent (no failure is
+// recorded over the call); a transport may deliver the job once more rather than leave it
+// to the reconciler.
+func IsHeld(err error) bool {
+	var h heldError
+	return errors.As(err, &h)
+}
 
 // holdOnFailure keeps r on task id when the record step failed with err in a way a later
 // delivery may mend (not a finished task, not a refused result), for a flow that can hold
@@ -452,11 +530,14 @@ func (f Flow[T, W, R]) failed(ctx context.Context, task T, r R, fl Failure) erro
 func (f Flow[T, W, R]) decide(ctx context.Context, job Job, id uuid.UUID, r R, err error) (string, error) {
 	var ref refusal
 	var wait budgetWait
+	var fw fenceWait
 	switch {
 	case err == nil:
 		return OutcomeSucceeded, nil
 	case errors.As(err, &wait):
 		return OutcomeWaiting, &SnoozeError{Delay: wait.delay, Err: err, Wait: true}
+	case errors.As(err, &fw):
+		return OutcomeWaiting, &SnoozeError{Delay: fw.delay + FenceMargin, Err: err, Wait: true}
 	case errors.Is(err, ErrSkip):
 		return OutcomeSkipped, nil
 	case errors.As(err, &ref):
@@ -525,6 +606,13 @@ func (f Flow[T, W, R]) look(ctx context.Context, job Job, id uuid.UUID, held Fai
 		task = v
 		return err
 	})
+	if err == nil {
+		// A call that may still land would make the look's answer stale: wait for its fence.
+		if wait, ok := f.TaskOf(&task).Fenced(d.Now()); ok {
+			e := fenceWait{wait}
+			return OutcomeWaiting, &SnoozeError{Delay: wait + FenceMargin, Err: e, Wait: true}
+		}
+	}
 	if err == nil {
 		// The failure the task's look holds (the first one asked for) prevails over the
 		// event's.

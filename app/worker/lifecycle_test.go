@@ -444,3 +444,87 @@ func TestLifecycleStoreBudgetWaitSpendsNothing(t *testing.T) {
 	budget.Limited(context.Background(), store, errors.New("boom"))
 	require.Equal(t, 1, buckets.lowered)
 }
+
+// The call fence: a run records its call's deadline on the task and calls under it; a
+// delivery that finds the task running before that deadline (the previous worker died with
+// its call in flight) waits for it without calling or spending an attempt, and one after it
+// runs. A call that ends with an error lifts its fence: the retry does not wait.
+func TestLifecycleFencedCallWaitsForItsDeadline(t *testing.T) {
+	l := newLifecycle(t)
+	var mu sync.Mutex
+	now := time.Date(2026, 12, 6, 10, 0, 0, 123456789, time.UTC)
+	clock := func(d time.Duration) {
+		mu.Lock()
+		defer mu.Unlock()
+		now = now.Add(d)
+	}
+	l.env.Deps.Now = func() time.Time {
+		mu.Lock()
+		defer mu.Unlock()
+		return now
+	}
+	start := now
+	var deadlines []time.Time
+	var answer func(ctx context.Context) (string, error)
+	f := l.flow(t, nil, nil)
+	f.CallTimeout = 30 * time.Second
+	f.Call = func(ctx context.Context, _ domain.MaterialTransfer, _ struct{}, _ worker.Tx) (string, error) {
+		l.calls++
+		d, ok := ctx.Deadline()
+		require.True(t, ok, "the call runs under its fence")
+		deadlines = append(deadlines, d)
+		return answer(ctx)
+	}
+	tr, job := l.task(t)
+
+	// The first worker's job ends while its call is in flight (its lock lost, or the worker
+	// stopped): the fence stays.
+	jctx, cancel := context.WithCancel(context.Background())
+	answer = func(context.Context) (string, error) {
+		cancel()
+		return "", context.Canceled
+	}
+	require.Error(t, f.Handle(jctx, job))
+	require.Equal(t, []time.Time{start.Add(30 * time.Second).Truncate(time.Microsecond)}, deadlines)
+	got, _ := l.state(t, tr)
+	require.Equal(t, domain.TaskRunning, got.Status)
+	require.Equal(t, 1, got.Attempts)
+	require.True(t, got.CallDeadline.Equal(deadlines[0]), "the deadline is on the task: %s", got.CallDeadline)
+
+	// Another worker meets the task 10s later: it waits for the rest of the fence.
+	clock(10 * time.Second)
+	answer = func(context.Context) (string, error) { return "done", nil }
+	err := f.Handle(context.Background(), job)
+	delay, ok := worker.SnoozeOf(err)
+	require.True(t, ok, "%v", err)
+	require.True(t, worker.IsWait(err), "no attempt and no snooze spent")
+	require.InDelta(t, float64(20*time.Second+worker.FenceMargin), float64(delay), float64(time.Millisecond))
+	require.Equal(t, 1, l.calls, "no call beside the one that may still land")
+	got, _ = l.state(t, tr)
+	require.Equal(t, 1, got.Attempts)
+	require.Equal(t, domain.TaskRunning, got.Status)
+
+	// Past the deadline, the delivery runs.
+	clock(21 * time.Second)
+	require.NoError(t, f.Handle(context.Background(), job))
+	require.Equal(t, 2, l.calls)
+	got, op := l.state(t, tr)
+	require.Equal(t, domain.TaskSucceeded, got.Status)
+	require.Equal(t, domain.OperationSucceeded, op.Status)
+	require.Equal(t, 2, got.Attempts)
+
+	// A call that fails lifts its fence: the retry calls at once.
+	tr2, job2 := l.task(t)
+	answer = func(context.Context) (string, error) { return "", port.ErrPlatformTransient }
+	err = f.Handle(context.Background(), job2)
+	require.Error(t, err)
+	_, snoozed := worker.SnoozeOf(err)
+	require.False(t, snoozed)
+	got, _ = l.state(t, tr2)
+	require.True(t, got.CallDeadline.IsZero(), "fence lifted: %s", got.CallDeadline)
+	answer = func(context.Context) (string, error) { return "again", nil }
+	require.NoError(t, f.Handle(context.Background(), job2))
+	require.Equal(t, 4, l.calls)
+	got, _ = l.state(t, tr2)
+	require.Equal(t, domain.TaskSucceeded, got.Status)
+}

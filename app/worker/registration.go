@@ -192,6 +192,8 @@ func (p Provided) find(t reflect.Type) (reflect.Value, error) {
 type Settings struct {
 	// PlatformTimeout is the marketplace gateway's time-out of one call (PLATFORM_TIMEOUT).
 	PlatformTimeout time.Duration
+	// AITimeout is the AI provider's time-out of one call (AI_TIMEOUT).
+	AITimeout time.Duration
 	// MediaMaxBytes bounds a media's size (MEDIA_MAX_BYTES).
 	MediaMaxBytes int64
 	// MediaDecodes bounds the originals a process holds decoded at once

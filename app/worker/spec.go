@@ -127,7 +127,7 @@ func CannotAsk(why string) LastLook { return LastLook{CannotAsk: why} }
 // prepare_task_table: domain.Task's fields.
 var LifecycleColumns = []string{"id", "workspace_id", "operation_id", "status", "attempts", "reconciliations",
 	"error_code", "error_message", "version", "created_at", "updated_at", "redeliveries", "reconciled_attempts",
-	"first_dispatched_at", "held_result", "look_code", "look_message", "looked_at", "look_found"}
+	"first_dispatched_at", "held_result", "look_code", "look_message", "looked_at", "look_found", "call_deadline"}
 
 // Check reports every part s lacks, each named ("flow listing_update: no queue"), joined;
 // nil when s is whole.

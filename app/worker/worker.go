@@ -195,6 +195,10 @@ var errBusy = errors.New("worker: busy")
 // anything: the delivery records it instead of calling.
 var errHeld = errors.New("worker: result held")
 
+// errFenced ends a begin step that found its task's call fenced (domain.Task.Fenced) before
+// writing anything: the delivery waits for the fence.
+var errFenced = errors.New("worker: call fenced")
+
 // errFinished is ErrSkip returned by a step that found its task finished before writing
 // anything: in a group transaction it fails no other step.
 var errFinished = fmt.Errorf("%w (nothing written)", ErrSkip)

@@ -1,7 +1,6 @@
 package config
 
 import (
-	"errors"
 	"fmt"
 	"time"
 
@@ -9,43 +8,33 @@ import (
 	"github.com/listingkit/listing/infra/jobs"
 )
 
-// LockedCall is an external call a worker makes while it holds a BullMQ job's lock: the
-// setting that bounds one such call and its value.
+// LockedCall is an external call a worker makes while it holds a job: the setting that
+// bounds one such call and its value.
 type LockedCall struct {
 	Setting string
 	Timeout time.Duration
 }
 
-// LockedCalls lists the time-outs of every external call a worker makes while holding a job's
-// lock: the marketplace gateway (PLATFORM_TIMEOUT), the AI provider (AI_TIMEOUT) and a
-// material download (FETCH_TIMEOUT).
+// LockedCalls lists the time-outs of every external call a worker makes while holding a job:
+// the marketplace gateway (PLATFORM_TIMEOUT), the AI provider (AI_TIMEOUT) and a material
+// download (FETCH_TIMEOUT).
+//
+// The BullMQ job lock (JOB_LOCK_DURATION) does not bound them: the call fence does
+// (worker.Flow.CallTimeout, model/README.md property 4). A flow whose call changes something
+// upstream records on its task, as it starts it, the instant by which the call ends, and
+// runs it under that deadline; a delivery that finds the task running before that instant
+// waits until it passed, spending no attempt. A worker that dies with a call in flight thus
+// lets the stalled check hand its job to another worker as soon as its lock ran out (the
+// lock is renewed at half of it while the worker lives), and that worker runs the job only
+// once the dead worker's call can no longer land: it then finds the call's effect (a
+// created product, by the deduplication key or its last look) or none, never a call beside
+// its own. The lock can be short, whatever the calls' time-outs.
 func (c Config) LockedCalls() []LockedCall {
 	return []LockedCall{
 		{Setting: "PLATFORM_TIMEOUT", Timeout: c.PlatformTimeout},
 		{Setting: "AI_TIMEOUT", Timeout: c.AITimeout},
 		{Setting: "FETCH_TIMEOUT", Timeout: c.FetchTimeout},
 	}
-}
-
-// CallWithinLock checks the rule of model/README.md (property 4) for each call: its time-out
-// is at most half the job lock, 2 × timeout <= lock. A worker renews its job's lock every
-// lock/2, so one that dies leaves the lock running for at least lock/2; its call in flight
-// lands within its time-out or never. Only once the lock ran out may the stalled check hand
-// the job to another worker, which then finds the first call's effect (or none) and cannot
-// run beside it. A longer time-out lets the dead worker's call land after the second worker
-// looked for it: a gateway that ignores Idempotency-Key then creates a second product, an AI
-// provider bills a second run. The error names every setting that breaks the rule.
-func CallWithinLock(lock time.Duration, calls []LockedCall) error {
-	var errs []error
-	for _, call := range calls {
-		if call.Timeout > lock/2 {
-			errs = append(errs, fmt.Errorf("%s (%s) must be at most half of JOB_LOCK_DURATION (%s): a worker that dies "+
-				"with that call in flight leaves its job locked for only JOB_LOCK_DURATION/2, after which the job may run "+
-				"again while the call can still land; lower %s or raise JOB_LOCK_DURATION to at least %s",
-				call.Setting, call.Timeout, lock, call.Setting, 2*call.Timeout))
-		}
-	}
-	return errors.Join(errs...)
 }
 
 // StopWithinBound checks the stop bound: a worker that stops lets its calls in flight end
@@ -64,23 +53,19 @@ func StopWithinBound(stop time.Duration, calls []LockedCall) error {
 	return nil
 }
 
-// CallWithinLease checks the memory transport's rule: a job taken holds its outbox event
-// for JOB_LOCK_DURATION (the lease), and its handler runs within four fifths of it
-// (jobs.HandlerTimeout), which must cover the longest call's time-out plus the record
-// step's retries; every call then ends while the lease holds, even when the process dies,
-// and no other claim delivers the event beside it.
-func CallWithinLease(lease time.Duration, calls []LockedCall) error {
-	longest := longestCall(calls)
-	need := longest.Timeout + worker.RecordRetryBudget
-	if handler := jobs.HandlerTimeout(lease); handler < need {
-		// The least lease whose four fifths cover need, in whole seconds rounded up.
-		least := ((need*5+3)/4 + time.Second - 1).Truncate(time.Second)
-		return fmt.Errorf("with QUEUE_TRANSPORT=memory, JOB_LOCK_DURATION (%s) is the lease a job holds its outbox event "+
-			"for, and its handler runs within four fifths of it (%s), which must cover the longest call's time-out "+
-			"(%s, %s) plus the record step's retries (%s); raise JOB_LOCK_DURATION to at least %s",
-			lease, handler, longest.Setting, longest.Timeout, worker.RecordRetryBudget, least)
+// MemoryLease is the memory transport's lease: a job taken holds its outbox event for it,
+// and its handler runs within four fifths of it (jobs.HandlerTimeout), which covers the
+// longest call's time-out plus the record step's retries, so that no other claim delivers
+// the event while the handler lives. It is JOB_LOCK_DURATION, or the least lease (in whole
+// seconds) that covers them when JOB_LOCK_DURATION is shorter (the lock of BullMQ is renewed;
+// the lease is not).
+func (c Config) MemoryLease() time.Duration {
+	need := longestCall(c.LockedCalls()).Timeout + worker.RecordRetryBudget
+	if jobs.HandlerTimeout(c.JobLockDuration) >= need {
+		return c.JobLockDuration
 	}
-	return nil
+	// The least lease whose four fifths cover need, in whole seconds rounded up.
+	return ((need*5+3)/4 + time.Second - 1).Truncate(time.Second)
 }
 
 // longestCall returns the call of calls with the longest time-out.

@@ -164,11 +164,13 @@ type Config struct {
 	// 1, or "off". Unset: FairShareFactor × WORKER_CONCURRENCY. See FairSlots.
 	FairShareSlots string `env:"FAIR_SHARE_SLOTS"`
 	// JobLockDuration is how long a worker's lock on a running job lasts (renewed at half of
-	// it): a job whose worker died is taken back by the stalled check once its lock expired.
-	// With the bullmq transport it must be at least twice every time-out of LockedCalls
-	// (CallWithinLock). Default 2m30s: a dead worker's job stays locked for at least 75s,
-	// 15s more than the longest default time-out (60s), a margin for the renewal's latency.
-	JobLockDuration time.Duration `env:"JOB_LOCK_DURATION" envDefault:"2m30s"`
+	// it): a job whose worker died is taken back by the stalled check once its lock expired,
+	// and runs again at once, or, when the dead worker's call may still land, once the call's
+	// deadline passed (the call fence: LockedCalls). Default 30s (BullMQ's): with the default
+	// JOB_STALLED_INTERVAL a dead worker's job runs again within 45s. With
+	// QUEUE_TRANSPORT=memory it is the lease of a job's outbox event, lengthened to cover the
+	// calls when shorter (MemoryLease).
+	JobLockDuration time.Duration `env:"JOB_LOCK_DURATION" envDefault:"30s"`
 	// WorkerStopTimeout is the stop bound of a `work` process (and of `all`'s workers): on
 	// SIGTERM it stops taking jobs and lets the calls in flight finish and be recorded for up
 	// to this long, renewing their jobs' locks meanwhile; only jobs it did not start go back
@@ -176,8 +178,9 @@ type Config struct {
 	// step's retries (StopWithinBound). Default 75s: the 60s AI and fetch time-outs, 10s of
 	// record retries and a margin. Give the process at least this long before a SIGKILL.
 	WorkerStopTimeout time.Duration `env:"WORKER_STOP_TIMEOUT" envDefault:"75s"`
-	// JobStalledInterval is the period of the stalled check.
-	JobStalledInterval time.Duration `env:"JOB_STALLED_INTERVAL" envDefault:"30s"`
+	// JobStalledInterval is the period of the stalled check: a job whose worker died runs
+	// again at most JOB_LOCK_DURATION + JOB_STALLED_INTERVAL after. Default 15s.
+	JobStalledInterval time.Duration `env:"JOB_STALLED_INTERVAL" envDefault:"15s"`
 	// JobMaxStalls is how often a job may stall (its worker stopped while holding it) before
 	// it fails, and its task with JOB_STALLED. A stall is the worker's fault, not the job's,
 	// so a stalled job runs again; the bound only stops a job that kills its worker each time.
@@ -210,7 +213,8 @@ type Config struct {
 	AIBaseURL string `env:"AI_BASE_URL"`
 	AIAPIKey  string `env:"AI_API_KEY"`
 	// PlatformTimeout bounds one call to the marketplace gateway; AITimeout one call to the
-	// AI provider (CallWithinLock bounds both by JobLockDuration).
+	// AI provider. A flow's call fence (LockedCalls) is made of them: two platform time-outs
+	// for a publication, a listing update or an unpublish, two AI time-outs for an AI task.
 	PlatformTimeout time.Duration `env:"PLATFORM_TIMEOUT" envDefault:"15s"`
 	AITimeout       time.Duration `env:"AI_TIMEOUT" envDefault:"60s"`
 	// AITextModel names the model of text and category tasks.
@@ -267,7 +271,7 @@ type Config struct {
 	// sandbox (PLATFORM_BASE_URL unset), where it is the sandbox's sample files,
 	// http://<SANDBOX_MARKETPLACE_ADDR>/_sandbox/files/.
 	FetchAllowPrefixes []string `env:"FETCH_ALLOW_PREFIXES"`
-	// FetchTimeout bounds one material download (CallWithinLock bounds it by JobLockDuration).
+	// FetchTimeout bounds one material download.
 	FetchTimeout time.Duration `env:"FETCH_TIMEOUT" envDefault:"60s"`
 
 	// CredentialsKeys seal store credentials: "id:base64-32-bytes,..."; the first seals.
@@ -429,14 +433,6 @@ func (c Config) Validate() error {
 	}
 	if c.PlatformTimeout <= 0 || c.AITimeout <= 0 || c.FetchTimeout <= 0 {
 		errs = append(errs, errors.New("PLATFORM_TIMEOUT, AI_TIMEOUT and FETCH_TIMEOUT must be positive"))
-	} else if !c.Memory() {
-		// A BullMQ job's lock must outlast a dead worker's call (model/README.md, property 4).
-		if err := CallWithinLock(c.JobLockDuration, c.LockedCalls()); err != nil {
-			errs = append(errs, err)
-		}
-	} else if err := CallWithinLease(c.JobLockDuration, c.LockedCalls()); err != nil {
-		// The memory transport's lock is the outbox event's lease, held for JOB_LOCK_DURATION.
-		errs = append(errs, err)
 	}
 	if c.PlatformTimeout > 0 && c.AITimeout > 0 && c.FetchTimeout > 0 {
 		if err := StopWithinBound(c.WorkerStopTimeout, c.LockedCalls()); err != nil {
@@ -584,14 +580,15 @@ func (c Config) Memory() bool { return c.QueueTransport == TransportMemory }
 const JobBackoff = time.Second
 
 // QuietestHealthyTask is the least time a healthy task may go without moving: a worker's
-// lock (a task whose worker died is taken back after it) plus the backoff of every retry of
-// JOB_ATTEMPTS. Reconciliation thresholds must not be shorter.
+// lock (a task whose worker died is taken back after it), or the longest call fence (two of
+// the longest call time-out, LockedCalls: its task waits for it) when longer, plus the
+// backoff of every retry of JOB_ATTEMPTS. Reconciliation thresholds must not be shorter.
 func (c Config) QuietestHealthyTask() time.Duration {
 	backoff := time.Duration(0)
 	for n := 1; n < c.JobAttempts && n < 32; n++ {
 		backoff += JobRetryDelay(n)
 	}
-	return c.JobLockDuration + backoff
+	return max(c.JobLockDuration, 2*longestCall(c.LockedCalls()).Timeout) + backoff
 }
 
 // JobRetryDelay is the wait before a job's attempt n+1 after attempt n (from 1) failed:

@@ -161,6 +161,13 @@ func (m *Memory) Delivery(msg *message.Message) (worker.Delivery, string) {
 // context.DeadlineExceeded): only a job not started, or one cut short by the shutdown past
 // the stop bound, goes back with its attempt unspent, the latter not before its lease would
 // have run out (a call it left in flight may still land).
+//
+// A last attempt that recorded nothing is not dropped to wait for the reconciler: one whose
+// result is held on its task (worker.IsHeld: the record step gave up after a successful
+// call) goes back after its backoff, and one whose handler ran out of time (its context
+// ended; a call it left in flight may still land) goes back after the lease; either as one
+// more attempt, once, which records the held result without calling, the success, or the
+// failure. A job handed back so already that ends so again is left to the reconciler.
 func (m *Memory) Settle(ctx context.Context, msg *message.Message, job worker.Job, err error) {
 	settled := true
 	defer func() {
@@ -172,7 +179,10 @@ func (m *Memory) Settle(ctx context.Context, msg *message.Message, job worker.Jo
 	next := outbox.JobDelivery{Attempt: job.Attempt, Snoozes: job.Snoozes, Snoozed: job.Snoozed}
 	var after time.Duration
 	delay, snoozed := worker.SnoozeOf(err)
+	handedBack := job.Attempt > m.attempts // a last attempt handed back once already (below)
 	switch {
+	case worker.IsHeld(err) && job.LastAttempt && !handedBack:
+		after, next.Attempt = m.backoff(job.Attempt), job.Attempt+1
 	case err == nil || (worker.IsPermanent(err) && !snoozed):
 		return
 	case errors.Is(err, ErrNotTaken):
@@ -189,8 +199,12 @@ func (m *Memory) Settle(ctx context.Context, msg *message.Message, job worker.Jo
 		// Cut short by the shutdown past the stop bound: no attempt spent, but not before
 		// the lease it held would have ended.
 		after = m.lease
-	case job.LastAttempt:
+	case job.LastAttempt && handedBack:
 		return
+	case job.LastAttempt:
+		// Not permanent on the last attempt: the handler's context ended before it recorded
+		// anything (worker.Flow records a final failure otherwise).
+		after, next.Attempt = m.lease, job.Attempt+1
 	default:
 		after, next.Attempt = m.backoff(job.Attempt), job.Attempt+1
 	}

@@ -97,10 +97,21 @@ func TestMemorySettleCountsEveryAttempt(t *testing.T) {
 	got, _ = settleOnce(t, context.Background(), job, fmt.Errorf("call: %w", context.Canceled))
 	require.Equal(t, 3, got.Next.Attempt, "a cancellation outside the shutdown is an attempt too")
 
+	// A last attempt whose handler recorded a failure returns it Permanent: final. One that
+	// returns a plain error recorded nothing (its context ended): handed back once, after the
+	// lease (a call it left in flight may still land), as one more attempt; not twice.
 	last := worker.Job{ID: "j", Attempt: 3, LastAttempt: true}
+	got, handled = settleOnce(t, context.Background(), last, worker.Permanent(timeout))
+	require.True(t, handled)
+	require.Nil(t, got, "a failure recorded on the last attempt is final")
 	got, handled = settleOnce(t, context.Background(), last, timeout)
 	require.True(t, handled)
-	require.Nil(t, got, "a time-out on the last attempt is final (the handler recorded the failure)")
+	require.Equal(t, &requeueCall{Claim: "claim/1", After: 2 * time.Minute, Next: outbox.JobDelivery{Attempt: 4}}, got,
+		"a last attempt cut short by its time-out is handed back once, not dropped for the reconciler")
+	again := worker.Job{ID: "j", Attempt: 4, LastAttempt: true}
+	got, handled = settleOnce(t, context.Background(), again, timeout)
+	require.True(t, handled)
+	require.Nil(t, got, "handed back once already: left to the reconciler")
 
 	stopped, cancel := context.WithCancel(context.Background())
 	cancel()

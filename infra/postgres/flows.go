@@ -15,20 +15,21 @@ import (
 // taskColumns are the columns every domain task table starts with (see sql/005_flows.sql).
 var taskColumns = []string{"id", "workspace_id", "operation_id", "status", "attempts", "reconciliations",
 	"error_code", "error_message", "version", "created_at", "updated_at", "redeliveries", "reconciled_attempts",
-	"first_dispatched_at", "held_result", "look_code", "look_message", "looked_at", "look_found"}
+	"first_dispatched_at", "held_result", "look_code", "look_message", "looked_at", "look_found", "call_deadline"}
 
 func taskScan(t *domain.Task) []any {
 	return []any{&t.ID, &t.WorkspaceID, &t.OperationID, &t.Status, &t.Attempts, &t.Reconciliations, &t.ErrorCode,
 		&t.ErrorMessage, &t.Version, &t.CreatedAt, &t.UpdatedAt, &t.Redeliveries, &t.ReconciledAttempts,
 		(*nullTime)(&t.FirstDispatchedAt), &t.HeldResult, (*nullText)(&t.Look.Code), (*nullText)(&t.Look.Message),
-		(*nullTime)(&t.Look.LookedAt), (*nullText)(&t.Look.Found)}
+		(*nullTime)(&t.Look.LookedAt), (*nullText)(&t.Look.Found), (*nullTime)(&t.CallDeadline)}
 }
 
 func taskValues(t *domain.Task) []any {
 	return []any{t.ID, t.WorkspaceID, t.OperationID, t.Status, t.Attempts, t.Reconciliations, t.ErrorCode,
 		t.ErrorMessage, t.Version, t.CreatedAt, t.UpdatedAt, t.Redeliveries, t.ReconciledAttempts,
 		nullTimeValue(t.FirstDispatchedAt), nullIfEmpty(t.HeldResult), nullTextValue(t.Look.Code),
-		nullTextValue(t.Look.Message), nullTimeValue(t.Look.LookedAt), nullTextValue(t.Look.Found)}
+		nullTextValue(t.Look.Message), nullTimeValue(t.Look.LookedAt), nullTextValue(t.Look.Found),
+		nullTimeValue(t.CallDeadline)}
 }
 
 func taskKey(t *domain.Task) (uuid.UUID, time.Time) { return t.ID, t.CreatedAt }

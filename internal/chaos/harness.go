@@ -267,7 +267,7 @@ func (h *harness) setup(ctx context.Context) (func(), error) {
 		"FETCH_ALLOW_PRIVATE":  "true",
 		"CLEANUP_INTERVAL":     "10m",
 		"JOB_LOCK_DURATION":    o.lock.String(),
-		// Every external call ends within half the lock (config.CallWithinLock).
+		// Short call time-outs: the call fences (two time-outs) stay short.
 		"PLATFORM_TIMEOUT":     (o.lock / 2).String(),
 		"AI_TIMEOUT":           (o.lock / 2).String(),
 		"FETCH_TIMEOUT":        (o.lock / 2).String(),

@@ -45,6 +45,9 @@ type Config struct {
 	Products port.Products
 	// Ledger bills usage, one row per task. Required.
 	Ledger port.AILedger
+	// CallTimeout fences the call (worker.Flow.CallTimeout): the provider's answer, and an
+	// image's storing, end within it. Zero: no fence.
+	CallTimeout time.Duration
 	// Provider is the AI provider. Required.
 	Provider port.AIProvider
 	// Storage keeps generated images. Required.
@@ -92,7 +95,7 @@ func New(cfg Config) (*Handler, error) {
 	}
 	h := &Handler{cfg: cfg}
 	h.flow = worker.Flow[domain.AITask, struct{}, answer]{Kind: Tasks(cfg.Deps, cfg.Tasks, cfg.Ledger),
-		Begin: h.begin, Call: h.call, Record: h.record, Hold: hold, Unhold: unhold,
+		Begin: h.begin, Call: h.call, Record: h.record, Hold: hold, Unhold: unhold, CallTimeout: cfg.CallTimeout,
 		OnFail: func(ctx context.Context, t domain.AITask, ans answer, _ worker.Failure) error {
 			_, err := cfg.Ledger.Record(ctx, t, ans.usage, ans.model)
 			return err

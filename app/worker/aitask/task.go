@@ -63,5 +63,5 @@ type handlerNeeds struct {
 
 func handler(n handlerNeeds) (worker.Handler, error) {
 	return New(Config{Deps: n.Deps, Tasks: n.Tasks, Products: n.Products, Ledger: n.Ledger, Provider: n.Provider,
-		Storage: n.Storage, TextModel: n.Settings.AITextModel})
+		Storage: n.Storage, TextModel: n.Settings.AITextModel, CallTimeout: 2 * n.Settings.AITimeout})
 }

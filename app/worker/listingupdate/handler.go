@@ -32,6 +32,9 @@ type Config struct {
 	// Marketplace's time-out of one call, with a margin for clock skew (see the package
 	// comment).
 	Lease time.Duration
+	// CallTimeout fences the call (worker.Flow.CallTimeout): the update, and the claim's
+	// release when it fails, end within it. Zero: no fence.
+	CallTimeout time.Duration
 }
 
 // Validate reports the first missing field. It does not change c.
@@ -65,7 +68,7 @@ func New(cfg Config) (*Handler, error) {
 	}
 	h := &Handler{cfg: cfg}
 	h.flow = worker.Flow[domain.ListingUpdate, started, pushed]{Kind: Tasks(cfg.Deps, cfg.Updates, cfg.Publications),
-		Begin: h.begin, Call: h.push, Record: h.record}
+		Begin: h.begin, Call: h.push, Record: h.record, CallTimeout: cfg.CallTimeout}
 	return h, nil
 }
 

@@ -55,7 +55,8 @@ type handlerNeeds struct {
 func handler(n handlerNeeds) (worker.Handler, error) {
 	// The push claim outlives any call of the adapter (the lease rule, doc.go).
 	return New(Config{Deps: n.Deps, Updates: n.Updates, Publications: n.Publications, Stores: n.Stores,
-		Cipher: n.Cipher, Marketplace: n.Marketplace, Lease: 4 * n.Settings.PlatformTimeout})
+		Cipher: n.Cipher, Marketplace: n.Marketplace, Lease: 4 * n.Settings.PlatformTimeout,
+		CallTimeout: 2 * n.Settings.PlatformTimeout})
 }
 
 // Body is the JSON of a listing update (domain.ListingUpdate) in the API.

@@ -32,12 +32,14 @@
 //     of one publication, so the second waits and then finds the publication finished.
 //   - Two deliveries at once in different processes (BullMQ runs a job on one worker at a
 //     time; two copies overlap only when a stalled job's lock expired while its worker was
-//     still running it): the row lock of Step A serializes the starts but both may reach
-//     the platform. Both look up, find nothing, and both create with the same
-//     Idempotency-Key: a gateway that honors the key answers the second with the first
-//     product, so there is still one. A gateway that ignores the key can then create two
-//     products: lookup-before-create cannot close the window between one worker's lookup
-//     and the other's create. Step B still records only the first result.
+//     still running it, or had died with its call in flight): the call is fenced
+//     (Config.CallTimeout, worker.Flow.CallTimeout), so the second, meeting the publication
+//     running before the first call's deadline, waits until that call has ended, then looks
+//     up and finds its product. What remains is a create that the gateway applies after its
+//     client's time-out, past the deadline: both may then create with the same
+//     Idempotency-Key; a gateway that honors the key answers the second with the first
+//     product, one that ignores it can create two. Step B still records only the first
+//     result.
 //
 // Content: a publication publishes the revision it was requested with
 // (domain.Publication.ProductRevision, also in the event) and nothing else. The command that

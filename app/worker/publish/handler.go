@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"time"
 
 	"github.com/listingkit/listing/app/port"
 	"github.com/listingkit/listing/app/worker"
@@ -33,6 +34,9 @@ type Config struct {
 	Marketplace port.Marketplace
 	// Budget keeps the calls to each store within its rate limit; nil: no limit.
 	Budget *worker.StoreBudget
+	// CallTimeout fences the call (worker.Flow.CallTimeout): the find and the create end
+	// within it. Zero: no fence.
+	CallTimeout time.Duration
 }
 
 // Validate reports the first missing field. It does not change c.
@@ -77,7 +81,8 @@ func New(cfg Config) (*Handler, error) {
 	}
 	h := &Handler{cfg: cfg, log: log}
 	h.flow = worker.Flow[domain.Publication, started, port.PlatformProduct]{Kind: Tasks(cfg.Deps, cfg.Publications),
-		Begin: h.begin, Call: h.publish, Record: h.record, Finished: h.finished, LastLook: h.lastLook}
+		Begin: h.begin, Call: h.publish, Record: h.record, Finished: h.finished, LastLook: h.lastLook,
+		CallTimeout: cfg.CallTimeout}
 	return h, nil
 }
 

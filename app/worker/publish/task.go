@@ -44,5 +44,21 @@ type kindNeeds struct {
 
 func tasks(n kindNeeds) (worker.TaskKind, error) { return Tasks(n.Deps, n.Publications), nil }
 
-// handler builds the handler from its Config, every field provided.
-func handler(c Config) (worker.Handler, error) { return New(c) }
+// handlerNeeds are what the handler is built from, in a process that consumes jobs.
+type handlerNeeds struct {
+	Deps         worker.Deps
+	Publications port.Repository[domain.Publication]
+	Products     port.Products
+	Stores       port.Stores
+	Cipher       port.CredentialCipher
+	Marketplace  port.Marketplace
+	Budget       *worker.StoreBudget
+	Settings     worker.Settings
+}
+
+// handler builds the handler; its call (a find, then a create) is fenced by two platform
+// time-outs.
+func handler(n handlerNeeds) (worker.Handler, error) {
+	return New(Config{Deps: n.Deps, Publications: n.Publications, Products: n.Products, Stores: n.Stores, Cipher: n.Cipher,
+		Marketplace: n.Marketplace, Budget: n.Budget, CallTimeout: 2 * n.Settings.PlatformTimeout})
+}

@@ -87,8 +87,9 @@ func newHandler(e handlerNeeds) (*Handler, error) {
 		TaskOf: func(u *domain.Unpublish) *domain.Task { return &u.Task },
 		TaskID: worker.PayloadID(func(r domain.UnpublishRequested) uuid.UUID { return r.UnpublishID }),
 		OnFail: func(ctx context.Context, u domain.Unpublish, _ worker.Failure) error { return h.release(ctx, u) }}
+	// The delete is fenced by two platform time-outs (one call, and a margin).
 	h.flow = worker.Flow[domain.Unpublish, started, struct{}]{Kind: kind, Begin: h.begin, Call: h.delete, Record: h.record,
-		LastLook: h.lastLook}
+		LastLook: h.lastLook, CallTimeout: 2 * e.Settings.PlatformTimeout}
 	return h, h.flow.Validate()
 }
 
