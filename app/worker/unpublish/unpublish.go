@@ -158,14 +158,21 @@ func (h *Handler) record(ctx context.Context, u *domain.Unpublish, _ struct{}) (
 }
 
 // lastLook asks the platform for the product by the publication's external_ref before a
-// final failure: absent, the delete happened, and the unpublish succeeded.
+// final failure: absent, the delete happened, and the unpublish succeeded. A store no longer
+// verified is not asked (another shop's credentials would find nothing): the held failure
+// stands and the publication stays published.
 func (h *Handler) lastLook(ctx context.Context, u domain.Unpublish, tx worker.Tx) (struct{}, bool, error) {
 	var sealed port.SealedCredentials
+	verified := false
 	if err := tx(ctx, func(ctx context.Context) error {
-		var err error
+		store, err := h.env.Stores.Get(ctx, u.StoreID)
+		if err != nil {
+			return err
+		}
+		verified = store.Status == domain.StoreVerified
 		sealed, _, err = h.env.Stores.Credentials(ctx, u.StoreID)
 		return err
-	}); err != nil {
+	}); err != nil || !verified {
 		return struct{}{}, false, err
 	}
 	creds, err := worker.OpenCredentials(h.env.Cipher, u.WorkspaceID, u.StoreID, sealed)

@@ -15,6 +15,7 @@ import (
 	"github.com/listingkit/listing/domain"
 	"github.com/listingkit/listing/infra/platform"
 	"github.com/listingkit/listing/infra/postgres"
+	"github.com/listingkit/listing/infra/sandbox"
 	"github.com/listingkit/listing/infra/sandbox/marketplace"
 	"github.com/listingkit/listing/infra/secret"
 	"github.com/listingkit/listing/internal/workertest"
@@ -28,6 +29,8 @@ type bundle struct {
 	env       *workertest.Env
 	sb        *marketplace.Sandbox
 	h         worker.Handler
+	stores    postgres.Stores
+	cipher    port.CredentialCipher
 	pubs      postgres.Publications
 	pub       domain.Publication
 	u         domain.Unpublish
@@ -84,7 +87,7 @@ func setup(t *testing.T, verified bool) *bundle {
 	uop.ResourceID = u.ID
 	workertest.InsertTask(t, env, unpublishes.(port.Repository[domain.Unpublish]), uop, u)
 
-	return &bundle{env: env, sb: sb, h: h, pubs: pubs, pub: pub, u: u, uop: uop, productID: created.ID}
+	return &bundle{env: env, sb: sb, h: h, stores: stores, cipher: cipher, pubs: pubs, pub: pub, u: u, uop: uop, productID: created.ID}
 }
 
 func (b *bundle) handle(t *testing.T) error {
@@ -125,4 +128,37 @@ func TestUnpublishWaitsForARunningUpdate(t *testing.T) {
 	require.ErrorIs(t, err, domain.ErrPublicationBusy)
 	require.NotErrorIs(t, err, domain.ErrListingUpdateBusy)
 	require.Zero(t, b.sb.Calls(marketplace.EndpointDeleteProduct))
+}
+
+// A last look whose store is no longer verified asks nothing and does not count the product
+// as deleted: with another shop's credentials the product is absent there too. The held
+// failure is recorded and the publication stays published.
+func TestLastLookOfAnUnverifiedStoreDoesNotCountAsDeleted(t *testing.T) {
+	t.Parallel()
+	b := setup(t, true)
+	b.sb.InjectFault(sandbox.Fault{Endpoint: marketplace.EndpointDeleteProduct, Status: 500})
+	err := b.h.Handle(context.Background(), b.env.Job(t, b.u.RequestEvent(), 1, true))
+	require.True(t, worker.IsPermanent(err), "%v", err)
+	require.NotEqual(t, domain.OperationFailed, b.env.Operation(t, b.uop.ID).Status, "held until the last look")
+	// The store's credentials are replaced by another shop's and not verified yet.
+	b.env.InTx(t, func(ctx context.Context) error {
+		if _, err := b.stores.Update(ctx, b.pub.StoreID, func(s *domain.Store) error {
+			s.ReplaceCredentials(time.Now())
+			return nil
+		}); err != nil {
+			return err
+		}
+		return b.stores.SetCredentials(ctx, b.pub.StoreID, b.env.Seal(t, b.cipher, b.pub.StoreID, "sk_test_other_shop"))
+	})
+
+	look := domain.LastLookRequested{Request: b.u.RequestEvent(), Code: "PLATFORM_UNAVAILABLE", Message: "m"}
+	err = b.h.Handle(context.Background(), b.env.Job(t, look, 1, false))
+	require.True(t, worker.IsPermanent(err), "%v", err)
+	op := b.env.Operation(t, b.uop.ID)
+	require.Equal(t, domain.OperationFailed, op.Status)
+	require.Equal(t, "PLATFORM_UNAVAILABLE", op.ErrorCode)
+	require.Nil(t, workertest.Load(t, b.env, b.pubs, b.pub.ID).UnpublishedAt)
+	require.Zero(t, b.sb.Calls(marketplace.EndpointFindProduct))
+	_, exists := b.sb.Product(apiKey, b.productID)
+	require.True(t, exists)
 }
