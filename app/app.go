@@ -37,6 +37,8 @@ type Commands struct {
 	UpdateListing             bus.Handler[commands.UpdateListing, commands.Started[domain.ListingUpdate]]
 	UnpublishPublication      bus.Handler[commands.UnpublishPublication, commands.Started[domain.Unpublish]]
 
+	CancelOperation bus.Handler[commands.CancelOperation, domain.Operation]
+
 	CreateIntegration bus.Handler[commands.CreateIntegration, commands.CreatedIntegration]
 	RevokeIntegration bus.Handler[commands.RevokeIntegration, domain.Integration]
 }
