@@ -321,6 +321,7 @@ func ProvideApplication(cfg config.Config, b *bus.Bus, pool *pgxpool.Pool, hashe
 			CreateStore:               commands.NewCreateStoreHandler(flow, repos.Stores, repos.Verifications, cipher, cfg.Platforms),
 			ReplaceStoreAuthorization: commands.NewReplaceStoreAuthorizationHandler(flow, repos.Stores, repos.Verifications, cipher),
 			VerifyStore:               commands.NewVerifyStoreHandler(flow, repos.Stores, repos.Verifications),
+			SetStoreRateLimit:         commands.NewSetStoreRateLimitHandler(repos.Stores, now),
 			CreateMedia:               commands.NewCreateMediaHandler(repos.Media, store, now, cfg.MediaMaxBytes, time.Hour),
 			CompleteMediaUpload:       commands.NewCompleteMediaUploadHandler(flow, repos.Media, repos.MediaTasks),
 			CreateMaterialTransfer:    commands.NewCreateMaterialTransferHandler(flow, repos.Transfers),
@@ -382,7 +383,7 @@ func ProvideHTTP(cfg config.Config, application *app.Application, tokens *auth.T
 		ready = append(ready, httpapi.ReadinessCheck{Name: "redis", Check: func(ctx context.Context) error { return rdb.Ping(ctx).Err() }})
 	}
 	return httpapi.New(httpapi.Config{MaxBodyBytes: cfg.MaxBodyBytes, AuthRatePerMinute: cfg.AuthRatePerMinute,
-		PublicBaseURL: cfg.PublicBaseURL, WorkspaceRateLimit: cfg.WorkspaceRateLimit}, httpapi.Deps{
+		PublicBaseURL: cfg.PublicBaseURL, WorkspaceRateLimit: cfg.WorkspaceRateLimit, StoreRateLimits: cfg.StoreRateLimits}, httpapi.Deps{
 		App:              application,
 		Tokens:           tokens,
 		Idempotency:      guard,

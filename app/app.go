@@ -28,6 +28,7 @@ type Commands struct {
 	CreateStore               bus.Handler[commands.CreateStore, commands.Started[domain.Store]]
 	ReplaceStoreAuthorization bus.Handler[commands.ReplaceStoreAuthorization, commands.Started[domain.Store]]
 	VerifyStore               bus.Handler[commands.VerifyStore, commands.Started[domain.Store]]
+	SetStoreRateLimit         bus.Handler[commands.SetStoreRateLimit, domain.Store]
 	CreateMedia               bus.Handler[commands.CreateMedia, commands.MediaUpload]
 	CompleteMediaUpload       bus.Handler[commands.CompleteMediaUpload, commands.Started[domain.Media]]
 	CreateMaterialTransfer    bus.Handler[commands.CreateMaterialTransfer, commands.Started[domain.MaterialTransfer]]

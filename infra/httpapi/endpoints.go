@@ -92,6 +92,8 @@ func Endpoints() []Endpoint {
 		{"POST", ws + "/stores", "createStore", command(domain.ErrPlatformUnsupported, port.ErrCredentialsInvalid, domain.ErrStoreExists)},
 		{"GET", ws + "/stores", "listStores", page},
 		{"GET", ws + "/stores/{store_id}", "getStore", errs(errsMember, one(domain.ErrStoreNotFound))},
+		{"PUT", ws + "/stores/{store_id}/rate-limit", "setStoreRateLimit", errs(errsMember, errsBody, one(domain.ErrStoreNotFound))},
+		{"DELETE", ws + "/stores/{store_id}/rate-limit", "deleteStoreRateLimit", errs(errsMember, one(domain.ErrStoreNotFound))},
 		{"PUT", ws + "/stores/{store_id}/authorization", "replaceStoreAuthorization", command(domain.ErrStoreNotFound, port.ErrCredentialsInvalid)},
 		{"POST", ws + "/stores/{store_id}/verifications", "verifyStore", command(domain.ErrStoreNotFound)},
 		{"GET", ws + "/stores/{store_id}/verifications", "listStoreVerifications", errs(page, one(domain.ErrStoreNotFound))},

@@ -60,6 +60,9 @@ type Config struct {
 	// integrations send as messages draw from one bucket (Deps.WorkspaceBuckets), and one
 	// beyond it is answered 429 RATE_LIMITED with Retry-After. Zero (default): no limit.
 	WorkspaceRateLimit domain.RateLimit
+	// StoreRateLimits are the platforms' budgets of a store's requests (STORE_RATE_LIMITS): a
+	// store without its own shows its platform's as its rate_limit. Nil: none.
+	StoreRateLimits map[string]domain.RateLimit
 }
 
 func (c *Config) setDefaults() {
@@ -225,6 +228,8 @@ func (s *Server) routes() http.Handler {
 
 				r.Get("/stores", s.listStores)
 				r.Get("/stores/{store_id}", s.getStore)
+				r.Put("/stores/{store_id}/rate-limit", s.setStoreRateLimit)
+				r.Delete("/stores/{store_id}/rate-limit", s.deleteStoreRateLimit)
 				r.Get("/stores/{store_id}/verifications", s.listStoreVerifications)
 				r.Get("/stores/{store_id}/product-syncs", s.listStoreSyncs)
 
