@@ -44,6 +44,7 @@ import (
 	"github.com/listingkit/listing/infra/metrics"
 	"github.com/listingkit/listing/infra/outbox"
 	"github.com/listingkit/listing/infra/postgres"
+	"github.com/listingkit/listing/infra/ratelimit"
 	"github.com/listingkit/listing/infra/sandbox/marketplace"
 	"github.com/listingkit/listing/infra/secret"
 	"github.com/listingkit/listing/infra/storage"
@@ -304,6 +305,10 @@ func ProvideApplication(cfg config.Config, b *bus.Bus, pool *pgxpool.Pool, hashe
 	}
 	flow := commands.FlowDeps{Operations: repos.Operations, Events: events, Now: now}
 	accounts := repos.Accounts
+	cancels, err := operationCancels(cfg, pool, repos, events)
+	if err != nil {
+		return nil, err
+	}
 	return &app.Application{
 		Bus: b,
 		Commands: app.Commands{
@@ -316,6 +321,7 @@ func ProvideApplication(cfg config.Config, b *bus.Bus, pool *pgxpool.Pool, hashe
 			CreateStore:               commands.NewCreateStoreHandler(flow, repos.Stores, repos.Verifications, cipher, cfg.Platforms),
 			ReplaceStoreAuthorization: commands.NewReplaceStoreAuthorizationHandler(flow, repos.Stores, repos.Verifications, cipher),
 			VerifyStore:               commands.NewVerifyStoreHandler(flow, repos.Stores, repos.Verifications),
+			SetStoreRateLimit:         commands.NewSetStoreRateLimitHandler(repos.Stores, now),
 			CreateMedia:               commands.NewCreateMediaHandler(repos.Media, store, now, cfg.MediaMaxBytes, time.Hour),
 			CompleteMediaUpload:       commands.NewCompleteMediaUploadHandler(flow, repos.Media, repos.MediaTasks),
 			CreateMaterialTransfer:    commands.NewCreateMaterialTransferHandler(flow, repos.Transfers),
@@ -326,6 +332,8 @@ func ProvideApplication(cfg config.Config, b *bus.Bus, pool *pgxpool.Pool, hashe
 			UnpublishPublication: commands.NewUnpublishPublicationHandler(flow, repos.Publications,
 				repos.Tasks["unpublishes"].(port.Repository[domain.Unpublish])),
 
+			CancelOperation: commands.NewCancelOperationHandler(repos.Operations, cancels),
+
 			CreateIntegration: commands.NewCreateIntegrationHandler(accounts, repos.Integrations, cipher, now),
 			RevokeIntegration: commands.NewRevokeIntegrationHandler(accounts, repos.Integrations, now),
 		},
@@ -334,6 +342,21 @@ func ProvideApplication(cfg config.Config, b *bus.Bus, pool *pgxpool.Pool, hashe
 			Publications: repos.Publications, Syncs: repos.Syncs, AITasks: repos.AITasks,
 			Tasks: taskReaders(repos.Tasks), Storage: store, Fetcher: fetcher, Principals: repos.Integrations},
 	}, nil
+}
+
+// operationCancels cancels operations through the flows' task kinds (built as in every
+// process that runs the engine: ProvideTaskKinds).
+func operationCancels(cfg config.Config, pool *pgxpool.Pool, repos *Repositories, events *outbox.EventPublisher) (worker.Cancels, error) {
+	kinds, err := flows.Kinds(provided(cfg, worker.Deps{Tx: postgres.Transactor{Pool: pool}, Operations: repos.Operations,
+		Events: events, Now: time.Now}, repos, nil, nil, nil, nil, nil))
+	if err != nil {
+		return worker.Cancels{}, err
+	}
+	queues := map[string]string{}
+	for _, s := range flows.All() {
+		queues[s.Operation] = s.Queue
+	}
+	return worker.Cancels{Queues: queues, Kinds: kinds, Tasks: postgres.OperationTasks{Tables: flows.TaskTables()}}, nil
 }
 
 // taskReaders are the task repositories that read tasks under their parent.
@@ -360,17 +383,31 @@ func ProvideHTTP(cfg config.Config, application *app.Application, tokens *auth.T
 		ready = append(ready, httpapi.ReadinessCheck{Name: "redis", Check: func(ctx context.Context) error { return rdb.Ping(ctx).Err() }})
 	}
 	return httpapi.New(httpapi.Config{MaxBodyBytes: cfg.MaxBodyBytes, AuthRatePerMinute: cfg.AuthRatePerMinute,
-		PublicBaseURL: cfg.PublicBaseURL}, httpapi.Deps{
-		App:         application,
-		Tokens:      tokens,
-		Idempotency: guard,
-		Ready:       ready,
-		HashSlots:   auth.NewHashSlots(cfg.PasswordHashConcurrency, cfg.PasswordHashWait),
-		LoginLimits: postgres.LoginLimits{Pool: pool},
-		Registry:    reg,
-		Logger:      log,
-		Extra:       extra,
+		PublicBaseURL: cfg.PublicBaseURL, WorkspaceRateLimit: cfg.WorkspaceRateLimit, StoreRateLimits: cfg.StoreRateLimits}, httpapi.Deps{
+		App:              application,
+		Tokens:           tokens,
+		Idempotency:      guard,
+		Ready:            ready,
+		HashSlots:        auth.NewHashSlots(cfg.PasswordHashConcurrency, cfg.PasswordHashWait),
+		LoginLimits:      postgres.LoginLimits{Pool: pool},
+		WorkspaceBuckets: workspaceBuckets(cfg, rdb),
+		Registry:         reg,
+		Logger:           log,
+		Extra:            extra,
 	})
+}
+
+// workspaceBuckets keep the workspaces' budgets (WORKSPACE_RATE_LIMIT): in Redis, shared by
+// every API process; in this process's memory with the memory transport (one process serves
+// everything). Nil when there is no budget.
+func workspaceBuckets(cfg config.Config, rdb redis.UniversalClient) port.RateBuckets {
+	switch {
+	case cfg.WorkspaceRateLimit.IsZero():
+		return nil
+	case cfg.Memory() || rdb == nil:
+		return &ratelimit.Local{}
+	}
+	return ratelimit.Redis{Client: rdb, Prefix: cfg.StreamPrefix + ":rate:"}
 }
 
 // ProvideCommandConsumer builds the consumer of the commands that other services send as

@@ -28,6 +28,7 @@ type Commands struct {
 	CreateStore               bus.Handler[commands.CreateStore, commands.Started[domain.Store]]
 	ReplaceStoreAuthorization bus.Handler[commands.ReplaceStoreAuthorization, commands.Started[domain.Store]]
 	VerifyStore               bus.Handler[commands.VerifyStore, commands.Started[domain.Store]]
+	SetStoreRateLimit         bus.Handler[commands.SetStoreRateLimit, domain.Store]
 	CreateMedia               bus.Handler[commands.CreateMedia, commands.MediaUpload]
 	CompleteMediaUpload       bus.Handler[commands.CompleteMediaUpload, commands.Started[domain.Media]]
 	CreateMaterialTransfer    bus.Handler[commands.CreateMaterialTransfer, commands.Started[domain.MaterialTransfer]]
@@ -36,6 +37,8 @@ type Commands struct {
 	CreateAITask              bus.Handler[commands.CreateAITask, commands.Started[domain.AITask]]
 	UpdateListing             bus.Handler[commands.UpdateListing, commands.Started[domain.ListingUpdate]]
 	UnpublishPublication      bus.Handler[commands.UnpublishPublication, commands.Started[domain.Unpublish]]
+
+	CancelOperation bus.Handler[commands.CancelOperation, domain.Operation]
 
 	CreateIntegration bus.Handler[commands.CreateIntegration, commands.CreatedIntegration]
 	RevokeIntegration bus.Handler[commands.RevokeIntegration, domain.Integration]

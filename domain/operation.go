@@ -10,16 +10,20 @@ import (
 // OperationStatus is the user-visible state of asynchronous work.
 type OperationStatus string
 
-// Operation statuses: pending → running → succeeded | failed. Terminal states never change.
+// Operation statuses: pending → running → succeeded | failed, or pending → cancelled.
+// Terminal states never change.
 const (
 	OperationPending   OperationStatus = "pending"
 	OperationRunning   OperationStatus = "running"
 	OperationSucceeded OperationStatus = "succeeded"
 	OperationFailed    OperationStatus = "failed"
+	OperationCancelled OperationStatus = "cancelled"
 )
 
 // Terminal reports whether s is final.
-func (s OperationStatus) Terminal() bool { return s == OperationSucceeded || s == OperationFailed }
+func (s OperationStatus) Terminal() bool {
+	return s == OperationSucceeded || s == OperationFailed || s == OperationCancelled
+}
 
 // Operation tracks one piece of asynchronous work for the client (docs/http-api.md,
 // "Operations"). Business tables and operations are the source of truth; the outbox only
@@ -117,6 +121,8 @@ var (
 	ErrOperationNotFound = NewError(KindNotFound, "OPERATION_NOT_FOUND", "the operation does not exist")
 	// ErrOperationFinished is returned when a finished operation is asked to change.
 	ErrOperationFinished = NewError(KindConflict, "OPERATION_FINISHED", "the operation has finished")
+	// ErrOperationNotCancellable: the operation's type has no task to cancel.
+	ErrOperationNotCancellable = NewError(KindConflict, "OPERATION_NOT_CANCELLABLE", "operations of this type cannot be cancelled")
 )
 
 // Start moves pending → running. It reports false (no change) when already running; a
@@ -154,8 +160,22 @@ func (o *Operation) Fail(code, message string, now time.Time) error {
 	return nil
 }
 
+// Cancel finishes a pending operation cancelled (its task never started). A running one is
+// ErrTaskStarted, a finished one ErrOperationFinished.
+func (o *Operation) Cancel(now time.Time) error {
+	switch {
+	case o.Status.Terminal():
+		return ErrOperationFinished
+	case o.Status != OperationPending:
+		return ErrTaskStarted
+	}
+	o.Status, o.UpdatedAt = OperationCancelled, now
+	o.Version++
+	return nil
+}
+
 // OperationStatusChanged is emitted when an operation is accepted (pending) and when it
-// finishes (succeeded or failed), in the transaction of that change, so integrations can
+// finishes (succeeded, failed or cancelled), in the transaction of that change, so integrations can
 // follow it. Its start (running) emits nothing: the finish carries StartedAt instead, which
 // saves every job an outbox row and its dispatch; GET of the operation shows its current
 // state, running included.
@@ -164,10 +184,11 @@ type OperationStatusChanged struct {
 	OperationID uuid.UUID `json:"operation_id"`
 	// Type is the operation's type, e.g. "store.verification", "publication", "product_sync".
 	Type string `json:"type"`
-	// Status is the new status: pending (accepted), succeeded or failed (finished). Running
-	// is not published (events written before 2026-12-03 may say running): a finished
+	// Status is the new status: pending (accepted), succeeded, failed or cancelled
+	// (finished; cancelled: it never started, POST …/operations/{id}/cancel). Running is not
+	// published (events written before 2026-12-03 may say running): a finished
 	// operation's started_at says when it started.
-	Status OperationStatus `json:"status" jsonschema:"enum=pending,enum=succeeded,enum=failed"`
+	Status OperationStatus `json:"status" jsonschema:"enum=pending,enum=succeeded,enum=failed,enum=cancelled"`
 	// ResourceType and ResourceID name what the operation works on, e.g. "publication".
 	ResourceType string    `json:"resource_type"`
 	ResourceID   uuid.UUID `json:"resource_id"`
@@ -223,7 +244,7 @@ func init() {
 	RegisterIntegrationEvent(OperationProgressed{}, "A running operation's long work advanced (product sync: products "+
 		"synced; material transfer: bytes downloaded, of the source's length when it said it): at most once a second per "+
 		"operation, in the transaction that recorded it. operation.status_changed still announces its finish.")
-	RegisterIntegrationEvent(OperationStatusChanged{}, "An operation was accepted (pending) or finished (succeeded or failed), "+
+	RegisterIntegrationEvent(OperationStatusChanged{}, "An operation was accepted (pending) or finished (succeeded, failed, or cancelled before it started), "+
 		"in the transaction that changed it. Its start is not published (it would cost every job a third outbox row and its "+
 		"dispatch): the finish carries started_at, when it started running, and GET /v1/workspaces/{ws}/operations/{id} "+
 		"shows its current state, running included.")

@@ -51,3 +51,35 @@ func TestOperationFinishedCarriesItsStart(t *testing.T) {
 	require.NoError(t, err)
 	require.NotContains(t, string(raw), "started_at")
 }
+
+// TestCancelOnlyBeforeStart: a pending task and operation end cancelled (terminal, one
+// version more); a running one is refused OPERATION_RUNNING, a finished one stays as it is.
+func TestCancelOnlyBeforeStart(t *testing.T) {
+	now := time.Unix(1_000_000, 0)
+	task := NewTask(NewID(), NewID(), NewID(), now)
+	require.NoError(t, task.Cancel(now))
+	require.Equal(t, TaskCancelled, task.Status)
+	require.True(t, task.Status.Terminal())
+	require.Equal(t, 2, task.Version)
+	require.ErrorIs(t, task.Start(now), ErrTaskFinished, "a cancelled task never starts")
+	require.ErrorIs(t, task.Cancel(now), ErrTaskFinished)
+
+	running := NewTask(NewID(), NewID(), NewID(), now)
+	require.NoError(t, running.Start(now))
+	require.ErrorIs(t, running.Cancel(now), ErrTaskStarted)
+	require.Equal(t, TaskRunning, running.Status)
+
+	op := NewOperation(NewID(), NewID(), OpPublication, "publication", NewID(), now)
+	before := op
+	require.NoError(t, op.Cancel(now))
+	require.Equal(t, OperationCancelled, op.Status)
+	ev := op.Finished(before)
+	require.Equal(t, OperationCancelled, ev.Status)
+	require.Nil(t, ev.StartedAt, "it never started")
+	require.ErrorIs(t, op.Cancel(now), ErrOperationFinished)
+
+	started := NewOperation(NewID(), NewID(), OpPublication, "publication", NewID(), now)
+	_, err := started.Start(now)
+	require.NoError(t, err)
+	require.ErrorIs(t, started.Cancel(now), ErrTaskStarted)
+}

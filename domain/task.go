@@ -8,8 +8,9 @@ import (
 
 // TaskStatus is the state of a domain task (a store verification, a media processing, a
 // transfer, a publication, a sync, an AI task). Transitions are compare-and-set in the
-// database: pending → running → succeeded | failed, so a redelivered job finds the task
-// where the previous delivery left it and does not repeat a finished step.
+// database: pending → running → succeeded | failed, or pending → cancelled (Cancel, before
+// any delivery started it), so a redelivered job finds the task where the previous delivery
+// left it and does not repeat a finished step.
 type TaskStatus string
 
 // Task statuses.
@@ -18,10 +19,13 @@ const (
 	TaskRunning   TaskStatus = "running"
 	TaskSucceeded TaskStatus = "succeeded"
 	TaskFailed    TaskStatus = "failed"
+	TaskCancelled TaskStatus = "cancelled"
 )
 
 // Terminal reports whether s is final.
-func (s TaskStatus) Terminal() bool { return s == TaskSucceeded || s == TaskFailed }
+func (s TaskStatus) Terminal() bool {
+	return s == TaskSucceeded || s == TaskFailed || s == TaskCancelled
+}
 
 // Task is the state every domain task shares.
 type Task struct {
@@ -113,6 +117,25 @@ func (t *Task) Unfence(deadline time.Time, now time.Time) bool {
 	t.CallDeadline, t.UpdatedAt = time.Time{}, now
 	t.Version++
 	return true
+}
+
+// ErrTaskStarted is returned when a task that has started is asked to be cancelled: it
+// finishes as it would.
+var ErrTaskStarted = NewError(KindConflict, "OPERATION_RUNNING",
+	"the operation has started: it is not cancelled and finishes as it would")
+
+// Cancel ends a task that has not started (pending): cancelled, its work never done. A
+// running task is ErrTaskStarted (it finishes as it would); a finished one ErrTaskFinished.
+func (t *Task) Cancel(now time.Time) error {
+	switch {
+	case t.Status.Terminal():
+		return ErrTaskFinished
+	case t.Status != TaskPending:
+		return ErrTaskStarted
+	}
+	t.Status, t.UpdatedAt, t.HeldResult = TaskCancelled, now, nil
+	t.Version++
+	return nil
 }
 
 // Succeed finishes the task.

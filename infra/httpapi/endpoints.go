@@ -26,8 +26,9 @@ var (
 	errsAny = []*domain.Error{domain.ErrInternal, domain.ErrUnavailable}
 	// errsSession: a bearer token is required.
 	errsSession = append([]*domain.Error{domain.ErrUnauthenticated}, errsAny...)
-	// errsMember: a workspace path; non-members get 404 like a workspace that does not exist.
-	errsMember = append([]*domain.Error{errWorkspaceNotFound}, errsSession...)
+	// errsMember: a workspace path; non-members get 404 like a workspace that does not exist;
+	// members beyond the workspace's budget (WORKSPACE_RATE_LIMIT) 429.
+	errsMember = append([]*domain.Error{errWorkspaceNotFound, domain.ErrRateLimited}, errsSession...)
 	// errsBody: a strict JSON body.
 	errsBody = []*domain.Error{errMalformed, errUnknownField, domain.ErrInvalidInput, domain.ErrUnstorableInput,
 		errBodyTooLarge, errMediaType}
@@ -85,10 +86,14 @@ func Endpoints() []Endpoint {
 
 		{"GET", ws + "/operations", "listOperations", page},
 		{"GET", ws + "/operations/{operation_id}", "getOperation", errs(errsMember, one(domain.ErrOperationNotFound))},
+		{"POST", ws + "/operations/{operation_id}/cancel", "cancelOperation", errs(errsMember, errsBody, errsKeyOptional,
+			one(domain.ErrOperationNotFound, domain.ErrTaskStarted, domain.ErrOperationFinished, domain.ErrOperationNotCancellable))},
 
 		{"POST", ws + "/stores", "createStore", command(domain.ErrPlatformUnsupported, port.ErrCredentialsInvalid, domain.ErrStoreExists)},
 		{"GET", ws + "/stores", "listStores", page},
 		{"GET", ws + "/stores/{store_id}", "getStore", errs(errsMember, one(domain.ErrStoreNotFound))},
+		{"PUT", ws + "/stores/{store_id}/rate-limit", "setStoreRateLimit", errs(errsMember, errsBody, one(domain.ErrStoreNotFound))},
+		{"DELETE", ws + "/stores/{store_id}/rate-limit", "deleteStoreRateLimit", errs(errsMember, one(domain.ErrStoreNotFound))},
 		{"PUT", ws + "/stores/{store_id}/authorization", "replaceStoreAuthorization", command(domain.ErrStoreNotFound, port.ErrCredentialsInvalid)},
 		{"POST", ws + "/stores/{store_id}/verifications", "verifyStore", command(domain.ErrStoreNotFound)},
 		{"GET", ws + "/stores/{store_id}/verifications", "listStoreVerifications", errs(page, one(domain.ErrStoreNotFound))},

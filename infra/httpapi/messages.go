@@ -137,6 +137,9 @@ func (s *Server) ExecuteMessage(ctx context.Context, m MessageCommand) MessageRe
 	case !utf8.Valid(body):
 		return s.problemAt(ctx, instance, errMalformed.WithMessage("the body is not valid UTF-8"))
 	}
+	if err := s.takeWorkspaceBudget(ctx, m.WorkspaceID); err != nil {
+		return s.problemAt(ctx, instance, err)
+	}
 	ans, err := cmd.Run(ctx, Call{Actor: bus.Actor{WorkspaceID: m.WorkspaceID, UserID: m.UserID}, IDs: ids, Body: body,
 		Idempotency: func(render bus.RenderFunc) (*bus.Idempotency, error) { return messageIdempotency(m, render), nil }})
 	if err != nil {

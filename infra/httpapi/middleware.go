@@ -199,7 +199,8 @@ func (s *Server) authenticate(next http.Handler) http.Handler {
 // errWorkspaceNotFound is what a non-member sees: the same as a workspace that does not exist.
 var errWorkspaceNotFound = domain.NewError(domain.KindNotFound, "WORKSPACE_NOT_FOUND", "the workspace does not exist")
 
-// requireMember checks that the authenticated user belongs to the {workspace_id} of the path.
+// requireMember checks that the authenticated user belongs to the {workspace_id} of the path,
+// then takes the request's token of the workspace's budget (takeWorkspaceBudget).
 func (s *Server) requireMember(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		ws, err := uuid.Parse(chi.URLParam(r, "workspace_id"))
@@ -214,6 +215,10 @@ func (s *Server) requireMember(next http.Handler) http.Handler {
 		}
 		if !ok {
 			writeError(w, r, errWorkspaceNotFound)
+			return
+		}
+		if err := s.takeWorkspaceBudget(r.Context(), ws); err != nil {
+			writeError(w, r, err)
 			return
 		}
 		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), keyWorkspace, ws)))

@@ -5,6 +5,8 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/listingkit/listing/app/bus"
+	"github.com/listingkit/listing/app/commands"
 	"github.com/listingkit/listing/app/worker"
 	"github.com/listingkit/listing/domain"
 )
@@ -42,4 +44,39 @@ func (s *Server) listOperations(w http.ResponseWriter, r *http.Request) {
 func (s *Server) getOperation(w http.ResponseWriter, r *http.Request) {
 	getOne(s, w, r, "operation_id", domain.ErrOperationNotFound, s.app.Queries.Operations, "operation",
 		func(o domain.Operation) any { return operationBody(o) })
+}
+
+// cancelOperation: POST /v1/workspaces/{ws}/operations/{id}/cancel, no body (or the JSON
+// {}), idempotent when a key is sent. 202 with the operation as cancelled; 409 OPERATION_RUNNING when its
+// task has started (it is not stopped and finishes as it would), OPERATION_FINISHED when it
+// has finished.
+func (s *Server) cancelOperation(w http.ResponseWriter, r *http.Request) {
+	id, err := pathID(r, "operation_id", domain.ErrOperationNotFound)
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+	var body []byte
+	if r.ContentLength != 0 || r.Header.Get("Content-Type") != "" {
+		var ok bool
+		if body, ok = s.decode(w, r, &struct{}{}); !ok {
+			return
+		}
+	}
+	render := func(result any) (bus.Response, error) {
+		return jsonResponse(http.StatusAccepted, map[string]any{"operation": operationBody(result.(domain.Operation))}, nil)
+	}
+	idem, err := s.idempotency(r, body, false, render)
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+	reply, err := bus.Execute(r.Context(), s.app.Bus, s.app.Commands.CancelOperation, bus.Request[commands.CancelOperation]{
+		Command: commands.CancelOperation{OperationID: id, WorkspaceID: workspaceID(r.Context()), UserID: userID(r.Context())},
+		Actor:   s.actor(r), Idempotency: idem})
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+	s.respond(w, r, reply.Response, reply.Replayed, idem != nil, reply.Result, render)
 }

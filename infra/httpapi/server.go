@@ -55,6 +55,14 @@ type Config struct {
 	// PublicBaseURL is how clients reach the service (PUBLIC_BASE_URL): the server that
 	// /openapi.yaml and /docs name. Empty: the document's own development default.
 	PublicBaseURL string
+	// WorkspaceRateLimit is each workspace's budget of requests (WORKSPACE_RATE_LIMIT): the
+	// requests under /v1/workspaces/{workspace_id} of its members and the commands its
+	// integrations send as messages draw from one bucket (Deps.WorkspaceBuckets), and one
+	// beyond it is answered 429 RATE_LIMITED with Retry-After. Zero (default): no limit.
+	WorkspaceRateLimit domain.RateLimit
+	// StoreRateLimits are the platforms' budgets of a store's requests (STORE_RATE_LIMITS): a
+	// store without its own shows its platform's as its rate_limit. Nil: none.
+	StoreRateLimits map[string]domain.RateLimit
 }
 
 func (c *Config) setDefaults() {
@@ -101,8 +109,11 @@ type Deps struct {
 	// LoginLimits keeps the login limits' state, shared by every API process
 	// (postgres.LoginLimits). Nil: logins are not limited (tests of other routes only).
 	LoginLimits port.LoginLimitStore
-	Registry    *prometheus.Registry
-	Logger      *slog.Logger
+	// WorkspaceBuckets keep the workspaces' budgets (Config.WorkspaceRateLimit), shared by
+	// every API process (ratelimit.Redis). Nil: no limit.
+	WorkspaceBuckets port.RateBuckets
+	Registry         *prometheus.Registry
+	Logger           *slog.Logger
 	// Extra mounts routes owned by other packages (e.g. the local upload endpoint).
 	Extra func(r chi.Router)
 }
@@ -213,9 +224,12 @@ func (s *Server) routes() http.Handler {
 
 				r.Get("/operations", s.listOperations)
 				r.Get("/operations/{operation_id}", s.getOperation)
+				r.Post("/operations/{operation_id}/cancel", s.cancelOperation)
 
 				r.Get("/stores", s.listStores)
 				r.Get("/stores/{store_id}", s.getStore)
+				r.Put("/stores/{store_id}/rate-limit", s.setStoreRateLimit)
+				r.Delete("/stores/{store_id}/rate-limit", s.deleteStoreRateLimit)
 				r.Get("/stores/{store_id}/verifications", s.listStoreVerifications)
 				r.Get("/stores/{store_id}/product-syncs", s.listStoreSyncs)
 

@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/listingkit/listing/app/bus"
 	"github.com/listingkit/listing/app/commands"
 	"github.com/listingkit/listing/app/port"
 	"github.com/listingkit/listing/app/worker"
@@ -23,12 +24,81 @@ type storeJSON struct {
 	CredentialsVersion int        `json:"credentials_version"`
 	CreatedAt          time.Time  `json:"created_at"`
 	UpdatedAt          time.Time  `json:"updated_at"`
+	// RateLimit is the store's effective budget of requests to its marketplace; null when
+	// none applies.
+	RateLimit *rateLimitJSON `json:"rate_limit"`
 }
 
-func storeBody(s domain.Store) storeJSON {
-	return storeJSON{ID: s.ID.String(), Platform: s.Platform, ShopID: s.ShopID, Name: s.Name, Status: string(s.Status),
-		StatusReason: s.StatusReason, ShopName: s.ShopName, VerifiedAt: s.VerifiedAt, CredentialsVersion: s.CredentialsVersion,
-		CreatedAt: s.CreatedAt.UTC(), UpdatedAt: s.UpdatedAt.UTC()}
+// rateLimitJSON is a store's effective rate limit and where it comes from: "store" (its own,
+// PUT …/rate-limit) or "platform" (STORE_RATE_LIMITS).
+type rateLimitJSON struct {
+	PerSecond float64 `json:"per_second"`
+	Burst     int     `json:"burst"`
+	Source    string  `json:"source"`
+}
+
+func (s *Server) storeBody(v domain.Store) storeJSON {
+	out := storeJSON{ID: v.ID.String(), Platform: v.Platform, ShopID: v.ShopID, Name: v.Name, Status: string(v.Status),
+		StatusReason: v.StatusReason, ShopName: v.ShopName, VerifiedAt: v.VerifiedAt, CredentialsVersion: v.CredentialsVersion,
+		CreatedAt: v.CreatedAt.UTC(), UpdatedAt: v.UpdatedAt.UTC()}
+	switch platform := s.cfg.StoreRateLimits[v.Platform]; {
+	case !v.RateLimit.IsZero():
+		out.RateLimit = &rateLimitJSON{PerSecond: v.RateLimit.PerSecond, Burst: v.RateLimit.Burst, Source: "store"}
+	case !platform.IsZero():
+		out.RateLimit = &rateLimitJSON{PerSecond: platform.PerSecond, Burst: platform.Burst, Source: "platform"}
+	}
+	return out
+}
+
+// rateLimitIn is PUT …/stores/{store_id}/rate-limit's body.
+type rateLimitIn struct {
+	PerSecond *float64 `json:"per_second"`
+	Burst     *int     `json:"burst"`
+}
+
+// setStoreRateLimit: PUT /v1/workspaces/{ws}/stores/{store_id}/rate-limit {"per_second",
+// "burst"}: the store's own budget; 200 with the store. No idempotency key: setting it
+// again changes nothing.
+func (s *Server) setStoreRateLimit(w http.ResponseWriter, r *http.Request) {
+	var in rateLimitIn
+	if _, ok := s.decode(w, r, &in); !ok {
+		return
+	}
+	switch {
+	case in.PerSecond == nil:
+		writeError(w, r, domain.Invalid("per_second", "required"))
+		return
+	case in.Burst == nil:
+		writeError(w, r, domain.Invalid("burst", "required"))
+		return
+	}
+	limit := domain.RateLimit{PerSecond: *in.PerSecond, Burst: *in.Burst}
+	if limit.IsZero() {
+		writeError(w, r, domain.Invalid("per_second", "must be a positive number; DELETE returns the store to its platform's limit"))
+		return
+	}
+	s.changeStoreRateLimit(w, r, limit)
+}
+
+// deleteStoreRateLimit: DELETE /v1/workspaces/{ws}/stores/{store_id}/rate-limit: the store
+// returns to its platform's budget; 200 with the store.
+func (s *Server) deleteStoreRateLimit(w http.ResponseWriter, r *http.Request) {
+	s.changeStoreRateLimit(w, r, domain.RateLimit{})
+}
+
+func (s *Server) changeStoreRateLimit(w http.ResponseWriter, r *http.Request, limit domain.RateLimit) {
+	id, err := pathID(r, "store_id", domain.ErrStoreNotFound)
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+	reply, err := bus.Execute(r.Context(), s.app.Bus, s.app.Commands.SetStoreRateLimit, bus.Request[commands.SetStoreRateLimit]{
+		Command: commands.SetStoreRateLimit{StoreID: id, WorkspaceID: workspaceID(r.Context()), Limit: limit}, Actor: s.actor(r)})
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"store": s.storeBody(reply.Result)})
 }
 
 // createStoreIn is listing.create_store's body.
@@ -45,16 +115,16 @@ func (s *Server) createStoreCommand() Command {
 		Run: Runs(s.app.Bus, s.app.Commands.CreateStore, func(_ context.Context, c Call, in createStoreIn) (commands.CreateStore, error) {
 			return commands.CreateStore{StoreID: domain.NewID(), WorkspaceID: c.Actor.WorkspaceID, UserID: c.Actor.UserID,
 				Platform: in.Platform, ShopID: in.ShopID, Name: in.Name, Credentials: in.Credentials}, nil
-		}, startRender(http.StatusCreated, "store", func(v domain.Store) any { return storeBody(v) }))}
+		}, startRender(http.StatusCreated, "store", func(v domain.Store) any { return s.storeBody(v) }))}
 }
 
 func (s *Server) listStores(w http.ResponseWriter, r *http.Request) {
-	getList[domain.Store](s, w, r, s.app.Queries.Stores, func(v domain.Store) any { return storeBody(v) })
+	getList[domain.Store](s, w, r, s.app.Queries.Stores, func(v domain.Store) any { return s.storeBody(v) })
 }
 
 func (s *Server) getStore(w http.ResponseWriter, r *http.Request) {
 	getOne[domain.Store](s, w, r, "store_id", domain.ErrStoreNotFound, s.app.Queries.Stores, "store",
-		func(v domain.Store) any { return storeBody(v) })
+		func(v domain.Store) any { return s.storeBody(v) })
 }
 
 // storeParam is the store a command is about: the {store_id} of its path.
@@ -72,7 +142,7 @@ func (s *Server) replaceStoreAuthorizationCommand() Command {
 		Run: Runs(s.app.Bus, s.app.Commands.ReplaceStoreAuthorization, func(_ context.Context, c Call, in replaceAuthorizationIn) (commands.ReplaceStoreAuthorization, error) {
 			return commands.ReplaceStoreAuthorization{StoreID: c.IDs["store_id"], WorkspaceID: c.Actor.WorkspaceID, UserID: c.Actor.UserID,
 				Credentials: in.Credentials}, nil
-		}, startRender(http.StatusAccepted, "store", func(v domain.Store) any { return storeBody(v) }))}
+		}, startRender(http.StatusAccepted, "store", func(v domain.Store) any { return s.storeBody(v) }))}
 }
 
 // verifyStoreCommand is listing.verify_store: the store's credentials verified again.
@@ -80,7 +150,7 @@ func (s *Server) verifyStoreCommand() Command {
 	return Command{Type: "listing.verify_store", Params: storeParam,
 		Run: Runs(s.app.Bus, s.app.Commands.VerifyStore, func(_ context.Context, c Call, _ struct{}) (commands.VerifyStore, error) {
 			return commands.VerifyStore{StoreID: c.IDs["store_id"], WorkspaceID: c.Actor.WorkspaceID, UserID: c.Actor.UserID}, nil
-		}, startRender(http.StatusAccepted, "store", func(v domain.Store) any { return storeBody(v) }))}
+		}, startRender(http.StatusAccepted, "store", func(v domain.Store) any { return s.storeBody(v) }))}
 }
 
 type verificationJSON struct {

@@ -80,11 +80,11 @@ func TestPrepareTaskTable(t *testing.T) {
 	require.NoError(t, db.Owner.QueryRow(ctx, `SELECT relforcerowsecurity,
 		  (SELECT count(*) FROM pg_policy WHERE polrelid = c.oid
 		     AND polname IN ('demo_tasks_tenant', 'demo_tasks_discovery', 'demo_tasks_inspector')),
-		  (SELECT count(*) FROM pg_indexes WHERE indexname IN ('demo_tasks_unfinished', 'demo_tasks_failed'))
+		  (SELECT count(*) FROM pg_indexes WHERE indexname IN ('demo_tasks_unfinished', 'demo_tasks_failed', 'demo_tasks_operation'))
 		FROM pg_class c WHERE oid = 'demo_tasks'::regclass`).Scan(&forced, &policies, &indexes))
 	require.True(t, forced)
 	require.Equal(t, 3, policies, "tenant, discovery and the operators' inspector (sql/039's trigger on task_tables)")
-	require.Equal(t, 2, indexes, "unfinished, and failed for the operators' failures page")
+	require.Equal(t, 3, indexes, "unfinished, failed for the operators' failures page, and by operation for cancelling (sql/056's trigger)")
 
 	// A task left unfinished is found by discovery; app_user sees only its workspace's rows.
 	_, err = db.Owner.Exec(ctx, `WITH o AS (INSERT INTO operations (id, workspace_id, type, resource_type, resource_id)
@@ -101,6 +101,10 @@ func TestPrepareTaskTable(t *testing.T) {
 	var n int
 	require.NoError(t, db.App.QueryRow(ctx, `SELECT count(*) FROM demo_tasks`).Scan(&n))
 	require.Zero(t, n, "no workspace context: RLS hides the row")
+	_, err = db.Owner.Exec(ctx, `UPDATE demo_tasks SET status = 'cancelled'`)
+	require.NoError(t, err, "a new task table's status allows cancelled")
+	_, err = db.Owner.Exec(ctx, `UPDATE demo_tasks SET status = 'lost'`)
+	require.ErrorContains(t, err, "violates check constraint")
 
 	// A lifecycle column of another type is refused, naming it.
 	tx, err = db.Owner.Begin(ctx)

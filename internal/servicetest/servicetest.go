@@ -131,7 +131,7 @@ func (e *Env) WaitOperation(acct Account, operationID string) map[string]any {
 		resp := e.Do(Request{Method: "GET", Path: "/v1/workspaces/" + acct.WorkspaceID + "/operations/" + operationID, Token: acct.AccessToken})
 		require.Equal(e.T, http.StatusOK, resp.Status, "%s", resp.Body)
 		op := resp.JSON(e.T)["operation"].(map[string]any)
-		if s := op["status"]; s == "succeeded" || s == "failed" {
+		if s := op["status"]; s == "succeeded" || s == "failed" || s == "cancelled" {
 			return op
 		}
 		if time.Now().After(deadline) {
