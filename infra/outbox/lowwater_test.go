@@ -297,3 +297,49 @@ func TestClaimFindsRowsByPrimaryKey(t *testing.T) {
 	require.Equal(t, int64(19), got, "the due events are claimed, the expired lease at its last attempt is not")
 	require.Less(t, n, int64(500), "a few buffers per claimed event, not one per dead entry")
 }
+
+// TestDiscoveryMark: discovery looks at the events due since its previous run (less the
+// margin), at all of them once per FullClaimInterval, after any forget of the claim's marks
+// and after a failure, and keeps its mark when its result was cut at DiscoveryLimit.
+func TestDiscoveryMark(t *testing.T) {
+	const every = 30 * time.Second
+	l := newLowWater(every)
+	m := discoveryMark{every: every}
+	clock := time.Date(2026, 12, 6, 21, 0, 0, 0, time.UTC)
+	since, seq := m.since(l, clock)
+	require.True(t, since.IsZero(), "the first discovery is full")
+	m.advance(since, seq, clock, false)
+
+	clock = clock.Add(time.Second)
+	since, seq = m.since(l, clock)
+	require.Equal(t, clock.Add(-time.Second-lowWaterMargin), since, "the previous discovery's now, less the margin")
+	m.advance(since, seq, clock, true)
+	again, seq := m.since(l, clock.Add(time.Second))
+	require.Equal(t, since, again, "a result cut at the limit keeps the mark")
+	m.advance(again, seq, clock.Add(time.Second), false)
+
+	since, _ = m.since(l, clock.Add(2*time.Second))
+	require.False(t, since.IsZero())
+	l.forget()
+	since, seq = m.since(l, clock.Add(2*time.Second))
+	require.True(t, since.IsZero(), "after a forget of the claim's marks, the next discovery is full")
+	m.advance(since, seq, clock.Add(2*time.Second), false)
+
+	since, _ = m.since(l, clock.Add(3*time.Second))
+	require.False(t, since.IsZero())
+	m.reset()
+	since, seq = m.since(l, clock.Add(3*time.Second))
+	require.True(t, since.IsZero(), "after a failed discovery, the next is full")
+	m.advance(since, seq, clock.Add(3*time.Second), false)
+
+	since, _ = m.since(l, clock.Add(3*time.Second+every-time.Millisecond))
+	require.False(t, since.IsZero())
+	since, _ = m.since(l, clock.Add(3*time.Second+every))
+	require.True(t, since.IsZero(), "a full discovery at least once per FullClaimInterval")
+
+	off := discoveryMark{every: -1}
+	since, seq = off.since(l, clock)
+	off.advance(since, seq, clock, false)
+	since, _ = off.since(l, clock.Add(time.Second))
+	require.True(t, since.IsZero(), "FullClaimInterval < 0: every discovery is full")
+}
