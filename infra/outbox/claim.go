@@ -70,9 +70,10 @@ func idsOf(rows []claimed) []uuid.UUID {
 // the status stays pending and the update is HOT. A reclaimed expired lease counts as an
 // attempt; one that reaches MaxAttempts ($5) goes to dead_letter instead of being claimed
 // again (an event whose every delivery ends without an outcome, e.g. one that crashes its
-// dispatcher, stops there). The update finds the rows by primary key (id = ANY of an
-// array): a join with e lets the planner, misled by e's estimate, scan every row of the
-// workspaces instead. Each workspace's scan starts at its low-water mark $6 (lowWater: the
+// dispatcher, stops there). Each update (leased, dead, held) finds its rows by primary key
+// (id = ANY of an array): joined with e, it was planned, from statistics of a few rows, as a
+// walk of the whole primary key (every entry, and under a held snapshot a heap visit for
+// each event dispatched since), joined row by row. Each workspace's scan starts at its low-water mark $6 (lowWater: the
 // zero time, 0001-01-01, for none), not at its first index entry, so that it does not walk
 // the entries of the events dispatched before (dead, and kept while an older snapshot is
 // held). It returns each row's due time and the claim's now(), from which the next marks are
@@ -100,7 +101,7 @@ const claimSQL = `
 	  UPDATE outbox_events o
 	  SET status = 'dead_letter', attempt_count = o.attempt_count + 1, locked_by = NULL, locked_until = NULL,
 	      last_error = 'lease expired before any delivery outcome was recorded, ' || (o.attempt_count + 1) || ' attempts'
-	  FROM e WHERE o.id = e.id AND e.expired AND e.attempt_count + 1 >= $5),
+	  WHERE o.id = ANY (ARRAY(SELECT id FROM e WHERE expired AND attempt_count + 1 >= $5))),
 	live AS (SELECT * FROM e WHERE NOT (expired AND attempt_count + 1 >= $5)),
 	cand AS (
 	  SELECT l.id, l.ws, l.dest, l.task::uuid AS task, row_number() OVER (PARTITION BY l.ws, l.dest ORDER BY l.due, l.id) AS rn
@@ -118,8 +119,8 @@ const claimSQL = `
 	  RETURNING event_id),
 	hold AS (SELECT c.id, c.task FROM cand c WHERE c.id NOT IN (SELECT event_id FROM took)),
 	held AS (
-	  UPDATE outbox_events o SET status = 'held', held_task = h.task, locked_by = NULL, locked_until = NULL
-	  FROM hold h WHERE o.id = h.id
+	  UPDATE outbox_events o SET status = 'held', held_task = (SELECT h.task FROM hold h WHERE h.id = o.id), locked_by = NULL, locked_until = NULL
+	  WHERE o.id = ANY (ARRAY(SELECT id FROM hold))
 	  RETURNING o.id, o.workspace_id, o.event_type, o.destination, o.event_payload, o.metadata, o.created_at, o.attempt_count,
 	            o.next_attempt_at, now() AS now, o.aggregate_type, o.aggregate_id, true AS held),
 	leased AS (

@@ -72,6 +72,7 @@ type Dispatcher struct {
 
 	queue    *wsQueue
 	low      *lowWater
+	disc     discoveryMark // feed's alone
 	fair     fairShare
 	wake     chan struct{}
 	claimSeq atomic.Uint64
@@ -104,6 +105,7 @@ func NewDispatcher(cfg DispatcherConfig, pool *pgxpool.Pool, publishers Publishe
 		metrics: m,
 		queue:   newWSQueue(),
 		low:     newLowWater(cfg.FullClaimInterval),
+		disc:    discoveryMark{every: cfg.FullClaimInterval},
 		fair:    newFairShare(cfg.FairShare),
 		wake:    make(chan struct{}, 1),
 	}, nil
@@ -184,16 +186,19 @@ func (d *Dispatcher) feed(ctx context.Context) {
 // discoveryPause is the least period of discovery, in multiples of the last one's duration.
 const discoveryPause = 4
 
-// discover queues the workspaces with due events and returns how many it found.
+// discover queues the workspaces with due events and returns how many it found. It looks
+// at the events due since its mark (discoveryMark), or at all of them.
 func (d *Dispatcher) discover(ctx context.Context) (int, error) {
-	rows, err := d.pool.Query(ctx, `SELECT workspace_id FROM outbox_due_workspaces(now(), $1)`, d.cfg.DiscoveryLimit)
+	since, seq := d.disc.since(d.low, time.Now())
+	var now time.Time
+	var ids []uuid.UUID
+	err := d.pool.QueryRow(ctx, `SELECT now(), ARRAY(SELECT workspace_id FROM outbox_due_workspaces(now(), $1, $2))`,
+		d.cfg.DiscoveryLimit, since).Scan(&now, &ids)
 	if err != nil {
+		d.disc.reset()
 		return 0, fmt.Errorf("outbox.Dispatcher.discover: %w", err)
 	}
-	ids, err := pgx.CollectRows(rows, pgx.RowTo[uuid.UUID])
-	if err != nil {
-		return 0, fmt.Errorf("outbox.Dispatcher.discover: %w", err)
-	}
+	d.disc.advance(since, seq, now, len(ids) >= d.cfg.DiscoveryLimit)
 	d.queue.push(ids...)
 	return len(ids), nil
 }

@@ -879,4 +879,68 @@ func TestDiscoveryFindsDueWorkspacesOldestFirst(t *testing.T) {
 	}
 	require.Equal(t, []uuid.UUID{wss[2], wss[0], wss[6], wss[1]}, discover(100))
 	require.Equal(t, []uuid.UUID{wss[2], wss[0]}, discover(2))
+
+	// With a mark: only the events due since it make a workspace due.
+	since := func(ago string) []uuid.UUID {
+		t.Helper()
+		rows, err := db.App.Query(ctx, `SELECT workspace_id FROM outbox_due_workspaces(now(), 100, now() - $1::interval)`, ago)
+		require.NoError(t, err)
+		ids, err := pgx.CollectRows(rows, pgx.RowTo[uuid.UUID])
+		require.NoError(t, err)
+		return ids
+	}
+	require.Equal(t, []uuid.UUID{wss[6], wss[1]}, since("45 seconds"))
+	require.Equal(t, []uuid.UUID{wss[2], wss[0], wss[6], wss[1]}, since("1 day"))
+}
+
+// TestDiscoveryUnderHeldSnapshot: while a snapshot is held, the events dispatched since leave
+// dead entries in outbox_events_due. A discovery from its mark does not visit their rows (it
+// reads about 100 buffers here); a full one visits every one (the test's control: about
+// 20,000).
+func TestDiscoveryUnderHeldSnapshot(t *testing.T) {
+	db := pgtest.New(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	t.Cleanup(cancel)
+	wss := make([]uuid.UUID, 10)
+	for i := range wss {
+		wss[i] = createWorkspace(t, db)
+	}
+	held, err := db.Owner.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = held.Rollback(context.Background()) })
+	_, err = held.Exec(ctx, `SELECT count(*) FROM workspaces`)
+	require.NoError(t, err)
+	// The events of the workspaces interleave in the heap, as they commit.
+	rows, err := db.Owner.Query(ctx, `
+		INSERT INTO outbox_events (id, workspace_id, event_type, destination, aggregate_type, aggregate_id, event_payload)
+		SELECT gen_random_uuid(), w, 'test.happened', $2, 'thing', g::text, '{}'
+		FROM generate_series(1, 2000) AS g, unnest($1::uuid[]) AS w ORDER BY g, w
+		RETURNING id`, wss, testQueue)
+	require.NoError(t, err)
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[uuid.UUID])
+	require.NoError(t, err)
+	dispatchNow(t, db, ids...)
+	var mark time.Time
+	require.NoError(t, db.Owner.QueryRow(ctx, `SELECT now()`).Scan(&mark))
+	bulkInsert(t, db, wss, 1)
+
+	discover := func(since time.Time) (found, buffers int64) {
+		t.Helper()
+		tx, err := db.App.Begin(ctx)
+		require.NoError(t, err)
+		defer func() { _ = tx.Rollback(ctx) }()
+		var plan string
+		require.NoError(t, tx.QueryRow(ctx, `EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) SELECT * FROM outbox_due_workspaces(now(), 1000, '`+
+			since.UTC().Format(time.RFC3339Nano)+`')`).Scan(&plan))
+		require.NoError(t, tx.QueryRow(ctx, `SELECT (($1::jsonb)->0->'Plan'->>'Actual Rows')::bigint,
+			(($1::jsonb)->0->'Plan'->>'Shared Hit Blocks')::bigint + (($1::jsonb)->0->'Plan'->>'Shared Read Blocks')::bigint`, plan).Scan(&found, &buffers))
+		return found, buffers
+	}
+	fullFound, full := discover(time.Time{})
+	markFound, marked := discover(mark.Add(-time.Second))
+	t.Logf("discovery past 20,000 dead entries: %d buffers from its mark, %d full", marked, full)
+	require.Equal(t, int64(len(wss)), fullFound)
+	require.Equal(t, int64(len(wss)), markFound, "from its mark, discovery finds every workspace with an event due since")
+	require.Greater(t, full, int64(10000), "a full discovery visits the dead entries' rows (the test's control)")
+	require.Less(t, marked, int64(1000), "from its mark, discovery does not visit the dead entries' rows")
 }

@@ -32,7 +32,11 @@
 //     channel (DispatcherConfig.WakeRedis, WakeChannel) or one pg_notify in a transaction of
 //     its own (LISTEN, unless DisableListen);
 //   - the poll: outbox_due_workspaces at start, on Wake, every BusyPollInterval (50ms) while
-//     discoveries find work and, backing off, at most every PollInterval (1s) when idle.
+//     discoveries find work and, backing off, at most every PollInterval (1s) when idle. A
+//     discovery looks at the events due since the previous one's start less 5 s
+//     (discoveryMark), and at all of them at least once per FullClaimInterval and after
+//     the claim's marks are forgotten, so that it does not visit the rows of the events
+//     dispatched before (see the low-water mark below).
 //
 // A lost wake-up (Redis down, a crash between commit and send) delays delivery by at most
 // PollInterval; no event is lost, because the rows are what the dispatchers read.
@@ -60,10 +64,12 @@
 // scans spread out), which starts at the first entry; and every mark is forgotten at once
 // after this dispatcher releases events or fails to claim or mark.
 //
-// The statements that find a round's rows by id (the mark, the failed mark, the release)
-// read the primary key: the dispatcher's transactions plan with sequential and bitmap scans
-// off (scope.go), since outbox_events' statistics describe a table of a few rows while its
-// heap and indexes keep the size a held snapshot grew them to.
+// The statements that find a round's rows by id (the claim's own updates, the mark, the
+// failed mark, the release) read the primary key (id = ANY of an array, never a join): the
+// dispatcher's transactions plan with sequential and bitmap scans off (scope.go), since
+// outbox_events' statistics describe a table of a few rows while its heap and indexes keep
+// the size a held snapshot grew them to (a join, planned from those statistics, walked the
+// whole primary key).
 //
 // Every statement on outbox_events and outbox_dispatched runs in a transaction that first scopes it with
 // set_config(…, true): as app_user for the dispatcher and the Cleaner, as listing_operator

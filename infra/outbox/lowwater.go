@@ -126,6 +126,57 @@ func (l *lowWater) advance(c claimMarks, wss []uuid.UUID, now time.Time, rows []
 	}
 }
 
+// epoch returns the number of forgets so far.
+func (l *lowWater) epoch() uint64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.seq
+}
+
+// discoveryMark is discovery's low-water mark: outbox_due_workspaces looks only at the due
+// entries at or past it, and so does not visit the rows of the events dispatched before it
+// (dead, and kept while an older snapshot is held: without it each discovery visited every
+// one of them, in every workspace). It is the previous discovery's now() less
+// lowWaterMargin: an event due since then is found, whether it was written then (a writer
+// transaction shorter than the margin) or its retry's backoff ended. What it may skip (an
+// expired lease, an event released by another process, a longer writer transaction; the
+// claim's marks skip the same) is found by the full discovery (every due entry) that runs
+// at least once per FullClaimInterval, and after every forget of the claim's marks (this
+// dispatcher's release or failed claim or mark, whose events the next discovery must find
+// again). A discovery that returned DiscoveryLimit workspaces keeps its mark, so that the
+// workspaces it left out are found by the next one; a failed discovery makes the next full.
+type discoveryMark struct {
+	every time.Duration // FullClaimInterval; <= 0: every discovery is full
+	at    time.Time     // the next discovery's mark; the zero time: full
+	full  time.Time     // when the last full discovery began
+	seq   uint64        // the marks' epoch (lowWater.seq) at the discovery that set at
+}
+
+// since returns the mark of a discovery beginning at now (the zero time: every due entry)
+// and the marks' epoch it read.
+func (m *discoveryMark) since(l *lowWater, now time.Time) (time.Time, uint64) {
+	seq := l.epoch()
+	if m.every <= 0 || m.at.IsZero() || seq != m.seq || now.Sub(m.full) >= m.every {
+		m.at = time.Time{}
+		m.full = now
+	}
+	return m.at, seq
+}
+
+// advance sets the next discovery's mark after a discovery that began with mark since in
+// epoch seq and ran at the server's now; truncated: it returned DiscoveryLimit workspaces.
+func (m *discoveryMark) advance(since time.Time, seq uint64, now time.Time, truncated bool) {
+	m.seq = seq
+	if truncated {
+		m.at = since
+		return
+	}
+	m.at = now.Add(-lowWaterMargin)
+}
+
+// reset makes the next discovery full.
+func (m *discoveryMark) reset() { m.at = time.Time{} }
+
 // forget drops every mark: the next claim of each workspace starts at its first entry.
 func (l *lowWater) forget() {
 	l.mu.Lock()

@@ -2,6 +2,7 @@ package outbox
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -230,4 +231,115 @@ func TestMarkFindsRowsByPrimaryKey(t *testing.T) {
 		require.Contains(t, plan, "outbox_events_pkey", "%s: by primary key", s.name)
 		require.Less(t, n, int64(300), "%s: a few buffers, not the dead entries'", s.name)
 	}
+}
+
+// TestClaimFindsRowsByPrimaryKey: the claim statement, planned as the dispatcher plans it
+// (a generic plan on one connection, app_user scoped to the round's workspaces, fair share
+// on), reads a bounded number of buffers when it starts at the workspace's low-water mark,
+// whatever the dead row versions a held snapshot keeps: its updates (the lease, the expired
+// lease's dead letter, the fair share's hold) find their rows by primary key. Replanned after
+// a vacuum under the hold (statistics of a few live rows in grown pages), an update joined
+// with the claimed rows walked the whole primary key, a heap visit per dead entry. Here, with
+// 20,000 dead entries and 20 due events (one an expired lease at its last attempt), the claim
+// reads about 140 buffers (the join: about 20,000).
+func TestClaimFindsRowsByPrimaryKey(t *testing.T) {
+	db := pgtest.New(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	t.Cleanup(cancel)
+	ws, other := createWorkspace(t, db), createWorkspace(t, db)
+
+	// One connection, as the dispatcher's: the statement is prepared and its generic plan
+	// made while the table is small.
+	conn, err := db.App.Acquire(ctx)
+	require.NoError(t, err)
+	t.Cleanup(conn.Release)
+	claim := func(sql string, mark time.Time) string {
+		tx, err := conn.Begin(ctx)
+		require.NoError(t, err)
+		defer func() { _ = tx.Rollback(ctx) }()
+		one, list := scopeOf([]uuid.UUID{ws, other})
+		_, err = tx.Exec(ctx, scopeSQL, one, list)
+		require.NoError(t, err)
+		args := fmt.Sprintf(`'{%s,%s}', 500, 'token', 30000, 20, '{"%s","%[3]s"}', '{%s}', '{thing_id}', 1`,
+			ws, other, mark.UTC().Format(time.RFC3339Nano), testQueue)
+		var plan string
+		require.NoError(t, tx.QueryRow(ctx, sql+` (`+args+`)`).Scan(&plan))
+		return plan
+	}
+	_, err = conn.Exec(ctx, `PREPARE p (uuid[], int, text, bigint, int, timestamptz[], text[], text[], int) AS `+claimSQL)
+	require.NoError(t, err)
+	t.Cleanup(func() { _, _ = conn.Exec(context.Background(), `DEALLOCATE p`) })
+	claim(`EXPLAIN (FORMAT JSON) EXECUTE p`, time.Time{})
+
+	held, err := db.Owner.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = held.Rollback(context.Background()) })
+	_, err = held.Exec(ctx, `SELECT count(*) FROM workspaces`)
+	require.NoError(t, err)
+	dispatchNow(t, db, allIDsOf(t, db, ws)...)
+	dispatchNow(t, db, bulkInsert(t, db, []uuid.UUID{ws}, 20000)...)
+	// Vacuum (autovacuum after 1,000 dead rows) removes nothing under the hold; its new
+	// statistics (a few live rows, the grown pages and index entries) replan the statement.
+	_, err = db.Owner.Exec(ctx, `VACUUM outbox_events`)
+	require.NoError(t, err)
+	var mark time.Time
+	require.NoError(t, db.Owner.QueryRow(ctx, `SELECT now()`).Scan(&mark))
+	live := bulkInsert(t, db, []uuid.UUID{ws}, 20)
+	_, err = db.Owner.Exec(ctx, `UPDATE outbox_events SET locked_by = 'gone', locked_until = now() - interval '1 minute', attempt_count = 19
+		WHERE id = $1`, live[0])
+	require.NoError(t, err)
+
+	plan := claim(`EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) EXECUTE p`, mark.Add(-time.Second))
+	var n, got int64
+	require.NoError(t, conn.QueryRow(ctx, `SELECT (($1::jsonb)->0->'Plan'->>'Shared Hit Blocks')::bigint + (($1::jsonb)->0->'Plan'->>'Shared Read Blocks')::bigint,
+		(($1::jsonb)->0->'Plan'->>'Actual Rows')::bigint`, plan).Scan(&n, &got))
+	t.Logf("claim of 20 due events past 20,000 dead entries: %d buffers", n)
+	require.Equal(t, int64(19), got, "the due events are claimed, the expired lease at its last attempt is not")
+	require.Less(t, n, int64(500), "a few buffers per claimed event, not one per dead entry")
+}
+
+// TestDiscoveryMark: discovery looks at the events due since its previous run (less the
+// margin), at all of them once per FullClaimInterval, after any forget of the claim's marks
+// and after a failure, and keeps its mark when its result was cut at DiscoveryLimit.
+func TestDiscoveryMark(t *testing.T) {
+	const every = 30 * time.Second
+	l := newLowWater(every)
+	m := discoveryMark{every: every}
+	clock := time.Date(2026, 12, 6, 21, 0, 0, 0, time.UTC)
+	since, seq := m.since(l, clock)
+	require.True(t, since.IsZero(), "the first discovery is full")
+	m.advance(since, seq, clock, false)
+
+	clock = clock.Add(time.Second)
+	since, seq = m.since(l, clock)
+	require.Equal(t, clock.Add(-time.Second-lowWaterMargin), since, "the previous discovery's now, less the margin")
+	m.advance(since, seq, clock, true)
+	again, seq := m.since(l, clock.Add(time.Second))
+	require.Equal(t, since, again, "a result cut at the limit keeps the mark")
+	m.advance(again, seq, clock.Add(time.Second), false)
+
+	since, _ = m.since(l, clock.Add(2*time.Second))
+	require.False(t, since.IsZero())
+	l.forget()
+	since, seq = m.since(l, clock.Add(2*time.Second))
+	require.True(t, since.IsZero(), "after a forget of the claim's marks, the next discovery is full")
+	m.advance(since, seq, clock.Add(2*time.Second), false)
+
+	since, _ = m.since(l, clock.Add(3*time.Second))
+	require.False(t, since.IsZero())
+	m.reset()
+	since, seq = m.since(l, clock.Add(3*time.Second))
+	require.True(t, since.IsZero(), "after a failed discovery, the next is full")
+	m.advance(since, seq, clock.Add(3*time.Second), false)
+
+	since, _ = m.since(l, clock.Add(3*time.Second+every-time.Millisecond))
+	require.False(t, since.IsZero())
+	since, _ = m.since(l, clock.Add(3*time.Second+every))
+	require.True(t, since.IsZero(), "a full discovery at least once per FullClaimInterval")
+
+	off := discoveryMark{every: -1}
+	since, seq = off.since(l, clock)
+	off.advance(since, seq, clock, false)
+	since, _ = off.since(l, clock.Add(time.Second))
+	require.True(t, since.IsZero(), "FullClaimInterval < 0: every discovery is full")
 }

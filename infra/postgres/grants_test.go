@@ -20,8 +20,9 @@ type definer struct {
 // grant widened, must change this table.
 var securityDefiners = map[string]definer{
 	// Workspace discovery of the dispatcher, the cleanup and the reconciler: ids only.
-	"outbox_due_workspaces(timestamp with time zone,integer)":          {"listing_discovery", "app_user"},
-	"idempotency_expired_workspaces(timestamp with time zone,integer)": {"listing_discovery", "app_user"},
+	"outbox_due_workspaces(timestamp with time zone,integer)":                          {"listing_discovery", "app_user"},
+	"outbox_due_workspaces(timestamp with time zone,integer,timestamp with time zone)": {"listing_discovery", "app_user"},
+	"idempotency_expired_workspaces(timestamp with time zone,integer)":                 {"listing_discovery", "app_user"},
 	// stuck_task_workspaces reads the tables named in task_tables (sql/026), which only
 	// listing_owner writes; listing_discovery may read that registry's names and nothing else of
 	// it. prepare_task_table, which fills the registry, is no definer: it runs with its caller's
