@@ -268,7 +268,7 @@ func InitializeWork(ctx context.Context, cfg config.Config, q *Queues, reg *prom
 		cleanup()
 		return nil, nil, err
 	}
-	storeBudget, err := ProvideStoreBudget(cfg, universalClient, reg)
+	storeBudget, err := ProvideStoreBudget(cfg, universalClient, reg, log)
 	if err != nil {
 		cleanup5()
 		cleanup4()

@@ -185,10 +185,15 @@ func ProvideJobHandlers(cfg config.Config, deps worker.Deps, repos *Repositories
 	return flows.Handlers(provided(cfg, deps, repos, cipher, store, fetcher, x, budget))
 }
 
+// RatePrefix starts the Redis keys of the stores' buckets and of their waits' log
+// (ratelimit.Redis, ratelimit.WaitLog).
+func RatePrefix(cfg config.Config) string { return cfg.StreamPrefix + ":rate:" }
+
 // ProvideStoreBudget builds the stores' budgets of requests to their marketplaces
 // (STORE_RATE_LIMITS and each store's own), in Redis, shared by every worker process; waits
-// are counted in listing_store_rate_waits_total{platform}.
-func ProvideStoreBudget(cfg config.Config, rdb redis.UniversalClient, reg *prometheus.Registry) (*worker.StoreBudget, error) {
+// are counted in listing_store_rate_waits_total{platform} and, per minute for the console,
+// in Redis (ratelimit.WaitLog, under the buckets' prefix).
+func ProvideStoreBudget(cfg config.Config, rdb redis.UniversalClient, reg *prometheus.Registry, log *slog.Logger) (*worker.StoreBudget, error) {
 	var err error
 	waits := metrics.Register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{Name: "listing_store_rate_waits_total",
 		Help: "Jobs that waited (delayed, nothing spent) because their store was over its rate limit, by platform."},
@@ -199,8 +204,16 @@ func ProvideStoreBudget(cfg config.Config, rdb redis.UniversalClient, reg *prome
 	for _, p := range cfg.Platforms {
 		waits.WithLabelValues(p)
 	}
-	return &worker.StoreBudget{Buckets: ratelimit.Redis{Client: rdb, Prefix: cfg.StreamPrefix + ":rate:"},
-		Platforms: cfg.StoreRateLimits, Waited: func(platform string) { waits.WithLabelValues(platform).Inc() }}, nil
+	prefix := RatePrefix(cfg)
+	waitLog := ratelimit.WaitLog{Client: rdb, Prefix: prefix}
+	return &worker.StoreBudget{Buckets: ratelimit.Redis{Client: rdb, Prefix: prefix}, Platforms: cfg.StoreRateLimits,
+		Waited: func(ctx context.Context, platform string) {
+			waits.WithLabelValues(platform).Inc()
+			// The console's count only: a wait it misses changes nothing else.
+			if err := waitLog.Add(ctx, platform, time.Now()); err != nil && ctx.Err() == nil {
+				log.Warn("store rate wait not counted for the console", "platform", platform, "error", err)
+			}
+		}}, nil
 }
 
 // inspectImage inspects and decodes an original with imaging within the decode budget

@@ -13,8 +13,11 @@ import (
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
+	listing "github.com/listingkit/listing"
 	"github.com/listingkit/listing/infra/bullmq"
+	"github.com/listingkit/listing/infra/config"
 	"github.com/listingkit/listing/infra/postgres/pgtest"
+	"github.com/listingkit/listing/infra/ratelimit"
 )
 
 // The console's overview, failures, queues and operation pages in a real browser (headless
@@ -137,6 +140,12 @@ func TestConsoleOverviewInBrowser(t *testing.T) {
 	require.NoError(t, err)
 	seedEventually(t, 15*time.Second, failedJobs(2), "the last look's job never failed")
 
+	// Three jobs waited for their store's rate limit just now (what `work` logs).
+	waits := ratelimit.WaitLog{Client: rdb, Prefix: listing.RatePrefix(config.Config{StreamPrefix: prefix})}
+	for range 3 {
+		require.NoError(t, waits.Add(ctx, "sandbox", time.Now()))
+	}
+
 	// The console, as the real binary; it samples the last ten minutes as it starts.
 	const secret = "ada-overview-secret-0123456789"
 	addr := seedFreeAddr(t)
@@ -184,7 +193,13 @@ func TestConsoleOverviewInBrowser(t *testing.T) {
 	require.Contains(t, text, "material_transfer")
 	row, err := chromedp.Run(bctx, chromedp.Text(css(`#flows-now tr:has(a[href="/?flow=material_transfer"])`)))
 	require.NoError(t, err)
-	require.Regexp(t, `material_transfer\s+4\s+\S+\s+0\s+0\s+1`, row, "4 waiting, none running or queued, 1 failed in the hour")
+	require.Regexp(t, `material_transfer\s+4\s+0\s+\S+\s+0\s+0\s+1`, row, "4 waiting, none held, running or queued, 1 failed in the hour")
+	// The largest backlogs: Acme's four waiting transfers, linked to its page; the rate-limit
+	// waits the workers logged (under the prefix `work` uses) per platform.
+	backlog, err := chromedp.Run(bctx, chromedp.Text(css(`#backlog-`+ws.String())))
+	require.NoError(t, err)
+	require.Regexp(t, `Acme\s+material_transfer\s+4\s+0\s+\S+\s+0`, backlog)
+	require.Regexp(t, `sandbox\s+[0-3]\s+3`, textOf(`#rate-waits`), "three waits in the last hour")
 	for _, chart := range []string{"throughput-chart", "latency-chart", "depth-chart", "reconciliations-chart", "owed-chart"} {
 		n, err := chromedp.Run(bctx, chromedp.Evaluate[int](fmt.Sprintf(`document.querySelectorAll('#%s polyline, #%s circle').length`, chart, chart)))
 		require.NoError(t, err, chart)

@@ -22,8 +22,9 @@ type StoreBudget struct {
 	Platforms map[string]domain.RateLimit
 	// Lowered is how long an upstream 429 halves a store's budget. Default one minute.
 	Lowered time.Duration
-	// Waited, when set, is told of every take that must wait (by the store's platform).
-	Waited func(platform string)
+	// Waited, when set, is told of every take that must wait (by the store's platform), with
+	// the job's context; it must not block for long (the job waits for it).
+	Waited func(ctx context.Context, platform string)
 }
 
 // Limit is store's budget: its own, else its platform's; the zero RateLimit is none.
@@ -51,7 +52,7 @@ func (b *StoreBudget) Wait(ctx context.Context, store domain.Store, n int) error
 		return err
 	case wait > 0:
 		if b.Waited != nil {
-			b.Waited(store.Platform)
+			b.Waited(ctx, store.Platform)
 		}
 		return budgetWait{wait}
 	}

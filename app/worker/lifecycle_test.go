@@ -417,7 +417,7 @@ func TestLifecycleStoreBudgetWaitSpendsNothing(t *testing.T) {
 	buckets := &fullBuckets{wait: 300 * time.Millisecond}
 	waited := 0
 	budget := &worker.StoreBudget{Buckets: buckets, Platforms: map[string]domain.RateLimit{"sandbox": {PerSecond: 10, Burst: 20}},
-		Waited: func(string) { waited++ }}
+		Waited: func(context.Context, string) { waited++ }}
 	store := domain.Store{ID: uuid.New(), Platform: "sandbox"}
 	f := l.flow(t, func() (string, error) { return "x", nil }, func(*domain.MaterialTransfer) error {
 		return budget.Wait(context.Background(), store, 2)

@@ -12,6 +12,7 @@ import (
 	"github.com/listingkit/listing/infra/config"
 	"github.com/listingkit/listing/infra/console"
 	"github.com/listingkit/listing/infra/postgres"
+	"github.com/listingkit/listing/infra/ratelimit"
 )
 
 // runConsole serves the operator console on CONSOLE_ADDR (or -addr), and writes its
@@ -59,7 +60,7 @@ func newConsole(ctx context.Context, cfg config.Config, log *slog.Logger) (*cons
 	}
 	cleanup := pool.Close
 	ccfg := console.Config{Operators: operators, Production: cfg.Production(), Pool: pool, Queues: flows.Queues(), Logger: log,
-		SessionTTL: cfg.ConsoleSessionTTL, SigninFailures: cfg.ConsoleSigninFailures}
+		Platforms: cfg.Platforms, SessionTTL: cfg.ConsoleSessionTTL, SigninFailures: cfg.ConsoleSigninFailures}
 	for _, f := range flows.All() {
 		ccfg.Flows = append(ccfg.Flows, console.Flow{Name: f.Name, Queue: f.Queue, Table: f.Table, Operation: f.Operation,
 			RequestEvent: f.Request.EventType()})
@@ -72,6 +73,7 @@ func newConsole(ctx context.Context, cfg config.Config, log *slog.Logger) (*cons
 		}
 		cleanup = func() { closeRedis(); pool.Close() }
 		ccfg.BullMQ = bullmq.Config{Client: rdb, Prefix: cfg.BullMQPrefix}
+		ccfg.RateWaits = ratelimit.WaitLog{Client: rdb, Prefix: listing.RatePrefix(cfg)}
 	}
 	srv, err := console.New(ccfg)
 	if err != nil {

@@ -16,6 +16,7 @@ import (
 
 	"github.com/listingkit/listing/infra/bullmq"
 	"github.com/listingkit/listing/infra/outbox"
+	"github.com/listingkit/listing/infra/ratelimit"
 )
 
 //go:embed templates/*.html static/*
@@ -43,6 +44,13 @@ type Config struct {
 	// table's flow). Empty: task tables are shown by their names and the failures page offers
 	// no flow filter.
 	Flows []Flow
+	// RateWaits is the workers' log of the jobs that waited for their store's rate limit
+	// (ratelimit.WaitLog, in the queues' Redis): the overview shows it per platform. Zero
+	// (no Client): not shown.
+	RateWaits ratelimit.WaitLog
+	// Platforms are the platforms the overview's rate-limit waits list (each even at 0);
+	// those the log names beyond them are listed too.
+	Platforms []string
 	// SessionTTL is how long a browser session lasts (CONSOLE_SESSION_TTL). Default 8h.
 	// Sessions live in console_sessions: shared by every console on the database, kept
 	// across restarts, ended everywhere by sign-out.

@@ -6,6 +6,8 @@ import (
 	"net/url"
 	"slices"
 	"time"
+
+	"github.com/google/uuid"
 )
 
 // The overview, the console's first page: one row per flow and one for the outbox now (read
@@ -31,10 +33,11 @@ var overviewRanges = []overviewRange{
 // FlowNow is one flow's row on the overview.
 type FlowNow struct {
 	Flow string
-	// Waiting and Running count the flow's tasks pending and running; FailedHour those
-	// failed in the last hour; OldestWaiting is the oldest pending task's age (0: none).
-	Waiting, Running, FailedHour int64
-	OldestWaiting                time.Duration
+	// Waiting and Running count the flow's tasks pending and running; Held the requests of
+	// the waiting ones that fair share holds in the outbox; FailedHour the tasks failed in
+	// the last hour; OldestWaiting is the oldest pending task's age (0: none).
+	Waiting, Held, Running, FailedHour int64
+	OldestWaiting                      time.Duration
 	// QueueWaiting counts the jobs waiting in the flow's queue (nil: not read).
 	QueueWaiting *int64
 }
@@ -52,6 +55,10 @@ type overviewData struct {
 	Flows   []FlowNow
 	Outbox  OutboxNow
 	Refresh int
+	// Backlogs are the workspaces with the most tasks waiting; RateWaits the platforms'
+	// rate-limit waits (nil: the console has no wait log).
+	Backlogs  []Backlog
+	RateWaits []RateWaits
 	// Flow is the flow the charts show (empty: every flow); FlowLinks and RangeLinks are
 	// the choices, each with its address.
 	Flow, Range, RangeLabel string
@@ -119,9 +126,14 @@ func (s *Server) index(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, "overview", err)
 		return
 	}
+	held, err := s.data.held(ctx, nil)
+	if err != nil {
+		s.fail(w, r, "overview", err)
+		return
+	}
 	for _, f := range s.cfg.Flows {
 		t := tasks[f.Table]
-		row := FlowNow{Flow: f.Name, Waiting: t.Pending, Running: t.Running, FailedHour: t.Failed}
+		row := FlowNow{Flow: f.Name, Waiting: t.Pending, Held: held[heldKey{uuid.Nil, f.Queue}], Running: t.Running, FailedHour: t.Failed}
 		if t.OldestPendingAt != nil {
 			row.OldestWaiting = now.Sub(*t.OldestPendingAt)
 		}
@@ -137,6 +149,14 @@ func (s *Server) index(w http.ResponseWriter, r *http.Request) {
 	if d.Outbox.Owed, d.Outbox.OldestOwed, err = s.data.owed(ctx, now); err != nil {
 		s.fail(w, r, "overview", err)
 		return
+	}
+	if d.Backlogs, err = s.largestBacklogs(ctx, now); err != nil {
+		s.fail(w, r, "overview", err)
+		return
+	}
+	if d.RateWaits, err = s.rateWaits(ctx, now); err != nil {
+		s.log.Warn("console: overview: rate-limit waits not read", "err", err)
+		d.RateWaits = nil
 	}
 
 	// The charts end at the last minute a sample can hold.

@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/listingkit/listing/infra/console"
+	"github.com/listingkit/listing/infra/ratelimit"
 )
 
 var overviewFlows = []console.Flow{
@@ -98,7 +99,7 @@ func TestOverview(t *testing.T) {
 	code, body := b.c.get("/")
 	require.Equal(t, http.StatusOK, code)
 	require.Contains(t, body, `<meta http-equiv="refresh" content="60">`)
-	require.Regexp(t, `<th scope="row"><a href="/\?flow=material_transfer">material_transfer</a></th><td>3</td><td>30m\ds</td><td>1</td><td>0</td><td><a href="/failures\?flow=material_transfer&amp;since=1h">1</a></td>`, body)
+	require.Regexp(t, `<th scope="row"><a href="/\?flow=material_transfer">material_transfer</a></th><td>3</td><td>0</td><td>30m\ds</td><td>1</td><td>0</td><td><a href="/failures\?flow=material_transfer&amp;since=1h">1</a></td>`, body)
 	for _, id := range []string{"throughput-chart", "latency-chart", "depth-chart", "reconciliations-chart", "delivered-chart", "owed-chart"} {
 		require.Regexp(t, `<svg class="chart" id="`+id+`"`, body, id)
 	}
@@ -289,4 +290,73 @@ func TestOverviewSampleBounded(t *testing.T) {
 	require.Equal(t, []int64{1000, 1000}, []int64{pk1, pk10}, "one primary-key read per sampled operation")
 	require.LessOrEqual(t, probes1, 1000*indexes, "at most one probe per sampled request event and day partition")
 	require.LessOrEqual(t, probes10, 1000*indexes, "at most one probe per sampled request event and day partition")
+}
+
+// The overview lists the workspaces with the most tasks waiting, the most first, each flow
+// with its waiting tasks, the requests of those that fair share holds in the outbox, the
+// oldest waiting task's age and its running tasks; the flows' row counts the held requests
+// of every workspace; the stores' rate-limit waits the workers logged in Redis show per
+// platform, this minute and over the last hour, every configured platform even at 0.
+func TestOverviewBacklogs(t *testing.T) {
+	// The page's clock stays at now: the waits logged at now are this minute's.
+	now := time.Now()
+	b := setupPagesWith(t, func(c *console.Config) {
+		c.Now = func() time.Time { return now }
+		c.Flows, c.Queues = overviewFlows, []string{"material-transfer"}
+		c.RateWaits = ratelimit.WaitLog{Client: c.BullMQ.Client, Prefix: c.BullMQ.Prefix + ":rate:"}
+		c.Platforms = []string{"etsy", "sandbox"}
+	})
+	ctx := context.Background()
+	named := func(name string) uuid.UUID {
+		ws := uuid.New()
+		_, err := b.db.Owner.Exec(ctx, `INSERT INTO workspaces (id, name) VALUES ($1, $2)`, ws, name)
+		require.NoError(t, err)
+		return ws
+	}
+	// held adds a held request of a pending material transfer of ws (its newest task).
+	held := func(ws uuid.UUID) {
+		t.Helper()
+		_, err := b.db.Owner.Exec(ctx, `INSERT INTO outbox_events (id, workspace_id, event_type, destination, aggregate_type,
+				aggregate_id, event_payload, status, held_task)
+			SELECT gen_random_uuid(), $1, 'material_transfer.requested', 'material-transfer', 'material_transfer', t.id::text,
+				jsonb_build_object('transfer_id', t.id), 'held', t.id
+			FROM material_transfers t WHERE t.workspace_id = $1 AND t.status = 'pending'
+			  AND NOT EXISTS (SELECT 1 FROM outbox_events o WHERE o.held_task = t.id)
+			ORDER BY t.updated_at DESC LIMIT 1`, ws)
+		require.NoError(t, err)
+	}
+	bulk, small, idle := named("Bulk import"), named("Small shop"), named("Idle")
+	for range 5 {
+		transfer(t, b, bulk, "pending", "", 0, time.Hour)
+	}
+	transfer(t, b, bulk, "running", "", 1, time.Minute)
+	for range 3 {
+		held(bulk)
+	}
+	transfer(t, b, small, "pending", "", 0, 2*time.Minute)
+	transfer(t, b, idle, "succeeded", "", 1, time.Minute)
+	log := ratelimit.WaitLog{Client: b.rdb, Prefix: b.bcfg.Prefix + ":rate:"}
+	for range 4 {
+		require.NoError(t, log.Add(ctx, "sandbox", now))
+	}
+	require.NoError(t, log.Add(ctx, "sandbox", now.Add(-30*time.Minute)))
+	require.NoError(t, log.Add(ctx, "sandbox", now.Add(-2*time.Hour)), "out of the hour")
+	require.NoError(t, log.Add(ctx, "amazon", now.Add(-10*time.Minute)))
+
+	code, body := b.c.get("/")
+	require.Equal(t, http.StatusOK, code)
+	require.Regexp(t, `<th scope="row"><a href="/\?flow=material_transfer">material_transfer</a></th><td>6</td><td>3</td><td>(59m5\ds|1h0\ds)</td><td>1</td>`, body,
+		"six waiting, three of them held")
+	rows := regexp.MustCompile(`<tbody id="backlog-([0-9a-f-]+)"><tr><th scope="row"><a href="/workspaces/[0-9a-f-]+">([^<]+)</a></th>`+
+		`<td>([a-z_]+)</td><td>(\d+)</td><td>(\d+)</td><td>([^<]+)</td><td>(\d+)</td></tr>`).FindAllStringSubmatch(body, -1)
+	require.Len(t, rows, 2, "the workspaces with unfinished tasks, one flow each: %s", body)
+	require.Equal(t, []string{bulk.String(), "Bulk import", "material_transfer", "5", "3"}, rows[0][1:6], "the largest first")
+	require.Regexp(t, `^(59m5\ds|1h0\ds)$`, rows[0][6], "the oldest waiting task's age")
+	require.Equal(t, "1", rows[0][7])
+	require.Equal(t, []string{small.String(), "Small shop", "material_transfer", "1", "0"}, rows[1][1:6])
+	require.Regexp(t, `^(1m5\ds|2m\d+s)$`, rows[1][6])
+	require.NotContains(t, body, idle.String(), "a workspace with nothing unfinished is not a backlog")
+	waits := regexp.MustCompile(`<tr><th scope="row">([a-z]+)</th><td>(\d+)</td><td>(\d+)</td></tr>`).FindAllStringSubmatch(body, -1)
+	require.Equal(t, [][]string{{"amazon", "0", "1"}, {"etsy", "0", "0"}, {"sandbox", "4", "5"}},
+		[][]string{waits[0][1:], waits[1][1:], waits[2][1:]}, "waits per platform: this minute, the last hour")
 }

@@ -50,6 +50,9 @@ var securityDefiners = map[string]definer{
 	"operator_outbox_delivered(timestamp with time zone)":                                         {"listing_inspector", "listing_operator"},
 	"operator_recent_operations(uuid,integer)":                                                    {"listing_inspector", "listing_operator"},
 	"operator_workspace_flows(uuid,timestamp with time zone)":                                     {"listing_inspector", "listing_operator"},
+	// The overview's largest backlogs (sql/057): counts per workspace and flow, no payload.
+	"operator_backlogs(integer)":     {"listing_inspector", "listing_operator"},
+	"operator_held_backlogs(uuid[])": {"listing_inspector", "listing_operator"},
 	// The console's overview (sql/050, 054): counts and percentiles, no ids.
 	"operator_overview_tasks(timestamp with time zone)":                                              {"listing_inspector", "listing_operator"},
 	"operator_overview_log(timestamp with time zone,timestamp with time zone,integer)":               {"listing_inspector", "listing_operator"},

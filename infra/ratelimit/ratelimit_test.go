@@ -155,3 +155,40 @@ func TestLowerHalvesAndEmpties(t *testing.T) {
 	require.NoError(t, err)
 	require.Greater(t, ttl, 50*time.Second, "the bucket outlives its lowering")
 }
+
+// TestWaitLogCountsPerMinute: waits added by two processes (two values over one Redis) are
+// counted per platform in the minute of their time; Recent sums the minutes asked, ending with
+// now's, and leaves out older ones; each minute's hash expires.
+func TestWaitLogCountsPerMinute(t *testing.T) {
+	t.Parallel()
+	rdb := redistest.NewClient(t)
+	prefix := "test:rate:" + uuid.NewString() + ":"
+	ctx := context.Background()
+	t.Cleanup(func() {
+		keys, _ := rdb.Keys(context.Background(), prefix+"*").Result()
+		for _, k := range keys {
+			_ = rdb.Del(context.Background(), k).Err()
+		}
+	})
+	a, b := ratelimit.WaitLog{Client: rdb, Prefix: prefix}, ratelimit.WaitLog{Client: rdb, Prefix: prefix}
+	now := time.Unix(1_000_000*60+30, 0) // half a minute into a minute
+	require.NoError(t, a.Add(ctx, "sandbox", now))
+	require.NoError(t, b.Add(ctx, "sandbox", now.Add(-20*time.Second)))
+	require.NoError(t, b.Add(ctx, "etsy", now.Add(-31*time.Second)), "the minute before")
+	require.NoError(t, a.Add(ctx, "sandbox", now.Add(-59*time.Minute)))
+	require.NoError(t, a.Add(ctx, "sandbox", now.Add(-60*time.Minute)), "out of the hour")
+
+	got, err := a.Recent(ctx, now, 1)
+	require.NoError(t, err)
+	require.Equal(t, map[string]int64{"sandbox": 2}, got)
+	got, err = b.Recent(ctx, now, 2)
+	require.NoError(t, err)
+	require.Equal(t, map[string]int64{"sandbox": 2, "etsy": 1}, got)
+	got, err = b.Recent(ctx, now, 60)
+	require.NoError(t, err)
+	require.Equal(t, map[string]int64{"sandbox": 3, "etsy": 1}, got)
+	ttl, err := rdb.TTL(ctx, prefix+"waits:1000000").Result()
+	require.NoError(t, err)
+	require.Positive(t, ttl)
+	require.LessOrEqual(t, ttl, ratelimit.WaitLogKeep)
+}
