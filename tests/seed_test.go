@@ -708,7 +708,9 @@ func seedAcceptedButNotMarked(t *testing.T, remove, ignoreKey, workerDies bool) 
 	srv, err := sandbox.Start("", front)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = srv.Close() })
-	workEnv := map[string]string{"PLATFORM_BASE_URL": srv.URL}
+	// The dead worker's call fences its task for two platform time-outs (the call fence):
+	// a short time-out keeps the redelivery's wait for it well inside seedWaitStatus's bound.
+	workEnv := map[string]string{"PLATFORM_BASE_URL": srv.URL, "PLATFORM_TIMEOUT": "5s"}
 
 	env := servicetest.Start(t, func(c *config.Config) { c.BullMQPrefix = prefix })
 	db := env.DB

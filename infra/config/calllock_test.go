@@ -24,7 +24,7 @@ func TestValidateTheLockAndTheCalls(t *testing.T) {
 	}
 	c := defaults(t)
 	require.Equal(t, 30*time.Second, c.JobLockDuration)
-	require.Equal(t, 15*time.Second, c.JobStalledInterval)
+	require.Equal(t, 10*time.Second, c.JobStalledInterval)
 	require.LessOrEqual(t, c.JobLockDuration+c.JobStalledInterval, 45*time.Second,
 		"a dead worker's job runs again within 45s at the defaults")
 	require.Equal(t, []string{"PLATFORM_TIMEOUT", "AI_TIMEOUT", "FETCH_TIMEOUT"},

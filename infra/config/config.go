@@ -167,7 +167,7 @@ type Config struct {
 	// it): a job whose worker died is taken back by the stalled check once its lock expired,
 	// and runs again at once, or, when the dead worker's call may still land, once the call's
 	// deadline passed (the call fence: LockedCalls). Default 30s (BullMQ's): with the default
-	// JOB_STALLED_INTERVAL a dead worker's job runs again within 45s. With
+	// JOB_STALLED_INTERVAL a dead worker's job runs again within 40s. With
 	// QUEUE_TRANSPORT=memory it is the lease of a job's outbox event, lengthened to cover the
 	// calls when shorter (MemoryLease).
 	JobLockDuration time.Duration `env:"JOB_LOCK_DURATION" envDefault:"30s"`
@@ -179,8 +179,8 @@ type Config struct {
 	// record retries and a margin. Give the process at least this long before a SIGKILL.
 	WorkerStopTimeout time.Duration `env:"WORKER_STOP_TIMEOUT" envDefault:"75s"`
 	// JobStalledInterval is the period of the stalled check: a job whose worker died runs
-	// again at most JOB_LOCK_DURATION + JOB_STALLED_INTERVAL after. Default 15s.
-	JobStalledInterval time.Duration `env:"JOB_STALLED_INTERVAL" envDefault:"15s"`
+	// again at most JOB_LOCK_DURATION + JOB_STALLED_INTERVAL after. Default 10s.
+	JobStalledInterval time.Duration `env:"JOB_STALLED_INTERVAL" envDefault:"10s"`
 	// JobMaxStalls is how often a job may stall (its worker stopped while holding it) before
 	// it fails, and its task with JOB_STALLED. A stall is the worker's fault, not the job's,
 	// so a stalled job runs again; the bound only stops a job that kills its worker each time.

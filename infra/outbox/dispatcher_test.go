@@ -910,10 +910,11 @@ func TestDiscoveryUnderHeldSnapshot(t *testing.T) {
 	t.Cleanup(func() { _ = held.Rollback(context.Background()) })
 	_, err = held.Exec(ctx, `SELECT count(*) FROM workspaces`)
 	require.NoError(t, err)
-	// The events of the workspaces interleave in the heap, as they commit.
+	// The events of the workspaces interleave in the heap, as they commit; they were due a
+	// minute before the mark, however fast this machine inserts and dispatches them.
 	rows, err := db.Owner.Query(ctx, `
-		INSERT INTO outbox_events (id, workspace_id, event_type, destination, aggregate_type, aggregate_id, event_payload)
-		SELECT gen_random_uuid(), w, 'test.happened', $2, 'thing', g::text, '{}'
+		INSERT INTO outbox_events (id, workspace_id, event_type, destination, aggregate_type, aggregate_id, event_payload, next_attempt_at)
+		SELECT gen_random_uuid(), w, 'test.happened', $2, 'thing', g::text, '{}', now() - interval '1 minute'
 		FROM generate_series(1, 2000) AS g, unnest($1::uuid[]) AS w ORDER BY g, w
 		RETURNING id`, wss, testQueue)
 	require.NoError(t, err)
