@@ -347,9 +347,10 @@ func TestFairShareReleasesACancelledBacklogAndStaleSlots(t *testing.T) {
 	require.Equal(t, len(more)-1, countSQL(t, db, `SELECT count(*) FROM outbox_events WHERE status = 'held'`))
 	stop()
 
-	// Fair share off: the held events are claimed again.
+	// Fair share off: the held events are claimed again, at the latest once a lease the
+	// stopped dispatcher left runs out and a full discovery finds them (fastConfig: 20 s).
 	startDispatcher(t, db, fastConfig(), q.router())
-	waitFor(t, 10*time.Second, "held events released", func() bool {
+	waitFor(t, 30*time.Second, "held events released", func() bool {
 		return countSQL(t, db, `SELECT count(*) FROM outbox_events`) == 0
 	})
 }
