@@ -347,10 +347,11 @@ func TestFairShareReleasesACancelledBacklogAndStaleSlots(t *testing.T) {
 	require.Equal(t, len(more)-1, countSQL(t, db, `SELECT count(*) FROM outbox_events WHERE status = 'held'`))
 	stop()
 
-	// Fair share off: the held events are claimed again, at the latest once a lease the
-	// stopped dispatcher left runs out and a full discovery finds them (fastConfig: 20 s).
+	// Fair share off: the held events are claimed again; an event whose lease the stopped
+	// dispatcher left is claimed once the lease ran out and a full claim of its period looks
+	// below the low-water mark (fastConfig: 20 s each).
 	startDispatcher(t, db, fastConfig(), q.router())
-	waitFor(t, 30*time.Second, "held events released", func() bool {
+	waitFor(t, 45*time.Second, "held events released", func() bool {
 		return countSQL(t, db, `SELECT count(*) FROM outbox_events`) == 0
 	})
 }
