@@ -74,7 +74,7 @@ func storeLimitRun(t *testing.T, fairSlots string) (drain, quietTook float64) {
 		c.JobAttempts = 3
 		c.FairShareSlots = fairSlots
 	})
-	logs := &storeLimitLogs{}
+	logs := &servicetest.SyncBuffer{}
 	log := slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
@@ -222,22 +222,4 @@ func storeLimitCounter(t *testing.T, reg *prometheus.Registry, name string) floa
 		}
 	}
 	return sum
-}
-
-// storeLimitLogs keeps the runtimes' logs (shown when the test fails).
-type storeLimitLogs struct {
-	mu  sync.Mutex
-	buf strings.Builder
-}
-
-func (b *storeLimitLogs) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *storeLimitLogs) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }

@@ -35,7 +35,7 @@ type Env struct {
 	URL    string
 	// Work is set by StartAll: the job consumers and the sandboxes they call.
 	Work *listing.Work
-	logs *syncBuffer
+	logs *SyncBuffer
 }
 
 // Option changes the configuration before the service starts.
@@ -106,7 +106,7 @@ func start(t testing.TB, opts []Option) (*Env, *slog.Logger) {
 	for _, o := range opts {
 		o(&cfg)
 	}
-	logs := &syncBuffer{}
+	logs := &SyncBuffer{}
 	log := slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	// The public base URL must name the test server, which gets its port only once started.
 	srv := httptest.NewUnstartedServer(nil)
@@ -248,18 +248,20 @@ func (e *Env) Count(sql string, args ...any) int {
 	return n
 }
 
-type syncBuffer struct {
+// SyncBuffer is a log buffer safe for concurrent writers (a runtime's logs, shown when a
+// test fails).
+type SyncBuffer struct {
 	mu  sync.Mutex
 	buf bytes.Buffer
 }
 
-func (b *syncBuffer) Write(p []byte) (int, error) {
+func (b *SyncBuffer) Write(p []byte) (int, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.buf.Write(p)
 }
 
-func (b *syncBuffer) String() string {
+func (b *SyncBuffer) String() string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.buf.String()
