@@ -498,6 +498,11 @@ func (p prefixedTopics) Publish(topic string, msgs ...*message.Message) error {
 	return p.Publisher.Publish(p.prefix+topic, msgs...)
 }
 
+// fairLaneField is the request payloads' field naming the store a task calls: fair share's
+// slots are kept per store within a workspace's queue, so that a store waiting for its rate
+// limit (STORE_RATE_LIMITS) in the slots it holds never holds back another store's requests.
+const fairLaneField = "store_id"
+
 // fairQueues are the flows' request queues, fair-shared across workspaces
 // (FAIR_SHARE_SLOTS).
 func fairQueues() []outbox.FairQueue {
@@ -516,7 +521,7 @@ func ProvideDispatcher(cfg config.Config, pool *pgxpool.Pool, pubs outbox.Publis
 		return nil, err
 	}
 	dcfg := outbox.DispatcherConfig{MaxAttempts: cfg.OutboxMaxAttempts, Lease: cfg.OutboxLease, DisableListen: true,
-		FairShare: outbox.FairShare{Slots: slots, Queues: fairQueues()}}
+		FairShare: outbox.FairShare{Slots: slots, Queues: fairQueues(), LaneField: fairLaneField}}
 	if !cfg.Memory() {
 		dcfg.WakeRedis, dcfg.WakeChannel = rdb, wakeChannel(cfg)
 	}

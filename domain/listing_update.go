@@ -63,6 +63,8 @@ type ListingUpdateRequested struct {
 	OperationID     uuid.UUID `json:"operation_id"`
 	PublicationID   uuid.UUID `json:"publication_id"`
 	ProductRevision int       `json:"product_revision"`
+	// StoreID is the publication's store: fair share's lane (its slots are per store).
+	StoreID uuid.UUID `json:"store_id"`
 }
 
 // EventType implements Event.
@@ -79,7 +81,7 @@ func init() { RegisterEvent(ListingUpdateRequested{}) }
 // RequestEvent implements Requested.
 func (u ListingUpdate) RequestEvent() Event {
 	return ListingUpdateRequested{UpdateID: u.ID, OperationID: u.OperationID, PublicationID: u.PublicationID,
-		ProductRevision: u.ProductRevision}
+		ProductRevision: u.ProductRevision, StoreID: u.StoreID}
 }
 
 // Published reports whether p has a platform product that updates can replace.

@@ -168,6 +168,8 @@ type UnpublishRequested struct {
 	UnpublishID   uuid.UUID `json:"unpublish_id"`
 	OperationID   uuid.UUID `json:"operation_id"`
 	PublicationID uuid.UUID `json:"publication_id"`
+	// StoreID is the publication's store: fair share's lane (its slots are per store).
+	StoreID uuid.UUID `json:"store_id"`
 }
 
 // EventType implements Event.
@@ -181,7 +183,7 @@ func (e UnpublishRequested) AggregateID() string { return e.UnpublishID.String()
 
 // RequestEvent implements Requested.
 func (u Unpublish) RequestEvent() Event {
-	return UnpublishRequested{UnpublishID: u.ID, OperationID: u.OperationID, PublicationID: u.PublicationID}
+	return UnpublishRequested{UnpublishID: u.ID, OperationID: u.OperationID, PublicationID: u.PublicationID, StoreID: u.StoreID}
 }
 
 // PublicationUnpublished is emitted when an unpublish succeeded. An integration event.

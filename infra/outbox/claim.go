@@ -82,17 +82,19 @@ func idsOf(rows []claimed) []uuid.UUID {
 // Fair share (FairShare; none when $7 is empty): a claimed row of a fair-shared queue ($7,
 // the task id in its payload's field $8 of the same index) that is not a last look and
 // whose task holds no slot yet (outbox_fair_slots) takes a free slot of its workspace's
-// queue (1..$9, the lowest first, the oldest rows first); a row that finds none, or loses
-// its slot to a concurrent claim (the slot's unique key), is held instead of leased (status
-// held, held_task = its task: out of outbox_events_due). Held rows come back with held =
-// true, after the leased ones.
+// queue in its lane (the payload's field $10, '' when absent: the store), 1..$9 per lane,
+// the lowest first, the oldest rows first; a row that finds none, or loses its slot to a
+// concurrent claim (the slot's unique key), is held instead of leased (status held,
+// held_task = its task, held_lane = its lane: out of outbox_events_due). Held rows come back
+// with held = true, after the leased ones.
 const claimSQL = `
 	WITH w AS (SELECT DISTINCT ON (u.ws) u.ws, u.lw FROM unnest($1::uuid[], $6::timestamptz[]) AS u(ws, lw) ORDER BY u.ws, u.lw),
 	e AS (
 	  SELECT x.* FROM w CROSS JOIN LATERAL (
 	    SELECT id, attempt_count, locked_until IS NOT NULL AS expired, workspace_id AS ws, destination AS dest, next_attempt_at AS due,
 	           CASE WHEN destination = ANY ($7::text[]) AND NOT event_payload ? 'last_look'
-	                THEN event_payload ->> ($8::text[])[array_position($7::text[], destination)] END AS task
+	                THEN event_payload ->> ($8::text[])[array_position($7::text[], destination)] END AS task,
+	           coalesce(event_payload ->> $10::text, '') AS lane
 	    FROM outbox_events
 	    WHERE workspace_id = w.ws AND status = 'pending' AND next_attempt_at >= w.lw AND next_attempt_at <= now()
 	      AND (locked_until IS NULL OR locked_until <= now())
@@ -104,22 +106,24 @@ const claimSQL = `
 	  WHERE o.id = ANY (ARRAY(SELECT id FROM e WHERE expired AND attempt_count + 1 >= $5))),
 	live AS (SELECT * FROM e WHERE NOT (expired AND attempt_count + 1 >= $5)),
 	cand AS (
-	  SELECT l.id, l.ws, l.dest, l.task::uuid AS task, row_number() OVER (PARTITION BY l.ws, l.dest ORDER BY l.due, l.id) AS rn
+	  SELECT l.id, l.ws, l.dest, l.lane, l.task::uuid AS task, row_number() OVER (PARTITION BY l.ws, l.dest, l.lane ORDER BY l.due, l.id) AS rn
 	  FROM live l
 	  WHERE l.task ~* '^[0-9a-f]{8}-?[0-9a-f]{4}-?[0-9a-f]{4}-?[0-9a-f]{4}-?[0-9a-f]{12}$'
 	    AND NOT EXISTS (SELECT 1 FROM outbox_fair_slots s WHERE s.workspace_id = l.ws AND s.task_id = l.task::uuid)),
 	free AS (
-	  SELECT p.ws, p.dest, g.slot, row_number() OVER (PARTITION BY p.ws, p.dest ORDER BY g.slot) AS rn
-	  FROM (SELECT DISTINCT ws, dest FROM cand) p CROSS JOIN generate_series(1, $9::int) AS g(slot)
-	  WHERE NOT EXISTS (SELECT 1 FROM outbox_fair_slots s WHERE s.workspace_id = p.ws AND s.destination = p.dest AND s.slot = g.slot)),
+	  SELECT p.ws, p.dest, p.lane, g.slot, row_number() OVER (PARTITION BY p.ws, p.dest, p.lane ORDER BY g.slot) AS rn
+	  FROM (SELECT DISTINCT ws, dest, lane FROM cand) p CROSS JOIN generate_series(1, $9::int) AS g(slot)
+	  WHERE NOT EXISTS (SELECT 1 FROM outbox_fair_slots s
+	                    WHERE s.workspace_id = p.ws AND s.destination = p.dest AND s.lane = p.lane AND s.slot = g.slot)),
 	took AS (
-	  INSERT INTO outbox_fair_slots (workspace_id, destination, slot, task_id, event_id)
-	  SELECT c.ws, c.dest, f.slot, c.task, c.id FROM cand c JOIN free f ON f.ws = c.ws AND f.dest = c.dest AND f.rn = c.rn
+	  INSERT INTO outbox_fair_slots (workspace_id, destination, lane, slot, task_id, event_id)
+	  SELECT c.ws, c.dest, c.lane, f.slot, c.task, c.id FROM cand c JOIN free f ON f.ws = c.ws AND f.dest = c.dest AND f.lane = c.lane AND f.rn = c.rn
 	  ON CONFLICT DO NOTHING
 	  RETURNING event_id),
-	hold AS (SELECT c.id, c.task FROM cand c WHERE c.id NOT IN (SELECT event_id FROM took)),
+	hold AS (SELECT c.id, c.task, c.lane FROM cand c WHERE c.id NOT IN (SELECT event_id FROM took)),
 	held AS (
-	  UPDATE outbox_events o SET status = 'held', held_task = (SELECT h.task FROM hold h WHERE h.id = o.id), locked_by = NULL, locked_until = NULL
+	  UPDATE outbox_events o SET status = 'held', held_task = (SELECT h.task FROM hold h WHERE h.id = o.id),
+	         held_lane = (SELECT h.lane FROM hold h WHERE h.id = o.id), locked_by = NULL, locked_until = NULL
 	  WHERE o.id = ANY (ARRAY(SELECT id FROM hold))
 	  RETURNING o.id, o.workspace_id, o.event_type, o.destination, o.event_payload, o.metadata, o.created_at, o.attempt_count,
 	            o.next_attempt_at, now() AS now, o.aggregate_type, o.aggregate_id, true AS held),
@@ -141,7 +145,7 @@ func (d *Dispatcher) claim(ctx context.Context, wss []uuid.UUID, token string, l
 	var now time.Time
 	marks := d.low.begin(wss)
 	st := scopedStmt{wss: wss, sql: claimSQL, args: []any{wss, limit, token, d.cfg.Lease.Milliseconds(), d.cfg.MaxAttempts, marks.at,
-		d.fair.queues, d.fair.fields, d.fair.slots},
+		d.fair.queues, d.fair.fields, d.fair.slots, d.fair.lane},
 		read: func(rows pgx.Rows) (err error) {
 			out, now, err = collectClaimed(rows)
 			return err

@@ -108,14 +108,17 @@
 // # Fair share
 //
 // DispatcherConfig.FairShare (FAIR_SHARE_SLOTS) admits at most Slots tasks of one workspace
-// into each of its Queues (the flows' request queues) at a time, across every dispatcher;
-// the rest stays in the outbox. The state is PostgreSQL's alone (sql/053):
-//   - outbox_fair_slots holds one row per admitted task: (workspace, queue, slot number
-//     1..Slots) is unique, and so is (workspace, task). The claim statement (claimSQL) takes
-//     a free slot for each claimed request of a fair-shared queue whose task (the payload's
-//     FairQueue.TaskIDField) holds none; a request that finds no free slot, or loses it to a
-//     concurrent claim of the same workspace, is held: status held, held_task = its task,
-//     its lease cleared. Held rows are out of outbox_events_due: no claim, discovery or
+// and lane into each of its Queues (the flows' request queues) at a time, across every
+// dispatcher; the rest stays in the outbox. A lane is the store a request calls (the
+// payload's FairShare.LaneField, "" for a request naming none): a store whose tasks wait for
+// its rate limit in the slots they hold never holds back the workspace's other stores. The
+// state is PostgreSQL's alone (sql/053, sql/062):
+//   - outbox_fair_slots holds one row per admitted task: (workspace, queue, lane, slot
+//     number 1..Slots) is unique, and so is (workspace, task). The claim statement (claimSQL)
+//     takes a free slot of its lane for each claimed request of a fair-shared queue whose
+//     task (the payload's FairQueue.TaskIDField) holds none; a request that finds no free
+//     slot, or loses it to a concurrent claim of the same workspace, is held: status held,
+//     held_task = its task, held_lane = its lane, its lease cleared. Held rows are out of outbox_events_due: no claim, discovery or
 //     low-water mark walks them again (the claim's marks pass them like leased rows), so a
 //     claim's cost does not grow with the held backlog; holding costs each event one update,
 //     once. Not held: last looks (a payload with last_look), requests of a task that holds a
@@ -124,11 +127,11 @@
 //   - A slot is freed when its task ends: every task table gets a trigger
 //     (prepare_task_fair_share, AFTER UPDATE OF status leaving pending/running, AFTER DELETE)
 //     that, in the transaction ending the task, deletes its slot and sets the oldest held
-//     event of its workspace's queue pending, due now (the next claim of the workspace admits
+//     event of its workspace's queue and lane pending, due now (the next claim of the workspace admits
 //     it), and deletes the task's own held requests.
-//   - The sweep (sweepFairShare, every FairShare.SweepInterval) walks the (workspace, queue)
-//     pairs with held events (outbox_held_backlogs, a loose index scan), gives each pair's
-//     free slots to its oldest held events (unholdSQL: a slot freed while a claim was
+//   - The sweep (sweepFairShare, every FairShare.SweepInterval) walks the (workspace, queue,
+//     lane) triples with held events (outbox_held_lanes, a loose index scan), gives each
+//     one's free slots to its oldest held events (unholdSQL: a slot freed while a claim was
 //     holding), frees the slots of a full queue older than StaleSlotAge whose task is no
 //     longer pending or running (a task that ended before its request was claimed), and,
 //     with fair share off, releases every held event (BatchSize per pair and pass).

@@ -10,12 +10,18 @@ import (
 )
 
 // FairShare configures fair share across workspaces (doc.go, "Fair share"): at most Slots
-// request events of one workspace admitted into one of Queues at a time, across every
-// dispatcher; the rest held in the outbox until a task of the workspace's queue ends.
+// request events of one workspace and lane admitted into one of Queues at a time, across
+// every dispatcher; the rest held in the outbox until a task of the same workspace, queue and
+// lane ends.
 type FairShare struct {
-	// Slots is the most tasks of one workspace admitted into one queue at once
+	// Slots is the most tasks of one workspace and lane admitted into one queue at once
 	// (FAIR_SHARE_SLOTS). 0 turns fair share off: held events go back to the claim.
 	Slots int
+	// LaneField is the payload's JSON field naming a request's lane (the store it calls):
+	// each lane of a workspace's queue has its own Slots, so that one lane's backlog (a
+	// store waiting for its rate limit in the slots it holds) never holds back another's.
+	// Requests without the field share the lane "". Empty: one lane per queue.
+	LaneField string
 	// Queues are the fair-shared queues (the flows' request queues).
 	Queues []FairQueue
 	// SweepInterval is the period of the sweep that gives free slots to held events the
@@ -39,11 +45,12 @@ type FairQueue struct {
 type fairShare struct {
 	queues, fields []string
 	slots          int
+	lane           string
 	byQueue        map[string]FairQueue
 }
 
 func newFairShare(c FairShare) fairShare {
-	f := fairShare{queues: []string{}, fields: []string{}, slots: c.Slots, byQueue: map[string]FairQueue{}}
+	f := fairShare{queues: []string{}, fields: []string{}, slots: c.Slots, lane: c.LaneField, byQueue: map[string]FairQueue{}}
 	for _, q := range c.Queues {
 		f.byQueue[q.Queue] = q
 		if c.Slots > 0 {
@@ -71,39 +78,41 @@ func (c FairShare) validate() error {
 	return nil
 }
 
-// heldBacklogsLimit bounds the (workspace, queue) pairs one sweep looks at.
-const heldBacklogsLimit = 10000
+// heldLanesLimit bounds the (workspace, queue, lane) triples one sweep looks at.
+const heldLanesLimit = 10000
 
-// unholdSQL gives, for each (workspace $1[i], queue $2[i]), its free slots (of $3; all of
-// its held events, up to $4, when $3 is 0) to its oldest held events: back to pending, due
-// now. It returns per pair the slots in use and the oldest slot's age in seconds, and the
-// workspaces of the events it released.
+// unholdSQL gives, for each (workspace $1[i], queue $2[i], lane $5[i]), its free slots (of
+// $3; all of its held events, up to $4, when $3 is 0) to its oldest held events: back to
+// pending, due now. It returns per triple the slots in use and the oldest slot's age in
+// seconds, and how many events it released.
 const unholdSQL = `
-	WITH p AS (SELECT * FROM unnest($1::uuid[], $2::text[]) AS p(ws, dest)),
+	WITH p AS (SELECT * FROM unnest($1::uuid[], $2::text[], $5::text[]) AS p(ws, dest, lane)),
 	u AS (
-	  SELECT p.ws, p.dest, count(s.slot) AS used, coalesce(extract(epoch FROM now() - min(s.taken_at)), 0)::float8 AS oldest
-	  FROM p LEFT JOIN outbox_fair_slots s ON s.workspace_id = p.ws AND s.destination = p.dest
-	  GROUP BY p.ws, p.dest),
+	  SELECT p.ws, p.dest, p.lane, count(s.slot) AS used, coalesce(extract(epoch FROM now() - min(s.taken_at)), 0)::float8 AS oldest
+	  FROM p LEFT JOIN outbox_fair_slots s ON s.workspace_id = p.ws AND s.destination = p.dest AND s.lane = p.lane
+	  GROUP BY p.ws, p.dest, p.lane),
 	x AS (
-	  SELECT h.id FROM u CROSS JOIN LATERAL (
+	  SELECT h.id, u.ws, u.dest, u.lane FROM u CROSS JOIN LATERAL (
 	    SELECT o.id FROM outbox_events o
-	    WHERE o.workspace_id = u.ws AND o.destination = u.dest AND o.status = 'held'
+	    WHERE o.workspace_id = u.ws AND o.destination = u.dest AND o.held_lane = u.lane AND o.status = 'held'
 	    ORDER BY o.created_at, o.id
 	    LIMIT CASE WHEN $3::int = 0 THEN $4::int ELSE greatest($3::int - u.used, 0) END
 	    FOR UPDATE SKIP LOCKED) h),
 	r AS (
-	  UPDATE outbox_events o SET status = 'pending', held_task = NULL, next_attempt_at = now()
-	  FROM x WHERE o.id = x.id AND o.status = 'held'
-	  RETURNING o.workspace_id)
-	SELECT u.ws, u.dest, u.used, u.oldest, (SELECT count(*) FROM r WHERE r.workspace_id = u.ws) AS released FROM u`
+	  UPDATE outbox_events o SET status = 'pending', held_task = NULL, held_lane = NULL, next_attempt_at = now()
+	  WHERE o.id = ANY (ARRAY(SELECT id FROM x)) AND o.status = 'held'
+	  RETURNING o.id)
+	SELECT u.ws, u.dest, u.lane, u.used, u.oldest,
+	       (SELECT count(*) FROM r JOIN x ON x.id = r.id WHERE x.ws = u.ws AND x.dest = u.dest AND x.lane = u.lane) AS released
+	FROM u`
 
-// staleSlotsSQL frees the slots of queue $2 in the transaction's workspace $1 taken more
-// than $3 seconds ago whose task (in table %s) is finished or gone: tasks that ended
-// before their event was claimed (a task cancelled while its request was pending) release
-// nothing themselves.
+// staleSlotsSQL frees the slots of queue $2 and lane $4 in the transaction's workspace $1
+// taken more than $3 seconds ago whose task (in table %s) is finished or gone: tasks that
+// ended before their event was claimed (a task cancelled while its request was pending)
+// release nothing themselves.
 const staleSlotsSQL = `
 	DELETE FROM outbox_fair_slots s
-	WHERE s.workspace_id = $1 AND s.destination = $2 AND s.taken_at < now() - make_interval(secs => $3)
+	WHERE s.workspace_id = $1 AND s.destination = $2 AND s.lane = $4 AND s.taken_at < now() - make_interval(secs => $3)
 	  AND NOT EXISTS (SELECT 1 FROM %s t WHERE t.id = s.task_id AND t.status IN ('pending', 'running'))`
 
 // sweepFairShare runs the fair-share sweep every SweepInterval until ctx ends.
@@ -122,60 +131,53 @@ func (d *Dispatcher) sweepFairShare(ctx context.Context) {
 	}
 }
 
-// sweep is one pass of the fair-share sweep over the pairs with held events: it releases
-// held events into free slots (every held event, up to BatchSize per pair, when the queue is
+// sweep is one pass of the fair-share sweep over the lanes with held events: it releases
+// held events into free slots (every held event, up to BatchSize per lane, when the queue is
 // not fair-shared), queues the workspaces it released events of, and frees the stale slots
-// of full queues (released at the next pass).
+// of full lanes (released at the next pass). With nothing held it is one index descent.
 func (d *Dispatcher) sweep(ctx context.Context) error {
-	rows, err := d.pool.Query(ctx, `SELECT workspace_id, destination FROM outbox_held_backlogs($1)`, heldBacklogsLimit)
+	rows, err := d.pool.Query(ctx, `SELECT workspace_id, destination, lane FROM outbox_held_lanes($1)`, heldLanesLimit)
 	if err != nil {
 		return fmt.Errorf("outbox.Dispatcher.sweep: %w", err)
 	}
-	type pair struct {
-		ws   uuid.UUID
-		dest string
+	type lane struct {
+		ws         uuid.UUID
+		dest, lane string
 	}
-	var pairs []pair
-	for rows.Next() {
-		var p pair
-		if err := rows.Scan(&p.ws, &p.dest); err != nil {
-			rows.Close()
-			return fmt.Errorf("outbox.Dispatcher.sweep: %w", err)
-		}
-		pairs = append(pairs, p)
-	}
-	if err := rows.Err(); err != nil {
+	lanes, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (l lane, err error) {
+		return l, r.Scan(&l.ws, &l.dest, &l.lane)
+	})
+	if err != nil {
 		return fmt.Errorf("outbox.Dispatcher.sweep: %w", err)
 	}
-	for len(pairs) > 0 {
+	for len(lanes) > 0 {
 		// One statement per RoundWorkspaces workspaces, scoped to them.
 		var wss []uuid.UUID
 		var ws []uuid.UUID
-		var dests []string
+		var dests, lns []string
 		seen := map[uuid.UUID]bool{}
 		n := 0
-		for n < len(pairs) && (seen[pairs[n].ws] || len(wss) < d.cfg.RoundWorkspaces) {
-			if !seen[pairs[n].ws] {
-				seen[pairs[n].ws] = true
-				wss = append(wss, pairs[n].ws)
+		for n < len(lanes) && (seen[lanes[n].ws] || len(wss) < d.cfg.RoundWorkspaces) {
+			if !seen[lanes[n].ws] {
+				seen[lanes[n].ws] = true
+				wss = append(wss, lanes[n].ws)
 			}
-			ws, dests = append(ws, pairs[n].ws), append(dests, pairs[n].dest)
+			ws, dests, lns = append(ws, lanes[n].ws), append(dests, lanes[n].dest), append(lns, lanes[n].lane)
 			n++
 		}
-		pairs = pairs[n:]
+		lanes = lanes[n:]
 		type state struct {
-			ws       uuid.UUID
-			dest     string
+			lane
 			used     int
 			oldest   float64
 			released int
 		}
 		var got []state
-		st := scopedStmt{wss: wss, sql: unholdSQL, args: []any{ws, dests, d.fairSlots(), d.cfg.BatchSize},
+		st := scopedStmt{wss: wss, sql: unholdSQL, args: []any{ws, dests, d.fairSlots(), d.cfg.BatchSize, lns},
 			read: func(rows pgx.Rows) error {
 				for rows.Next() {
 					var s state
-					if err := rows.Scan(&s.ws, &s.dest, &s.used, &s.oldest, &s.released); err != nil {
+					if err := rows.Scan(&s.ws, &s.dest, &s.lane.lane, &s.used, &s.oldest, &s.released); err != nil {
 						return err
 					}
 					got = append(got, s)
@@ -194,7 +196,7 @@ func (d *Dispatcher) sweep(ctx context.Context) error {
 				continue
 			}
 			stale := scopedStmt{wss: []uuid.UUID{s.ws}, sql: fmt.Sprintf(staleSlotsSQL, pgx.Identifier{q.Table}.Sanitize()),
-				args: []any{s.ws, s.dest, d.cfg.FairShare.StaleSlotAge.Seconds()}}
+				args: []any{s.ws, s.dest, d.cfg.FairShare.StaleSlotAge.Seconds(), s.lane.lane}}
 			if err := inWorkspaces(ctx, d.pool, []scopedStmt{stale})[0]; err != nil {
 				return fmt.Errorf("outbox.Dispatcher.sweep: %w", err)
 			}

@@ -54,7 +54,7 @@ func requireDrained(t *testing.T, db *pgtest.DB) {
 func fairConfig(slots int) DispatcherConfig {
 	c := fastConfig()
 	c.FairShare = FairShare{Slots: slots, Queues: []FairQueue{{Flow: "fair", Queue: testQueue, TaskIDField: "thing_id", Table: "fair_tasks"}},
-		SweepInterval: 200 * time.Millisecond}
+		LaneField: "store_id", SweepInterval: 200 * time.Millisecond}
 	return c
 }
 
@@ -73,6 +73,23 @@ func fairPublish(t *testing.T, db *pgtest.DB, ws uuid.UUID, n int) []uuid.UUID {
 // fairRepublish commits a request event for each task of ids (and the tasks, when create).
 func fairRepublish(t *testing.T, db *pgtest.DB, ws uuid.UUID, ids []uuid.UUID, create bool) {
 	t.Helper()
+	fairRepublishIn(t, db, ws, "", ids, create)
+}
+
+// fairPublishIn is fairPublish with the requests in lane store.
+func fairPublishIn(t *testing.T, db *pgtest.DB, ws uuid.UUID, store string, n int) []uuid.UUID {
+	t.Helper()
+	ids := make([]uuid.UUID, n)
+	for i := range ids {
+		ids[i] = uuid.Must(uuid.NewV7())
+	}
+	fairRepublishIn(t, db, ws, store, ids, true)
+	return ids
+}
+
+// fairRepublishIn is fairRepublish with the requests in lane store ("": none named).
+func fairRepublishIn(t *testing.T, db *pgtest.DB, ws uuid.UUID, store string, ids []uuid.UUID, create bool) {
+	t.Helper()
 	pub, err := NewEventPublisher(PublisherConfig{Routes: testRoutes})
 	require.NoError(t, err)
 	require.NoError(t, postgres.InTx(context.Background(), db.App, postgres.Scope{WorkspaceID: ws}, func(ctx context.Context, tx pgx.Tx) error {
@@ -82,7 +99,7 @@ func fairRepublish(t *testing.T, db *pgtest.DB, ws uuid.UUID, ids []uuid.UUID, c
 			}
 		}
 		for _, id := range ids {
-			if err := pub.Publish(ctx, testHappened{ID: uuid.Must(uuid.NewV7()), ThingID: id.String()}); err != nil {
+			if err := pub.Publish(ctx, testHappened{ID: uuid.Must(uuid.NewV7()), ThingID: id.String(), Store: store}); err != nil {
 				return err
 			}
 		}
@@ -214,6 +231,57 @@ func TestFairShareAdmitsAnotherWorkspaceBeforeTheBacklog(t *testing.T) {
 	require.Less(t, w.ran(n), len(backlog)-100, "Q waited for N's backlog")
 
 	waitFor(t, 60*time.Second, "N's backlog drains", func() bool { return w.ran(n) == len(backlog) })
+	requireDrained(t, db)
+}
+
+// TestFairShareLanesHoldNothingOfEachOther: a workspace's slots are kept per lane (the
+// store a request names). With no worker, store A's backlog fills A's slots and is held;
+// store B's requests, committed after, take slots of their own at once (held only beyond
+// them), and a task of A that ends gives its slot to A's next held request, never to B's.
+// Then everything drains, each task once.
+func TestFairShareLanesHoldNothingOfEachOther(t *testing.T) {
+	db, q := fairSetup(t)
+	ws := createWorkspace(t, db)
+	a := fairPublishIn(t, db, ws, "store-a", 20)
+	startDispatcher(t, db, fairConfig(4), q.router())
+	var b []uuid.UUID
+	lanes := map[string]*[]uuid.UUID{"store-a": &a, "store-b": &b}
+	heldIn := func(lane string) int {
+		return countSQL(t, db, `SELECT count(*) FROM outbox_events WHERE workspace_id = $1 AND status = 'held' AND held_task = ANY ($2)`, ws, *lanes[lane])
+	}
+	slotsOf := func(lane string) int {
+		return countSQL(t, db, `SELECT count(*) FROM outbox_fair_slots WHERE workspace_id = $1 AND task_id = ANY ($2)`, ws, *lanes[lane])
+	}
+	waitFor(t, 20*time.Second, "store A's backlog held behind its 4 slots", func() bool { return heldIn("store-a") == 16 })
+
+	b = fairPublishIn(t, db, ws, "store-b", 6)
+	waitFor(t, 20*time.Second, "store B's requests admitted into slots of their own", func() bool {
+		return slotsOf("store-b") == 4 && heldIn("store-b") == 2
+	})
+	require.Equal(t, 4, slotsOf("store-a"))
+	require.Equal(t, 8, int(q.rdb.LLen(context.Background(), q.prefix+":"+q.queue+":wait").Val()), "4 jobs of each store in Redis")
+
+	// One of A's admitted tasks ends: its slot goes to A's oldest held request.
+	var done uuid.UUID
+	require.NoError(t, db.Owner.QueryRow(context.Background(),
+		`SELECT task_id FROM outbox_fair_slots WHERE workspace_id = $1 AND task_id = ANY ($2) ORDER BY slot LIMIT 1`, ws, a).Scan(&done))
+	_, err := db.Owner.Exec(context.Background(), `UPDATE fair_tasks SET status = 'succeeded' WHERE id = $1`, done)
+	require.NoError(t, err)
+	waitFor(t, 20*time.Second, "A's next request admitted", func() bool { return heldIn("store-a") == 15 && slotsOf("store-a") == 4 })
+	require.Equal(t, 2, heldIn("store-b"), "B's held requests wait for B's slots")
+
+	w := startFairWorker(t, db, q, time.Millisecond)
+	waitFor(t, 60*time.Second, "both stores drain", func() bool {
+		w.mu.Lock()
+		ran := len(w.runs) // the task ended by hand included: its job was in Redis
+		w.mu.Unlock()
+		return ran == len(a)+len(b) && countSQL(t, db, `SELECT count(*) FROM fair_tasks WHERE status = 'succeeded'`) == len(a)+len(b)
+	})
+	w.mu.Lock()
+	for task, k := range w.runs {
+		require.Equal(t, 1, k, "task %s ran %d times", task, k)
+	}
+	w.mu.Unlock()
 	requireDrained(t, db)
 }
 

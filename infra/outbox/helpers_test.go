@@ -28,6 +28,8 @@ type testHappened struct {
 	ID      uuid.UUID `json:"-"`
 	ThingID string    `json:"thing_id"`
 	Version int       `json:"version"`
+	// Store is fair share's lane (fairConfig's LaneField), absent when empty.
+	Store string `json:"store_id,omitempty"`
 }
 
 func (e testHappened) EventType() string     { return "test.happened" }

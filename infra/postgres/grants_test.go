@@ -32,10 +32,10 @@ var securityDefiners = map[string]definer{
 	"outbox_dispatched_maintain(interval,integer)": {"listing_owner", "app_user"},
 	// The dispatcher's gauges: three numbers across workspaces.
 	"outbox_gauges()": {"listing_discovery", "app_user"},
-	// Fair share's sweep and gauge: the (workspace, queue) pairs with held events, and the
+	// Fair share's sweep and gauge: the (workspace, queue, lane) triples with held events, and the
 	// held count per queue (no payload).
-	"outbox_held_backlogs(integer)": {"listing_discovery", "app_user"},
-	"outbox_held_counts()":          {"listing_discovery", "app_user"},
+	"outbox_held_lanes(integer)": {"listing_discovery", "app_user"},
+	"outbox_held_counts()":       {"listing_discovery", "app_user"},
 	// Operators only: aggregates across workspaces.
 	"outbox_stats(timestamp with time zone)": {"listing_discovery", "listing_operator"},
 	// Operators only: the console's reads across workspaces (no payloads, no results).
