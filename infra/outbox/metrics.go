@@ -41,7 +41,7 @@ type Metrics struct {
 func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	m := &Metrics{
 		Pending: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "listing_outbox_pending_events", Help: "Outbox events not yet delivered (pending or dispatching).",
+			Name: "listing_outbox_pending_events", Help: "Outbox events not yet delivered (pending or dispatching; those held by fair share are listing_fair_share_held).",
 		}),
 		OldestPendingAge: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "listing_outbox_oldest_pending_age_seconds", Help: "Age of the oldest undelivered outbox event.",
