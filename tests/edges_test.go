@@ -186,8 +186,9 @@ func failRecordsUntilHeld(t *testing.T, db *pgtest.DB, table string) func() int 
 
 // TestEdgesRecordGivesUpAfterTheAICall: the record step of an AI task gives up after the
 // provider answered (every record transaction fails until the result is held). The result
-// is held on the task and the next delivery records it: the BullMQ job's retry, or, when
-// that was the job's last attempt, the reconciler's delivery. One provider call (one bill).
+// is held on the task and the job's next delivery records it: its retry, or, when that was
+// the job's last attempt, its snooze (worker.HeldRetry), not the reconciler's delivery: the
+// task succeeds well within RECONCILE_AFTER (5m here). One provider call (one bill).
 // TestMemoryTransportRecordGivesUpAfterTheAICall is the memory transport's twin.
 func TestEdgesRecordGivesUpAfterTheAICall(t *testing.T) {
 	t.Parallel()
@@ -201,14 +202,16 @@ func TestEdgesRecordGivesUpAfterTheAICall(t *testing.T) {
 			t.Cleanup(func() { _ = aiSrv.Close() })
 			_, url := newHeldFront(t, 0, false)
 			w := newLivenessWorld(t, url, 0, map[string]string{"AI_BASE_URL": aiSrv.URL, "AI_API_KEY": "edges-ai-key",
-				"JOB_ATTEMPTS": attempts})
+				"JOB_ATTEMPTS": attempts, "RECONCILE_AFTER": "5m"})
 			failed := failRecordsUntilHeld(t, w.db, "ai_tasks")
 			w.startWork(t)
 
 			task := w.env.Do(servicetest.Request{Method: "POST", Path: seedWS(w.acct) + "/ai-tasks", Token: w.acct.AccessToken,
 				Header: seedKey(), Body: map[string]any{"kind": "text", "product_id": w.productID, "input": map[string]any{"prompt": "held"}}})
 			require.Equal(t, http.StatusAccepted, task.Status, "%s", task.Body)
-			status, code := w.waitFinished(t, seedField(t, task, "operation", "id"), time.Now(), livenessBound+livenessJobBudget)
+			// Two job budgets: the delivery that gives up (its record retries within
+			// worker.RecordRetryBudget) and the one that records; far under RECONCILE_AFTER.
+			status, code := w.waitFinished(t, seedField(t, task, "operation", "id"), time.Now(), 2*livenessJobBudget+worker.HeldRetry)
 			require.Equal(t, "succeeded", status, code)
 			require.GreaterOrEqual(t, failed(), worker.RecordRetries+1, "the first delivery's record step gave up")
 			require.Equal(t, 1, ai.Calls(aiprovider.EndpointChat), "one provider call")

@@ -385,6 +385,10 @@ func (f Flow[T, W, R]) unfence(ctx context.Context, job Job, id uuid.UUID, deadl
 	})
 }
 
+// HeldRetry is how long a job whose record step gave up on its last attempt waits before
+// the delivery that records its held result (decide: a snooze, not an attempt).
+const HeldRetry = 2 * time.Second
+
 // HoldTimeout bounds the transaction that holds a result (Flow.Hold) once the record step
 // gave up; it runs even when the job's context ended (a shutdown, a lost lock).
 const HoldTimeout = 2 * time.Second
@@ -398,9 +402,9 @@ func (e heldError) Unwrap() error { return e.err }
 
 // IsHeld reports whether err ended a delivery whose record step gave up after a successful
 // call, the call's result held on the task (Flow.Hold): the next delivery records it
-// without calling again. On the last attempt such an error is also Permanent (no failure is
-// recorded over the call); a transport may deliver the job once more rather than leave it
-// to the reconciler.
+// without calling again. On the last attempt such an error is a *SnoozeError (HeldRetry)
+// while the job has snoozes left, then Permanent (no failure is recorded over the call: the
+// reconciler delivers the task again).
 func IsHeld(err error) bool {
 	var h heldError
 	return errors.As(err, &h)
@@ -550,12 +554,17 @@ func (f Flow[T, W, R]) decide(ctx context.Context, job Job, id uuid.UUID, r R, e
 	}
 	var h heldError
 	if errors.As(err, &h) {
-		if job.LastAttempt {
-			// The call succeeded: no failure is recorded over it. The task keeps its
-			// result; the reconciler delivers it again, and that delivery records it.
-			return OutcomeHeld, Permanent(err)
+		if !job.LastAttempt {
+			return OutcomeHeld, err
 		}
-		return OutcomeHeld, err
+		// The call succeeded: no failure is recorded over it, and the last attempt is not
+		// spent on a record step that gave up: the job is snoozed (a snooze, not an
+		// attempt), and its next delivery records the held result without calling. Once the
+		// snoozes are spent the job ends and the reconciler delivers the task again.
+		if job.Snoozes < MaxSnoozes && job.Snoozed+HeldRetry <= MaxSnooze {
+			return OutcomeHeld, &SnoozeError{Delay: HeldRetry, Err: err}
+		}
+		return OutcomeHeld, Permanent(err)
 	}
 	if delay, ok := retryAfter(err); ok && !permanent(err) && job.Snoozes < MaxSnoozes && job.Snoozed+delay <= MaxSnooze {
 		return OutcomeSnoozed, &SnoozeError{Delay: delay, Err: err}
@@ -623,7 +632,9 @@ func (f Flow[T, W, R]) look(ctx context.Context, job Job, id uuid.UUID, held Fai
 	heldErr := Permanent(domain.NewError(domain.KindUnavailable, held.Code, held.Message))
 	var r R
 	done := false
+	attempts := 0
 	if err == nil {
+		attempts = f.TaskOf(&task).Attempts
 		r, done, err = f.LastLook(ctx, task, tx)
 	}
 	switch {
@@ -651,7 +662,16 @@ func (f Flow[T, W, R]) look(ctx context.Context, job Job, id uuid.UUID, held Fai
 		f.looked(ctx, job, id, domain.LookDone)
 		return OutcomeLost, Permanent(err)
 	}
-	if recErr := f.recordFailureLooked(ctx, job, id, r, held, !isNotFound(err)); recErr != nil {
+	looked := attempts
+	if isNotFound(err) {
+		looked = -1
+	}
+	if recErr := f.recordFailureLooked(ctx, job, id, r, held, looked); recErr != nil {
+		if errors.Is(recErr, errStartedSince) {
+			// A delivery started the task after the look read it: its call may land after
+			// what the look saw, so the look's answer is stale. That run decides.
+			return OutcomeSkipped, nil
+		}
 		if !job.LastAttempt {
 			return OutcomeRetry, fmt.Errorf("%w; recording the failure: %v", heldErr, recErr)
 		}
@@ -678,19 +698,29 @@ func (f Flow[T, W, R]) looked(ctx context.Context, job Job, id uuid.UUID, found 
 // task that does not exist (deleted with its store or product, or an id of no task) fails
 // the operation its request event names, so that the client does not wait for ever.
 func (f Flow[T, W, R]) recordFailure(ctx context.Context, job Job, id uuid.UUID, r R, fl Failure) error {
-	return f.recordFailureLooked(ctx, job, id, r, fl, false)
+	return f.recordFailureLooked(ctx, job, id, r, fl, -1)
 }
 
-// recordFailureLooked is recordFailure that, when looked, records with the failure that the
-// task's last look completed and found the work absent (domain.Task.Looked).
-func (f Flow[T, W, R]) recordFailureLooked(ctx context.Context, job Job, id uuid.UUID, r R, fl Failure, looked bool) error {
+// errStartedSince: a delivery started the task after its last look read it (look).
+var errStartedSince = errors.New("worker: the task started again after its last look read it")
+
+// recordFailureLooked is recordFailure that, when looked is not negative, records with the
+// failure that the task's last look completed and found the work absent (domain.Task.Looked):
+// looked is the task's Attempts when the look read it, and a task started since (a run whose
+// call the look could not see) is left alone with errStartedSince.
+func (f Flow[T, W, R]) recordFailureLooked(ctx context.Context, job Job, id uuid.UUID, r R, fl Failure, looked int) error {
 	if id == uuid.Nil {
 		return nil // no task to fail: the payload was unreadable
 	}
 	d := f.Deps
 	var before func(*domain.Task) error
-	if looked {
-		before = func(t *domain.Task) error { return t.Looked(domain.LookNotDone, d.Now()) }
+	if looked >= 0 {
+		before = func(t *domain.Task) error {
+			if t.Attempts != looked {
+				return errStartedSince
+			}
+			return t.Looked(domain.LookNotDone, d.Now())
+		}
 	}
 	err := d.Step(ctx, job, func(ctx context.Context) error {
 		t, err := failTask(ctx, d, f.Tasks, id, f.TaskOf, fl, before)

@@ -345,17 +345,20 @@ func TestLifecycleConcurrentJobsEachSucceedOnce(t *testing.T) {
 
 // A record step that gives up after a successful call holds the call's result on the task
 // (Flow.Hold), in the database: the next delivery records it without calling again, and a
-// give-up on the last attempt records no failure over the successful call (the reconciler's
-// delivery records it). Without Hold, the next delivery calls again.
+// give-up on the last attempt records no failure over the successful call: the job is snoozed
+// (HeldRetry) while it has snoozes left, else it ends and the reconciler's delivery records
+// it. Without Hold, the next delivery calls again.
 func TestLifecycleHeldResultIsRecordedNotCalledAgain(t *testing.T) {
 	for _, c := range []struct {
 		name  string
 		hold  bool
 		last  bool
+		spent bool // the job's snoozes are spent
 		calls int
 	}{
 		{name: "held_then_retried", hold: true, calls: 1},
 		{name: "held_on_the_last_attempt", hold: true, last: true, calls: 1},
+		{name: "held_on_the_last_attempt_snoozes_spent", hold: true, last: true, spent: true, calls: 1},
 		{name: "not_held", calls: 2},
 	} {
 		t.Run(c.name, func(t *testing.T) {
@@ -370,9 +373,18 @@ func TestLifecycleHeldResultIsRecordedNotCalledAgain(t *testing.T) {
 			d.Tx = &workertest.FlakyTx{Transactor: l.env.Deps.Tx, FailAt: 2, Times: workertest.CrashTimes}
 			f.Deps, f.Kind.Deps = d, d
 			job.LastAttempt = c.last
+			if c.spent {
+				job.Snoozes = worker.MaxSnoozes
+			}
 			err := f.Handle(context.Background(), job)
 			require.ErrorIs(t, err, workertest.ErrCrash)
-			require.Equal(t, c.last, worker.IsPermanent(err))
+			delay, snoozed := worker.SnoozeOf(err)
+			require.Equal(t, c.last && !c.spent, snoozed, "a held result on the last attempt snoozes the job")
+			if snoozed {
+				require.Equal(t, worker.HeldRetry, delay)
+				require.False(t, worker.IsWait(err), "a snooze counted")
+			}
+			require.Equal(t, c.last && c.spent, worker.IsPermanent(err))
 			got, _ := l.state(t, tr)
 			require.Equal(t, domain.TaskRunning, got.Status, "no failure recorded over a successful call")
 			if c.hold {

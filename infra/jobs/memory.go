@@ -163,11 +163,11 @@ func (m *Memory) Delivery(msg *message.Message) (worker.Delivery, string) {
 // have run out (a call it left in flight may still land).
 //
 // A last attempt that recorded nothing is not dropped to wait for the reconciler: one whose
-// result is held on its task (worker.IsHeld: the record step gave up after a successful
-// call) goes back after its backoff, and one whose handler ran out of time (its context
-// ended; a call it left in flight may still land) goes back after the lease; either as one
-// more attempt, once, which records the held result without calling, the success, or the
-// failure. A job handed back so already that ends so again is left to the reconciler.
+// handler ran out of time (its context ended; a call it left in flight may still land) goes
+// back after the lease, as one more attempt, once, which records the success or the
+// failure; a job handed back so already that ends so again is left to the reconciler. (One
+// whose record step gave up after a successful call is snoozed by worker.Flow: its next
+// delivery records the held result without calling.)
 func (m *Memory) Settle(ctx context.Context, msg *message.Message, job worker.Job, err error) {
 	settled := true
 	defer func() {
@@ -181,8 +181,6 @@ func (m *Memory) Settle(ctx context.Context, msg *message.Message, job worker.Jo
 	delay, snoozed := worker.SnoozeOf(err)
 	handedBack := job.Attempt > m.attempts // a last attempt handed back once already (below)
 	switch {
-	case worker.IsHeld(err) && job.LastAttempt && !handedBack:
-		after, next.Attempt = m.backoff(job.Attempt), job.Attempt+1
 	case err == nil || (worker.IsPermanent(err) && !snoozed):
 		return
 	case errors.Is(err, ErrNotTaken):

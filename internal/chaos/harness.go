@@ -54,6 +54,7 @@ type harness struct {
 	dispatch   []*proc
 	work       []*proc
 
+	prefix    string                   // the children's BULLMQ_PREFIX
 	chaosDone map[string]*atomic.Int64 // chaos actions performed, by name
 	ledger    ledger                   // what the clients were told
 }
@@ -86,7 +87,7 @@ func (h *harness) run(ctx context.Context) (bool, error) {
 		return false, err
 	}
 	h.log.Info("chaos run", "dir", o.dir, "seed", o.seed, "duration", o.duration, "clients", o.clients,
-		"chaos", o.chaos, "chaos_every", o.chaosEvery, "bound", o.bound())
+		"chaos", o.chaos, "chaos_every", o.chaosEvery, "bound", o.bound(0))
 	if err := h.build(ctx); err != nil {
 		return false, err
 	}
@@ -247,12 +248,13 @@ func (h *harness) setup(ctx context.Context) (func(), error) {
 	}
 	storage, _ := filepath.Abs(filepath.Join(o.dir, "storage"))
 	h.apiBase = "http://127.0.0.1:" + strconv.Itoa(apiPort)
+	h.prefix = "chaos" + randomHex(4)
 	env := map[string]string{
 		"APP_ENV":              "development",
 		"DATABASE_URL":         h.appURL,
 		"DATABASE_MAX_CONNS":   strconv.Itoa(o.maxConns),
 		"REDIS_URL":            h.redis.url(),
-		"BULLMQ_PREFIX":        "chaos" + randomHex(4),
+		"BULLMQ_PREFIX":        h.prefix,
 		"HTTP_ADDR":            "127.0.0.1:" + strconv.Itoa(apiPort),
 		"PUBLIC_BASE_URL":      h.apiBase,
 		"LOG_FORMAT":           "text",
@@ -268,9 +270,9 @@ func (h *harness) setup(ctx context.Context) (func(), error) {
 		"CLEANUP_INTERVAL":     "10m",
 		"JOB_LOCK_DURATION":    o.lock.String(),
 		// Short call time-outs: the call fences (two time-outs) stay short.
-		"PLATFORM_TIMEOUT":     (o.lock / 2).String(),
-		"AI_TIMEOUT":           (o.lock / 2).String(),
-		"FETCH_TIMEOUT":        (o.lock / 2).String(),
+		"PLATFORM_TIMEOUT":     o.platformTimeout().String(),
+		"AI_TIMEOUT":           o.platformTimeout().String(),
+		"FETCH_TIMEOUT":        o.platformTimeout().String(),
 		"JOB_STALLED_INTERVAL": o.stalledInterval.String(),
 		"JOB_MAX_STALLS":       strconv.Itoa(o.maxStalls),
 		"JOB_ATTEMPTS":         strconv.Itoa(o.jobAttempts),

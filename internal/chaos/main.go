@@ -51,9 +51,17 @@
 //
 // The bound: an operation whose job was lost or whose dispatcher died is delivered again at
 // worst after the outbox lease (a claim of a killed dispatcher) or after RECONCILE_AFTER plus
-// one RECONCILE_INTERVAL (a task whose job is gone), and the job that follows takes at most
-// JOB_LOCK_DURATION + JOB_STALLED_INTERVAL (its worker died) plus the backoff of JOB_ATTEMPTS
-// plus -job-budget of handler time. The harness states the bound it checks against at start.
+// RECONCILE_INTERVAL × 2^min(n, 6) (a task whose job is gone: the reconciler's backoff after
+// the task's n-th free redelivery, one sweep included; n is the most free redeliveries of any
+// task, read at the end), and the job that follows takes at most the longer of
+// JOB_LOCK_DURATION + JOB_STALLED_INTERVAL (its worker died) and its call fence (two
+// PLATFORM_TIMEOUTs and the fence's margin: the next delivery waits for a dead worker's
+// call), plus the backoff of JOB_ATTEMPTS plus -job-budget of handler time. The bound does not
+// cover the time a backlog takes to drain at the workers' rate (unpaced clients build one):
+// it runs from the later of the chaos stop and the moment the backlog left at the chaos stop
+// had drained, the first time the queues held no waiting job and the outbox no pending
+// event. The harness states the bound at start (with n = 0) and the one it checks, with the
+// drain, in its report.
 package main
 
 import (
@@ -181,11 +189,26 @@ func (o options) backoff() time.Duration {
 	return d
 }
 
-// bound is how long after the chaos stopped every operation must be terminal (see the
-// package comment).
-func (o options) bound() time.Duration {
-	return o.lease + o.after + o.interval + o.lock + o.stalledInterval + o.backoff() + o.jobBudget
+// maxRedeliveryDoublings is port.MaxRedeliveryDoublings: the reconciler's backoff of a task
+// delivered again without running stops doubling after this many redeliveries.
+const maxRedeliveryDoublings = 6
+
+// fenceMargin is worker.FenceMargin.
+const fenceMargin = time.Second
+
+// bound is how long after the chaos stopped, or after the backlog left then drained if later,
+// every operation must be terminal when no task was delivered again for free more than
+// redeliveries times (see the package comment).
+func (o options) bound(redeliveries int) time.Duration {
+	job := o.lock + o.stalledInterval
+	if fence := 2*o.platformTimeout() + fenceMargin; fence > job {
+		job = fence
+	}
+	return o.lease + o.after + o.interval<<min(max(redeliveries, 0), maxRedeliveryDoublings) + job + o.backoff() + o.jobBudget
 }
+
+// platformTimeout is the children's PLATFORM_TIMEOUT (and AI_TIMEOUT, FETCH_TIMEOUT).
+func (o options) platformTimeout() time.Duration { return o.lock / 2 }
 
 func defaultAdminURL() string {
 	if u := os.Getenv("TEST_DATABASE_URL"); u != "" {
