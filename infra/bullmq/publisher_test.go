@@ -180,3 +180,38 @@ func TestDedupWindowExpires(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, bullmq.Created, res[0].Status)
 }
+
+// One Add call reads the window's buckets for all its jobs at once: an id remembered in an
+// older bucket is deduplicated wherever it sits among the call's jobs, the others are created
+// and remembered together in the current bucket.
+func TestDedupWindowOneCallManyJobs(t *testing.T) {
+	t.Parallel()
+	rdb := newRedis(t)
+	q := newQueue(t, rdb, "bull")
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	pub, err := bullmq.NewPublisher(bullmq.PublisherConfig{Config: bullmq.Config{Client: rdb,
+		RemoveOnComplete: bullmq.KeepJobs{Remove: true}, DedupWindow: 4 * time.Second}}, nil)
+	require.NoError(t, err)
+	gone := func(jobs ...bullmq.Job) { // the jobs left Redis
+		for _, j := range jobs {
+			require.NoError(t, rdb.Del(ctx, "bull:"+q+":"+j.ID).Err())
+		}
+	}
+	old1, old2 := job(behaviour{}, nil), job(behaviour{}, nil)
+	_, err = pub.Add(ctx, q, []bullmq.Job{old1, old2})
+	require.NoError(t, err)
+	gone(old1, old2)
+	time.Sleep(1100 * time.Millisecond) // past the bucket of 0.5 s they were remembered in
+
+	a, b, c := job(behaviour{}, nil), job(behaviour{}, nil), job(behaviour{}, nil)
+	res, err := pub.Add(ctx, q, []bullmq.Job{a, old2, b, old1, c})
+	require.NoError(t, err)
+	assert.Equal(t, []bullmq.AddResult{{ID: a.ID, Status: bullmq.Created}, {ID: old2.ID, Status: bullmq.Deduplicated},
+		{ID: b.ID, Status: bullmq.Created}, {ID: old1.ID, Status: bullmq.Deduplicated}, {ID: c.ID, Status: bullmq.Created}}, res)
+	gone(a, b, c)
+	res, err = pub.Add(ctx, q, []bullmq.Job{c, a, b})
+	require.NoError(t, err)
+	assert.Equal(t, []bullmq.AddResult{{ID: c.ID, Status: bullmq.Deduplicated}, {ID: a.ID, Status: bullmq.Deduplicated},
+		{ID: b.ID, Status: bullmq.Deduplicated}}, res)
+}
