@@ -303,6 +303,25 @@ local function removeJobKeys(jk)
   rcall("DEL", jk, jk .. ":logs", jk .. ":dependencies", jk .. ":processed",
     jk .. ":failed", jk .. ":unsuccessful")
 end
+-- removeJobsKeys is removeJobKeys for the jobs ids names (prefix .. id), their keys
+-- deleted by one DEL per 800 jobs.
+local function removeJobsKeys(prefix, ids)
+  local ks = {}
+  for _, id in ipairs(ids) do
+    local jk = prefix .. id
+    ks[#ks + 1] = jk
+    ks[#ks + 1] = jk .. ":logs"
+    ks[#ks + 1] = jk .. ":dependencies"
+    ks[#ks + 1] = jk .. ":processed"
+    ks[#ks + 1] = jk .. ":failed"
+    ks[#ks + 1] = jk .. ":unsuccessful"
+    if #ks >= 4800 then
+      rcall("DEL", unpack(ks))
+      ks = {}
+    end
+  end
+  if #ks > 0 then rcall("DEL", unpack(ks)) end
+end
 local function pausedOrMaxed(metaKey, activeKey)
   local attrs = rcall("HMGET", metaKey, "paused", "concurrency")
   if attrs[1] then return true end
@@ -524,7 +543,7 @@ for _, t in pairs(trims) do
   if age and trimAge then
     local start = tonumber(now) - age * 1000
     local ids = rcall("ZREVRANGEBYSCORE", set, start, "-inf", "LIMIT", 0, limit)
-    for _, id in ipairs(ids) do removeJobKeys(prefix .. id) end
+    removeJobsKeys(prefix, ids)
     if #ids > 0 then
       if #ids < limit then
         rcall("ZREMRANGEBYSCORE", set, "-inf", start)
@@ -537,7 +556,7 @@ for _, t in pairs(trims) do
   end
   if count and count > 0 then
     local ids = rcall("ZREVRANGE", set, count, -1)
-    for _, id in ipairs(ids) do removeJobKeys(prefix .. id) end
+    removeJobsKeys(prefix, ids)
     if #ids > 0 then rcall("ZREMRANGEBYRANK", set, 0, -(count + 1)) end
   end
 end
