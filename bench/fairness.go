@@ -111,10 +111,7 @@ func fairRun(ctx context.Context, o options, slots int, backlog []int, secs int,
 		return res, err
 	}
 
-	var fq []outbox.FairQueue
-	for _, s := range flows.All() {
-		fq = append(fq, outbox.FairQueue{Flow: s.Name, Queue: s.Queue, TaskIDField: s.TaskIDField, Table: s.Table})
-	}
+	fq := fairQueues()
 	var handled, nDone atomic.Int64
 	var startsMu sync.Mutex
 	starts := map[uuid.UUID]time.Time{} // Q's tasks: first job start
@@ -200,4 +197,14 @@ func fairRun(ctx context.Context, o options, slots int, backlog []int, secs int,
 	fmt.Printf("   slots %d, %d workspaces, Q %t: done in %s; N %.0f jobs/s; Q p99 %s\n", slots, len(backlog), withQ,
 		res.drain.Round(time.Millisecond), res.nRate, res.qP99.Round(time.Millisecond))
 	return res, nil
+}
+
+// fairQueues are the flows' request queues, fair-shared as the service shares them
+// (FAIR_SHARE_SLOTS).
+func fairQueues() []outbox.FairQueue {
+	var fq []outbox.FairQueue
+	for _, s := range flows.All() {
+		fq = append(fq, outbox.FairQueue{Flow: s.Name, Queue: s.Queue, TaskIDField: s.TaskIDField, Table: s.Table})
+	}
+	return fq
 }
