@@ -39,21 +39,11 @@ func benchBullMQ(ctx context.Context, o options, t *table) error {
 // benchIdem runs internal/idembench (POST /stores over HTTP, 32 clients) and infra/idem's
 // BenchmarkIdempotentWrite (the bus, a one-row handler, 32 clients) and reads their ratios.
 func benchIdem(ctx context.Context, o options, t *table) error {
-	out, err := runIn(ctx, o.root, "go", "run", "./internal/idembench", "-rounds", "4")
-	if err != nil {
-		return err
-	}
-	base := regexp.MustCompile(`baseline \(no idempotency middleware\)\s+n=\d+\s+p50\s+([\d.]+)ms`).FindSubmatch(out)
-	first := regexp.MustCompile(`idempotent, first execution\s+n=\d+\s+p50\s+([\d.]+)ms`).FindSubmatch(out)
-	if base == nil || first == nil {
-		return fmt.Errorf("idembench: no p50 lines in its output")
-	}
-	b, _ := strconv.ParseFloat(string(base[1]), 64)
-	f, _ := strconv.ParseFloat(string(first[1]), 64)
-	t.add(line{measure: "idempotent first execution vs without, HTTP, p50", ours: fmt.Sprintf("%.2f ms", f), peer: "no middleware",
-		peerFig: fmt.Sprintf("%.2f ms", b), ratio: f / b, target: "≤ 1.15×", met: f/b <= 1.15})
+	// A failure of the HTTP half (idembench's own check) is reported after the bus half has
+	// run: the two measure different things.
+	httpErr := benchIdemHTTP(ctx, o, t)
 
-	out, err = runIn(ctx, o.root, "go", "test", "-run", "^$", "-count=1", "-bench", "BenchmarkIdempotentWrite", "-benchtime", "100x", "./infra/idem")
+	out, err := runIn(ctx, o.root, "go", "test", "-run", "^$", "-count=1", "-bench", "BenchmarkIdempotentWrite", "-benchtime", "100x", "./infra/idem")
 	if err != nil {
 		return err
 	}
@@ -70,6 +60,24 @@ func benchIdem(ctx context.Context, o options, t *table) error {
 		t.add(line{measure: "idempotent first execution vs without, bus, one-row handler, " + q, ours: fmt.Sprintf("%.2f ms", f),
 			peer: "no middleware", peerFig: fmt.Sprintf("%.2f ms", b), ratio: f / b, target: "≤ 1.50×", met: f/b <= 1.5})
 	}
+	return httpErr
+}
+
+// benchIdemHTTP runs internal/idembench (POST /stores over HTTP, 32 clients) and reads its p50 ratio.
+func benchIdemHTTP(ctx context.Context, o options, t *table) error {
+	out, err := runIn(ctx, o.root, "go", "run", "./internal/idembench", "-rounds", "4")
+	if err != nil {
+		return err
+	}
+	base := regexp.MustCompile(`baseline \(no idempotency middleware\)\s+n=\d+\s+p50\s+([\d.]+)ms`).FindSubmatch(out)
+	first := regexp.MustCompile(`idempotent, first execution\s+n=\d+\s+p50\s+([\d.]+)ms`).FindSubmatch(out)
+	if base == nil || first == nil {
+		return fmt.Errorf("idembench: no p50 lines in its output")
+	}
+	b, _ := strconv.ParseFloat(string(base[1]), 64)
+	f, _ := strconv.ParseFloat(string(first[1]), 64)
+	t.add(line{measure: "idempotent first execution vs without, HTTP, p50", ours: fmt.Sprintf("%.2f ms", f), peer: "no middleware",
+		peerFig: fmt.Sprintf("%.2f ms", b), ratio: f / b, target: "≤ 1.15×", met: f/b <= 1.15})
 	return nil
 }
 

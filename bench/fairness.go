@@ -118,10 +118,7 @@ func fairRun(ctx context.Context, o options, slots int, backlog []int, secs int,
 		return res, err
 	}
 
-	var fq []outbox.FairQueue
-	for _, s := range flows.All() {
-		fq = append(fq, outbox.FairQueue{Flow: s.Name, Queue: s.Queue, TaskIDField: s.TaskIDField, Table: s.Table})
-	}
+	fq := fairQueues()
 	var start time.Time // set before the pipeline runs, read by its jobs only after
 	var handled, nDone atomic.Int64
 	var nLast atomic.Int64 // N's last job done, in ns since start
@@ -233,4 +230,14 @@ func fairRun(ctx context.Context, o options, slots int, backlog []int, secs int,
 	fmt.Printf("   slots %d, %d workspaces, Q %t: done in %s; N %.0f jobs/s (drained within the window: %t); Q p99 %s\n", slots, len(backlog), withQ,
 		res.drain.Round(time.Millisecond), res.nRate, res.nDrained, res.qP99.Round(time.Millisecond))
 	return res, nil
+}
+
+// fairQueues are the flows' request queues, fair-shared as the service shares them
+// (FAIR_SHARE_SLOTS).
+func fairQueues() []outbox.FairQueue {
+	var fq []outbox.FairQueue
+	for _, s := range flows.All() {
+		fq = append(fq, outbox.FairQueue{Flow: s.Name, Queue: s.Queue, TaskIDField: s.TaskIDField, Table: s.Table})
+	}
+	return fq
 }

@@ -22,9 +22,10 @@
 //     watermill-sql's subscriber polling every 10 ms + forwarder, also in its own process.
 //   - end to end: -n commands (operation, store verification task, outbox row) committed,
 //     then the dispatcher and the Go workers (infra/jobs over BullMQ, a worker.Flow whose
-//     call does nothing but whose begin and record transactions run as in production) until
-//     every task succeeded, vs River: InsertManyTx of -n jobs, then no-op workers to
-//     completion. Both start from a committed backlog; the same worker concurrency.
+//     call does nothing but whose begin and record transactions run as in production, fair
+//     share at its default: FAIR_SHARE_SLOTS 4 × the workers) until every task succeeded, vs
+//     River: InsertManyTx of -n jobs, then no-op workers to completion. Both start from a
+//     committed backlog; the same worker concurrency.
 //   - Go BullMQ publisher and worker vs Node.js BullMQ (infra/bullmq/cmd/bullmqbench).
 //   - idempotency: first execution vs the same request without the middleware, over HTTP
 //     (internal/idembench) and at the bus with a one-row handler (infra/idem

@@ -10,6 +10,7 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/google/uuid"
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -152,15 +153,11 @@ func TestRepublishedAfterLeavingRedisNotRunAgain(t *testing.T) {
 // An id is remembered for the dedup window after its add, then forgotten with its bucket.
 func TestDedupWindowExpires(t *testing.T) {
 	t.Parallel()
-	rdb := newRedis(t)
-	q := newQueue(t, rdb, "bull")
+	rdb, q, pub := dedupPublisher(t, time.Second)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	pub, err := bullmq.NewPublisher(bullmq.PublisherConfig{Config: bullmq.Config{Client: rdb,
-		RemoveOnComplete: bullmq.KeepJobs{Remove: true}, DedupWindow: time.Second}}, nil)
-	require.NoError(t, err)
 	j := job(behaviour{}, nil)
-	_, err = pub.Add(ctx, q, []bullmq.Job{j})
+	_, err := pub.Add(ctx, q, []bullmq.Job{j})
 	require.NoError(t, err)
 	require.NoError(t, rdb.Del(ctx, "bull:"+q+":"+j.ID).Err()) // the job left Redis
 	res, err := pub.Add(ctx, q, []bullmq.Job{j})
@@ -179,4 +176,47 @@ func TestDedupWindowExpires(t *testing.T) {
 	res, err = pub.Add(ctx, q, []bullmq.Job{j})
 	require.NoError(t, err)
 	assert.Equal(t, bullmq.Created, res[0].Status)
+}
+
+// One Add call reads the window's buckets for all its jobs at once: an id remembered in an
+// older bucket is deduplicated wherever it sits among the call's jobs, the others are created
+// and remembered together in the current bucket.
+func TestDedupWindowOneCallManyJobs(t *testing.T) {
+	t.Parallel()
+	rdb, q, pub := dedupPublisher(t, 4*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	gone := func(jobs ...bullmq.Job) { // the jobs left Redis
+		for _, j := range jobs {
+			require.NoError(t, rdb.Del(ctx, "bull:"+q+":"+j.ID).Err())
+		}
+	}
+	old1, old2 := job(behaviour{}, nil), job(behaviour{}, nil)
+	_, err := pub.Add(ctx, q, []bullmq.Job{old1, old2})
+	require.NoError(t, err)
+	gone(old1, old2)
+	time.Sleep(1100 * time.Millisecond) // past the bucket of 0.5 s they were remembered in
+
+	a, b, c := job(behaviour{}, nil), job(behaviour{}, nil), job(behaviour{}, nil)
+	res, err := pub.Add(ctx, q, []bullmq.Job{a, old2, b, old1, c})
+	require.NoError(t, err)
+	assert.Equal(t, []bullmq.AddResult{{ID: a.ID, Status: bullmq.Created}, {ID: old2.ID, Status: bullmq.Deduplicated},
+		{ID: b.ID, Status: bullmq.Created}, {ID: old1.ID, Status: bullmq.Deduplicated}, {ID: c.ID, Status: bullmq.Created}}, res)
+	gone(a, b, c)
+	res, err = pub.Add(ctx, q, []bullmq.Job{c, a, b})
+	require.NoError(t, err)
+	assert.Equal(t, []bullmq.AddResult{{ID: c.ID, Status: bullmq.Deduplicated}, {ID: a.ID, Status: bullmq.Deduplicated},
+		{ID: b.ID, Status: bullmq.Deduplicated}}, res)
+}
+
+// dedupPublisher returns a Redis client, a fresh queue and a publisher whose finished jobs
+// leave Redis and whose ids are remembered for window.
+func dedupPublisher(t *testing.T, window time.Duration) (*redis.Client, string, *bullmq.Publisher) {
+	t.Helper()
+	rdb := newRedis(t)
+	q := newQueue(t, rdb, "bull")
+	pub, err := bullmq.NewPublisher(bullmq.PublisherConfig{Config: bullmq.Config{Client: rdb,
+		RemoveOnComplete: bullmq.KeepJobs{Remove: true}, DedupWindow: window}}, nil)
+	require.NoError(t, err)
+	return rdb, q, pub
 }

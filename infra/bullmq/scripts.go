@@ -15,7 +15,9 @@ import "github.com/redis/go-redis/v9"
 // are done once per call. A job whose id is a member of one of the window's
 // bucket sets (Config.DedupWindow) is deduplicated like one whose de: key
 // lives; a created job with a member is added to the current bucket, whose
-// expiry is then set.
+// expiry is then set. The buckets are read once per call (one SMISMEMBER of
+// the call's members per bucket) and the created members added in one SADD:
+// a member created earlier in the same call deduplicates a later one.
 //
 // KEYS: 1 wait, 2 meta, 3 id, 4 active, 5 events, 6 marker, then the nb
 // bucket sets (KEYS[7] the current one); then for job i (from 1):
@@ -37,11 +39,26 @@ if not maxEvents then
   rcall("HSET", KEYS[2], "opts.maxLenEvents", maxEvents)
 end
 local nb = tonumber(ARGV[2])
-local remembered = false
 local n = (#KEYS - 6 - nb) / 2
 rcall("INCRBY", KEYS[3], n)
 local out = {}
 local pushed = {}
+-- known[member]: remembered by a bucket, or created earlier in this call.
+local known = {}
+local members = {}
+for i = 1, n do
+  local member = ARGV[4 + 8 * (i - 1) + 7]
+  if member ~= "" then members[#members + 1] = member end
+end
+if #members > 0 then
+  for b = 7, 6 + nb do
+    local hits = rcall("SMISMEMBER", KEYS[b], unpack(members))
+    for j = 1, #members do
+      if hits[j] == 1 then known[members[j]] = true end
+    end
+  end
+end
+local remembered = {}
 for i = 1, n do
   local jk = KEYS[5 + nb + 2 * i]
   local dk = KEYS[6 + nb + 2 * i]
@@ -55,15 +72,10 @@ for i = 1, n do
     rcall("XADD", KEYS[5], "MAXLEN", "~", maxEvents, "*", "event", "duplicated", "jobId", jobId)
     code = 0
   end
-  if code == 1 and member ~= "" then
-    for b = 7, 6 + nb do
-      if rcall("SISMEMBER", KEYS[b], member) == 1 then
-        rcall("XADD", KEYS[5], "MAXLEN", "~", maxEvents, "*", "event", "deduplicated",
-          "jobId", jobId, "deduplicationId", jobId, "deduplicatedJobId", jobId)
-        code = 2
-        break
-      end
-    end
+  if code == 1 and member ~= "" and known[member] then
+    rcall("XADD", KEYS[5], "MAXLEN", "~", maxEvents, "*", "event", "deduplicated",
+      "jobId", jobId, "deduplicationId", jobId, "deduplicatedJobId", jobId)
+    code = 2
   end
   if code == 1 and deid ~= "" then
     local ttl = tonumber(ARGV[a + 4])
@@ -99,8 +111,8 @@ for i = 1, n do
     rcall("XADD", KEYS[5], "MAXLEN", "~", maxEvents, "*", "event", "waiting", "jobId", jobId)
     pushed[#pushed + 1] = jobId
     if member ~= "" then
-      rcall("SADD", KEYS[7], member)
-      remembered = true
+      known[member] = true
+      remembered[#remembered + 1] = member
     end
   end
   out[#out + 1] = code
@@ -109,7 +121,10 @@ end
 -- One LPUSH of every created id, in order: the list BullMQ's LPUSH per job leaves (the
 -- script is atomic: nobody sees the events before the push).
 if #pushed > 0 then rcall("LPUSH", KEYS[1], unpack(pushed)) end
-if remembered then rcall("PEXPIREAT", KEYS[7], ARGV[3]) end
+if #remembered > 0 then
+  rcall("SADD", KEYS[7], unpack(remembered))
+  rcall("PEXPIREAT", KEYS[7], ARGV[3])
+end
 if #pushed > 0 and not attrs[1] and ((not attrs[2]) or rcall("LLEN", KEYS[4]) < tonumber(attrs[2])) then
   rcall("ZADD", KEYS[6], 0, "0")
 end
@@ -287,6 +302,25 @@ end
 local function removeJobKeys(jk)
   rcall("DEL", jk, jk .. ":logs", jk .. ":dependencies", jk .. ":processed",
     jk .. ":failed", jk .. ":unsuccessful")
+end
+-- removeJobsKeys is removeJobKeys for the jobs ids names (prefix .. id), their keys
+-- deleted by one DEL per 800 jobs.
+local function removeJobsKeys(prefix, ids)
+  local ks = {}
+  for _, id in ipairs(ids) do
+    local jk = prefix .. id
+    ks[#ks + 1] = jk
+    ks[#ks + 1] = jk .. ":logs"
+    ks[#ks + 1] = jk .. ":dependencies"
+    ks[#ks + 1] = jk .. ":processed"
+    ks[#ks + 1] = jk .. ":failed"
+    ks[#ks + 1] = jk .. ":unsuccessful"
+    if #ks >= 4800 then
+      rcall("DEL", unpack(ks))
+      ks = {}
+    end
+  end
+  if #ks > 0 then rcall("DEL", unpack(ks)) end
 end
 local function pausedOrMaxed(metaKey, activeKey)
   local attrs = rcall("HMGET", metaKey, "paused", "concurrency")
@@ -509,7 +543,7 @@ for _, t in pairs(trims) do
   if age and trimAge then
     local start = tonumber(now) - age * 1000
     local ids = rcall("ZREVRANGEBYSCORE", set, start, "-inf", "LIMIT", 0, limit)
-    for _, id in ipairs(ids) do removeJobKeys(prefix .. id) end
+    removeJobsKeys(prefix, ids)
     if #ids > 0 then
       if #ids < limit then
         rcall("ZREMRANGEBYSCORE", set, "-inf", start)
@@ -522,7 +556,7 @@ for _, t in pairs(trims) do
   end
   if count and count > 0 then
     local ids = rcall("ZREVRANGE", set, count, -1)
-    for _, id in ipairs(ids) do removeJobKeys(prefix .. id) end
+    removeJobsKeys(prefix, ids)
     if #ids > 0 then rcall("ZREMRANGEBYRANK", set, 0, -(count + 1)) end
   end
 end

@@ -27,8 +27,10 @@
 // holding pg_try_advisory_xact_lock on a 64-bit hash of it until it ends. A request that finds
 // the lock taken is answered at once (a committed completed record is replayed; otherwise 409
 // IDEMPOTENCY_REQUEST_IN_PROGRESS with Retry-After); it never waits for the other transaction.
-// Under READ COMMITTED, a record committed between the claim's snapshot and the lock is caught
-// by the unique constraint on the scope and read again, so exactly one request executes.
+// The lock and the read of the scope's record are one statement; under READ COMMITTED, a record
+// committed between that statement's snapshot and the lock is caught at the commit by the
+// unique constraint on the scope (the record's plain INSERT waits for its writer), and the
+// request runs again and answers from it, so exactly one request executes.
 //
 // Stored: the scope, the fingerprint (HMAC-SHA256 with a server secret, and the id of that
 // secret), the status, and the response exactly as the client received it: status, the

@@ -739,3 +739,70 @@ func TestCleanerRunLoopsUntilCancelled(t *testing.T) {
 	cancel()
 	require.ErrorIs(t, <-done, context.Canceled)
 }
+
+// previousSaveSQL is the statement with which the build before the record's plain INSERT
+// (commit aa7b15e) wrote a completed record at the commit: a fixture, so that a record in
+// the format already stored keeps replaying.
+const previousSaveSQL = `
+WITH w AS (
+  INSERT INTO idempotency_requests AS r (id, workspace_id, user_id, method, path, idempotency_key,
+    request_fingerprint, fingerprint_key_id, status, response_status, response_headers, response_body,
+    completed_at, expires_at)
+  VALUES ($6, $1, $2, $3, $4, $5, $7, $8, 'completed', $9, $10, $11, now(),
+    now() + $12::bigint * interval '1 microsecond')
+  ON CONFLICT ON CONSTRAINT idempotency_requests_scope DO UPDATE
+  SET id = excluded.id, request_fingerprint = excluded.request_fingerprint,
+    fingerprint_key_id = excluded.fingerprint_key_id, status = excluded.status,
+    response_status = excluded.response_status, response_headers = excluded.response_headers,
+    response_body = excluded.response_body, created_at = now(), completed_at = now(),
+    expires_at = excluded.expires_at
+  WHERE r.expires_at <= now()
+  RETURNING 1
+)
+SELECT 1 / count(*)::int FROM w`
+
+// TestRecordsOfEarlierBuildsAnswer: a completed record written as the previous build wrote it
+// replays byte for byte (and another body under its key is ErrKeyReused); a live executing
+// record, as releases before that wrote at the claim, answers in progress. The handler never
+// runs.
+func TestRecordsOfEarlierBuildsAnswer(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	key, executing := uuid.New(), uuid.New()
+	r := b.req(key, `{"title":"mug","price":12.5}`)
+	fp := b.guard.Fingerprinter().Fingerprint("POST", r.path,
+		bus.FingerprintInput{Body: []byte(r.body), Headers: map[string]string{"Content-Type": "application/json"}})
+	headers := map[string]string{"Content-Type": "application/json", "Location": "/v1/operations/0193a3f0-0000-7000-8000-000000000001"}
+	body := []byte(`{"operation":{"id":"0193a3f0-0000-7000-8000-000000000001","resource_id":"` + key.String() + `"}}`)
+	require.NoError(t, postgres.InTx(ctx, b.db.App, postgres.Scope{WorkspaceID: b.ws, UserID: b.user},
+		func(ctx context.Context, tx pgx.Tx) error {
+			if _, err := tx.Exec(ctx, previousSaveSQL, b.ws, b.user, "POST", r.path, key, uuid.New(), fp.MAC, fp.KeyID,
+				http.StatusAccepted, headers, body, (48 * time.Hour).Microseconds()); err != nil {
+				return err
+			}
+			_, err := tx.Exec(ctx, `INSERT INTO idempotency_requests (id, workspace_id, user_id, method, path,
+				idempotency_key, request_fingerprint, fingerprint_key_id, status)
+				VALUES (gen_random_uuid(), $1, $2, 'POST', $3, $4, $5, $6, 'executing')`,
+				b.ws, b.user, r.path, executing, fp.MAC, fp.KeyID)
+			return err
+		}))
+
+	reply, err := b.exec(ctx, r)
+	require.NoError(t, err)
+	require.True(t, reply.Replayed)
+	require.Equal(t, http.StatusAccepted, reply.Response.Status)
+	require.Equal(t, headers, reply.Response.Header)
+	require.Equal(t, body, reply.Response.Body)
+
+	_, err = b.exec(ctx, b.req(key, `{"title":"cup"}`))
+	requireCode(t, err, idem.CodeKeyReused)
+
+	r.key = executing
+	_, err = b.exec(ctx, r)
+	requireCode(t, err, idem.CodeRequestInProgress)
+
+	require.Zero(t, b.calls.Load())
+	require.Equal(t, 1, countRecords(t, b.db, key))
+	require.Equal(t, 1, countRecords(t, b.db, executing))
+}

@@ -69,21 +69,23 @@ func (g *Guard) Fingerprinter() *Fingerprinter { return g.fp }
 // (inside the RLS transaction); it fails when the context carries no transaction.
 //
 // An invocation without Idempotency goes straight to next. Otherwise, in the transaction, the
-// scope's advisory lock is asked for without waiting and the scope's record read by the next
-// statement (both with the BEGIN, Opening):
+// scope's advisory lock is asked for without waiting and the scope's record read, by one
+// statement sent with the BEGIN (Opening):
 //   - a live completed record with the same fingerprint is replayed: Outcome{Replayed: true,
 //     Response: stored}, next is not called; one with another fingerprint is ErrKeyReused;
 //   - otherwise, when another transaction holds the lock, the request is answered at once
 //     with ErrRequestInProgress carrying RetryAfter;
 //   - otherwise (no record, or an expired one, which counts as absent) next runs, the result
 //     is rendered with Idempotency.Render, and the completed record is written at the commit,
-//     the record's one write; Outcome.Response is exactly the stored response (status,
-//     stored headers, body). An error from next, from Render, or ErrResponseTooLarge is
-//     returned and the transaction rolls back: no record remains.
+//     the record's one write, merged with the transaction's other writes queued for the
+//     commit; Outcome.Response is exactly the stored response (status, stored headers,
+//     body). An error from next, from Render, or ErrResponseTooLarge is returned and the
+//     transaction rolls back: no record remains.
 //
-// A record committed by a transaction that did not take the lock after this one read fails
-// the commit with postgres.ErrRunAgain: postgres.TxMiddleware runs the chain again, and the
-// second run answers from that record.
+// A record committed after this transaction's read (by a transaction that took no lock, or
+// by the lock's holder between the read's snapshot and the lock) fails the commit at the
+// unique constraint with postgres.ErrRunAgain: postgres.TxMiddleware runs the chain again,
+// and the second run answers from that record.
 func (g *Guard) Middleware() bus.Middleware {
 	return func(ctx context.Context, inv bus.Invocation, next bus.Next) (bus.Outcome, error) {
 		if inv.Idempotency == nil {
@@ -116,17 +118,13 @@ func (g *Guard) request(inv bus.Invocation) (request, error) {
 	return request{scope: scope, fp: g.fp.Fingerprint(scope.Method, scope.Path, req.Fingerprint), id: newRecordID()}, nil
 }
 
-// lockKey and recordKey name the guard's Openings (postgres.Opened).
-type (
-	lockKey   struct{}
-	recordKey struct{}
-)
+// lookKey names the guard's Opening (postgres.Opened).
+type lookKey struct{}
 
-// openedLock is what the guard's lock Opening found: the request and whether the lock was
-// taken.
-type openedLock struct {
+// opened is what the guard's Opening found: the request and the Look of its scope.
+type opened struct {
 	request
-	locked bool
+	look Look
 }
 
 // Opening is the guard's postgres.Opener: the lock and the read of an idempotent
@@ -141,16 +139,16 @@ func (g *Guard) Opening(_ context.Context, inv bus.Invocation) []*postgres.Openi
 	if err != nil {
 		return nil // the Middleware reports it, before anything runs
 	}
-	ops := g.store.LookOpenings(lockKey{}, recordKey{}, r.scope)
-	read := ops[0].Read
-	ops[0].Read = func(rows pgx.Rows) (any, error) {
-		locked, err := read(rows)
+	op := g.store.LookOpening(lookKey{}, r.scope)
+	read := op.Read
+	op.Read = func(rows pgx.Rows) (any, error) {
+		look, err := read(rows)
 		if err != nil {
 			return nil, err
 		}
-		return openedLock{request: r, locked: locked.(bool)}, nil
+		return opened{request: r, look: look.(Look)}, nil
 	}
-	return ops
+	return []*postgres.Opening{op}
 }
 
 func (g *Guard) run(ctx context.Context, inv bus.Invocation, next bus.Next) (bus.Outcome, error) {
@@ -165,11 +163,9 @@ func (g *Guard) run(ctx context.Context, inv bus.Invocation, next bus.Next) (bus
 	// The lock and the read: sent with the BEGIN (Opening), or now.
 	var r request
 	var look Look
-	if v, ok := postgres.Opened(ctx, lockKey{}); ok {
-		ol := v.(openedLock)
-		r, look.Locked = ol.request, ol.locked
-		rec, _ := postgres.Opened(ctx, recordKey{})
-		look.Existing, _ = rec.(*Record)
+	if v, ok := postgres.Opened(ctx, lookKey{}); ok {
+		o := v.(opened)
+		r, look = o.request, o.look
 	} else {
 		if r, err = g.request(inv); err != nil {
 			return bus.Outcome{}, err
@@ -199,7 +195,7 @@ func (g *Guard) run(ctx context.Context, inv bus.Invocation, next bus.Next) (bus
 	if err != nil {
 		return bus.Outcome{}, err
 	}
-	if err := g.store.SaveAtCommit(ctx, r.scope, r.id, r.fp, g.cfg.Retention, resp); err != nil {
+	if err := g.store.SaveAtCommit(ctx, r.scope, r.id, r.fp, g.cfg.Retention, resp, look.Existing != nil); err != nil {
 		return bus.Outcome{}, err
 	}
 	out.Response = &resp

@@ -86,9 +86,10 @@ type Record struct {
 type Look struct {
 	// Locked reports whether this transaction now holds the scope's advisory lock.
 	Locked bool
-	// Existing is the scope's record, read by a statement that began after the lock was
-	// asked for: any record whose writer held the lock has committed before it (or is
-	// still open, and then Locked is false). Nil when there is none.
+	// Existing is the scope's record as of the statement's snapshot, nil when there was
+	// none. A record committed after that snapshot by a transaction that held the lock may
+	// be missed (Locked is then true, the lock having been released); the record's write at
+	// the commit then meets it at the unique constraint (SaveAtCommit).
 	Existing *Record
 }
 
@@ -112,106 +113,72 @@ func txFrom(ctx context.Context, op string) (pgx.Tx, postgres.Scope, error) {
 const recordColumns = `r.id, r.status, r.request_fingerprint, r.fingerprint_key_id,
 	r.response_status, r.response_headers, r.response_body, r.expires_at <= now()`
 
-// lockSQL takes the scope's transaction-level advisory lock if it is free, never waiting.
-const lockSQL = `SELECT pg_try_advisory_xact_lock($1)`
+// lookSQL asks for the scope's transaction-level advisory lock ($6) without waiting and
+// reads the scope's record ($1..$5), in one statement: one row, whose id is NULL when the
+// scope has no record.
+const lookSQL = `SELECT pg_try_advisory_xact_lock($6), ` + recordColumns + `
+	FROM (VALUES (1)) AS one (x) LEFT JOIN idempotency_requests r
+	ON r.workspace_id = $1 AND r.user_id = $2 AND r.method = $3 AND r.path = $4 AND r.idempotency_key = $5`
 
-// getSQL reads the record of a scope ($1..$5).
-const getSQL = `SELECT ` + recordColumns + ` FROM idempotency_requests r
-	WHERE r.workspace_id = $1 AND r.user_id = $2 AND r.method = $3 AND r.path = $4 AND r.idempotency_key = $5`
-
-func scopeArgs(scope Scope) []any {
-	return []any{scope.WorkspaceID, scope.UserID, scope.Method, scope.Path, scope.Key}
+func lookArgs(scope Scope) []any {
+	return []any{scope.WorkspaceID, scope.UserID, scope.Method, scope.Path, scope.Key, scope.LockID()}
 }
 
-func readLocked(rows pgx.Rows) (any, error) {
-	var locked bool
-	if !rows.Next() {
-		if err := rows.Err(); err != nil {
-			return nil, err
-		}
-		return nil, errors.New("no row")
-	}
-	if err := rows.Scan(&locked); err != nil {
-		return nil, err
-	}
-	rows.Close()
-	return locked, rows.Err()
-}
-
-func readRecord(rows pgx.Rows) (any, error) {
+// readLook reads lookSQL's row.
+func readLook(rows pgx.Rows) (Look, error) {
 	var (
-		rid           uuid.UUID
-		status, keyID string
+		locked        bool
+		rid           *uuid.UUID
+		status, keyID *string
 		mac, body     []byte
 		respStatus    *int32
 		headers       map[string]string
-		expired       bool
+		expired       *bool
 	)
 	if !rows.Next() {
-		return (*Record)(nil), rows.Err()
+		if err := rows.Err(); err != nil {
+			return Look{}, err
+		}
+		return Look{}, errors.New("no row")
 	}
-	if err := rows.Scan(&rid, &status, &mac, &keyID, &respStatus, &headers, &body, &expired); err != nil {
-		return nil, err
+	if err := rows.Scan(&locked, &rid, &status, &mac, &keyID, &respStatus, &headers, &body, &expired); err != nil {
+		return Look{}, err
 	}
 	rows.Close()
-	return buildRecord(rid, status, mac, keyID, respStatus, headers, body, expired), rows.Err()
+	look := Look{Locked: locked}
+	if rid != nil && status != nil && keyID != nil && expired != nil {
+		look.Existing = buildRecord(*rid, *status, mac, *keyID, respStatus, headers, body, *expired)
+	}
+	return look, rows.Err()
 }
 
-// Look takes the scope's advisory lock if it is free (never waiting), then reads the scope's
-// record with a statement of its own, both in one round trip: the read's snapshot is taken
-// after the lock was asked for, so a record written under the lock by another transaction
-// is visible once that transaction has committed. Nothing is written. Run it inside the RLS
-// transaction of the scope's workspace.
+// Look asks for the scope's advisory lock without waiting and reads the scope's record, in
+// one statement (lookSQL). Nothing is written. Run it inside the RLS transaction of the
+// scope's workspace.
 func (s *Store) Look(ctx context.Context, scope Scope) (Look, error) {
 	tx, _, err := txFrom(ctx, "Look")
 	if err != nil {
 		return Look{}, err
 	}
-	scope = scope.normalized()
-	b := &pgx.Batch{}
-	b.Queue(lockSQL, scope.LockID())
-	b.Queue(getSQL, scopeArgs(scope)...)
-	br := tx.SendBatch(ctx, b)
-	var look Look
-	err = func() error {
-		rows, err := br.Query()
-		if err != nil {
-			return err
-		}
-		locked, err := readLocked(rows)
-		rows.Close()
-		if err != nil {
-			return err
-		}
-		if rows, err = br.Query(); err != nil {
-			return err
-		}
-		rec, err := readRecord(rows)
-		rows.Close()
-		if err != nil {
-			return err
-		}
-		look = Look{Locked: locked.(bool), Existing: rec.(*Record)}
-		return nil
-	}()
-	if cerr := br.Close(); err == nil {
-		err = cerr
+	rows, err := tx.Query(ctx, lookSQL, lookArgs(scope.normalized())...)
+	if err != nil {
+		return Look{}, fmt.Errorf("idem.Store.Look: %w", postgres.TranslateError(err))
 	}
+	defer rows.Close()
+	look, err := readLook(rows)
 	if err != nil {
 		return Look{}, fmt.Errorf("idem.Store.Look: %w", postgres.TranslateError(err))
 	}
 	return look, nil
 }
 
-// LookOpenings is Look as two Openings of the transaction it runs in (sent with its BEGIN,
-// see postgres.Opening): lockKey's Read returns whether the lock was taken (a bool),
-// recordKey's the scope's record (a *Record, nil when there is none).
-func (s *Store) LookOpenings(lockKey, recordKey any, scope Scope) []*postgres.Opening {
-	scope = scope.normalized()
-	onErr := func(err error) error { return fmt.Errorf("idem.Store.Look: %w", err) }
-	return []*postgres.Opening{
-		{Key: lockKey, SQL: lockSQL, Args: []any{scope.LockID()}, Read: readLocked, OnErr: onErr},
-		{Key: recordKey, SQL: getSQL, Args: scopeArgs(scope), Read: readRecord, OnErr: onErr},
+// LookOpening is Look as an Opening of the transaction it runs in (sent with its BEGIN, see
+// postgres.Opening) under key: its Read returns a Look.
+func (s *Store) LookOpening(key any, scope Scope) *postgres.Opening {
+	return &postgres.Opening{
+		Key: key, SQL: lookSQL, Args: lookArgs(scope.normalized()),
+		Read:  func(rows pgx.Rows) (any, error) { return readLook(rows) },
+		OnErr: func(err error) error { return fmt.Errorf("idem.Store.Look: %w", err) },
 	}
 }
 
@@ -230,36 +197,42 @@ func buildRecord(id uuid.UUID, status string, mac []byte, keyID string, respStat
 	return r
 }
 
-// saveSQL writes the completed record of scope ($1..$5) with id $6, fingerprint ($7, $8),
-// response ($9..$11) and retention ($12, microseconds) in place of an expired record of
-// the scope, if any; it fails (division by zero, 22012) when a live record of the scope
-// exists, so that the commit it travels with does not happen. A record of the scope written
-// by a transaction still open is waited for at the unique constraint.
-const saveSQL = `
-WITH w AS (
-  INSERT INTO idempotency_requests AS r (id, workspace_id, user_id, method, path, idempotency_key,
+// insertSQL writes the completed record of scope ($1..$5) with id $6, fingerprint ($7, $8),
+// response ($9..$11) and retention ($12, microseconds). It fails at the unique constraint
+// (23505) when a record of the scope exists: one committed after the request looked, or, once
+// it has committed, one written by a transaction still open, which it waits for. A plain
+// INSERT, so that the commit may send it merged with the transaction's other writes
+// (postgres.BeforeCommitWrite).
+const insertSQL = `INSERT INTO idempotency_requests (id, workspace_id, user_id, method, path, idempotency_key,
     request_fingerprint, fingerprint_key_id, status, response_status, response_headers, response_body,
     completed_at, expires_at)
   VALUES ($6, $1, $2, $3, $4, $5, $7, $8, 'completed', $9, $10, $11, now(),
-    now() + $12::bigint * interval '1 microsecond')
+    now() + $12::bigint * interval '1 microsecond')`
+
+// replaceSQL is insertSQL in place of an expired record of the scope, which the request saw;
+// it fails (division by zero, 22012) when the scope's record is live by then, so that the
+// commit it travels with does not happen.
+const replaceSQL = `
+WITH w AS (` + insertSQL + `
   ON CONFLICT ON CONSTRAINT idempotency_requests_scope DO UPDATE
   SET id = excluded.id, request_fingerprint = excluded.request_fingerprint,
     fingerprint_key_id = excluded.fingerprint_key_id, status = excluded.status,
     response_status = excluded.response_status, response_headers = excluded.response_headers,
     response_body = excluded.response_body, created_at = now(), completed_at = now(),
     expires_at = excluded.expires_at
-  WHERE r.expires_at <= now()
+  WHERE idempotency_requests.expires_at <= now()
   RETURNING 1
 )
 SELECT 1 / count(*)::int FROM w`
 
 // SaveAtCommit writes the completed record of scope (id, fp, the response to replay, kept
 // for retention) at the commit of the transaction of ctx: the write travels in the commit's
-// round trip (postgres.BeforeCommit), the record's only write. It replaces an expired record
-// of the scope. When a live record of the scope was committed by another transaction after
-// this one looked, the commit fails with postgres.ErrRunAgain (wrapped): the invocation runs
-// again and finds that record.
-func (s *Store) SaveAtCommit(ctx context.Context, scope Scope, id uuid.UUID, fp Fingerprint, retention time.Duration, resp bus.Response) error {
+// round trip, merged with the transaction's other writes queued for it
+// (postgres.BeforeCommitWrite), the record's only write. replacing says that the request saw
+// an expired record of the scope, which the record then replaces. When a live record of the
+// scope was committed by another transaction after this one looked, the commit fails with
+// postgres.ErrRunAgain (wrapped): the invocation runs again and finds that record.
+func (s *Store) SaveAtCommit(ctx context.Context, scope Scope, id uuid.UUID, fp Fingerprint, retention time.Duration, resp bus.Response, replacing bool) error {
 	headers := resp.Header
 	if headers == nil {
 		headers = map[string]string{}
@@ -270,14 +243,22 @@ func (s *Store) SaveAtCommit(ctx context.Context, scope Scope, id uuid.UUID, fp 
 	}
 	onErr := func(err error) error {
 		var pgErr *pgconn.PgError
-		if errors.As(err, &pgErr) && pgErr.Code == "22012" {
+		if errors.As(err, &pgErr) && (pgErr.Code == "22012" ||
+			pgErr.Code == "23505" && pgErr.ConstraintName == "idempotency_requests_scope") {
 			return fmt.Errorf("idem.Store.Save: another transaction committed a record of the scope: %w", postgres.ErrRunAgain)
 		}
 		return fmt.Errorf("idem.Store.Save: %w", err)
 	}
 	scope = scope.normalized()
-	if err := postgres.BeforeCommit(ctx, onErr, saveSQL, scope.WorkspaceID, scope.UserID, scope.Method, scope.Path,
-		scope.Key, id, fp.MAC, fp.KeyID, resp.Status, headers, body, retention.Microseconds()); err != nil {
+	args := []any{scope.WorkspaceID, scope.UserID, scope.Method, scope.Path,
+		scope.Key, id, fp.MAC, fp.KeyID, resp.Status, headers, body, retention.Microseconds()}
+	var err error
+	if replacing {
+		err = postgres.BeforeCommit(ctx, onErr, replaceSQL, args...)
+	} else {
+		err = postgres.BeforeCommitWrite(ctx, "idempotency_requests", onErr, insertSQL, args...)
+	}
+	if err != nil {
 		return fmt.Errorf("idem.Store.SaveAtCommit: %w", err)
 	}
 	return nil
