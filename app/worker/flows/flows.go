@@ -176,6 +176,10 @@ func distinct(specs []worker.Spec) error {
 			unique(s, "command type", m.Type)
 			unique(s, "command endpoint", m.Method+" "+m.Path)
 		}
+		if st := s.Start; st != nil {
+			unique(s, "command type", st.Type)
+			unique(s, "command endpoint", st.Method+" "+st.Path)
+		}
 	}
 	return errors.Join(errs...)
 }

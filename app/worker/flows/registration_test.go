@@ -119,6 +119,19 @@ func TestARegistrationLacksOrRepeatsAPart(t *testing.T) {
 	_, err = worker.Register(other, kind, handler).Kind(worker.Provide())
 	require.ErrorContains(t, err, "the task kind's queue "+base.Queue+" is not the flow's queue elsewhere")
 
+	// A derived entry point needs the task kind's Accept, a Resource and a not-found error
+	// per id of its path; and its command type is another flow's at most once.
+	start := base
+	start.Start = &worker.Start{Type: "listing.test_start", Method: "DELETE", Path: "/publications/{publication_id}",
+		NotFound: []*domain.Error{domain.ErrPublicationNotFound}, OperationID: "testStart"}
+	require.NoError(t, worker.Register(start, kind, handler).Check())
+	_, err = worker.Register(start, kind, handler).Kind(worker.Provide())
+	require.ErrorContains(t, err, "flow listing_update: entry point listing.test_start, but the task kind has no Accept")
+	start.Start.NotFound = nil
+	require.ErrorContains(t, worker.Register(start, kind, handler).Check(), "entry point listing.test_start: not one not-found error per id")
+	start.Start.Type = "listing.unpublish"
+	require.ErrorContains(t, validate(append(all[:len(all):len(all)], worker.Register(start, kind, handler))), "the same command type")
+
 	// A flow listed twice shares its every part with itself.
 	twice := append(all[:len(all):len(all)], listingupdate.Flow)
 	err = validate(twice)
