@@ -34,6 +34,7 @@ GRANT SELECT ON task_guards TO app_user;
 ALTER TABLE task_guards ENABLE ROW LEVEL SECURITY;
 ALTER TABLE task_guards FORCE ROW LEVEL SECURITY;
 CREATE POLICY task_guards_read ON task_guards FOR SELECT USING (true);
+CREATE POLICY task_guards_owner ON task_guards TO listing_owner USING (true) WITH CHECK (true);
 
 -- check_task_guards raises LKG01 (message: the error code) when a guard does not hold of an
 -- aggregate that p_task, a row of task table p_table, names. Caller's rights, under RLS.

@@ -62,4 +62,7 @@ type TaskGuards interface {
 	// aggregates of task id of queue, nil when all hold. It runs in the caller's transaction
 	// and locks those aggregates' rows FOR KEY SHARE until it ends.
 	Check(ctx context.Context, queue string, id uuid.UUID) error
+	// Unfinished counts the pending or running tasks, in every task table with column, whose
+	// column is id (a store's tasks: "store_id"), in the caller's transaction and workspace.
+	Unfinished(ctx context.Context, column string, id uuid.UUID) (int, error)
 }

@@ -19,6 +19,17 @@ type TaskGuards struct {
 
 var _ port.TaskGuards = TaskGuards{}
 
+// Unfinished implements port.TaskGuards (task_unfinished, sql/060).
+func (g TaskGuards) Unfinished(ctx context.Context, column string, id uuid.UUID) (int, error) {
+	tx, _, err := mustTx(ctx, "postgres.TaskGuards.Unfinished")
+	if err != nil {
+		return 0, err
+	}
+	var n int
+	err = tx.QueryRow(ctx, `SELECT task_unfinished($1, $2)`, column, id).Scan(&n)
+	return n, TranslateError(err)
+}
+
 // Check implements port.TaskGuards.
 func (g TaskGuards) Check(ctx context.Context, queue string, id uuid.UUID) error {
 	tx, _, err := mustTx(ctx, "postgres.TaskGuards.Check")

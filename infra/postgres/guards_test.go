@@ -50,6 +50,14 @@ func TestTaskGuards(t *testing.T) {
 		})
 	}
 	require.NoError(t, check())
+	unfinished := func() (n int) {
+		require.NoError(t, postgres.InTx(ctx, db.App, postgres.Scope{WorkspaceID: ws}, func(ctx context.Context, _ pgx.Tx) (err error) {
+			n, err = guards.Unfinished(ctx, "store_id", store.ID)
+			return err
+		}))
+		return n
+	}
+	require.Equal(t, 1, unfinished(), "the store's pending verification")
 
 	_, err = db.Owner.Exec(ctx, `UPDATE stores SET name = 'blocked' WHERE id = $1`, store.ID)
 	require.NoError(t, err)
@@ -60,4 +68,8 @@ func TestTaskGuards(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, check())
 	require.NoError(t, insert())
+	require.Equal(t, 2, unfinished())
+	_, err = db.Owner.Exec(ctx, `UPDATE store_verifications SET status = 'succeeded'`)
+	require.NoError(t, err)
+	require.Equal(t, 0, unfinished())
 }
