@@ -227,10 +227,14 @@ func (s *Server) serve(c Command) http.HandlerFunc {
 			}
 			ids[p.Name] = id
 		}
-		body, err := readBody(w, r, s.cfg.MaxBodyBytes)
-		if err != nil {
-			writeError(w, r, err)
-			return
+		var body []byte
+		if r.Method != http.MethodDelete || r.ContentLength != 0 || r.Header.Get("Content-Type") != "" {
+			// A DELETE may come without a body (and then without a Content-Type): {}.
+			var err error
+			if body, err = readBody(w, r, s.cfg.MaxBodyBytes); err != nil {
+				writeError(w, r, err)
+				return
+			}
 		}
 		ans, err := c.Run(r.Context(), Call{Actor: s.actor(r), IDs: ids, Body: body,
 			Idempotency: func(render bus.RenderFunc) (*bus.Idempotency, error) { return s.idempotency(r, body, true, render) }})
