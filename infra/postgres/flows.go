@@ -298,6 +298,12 @@ func TaskRepositories() map[string]any {
 			notFound: domain.ErrUnpublishNotFound,
 			conflict: domain.ErrPublicationUnpublished,
 		}),
+		"store_disconnections": newRepository(table[domain.StoreDisconnection]{
+			name: "store_disconnections", columns: cols("store_id"), notFound: domain.ErrStoreDisconnectionNotFound,
+			scan:   func(d *domain.StoreDisconnection) []any { return append(taskScan(&d.Task), &d.StoreID) },
+			values: func(d *domain.StoreDisconnection) []any { return append(taskValues(&d.Task), d.StoreID) },
+			key:    func(d *domain.StoreDisconnection) (uuid.UUID, time.Time) { return taskKey(&d.Task) },
+		}),
 	}
 }
 

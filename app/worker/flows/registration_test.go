@@ -12,6 +12,7 @@ import (
 	"github.com/listingkit/listing/app/port"
 	"github.com/listingkit/listing/app/worker"
 	"github.com/listingkit/listing/app/worker/listingupdate"
+	"github.com/listingkit/listing/app/worker/storedisconnect"
 	"github.com/listingkit/listing/domain"
 )
 
@@ -29,6 +30,8 @@ type (
 	fakeFetcher  struct{ port.Fetcher }
 	fakeMarket   struct{ port.Marketplace }
 	fakeAI       struct{ port.AIProvider }
+	fakeGuards   struct{ port.TaskGuards }
+	fakeAuth     struct{ storedisconnect.Authorizations }
 )
 
 // provided is what a process provides: every dependency a flow of the registry may need,
@@ -36,7 +39,7 @@ type (
 // named in without.
 func provided(without ...string) worker.Provided {
 	deps := worker.Deps{Tx: fakeTx{}, Operations: repo[domain.Operation]{},
-		Events: fakeEvents{}, Now: time.Now, Log: slog.New(slog.DiscardHandler)}
+		Events: fakeEvents{}, Now: time.Now, Log: slog.New(slog.DiscardHandler), Guards: fakeGuards{}}
 	inspect := port.InspectImageFunc(func(io.Reader, int64) (port.InspectedImage, error) { return port.InspectedImage{}, nil })
 	all := map[string]any{
 		"deps": deps, "settings": worker.Settings{PlatformTimeout: time.Second, MediaMaxBytes: 1 << 20, MediaDecodes: 1},
@@ -46,6 +49,7 @@ func provided(without ...string) worker.Provided {
 		"publications": repo[domain.Publication]{}, "syncs": fakeSyncs{},
 		"ai tasks": repo[domain.AITask]{}, "ledger": fakeLedger{},
 		"updates": repo[domain.ListingUpdate]{}, "unpublishes": repo[domain.Unpublish]{},
+		"disconnections": repo[domain.StoreDisconnection]{}, "authorizations": fakeAuth{},
 		"cipher": fakeCipher{}, "storage": fakeStorage{}, "fetcher": fakeFetcher{},
 		"marketplace": fakeMarket{}, "ai": fakeAI{}, "inspect": inspect, "budget": &worker.StoreBudget{},
 	}
