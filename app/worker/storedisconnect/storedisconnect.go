@@ -70,51 +70,56 @@ type handlerNeeds struct {
 }
 
 func tasks(n kindNeeds) (worker.TaskKind, error) {
-	h, err := newHandler(handlerNeeds{Deps: n.Deps, Tasks: n.Tasks, Stores: n.Stores})
-	return h.flow.Kind, err
+	f, err := flowOf(handlerNeeds{Deps: n.Deps, Tasks: n.Tasks, Stores: n.Stores})
+	return f.Kind, err
 }
 
-func handler(n handlerNeeds) (worker.Handler, error) { return newHandler(n) }
+func handler(n handlerNeeds) (worker.Handler, error) { return flowOf(n) }
+
+// disconnectionJSON is a store disconnection in the API.
+type disconnectionJSON struct {
+	ID        uuid.UUID         `json:"id"`
+	StoreID   uuid.UUID         `json:"store_id"`
+	Status    domain.TaskStatus `json:"status"`
+	Error     *worker.ErrorJSON `json:"error"`
+	CreatedAt time.Time         `json:"created_at"`
+	UpdatedAt time.Time         `json:"updated_at"`
+}
 
 // Body is the JSON of a store disconnection in the API.
 func Body(task any) any {
 	d := task.(domain.StoreDisconnection)
-	return map[string]any{"id": d.ID, "store_id": d.StoreID, "status": d.Status, "error": worker.TaskError(d.Task),
-		"created_at": d.CreatedAt.UTC(), "updated_at": d.UpdatedAt.UTC()}
+	return disconnectionJSON{d.ID, d.StoreID, d.Status, worker.TaskError(d.Task), d.CreatedAt.UTC(), d.UpdatedAt.UTC()}
 }
 
-// Handler handles the jobs of Queue through the task lifecycle (worker.Flow).
-type Handler struct {
-	env  handlerNeeds
-	flow worker.Flow[domain.StoreDisconnection, started, struct{}]
+// revocation is what the begin step hands the call: the store and its sealed credentials.
+type revocation struct {
+	store domain.Store
+	key   port.SealedCredentials
 }
 
-// Handle implements worker.Handler.
-func (h *Handler) Handle(ctx context.Context, job worker.Job) error { return h.flow.Handle(ctx, job) }
+// steps are the flow's steps, over its dependencies.
+type steps struct{ env handlerNeeds }
 
-type started struct {
-	sealed port.SealedCredentials
-	store  domain.Store
-}
-
-func newHandler(e handlerNeeds) (*Handler, error) {
-	h := &Handler{env: e}
+// flowOf is the flow: its task kind (with Accept) and its steps; the flow is the job handler.
+func flowOf(e handlerNeeds) (worker.Flow[domain.StoreDisconnection, revocation, struct{}], error) {
+	h := steps{env: e}
 	kind := worker.Kind[domain.StoreDisconnection]{QueueName: Queue, Deps: e.Deps, Tasks: e.Tasks, AsksLastLook: true,
 		TaskOf: func(d *domain.StoreDisconnection) *domain.Task { return &d.Task },
 		TaskID: worker.PayloadID(func(r domain.StoreDisconnectionRequested) uuid.UUID { return r.DisconnectionID }),
 		Accept: h.accept}
-	h.flow = worker.Flow[domain.StoreDisconnection, started, struct{}]{Kind: kind, Begin: h.begin, Call: h.revoke,
+	f := worker.Flow[domain.StoreDisconnection, revocation, struct{}]{Kind: kind, Begin: h.begin, Call: h.revoke,
 		Record: h.record, LastLook: h.lastLook, CallTimeout: 2 * e.Settings.PlatformTimeout}
 	if e.Deps.Guards == nil || e.Stores == nil {
-		return h, errors.New("storedisconnect: Deps.Guards and Stores are required")
+		return f, errors.New("storedisconnect: Deps.Guards and Stores are required")
 	}
-	return h, h.flow.Validate()
+	return f, f.Validate()
 }
 
 // lockStore locks the store's row (so that a task of the store starting beside is
 // serialized with this) and refuses a store disconnected, or with tasks other than the
 // disconnection (self: 0 or 1) pending or running.
-func (h *Handler) lockStore(ctx context.Context, id uuid.UUID, self int) (domain.Store, error) {
+func (h steps) lockStore(ctx context.Context, id uuid.UUID, self int) (domain.Store, error) {
 	store, err := h.env.Stores.Update(ctx, id, func(*domain.Store) error { return nil })
 	if err != nil {
 		return store, err
@@ -130,7 +135,7 @@ func (h *Handler) lockStore(ctx context.Context, id uuid.UUID, self int) (domain
 }
 
 // accept is the command: the store, connected and without a task pending or running.
-func (h *Handler) accept(ctx context.Context, a worker.Acceptance) (domain.StoreDisconnection, error) {
+func (h steps) accept(ctx context.Context, a worker.Acceptance) (domain.StoreDisconnection, error) {
 	store, err := h.lockStore(ctx, a.IDs["store_id"], 0)
 	if err != nil {
 		return domain.StoreDisconnection{}, err
@@ -139,29 +144,29 @@ func (h *Handler) accept(ctx context.Context, a worker.Acceptance) (domain.Store
 }
 
 // begin waits while another task of the store runs, then reads the credentials to revoke.
-func (h *Handler) begin(ctx context.Context, d *domain.StoreDisconnection) (started, error) {
+func (h steps) begin(ctx context.Context, d *domain.StoreDisconnection) (revocation, error) {
 	store, err := h.lockStore(ctx, d.StoreID, 1)
 	switch {
 	case errors.Is(err, domain.ErrStoreBusy):
-		return started{}, domain.ErrStoreBusy.WithRetryAfter(5 * time.Second)
+		return revocation{}, domain.ErrStoreBusy.WithRetryAfter(5 * time.Second)
 	case errors.Is(err, domain.ErrStoreDisconnected):
-		return started{}, worker.Refuse(domain.ErrStoreDisconnected)
+		return revocation{}, worker.Refuse(domain.ErrStoreDisconnected)
 	case err != nil:
-		return started{}, err
+		return revocation{}, err
 	}
 	if err := h.env.Budget.Wait(ctx, store, 1); err != nil {
-		return started{}, err
+		return revocation{}, err
 	}
 	sealed, _, err := h.env.Stores.Credentials(ctx, d.StoreID)
-	return started{sealed: sealed, store: store}, err
+	return revocation{store: store, key: sealed}, err
 }
 
 // revoke revokes the authorization, outside any transaction.
-func (h *Handler) revoke(ctx context.Context, d domain.StoreDisconnection, s started, _ worker.Tx) (struct{}, error) {
-	creds, err := worker.OpenCredentials(h.env.Cipher, d.WorkspaceID, d.StoreID, s.sealed)
+func (h steps) revoke(ctx context.Context, d domain.StoreDisconnection, r revocation, _ worker.Tx) (struct{}, error) {
+	creds, err := worker.OpenCredentials(h.env.Cipher, d.WorkspaceID, d.StoreID, r.key)
 	if err == nil {
 		err = h.env.Authorizations.RevokeAuthorization(ctx, creds)
-		h.env.Budget.Limited(ctx, s.store, err)
+		h.env.Budget.Limited(ctx, r.store, err)
 	}
 	if err != nil {
 		return struct{}{}, fmt.Errorf("store disconnection: revoke: %w", err)
@@ -170,7 +175,7 @@ func (h *Handler) revoke(ctx context.Context, d domain.StoreDisconnection, s sta
 }
 
 // record records the store disconnected, erases its credentials and emits store.disconnected.
-func (h *Handler) record(ctx context.Context, d *domain.StoreDisconnection, _ struct{}) (any, error) {
+func (h steps) record(ctx context.Context, d *domain.StoreDisconnection, _ struct{}) (any, error) {
 	now := h.env.Deps.Now().UTC()
 	store, err := h.env.Stores.Update(ctx, d.StoreID, func(s *domain.Store) error { s.Disconnect(now); return nil })
 	if err == nil {
@@ -185,7 +190,7 @@ func (h *Handler) record(ctx context.Context, d *domain.StoreDisconnection, _ st
 
 // lastLook asks whether the authorization is still active before a final failure: revoked,
 // the disconnection succeeded.
-func (h *Handler) lastLook(ctx context.Context, d domain.StoreDisconnection, tx worker.Tx) (struct{}, bool, error) {
+func (h steps) lastLook(ctx context.Context, d domain.StoreDisconnection, tx worker.Tx) (struct{}, bool, error) {
 	var sealed port.SealedCredentials
 	if err := tx(ctx, func(ctx context.Context) (err error) {
 		sealed, _, err = h.env.Stores.Credentials(ctx, d.StoreID)
