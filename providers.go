@@ -305,13 +305,16 @@ func ProvideApplication(cfg config.Config, b *bus.Bus, pool *pgxpool.Pool, hashe
 	}
 	flow := commands.FlowDeps{Operations: repos.Operations, Events: events, Now: now}
 	accounts := repos.Accounts
-	cancels, err := operationCancels(cfg, pool, repos, events)
+	kinds, err := flows.Kinds(provided(cfg, worker.Deps{Tx: postgres.Transactor{Pool: pool}, Operations: repos.Operations,
+		Events: events, Now: time.Now, Guards: postgres.TaskGuards{Tables: flows.TaskTables()}}, repos, nil, nil, nil, nil, nil))
 	if err != nil {
 		return nil, err
 	}
 	return &app.Application{
 		Bus: b,
 		Commands: app.Commands{
+			Start: worker.Starts{Kinds: kinds},
+
 			RegisterUser:     commands.NewRegisterUserHandler(accounts, accounts, hasher, tokens, now),
 			Login:            commands.NewLoginHandler(accounts, accounts, hasher, tokens, now, dummy),
 			RefreshSession:   commands.NewRefreshSessionHandler(accounts, tokens, now),
@@ -332,7 +335,7 @@ func ProvideApplication(cfg config.Config, b *bus.Bus, pool *pgxpool.Pool, hashe
 			UnpublishPublication: commands.NewUnpublishPublicationHandler(flow, repos.Publications,
 				repos.Tasks["unpublishes"].(port.Repository[domain.Unpublish])),
 
-			CancelOperation: commands.NewCancelOperationHandler(repos.Operations, cancels),
+			CancelOperation: commands.NewCancelOperationHandler(repos.Operations, operationCancels(kinds)),
 
 			CreateIntegration: commands.NewCreateIntegrationHandler(accounts, repos.Integrations, cipher, now),
 			RevokeIntegration: commands.NewRevokeIntegrationHandler(accounts, repos.Integrations, now),
@@ -346,17 +349,12 @@ func ProvideApplication(cfg config.Config, b *bus.Bus, pool *pgxpool.Pool, hashe
 
 // operationCancels cancels operations through the flows' task kinds (built as in every
 // process that runs the engine: ProvideTaskKinds).
-func operationCancels(cfg config.Config, pool *pgxpool.Pool, repos *Repositories, events *outbox.EventPublisher) (worker.Cancels, error) {
-	kinds, err := flows.Kinds(provided(cfg, worker.Deps{Tx: postgres.Transactor{Pool: pool}, Operations: repos.Operations,
-		Events: events, Now: time.Now}, repos, nil, nil, nil, nil, nil))
-	if err != nil {
-		return worker.Cancels{}, err
-	}
+func operationCancels(kinds map[string]worker.TaskKind) worker.Cancels {
 	queues := map[string]string{}
 	for _, s := range flows.All() {
 		queues[s.Operation] = s.Queue
 	}
-	return worker.Cancels{Queues: queues, Kinds: kinds, Tasks: postgres.OperationTasks{Tables: flows.TaskTables()}}, nil
+	return worker.Cancels{Queues: queues, Kinds: kinds, Tasks: postgres.OperationTasks{Tables: flows.TaskTables()}}
 }
 
 // taskReaders are the task repositories that read tasks under their parent.

@@ -6,6 +6,7 @@ import (
 	"github.com/listingkit/listing/app/bus"
 	"github.com/listingkit/listing/app/commands"
 	"github.com/listingkit/listing/app/query"
+	"github.com/listingkit/listing/app/worker"
 	"github.com/listingkit/listing/domain"
 )
 
@@ -19,6 +20,9 @@ type Application struct {
 
 // Commands lists the command handlers; run them with bus.Execute(ctx, app.Bus, handler, req).
 type Commands struct {
+	// Start runs the flows' derived entry points (worker.Spec.Start).
+	Start bus.Handler[worker.StartCommand, worker.Started]
+
 	RegisterUser     bus.Handler[commands.RegisterUser, commands.RegisterUserResult]
 	Login            bus.Handler[commands.Login, commands.Session]
 	RefreshSession   bus.Handler[commands.RefreshSession, commands.RefreshSessionResult]

@@ -124,3 +124,33 @@ var (
 func Invalid(field, problem string) *Error {
 	return ErrInvalidInput.WithField(field, problem)
 }
+
+// guardErrors are the errors of the declared guards (sql/060_task_guards.sql), by code.
+var guardErrors = map[string]*Error{}
+
+// GuardError declares e as the error of a guard: what a flow states must hold of an
+// aggregate for any task touching it (a row of task_guards whose error_code is e's code).
+// The engine refuses a task whose aggregate breaks the guard with e, at acceptance and when
+// it runs. Call it once per error, at package initialization; it returns e.
+func GuardError(e *Error) *Error {
+	if _, dup := guardErrors[e.Code]; dup {
+		panic("domain.GuardError: " + e.Code + " declared twice")
+	}
+	guardErrors[e.Code] = e
+	return e
+}
+
+// GuardErrorOf returns the guard error of code (GuardError).
+func GuardErrorOf(code string) (*Error, bool) {
+	e, ok := guardErrors[code]
+	return e, ok
+}
+
+// GuardErrors lists the guards' errors, by code.
+func GuardErrors() map[string]*Error {
+	out := make(map[string]*Error, len(guardErrors))
+	for c, e := range guardErrors {
+		out[c] = e
+	}
+	return out
+}

@@ -89,17 +89,14 @@ func getProduct(ctx context.Context, products port.Products, id uuid.UUID) (doma
 	return p, err
 }
 
-// getVerifiedStore loads a store of the transaction's workspace and refuses it with
-// domain.ErrStoreNotVerified unless its current credentials are verified.
+// getVerifiedStore loads a store of the transaction's workspace and refuses it unless its
+// current credentials are verified (domain.Store.Usable: STORE_DISCONNECTED, STORE_NOT_VERIFIED).
 func getVerifiedStore(ctx context.Context, stores port.Stores, id uuid.UUID) (domain.Store, error) {
 	s, err := stores.Get(ctx, id)
 	if err != nil {
 		return s, err
 	}
-	if s.Status != domain.StoreVerified {
-		return s, domain.ErrStoreNotVerified
-	}
-	return s, nil
+	return s, s.Usable()
 }
 
 // sealCredentials seals a store's credentials (bound to its workspace and id) and stores

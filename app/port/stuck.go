@@ -54,3 +54,15 @@ type JobProbe interface {
 type TaskTable struct {
 	Queue, Table, AggregateType, AggregateColumn, TaskIDField string
 }
+
+// TaskGuards checks the declared guards (sql/060_task_guards.sql) of one task: what must
+// hold of the aggregates its row names (a store connected) for it to run.
+type TaskGuards interface {
+	// Check returns the domain.GuardError of the first guard that does not hold of the
+	// aggregates of task id of queue, nil when all hold. It runs in the caller's transaction
+	// and locks those aggregates' rows FOR KEY SHARE until it ends.
+	Check(ctx context.Context, queue string, id uuid.UUID) error
+	// Unfinished counts the pending or running tasks, in every task table with column, whose
+	// column is id (a store's tasks: "store_id"), in the caller's transaction and workspace.
+	Unfinished(ctx context.Context, column string, id uuid.UUID) (int, error)
+}

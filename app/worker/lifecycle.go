@@ -257,6 +257,22 @@ func (f Flow[T, W, R]) Handle(ctx context.Context, job Job) error {
 	return err
 }
 
+// guard checks the declared guards of task id (Deps.Guards): a guard that does not hold
+// is a refusal with its error.
+func (f Flow[T, W, R]) guard(ctx context.Context, id uuid.UUID) error {
+	if f.Deps.Guards == nil {
+		return nil
+	}
+	err := f.Deps.Guards.Check(ctx, f.QueueName, id)
+	var de *domain.Error
+	if errors.As(err, &de) {
+		if g, ok := domain.GuardErrorOf(de.Code); ok {
+			return Refuse(g)
+		}
+	}
+	return err
+}
+
 // run is steps 2-4. Its error is ErrSkip when the task is finished.
 func (f Flow[T, W, R]) run(ctx context.Context, job Job, id uuid.UUID) (R, error) {
 	var r R
@@ -278,7 +294,7 @@ func (f Flow[T, W, R]) run(ctx context.Context, job Job, id uuid.UUID) (R, error
 		// The task's write goes with the COMMIT unless Begin may refuse it: a refusal's
 		// OnFail may read the task again.
 		// The operation is locked and read with the task (one round trip), for StartOperation.
-		v, err := updateWith(f.Tasks, f.Begin == nil)(port.LockingOperation(ctx), id, func(v *T) error {
+		v, err := updateWith(f.Tasks, f.Begin == nil && d.Guards == nil)(port.LockingOperation(ctx), id, func(v *T) error {
 			t := f.TaskOf(v)
 			if t.Status.Terminal() {
 				return errFinished
@@ -290,6 +306,14 @@ func (f Flow[T, W, R]) run(ctx context.Context, job Job, id uuid.UUID) (R, error
 			if wait, ok := t.Fenced(d.Now()); ok {
 				fenced = wait
 				return errFenced
+			}
+			if err := f.guard(ctx, id); err != nil {
+				var ref refusal
+				if errors.As(err, &ref) {
+					refused = ref.reason
+					return t.Fail(ref.reason.Code, ref.reason.Message, d.Now())
+				}
+				return err
 			}
 			if f.Begin != nil {
 				var err error

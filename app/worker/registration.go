@@ -79,8 +79,14 @@ func (r Registration) Kind(p Provided) (TaskKind, error) {
 		return nil, fmt.Errorf("flow %s: the task kind's last look (AsksLastLook %t) is not the one Spec.LastLook declares",
 			r.Name, l.TakesLastLook())
 	}
+	if a, ok := k.(interface{ accepts() bool }); r.Start != nil && (!ok || !a.accepts()) {
+		return nil, fmt.Errorf("flow %s: entry point %s, but the task kind has no Accept", r.Name, r.Start.Type)
+	}
 	return k, nil
 }
+
+// accepts reports whether k starts its tasks itself (Accept, for Spec.Start).
+func (k Kind[T]) accepts() bool { return k.Accept != nil }
 
 // Handler builds r's job handler from p.
 func (r Registration) Handler(p Provided) (Handler, error) {

@@ -46,6 +46,10 @@ type Spec struct {
 	// LastLook says what the flow asks its upstream before it records a final failure, or
 	// why the upstream cannot be asked (Asks, CannotAsk).
 	LastLook LastLook
+	// Start, when set, is the flow's task-starting entry point, derived by the engine from
+	// this declaration and the task kind's Accept (start.go): the command type, its route,
+	// endpoint row and errors. It needs Resource (the task's JSON key and body).
+	Start *Start
 	// Resource is the HTTP resource of the flow's tasks under their parent: infra/httpapi
 	// derives its GET routes (one task, and the list) and their endpoints. Nil when the
 	// flow's tasks are served by routes of their own.
@@ -189,6 +193,18 @@ func (s Spec) Check() error {
 		}
 		if r.Path == "" || r.IDParam == "" || r.Key == "" || r.GetOperation == "" || r.ListOperation == "" || r.Body == nil {
 			missing("a task resource without Path, IDParam, Key, GetOperation, ListOperation or Body")
+		}
+	}
+	if st := s.Start; st != nil {
+		switch {
+		case !strings.HasPrefix(st.Type, "listing."):
+			missing(fmt.Sprintf("an entry point whose command type %q is outside listing.*", st.Type))
+		case st.Method == "" || !strings.HasPrefix(st.Path, "/") || st.OperationID == "":
+			missing(fmt.Sprintf("entry point %s: no Method, Path or OperationID", st.Type))
+		case s.Resource == nil:
+			missing(fmt.Sprintf("entry point %s: no Resource (the task's JSON)", st.Type))
+		case strings.Count(st.Path, "{") != len(st.NotFound):
+			missing(fmt.Sprintf("entry point %s: not one not-found error per id of %s", st.Type, st.Path))
 		}
 	}
 	for _, m := range s.Messages {

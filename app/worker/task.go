@@ -84,6 +84,11 @@ type Kind[T domain.Requested] struct {
 	// Spec.LastLook.Asks): Abandon and Reconcile then request it (RequestLastLook) instead of
 	// failing the task blind.
 	AsksLastLook bool
+	// Accept, for a flow whose entry point the engine derives (Spec.Start), builds the task a
+	// command starts, in the command's transaction, after checking what must hold (reading
+	// and locking through its repositories; a domain error refuses the command). The engine
+	// inserts the task with its operation and events (Starts). Nil otherwise.
+	Accept func(ctx context.Context, a Acceptance) (T, error)
 }
 
 var _ TaskKind = Kind[domain.Publication]{}

@@ -121,6 +121,10 @@ type Deps struct {
 	Events     port.EventPublisher
 	Now        port.Clock
 	Log        *slog.Logger
+	// Guards checks the declared guards (sql/060_task_guards.sql) in every begin step: a
+	// task whose aggregate breaks one is refused with the guard's error before the flow's
+	// Begin. Nil: no guards are checked (tests of one flow).
+	Guards port.TaskGuards
 }
 
 // Step runs fn in one RLS transaction of the job's workspace. Workers never hold a

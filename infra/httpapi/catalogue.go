@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"net/http"
@@ -179,7 +180,8 @@ func scopeOf(a bus.Actor) query.Scope {
 }
 
 // catalogue builds the service's catalogue: every command of catalogueCommands, at the endpoint its flow
-// declares (worker.Spec.Messages). A command type a flow declares and the catalogue lacks, or
+// declares (worker.Spec.Messages), and the entry points the engine derives (worker.Spec.Start,
+// startCommand). A command type a flow declares and the catalogue lacks, or
 // the reverse, is an error: the server does not start.
 func (s *Server) catalogue(specs []worker.Spec) (*Catalogue, error) {
 	byType := map[string]Command{}
@@ -203,6 +205,13 @@ func (s *Server) catalogue(specs []worker.Spec) (*Catalogue, error) {
 	for t := range byType {
 		return nil, fmt.Errorf("httpapi: command type %s: no flow declares it (worker.Spec.Messages)", t)
 	}
+	for _, f := range specs {
+		if f.Start != nil {
+			if err := cat.Add(s.startCommand(f)); err != nil {
+				return nil, err
+			}
+		}
+	}
 	return cat, nil
 }
 
@@ -218,10 +227,14 @@ func (s *Server) serve(c Command) http.HandlerFunc {
 			}
 			ids[p.Name] = id
 		}
-		body, err := readBody(w, r, s.cfg.MaxBodyBytes)
-		if err != nil {
-			writeError(w, r, err)
-			return
+		var body []byte
+		if r.Method != http.MethodDelete || r.ContentLength != 0 || r.Header.Get("Content-Type") != "" {
+			// A DELETE may come without a body (and then without a Content-Type): {}.
+			var err error
+			if body, err = readBody(w, r, s.cfg.MaxBodyBytes); err != nil {
+				writeError(w, r, err)
+				return
+			}
 		}
 		ans, err := c.Run(r.Context(), Call{Actor: s.actor(r), IDs: ids, Body: body,
 			Idempotency: func(render bus.RenderFunc) (*bus.Idempotency, error) { return s.idempotency(r, body, true, render) }})
@@ -231,4 +244,31 @@ func (s *Server) serve(c Command) http.HandlerFunc {
 		}
 		s.respond(w, r, &ans.Response, ans.Replayed, true, nil, nil)
 	}
+}
+
+// startCommand is the derived entry point of flow f (worker.Spec.Start): its path's ids, an
+// empty or {} body, the engine's StartCommand run through the bus (app.Commands.Start: the
+// flow's Accept, then the task, its operation and their events), and 202 with the task under
+// its Resource's key and its operation.
+func (s *Server) startCommand(f worker.Spec) Command {
+	st, res := *f.Start, *f.Resource
+	var params []Param
+	for i, name := range pathParams(st.Path) {
+		params = append(params, Param{name, st.NotFound[i]})
+	}
+	build := func(_ context.Context, c Call, _ struct{}) (worker.StartCommand, error) {
+		return worker.StartCommand{Flow: f.Name, Queue: f.Queue, Operation: f.Operation, ResourceType: f.Request.AggregateType(),
+			WorkspaceID: c.Actor.WorkspaceID, UserID: c.Actor.UserID, IDs: c.IDs}, nil
+	}
+	render := func(result any) (bus.Response, error) {
+		r := result.(worker.Started)
+		return jsonResponse(http.StatusAccepted, map[string]any{res.Key: res.Body(r.Task), "operation": operationBody(r.Operation)}, nil)
+	}
+	run := Runs(s.app.Bus, s.app.Commands.Start, build, render)
+	return Command{Type: st.Type, Method: st.Method, Path: st.Path, Params: params, Run: func(ctx context.Context, c Call) (Answer, error) {
+		if len(bytes.TrimSpace(c.Body)) == 0 {
+			c.Body = []byte("{}")
+		}
+		return run(ctx, c)
+	}}
 }

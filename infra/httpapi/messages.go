@@ -46,6 +46,9 @@ func MessageCommandTypes() []string {
 		for _, m := range f.Messages {
 			out = append(out, m.Type)
 		}
+		if f.Start != nil {
+			out = append(out, f.Start.Type)
+		}
 	}
 	slices.Sort(out)
 	return out

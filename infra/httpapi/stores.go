@@ -21,6 +21,7 @@ type storeJSON struct {
 	StatusReason       string     `json:"status_reason,omitempty"`
 	ShopName           string     `json:"shop_name,omitempty"`
 	VerifiedAt         *time.Time `json:"verified_at"`
+	DisconnectedAt     *time.Time `json:"disconnected_at"`
 	CredentialsVersion int        `json:"credentials_version"`
 	CreatedAt          time.Time  `json:"created_at"`
 	UpdatedAt          time.Time  `json:"updated_at"`
@@ -39,7 +40,7 @@ type rateLimitJSON struct {
 
 func (s *Server) storeBody(v domain.Store) storeJSON {
 	out := storeJSON{ID: v.ID.String(), Platform: v.Platform, ShopID: v.ShopID, Name: v.Name, Status: string(v.Status),
-		StatusReason: v.StatusReason, ShopName: v.ShopName, VerifiedAt: v.VerifiedAt, CredentialsVersion: v.CredentialsVersion,
+		StatusReason: v.StatusReason, ShopName: v.ShopName, VerifiedAt: v.VerifiedAt, DisconnectedAt: v.DisconnectedAt, CredentialsVersion: v.CredentialsVersion,
 		CreatedAt: v.CreatedAt.UTC(), UpdatedAt: v.UpdatedAt.UTC()}
 	switch platform := s.cfg.StoreRateLimits[v.Platform]; {
 	case !v.RateLimit.IsZero():

@@ -60,7 +60,8 @@ func (s *Server) getTask(w http.ResponseWriter, r *http.Request, f worker.Spec, 
 }
 
 // withTaskEndpoints returns endpoints with those of the task resources, each flow's two
-// after the last endpoint under its parent (or at the end).
+// after the last endpoint under its parent (or at the end), preceded by its derived entry
+// point (worker.Spec.Start) if any.
 func withTaskEndpoints(endpoints []Endpoint) []Endpoint {
 	for _, f := range flows.All() {
 		res := f.Resource
@@ -68,10 +69,14 @@ func withTaskEndpoints(endpoints []Endpoint) []Endpoint {
 			continue
 		}
 		base := ws + res.Parent + "/" + res.Path
-		derived := []Endpoint{
-			{"GET", base, res.ListOperation, errs(errsMember, errsPage, one(res.ParentNotFound))},
-			{"GET", base + "/{" + res.IDParam + "}", res.GetOperation, errs(errsMember, one(res.ParentNotFound, f.NotFound))},
+		var derived []Endpoint
+		if st := f.Start; st != nil {
+			derived = append(derived, Endpoint{st.Method, ws + st.Path, st.OperationID, errs(errsMember, errsBody, errsKey, st.NotFound, st.Errors)})
 		}
+		derived = append(derived,
+			Endpoint{"GET", base, res.ListOperation, errs(errsMember, errsPage, one(res.ParentNotFound))},
+			Endpoint{"GET", base + "/{" + res.IDParam + "}", res.GetOperation, errs(errsMember, one(res.ParentNotFound, f.NotFound))},
+		)
 		at := len(endpoints)
 		for i, e := range endpoints {
 			if strings.HasPrefix(e.Path, ws+res.Parent+"/") || e.Path == ws+res.Parent {

@@ -23,11 +23,15 @@ const (
 	CodeInsufficientPrivilege = "42501"
 	CodeLockNotAvailable      = "55P03"
 	CodeQueryCanceled         = "57014"
+	// CodeGuard is a declared guard's refusal (sql/060_task_guards.sql): its message is the
+	// guard's error code (domain.GuardError).
+	CodeGuard = "LKG01"
 )
 
 // TranslateError maps PostgreSQL and pgx errors to domain errors at the adapter boundary:
 // no rows → domain.ErrNotFound; unique violation → domain.ErrConflict; serialization failure
-// and deadlock → domain.ErrRetryable; insufficient privilege (42501, which is also
+// and deadlock → domain.ErrRetryable; a declared guard's refusal (LKG01) → its
+// domain.GuardError; insufficient privilege (42501, which is also
 // what an RLS WITH CHECK refusal raises) → domain.ErrForbidden; a value the database cannot
 // store (22001, 22021, 22P02, 22P05, 23514) → domain.ErrUnstorableInput (400 INVALID_INPUT),
 // the safety net behind the domain's validation. The original error stays reachable with
@@ -45,6 +49,10 @@ func TranslateError(err error) error {
 		return err
 	}
 	switch pgErr.Code {
+	case CodeGuard:
+		if g, ok := domain.GuardErrorOf(pgErr.Message); ok {
+			return g.WithCause(err)
+		}
 	case CodeUniqueViolation:
 		return domain.ErrConflict.WithCause(err)
 	case CodeSerializationFailure, CodeDeadlockDetected, CodeLockNotAvailable:

@@ -82,16 +82,16 @@ func NewStores() Stores {
 	return Stores{newRepository(table[domain.Store]{
 		name: "stores",
 		columns: []string{"id", "workspace_id", "platform", "shop_id", "name", "status", "status_reason", "shop_name",
-			"verified_at", "credentials_version", "created_at", "updated_at", "rate_per_second", "rate_burst"},
+			"verified_at", "credentials_version", "created_at", "updated_at", "rate_per_second", "rate_burst", "disconnected_at"},
 		scan: func(s *domain.Store) []any {
 			return []any{&s.ID, &s.WorkspaceID, &s.Platform, &s.ShopID, &s.Name, &s.Status, &s.StatusReason, &s.ShopName,
-				&s.VerifiedAt, &s.CredentialsVersion, &s.CreatedAt, &s.UpdatedAt, &s.RateLimit.PerSecond, &s.RateLimit.Burst}
+				&s.VerifiedAt, &s.CredentialsVersion, &s.CreatedAt, &s.UpdatedAt, &s.RateLimit.PerSecond, &s.RateLimit.Burst, &s.DisconnectedAt}
 		},
 		values: func(s *domain.Store) []any {
 			// The sealed credentials are not part of the aggregate: SetCredentials writes them,
 			// in the transaction that inserts or replaces them.
 			return []any{s.ID, s.WorkspaceID, s.Platform, s.ShopID, s.Name, s.Status, s.StatusReason, s.ShopName,
-				s.VerifiedAt, s.CredentialsVersion, s.CreatedAt, s.UpdatedAt, s.RateLimit.PerSecond, s.RateLimit.Burst}
+				s.VerifiedAt, s.CredentialsVersion, s.CreatedAt, s.UpdatedAt, s.RateLimit.PerSecond, s.RateLimit.Burst, s.DisconnectedAt}
 		},
 		key:      func(s *domain.Store) (uuid.UUID, time.Time) { return s.ID, s.CreatedAt },
 		notFound: domain.ErrStoreNotFound,
@@ -297,6 +297,12 @@ func TaskRepositories() map[string]any {
 			key:      func(u *domain.Unpublish) (uuid.UUID, time.Time) { return taskKey(&u.Task) },
 			notFound: domain.ErrUnpublishNotFound,
 			conflict: domain.ErrPublicationUnpublished,
+		}),
+		"store_disconnections": newRepository(table[domain.StoreDisconnection]{
+			name: "store_disconnections", columns: cols("store_id"), notFound: domain.ErrStoreDisconnectionNotFound,
+			scan:   func(d *domain.StoreDisconnection) []any { return append(taskScan(&d.Task), &d.StoreID) },
+			values: func(d *domain.StoreDisconnection) []any { return append(taskValues(&d.Task), d.StoreID) },
+			key:    func(d *domain.StoreDisconnection) (uuid.UUID, time.Time) { return taskKey(&d.Task) },
 		}),
 	}
 }

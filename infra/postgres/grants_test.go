@@ -28,6 +28,9 @@ var securityDefiners = map[string]definer{
 	// it. prepare_task_table, which fills the registry, is no definer: it runs with its caller's
 	// rights (the tables' owner, in migrations) and nobody else may execute it.
 	"stuck_task_workspaces(timestamp with time zone,integer)": {"listing_discovery", "app_user"},
+	// The count of one aggregate's unfinished tasks across the task tables (sql/060): a
+	// number, under the tables' RLS.
+	"task_unfinished(text,uuid)": {"listing_owner", "app_user"},
 	// Retention of the log of dispatched events: creates and drops its day partitions.
 	"outbox_dispatched_maintain(interval,integer)": {"listing_owner", "app_user"},
 	// The dispatcher's gauges: three numbers across workspaces.

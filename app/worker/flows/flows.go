@@ -21,6 +21,7 @@ import (
 	"github.com/listingkit/listing/app/worker/mediaproc"
 	"github.com/listingkit/listing/app/worker/productsync"
 	"github.com/listingkit/listing/app/worker/publish"
+	"github.com/listingkit/listing/app/worker/storedisconnect"
 	"github.com/listingkit/listing/app/worker/storeverify"
 	"github.com/listingkit/listing/app/worker/transfer"
 	"github.com/listingkit/listing/app/worker/unpublish"
@@ -37,6 +38,7 @@ var all = []worker.Registration{
 	aitask.Flow,
 	listingupdate.Flow,
 	unpublish.Flow,
+	storedisconnect.Flow,
 }
 
 // All returns the registered flows' declarations.
@@ -175,6 +177,10 @@ func distinct(specs []worker.Spec) error {
 		for _, m := range s.Messages {
 			unique(s, "command type", m.Type)
 			unique(s, "command endpoint", m.Method+" "+m.Path)
+		}
+		if st := s.Start; st != nil {
+			unique(s, "command type", st.Type)
+			unique(s, "command endpoint", st.Method+" "+st.Path)
 		}
 	}
 	return errors.Join(errs...)

@@ -12,6 +12,7 @@ import (
 	"github.com/listingkit/listing/app/port"
 	"github.com/listingkit/listing/app/worker"
 	"github.com/listingkit/listing/app/worker/listingupdate"
+	"github.com/listingkit/listing/app/worker/storedisconnect"
 	"github.com/listingkit/listing/domain"
 )
 
@@ -29,6 +30,8 @@ type (
 	fakeFetcher  struct{ port.Fetcher }
 	fakeMarket   struct{ port.Marketplace }
 	fakeAI       struct{ port.AIProvider }
+	fakeGuards   struct{ port.TaskGuards }
+	fakeAuth     struct{ storedisconnect.Authorizations }
 )
 
 // provided is what a process provides: every dependency a flow of the registry may need,
@@ -36,7 +39,7 @@ type (
 // named in without.
 func provided(without ...string) worker.Provided {
 	deps := worker.Deps{Tx: fakeTx{}, Operations: repo[domain.Operation]{},
-		Events: fakeEvents{}, Now: time.Now, Log: slog.New(slog.DiscardHandler)}
+		Events: fakeEvents{}, Now: time.Now, Log: slog.New(slog.DiscardHandler), Guards: fakeGuards{}}
 	inspect := port.InspectImageFunc(func(io.Reader, int64) (port.InspectedImage, error) { return port.InspectedImage{}, nil })
 	all := map[string]any{
 		"deps": deps, "settings": worker.Settings{PlatformTimeout: time.Second, MediaMaxBytes: 1 << 20, MediaDecodes: 1},
@@ -46,6 +49,7 @@ func provided(without ...string) worker.Provided {
 		"publications": repo[domain.Publication]{}, "syncs": fakeSyncs{},
 		"ai tasks": repo[domain.AITask]{}, "ledger": fakeLedger{},
 		"updates": repo[domain.ListingUpdate]{}, "unpublishes": repo[domain.Unpublish]{},
+		"disconnections": repo[domain.StoreDisconnection]{}, "authorizations": fakeAuth{},
 		"cipher": fakeCipher{}, "storage": fakeStorage{}, "fetcher": fakeFetcher{},
 		"marketplace": fakeMarket{}, "ai": fakeAI{}, "inspect": inspect, "budget": &worker.StoreBudget{},
 	}
@@ -118,6 +122,19 @@ func TestARegistrationLacksOrRepeatsAPart(t *testing.T) {
 	other.Queue = "elsewhere"
 	_, err = worker.Register(other, kind, handler).Kind(worker.Provide())
 	require.ErrorContains(t, err, "the task kind's queue "+base.Queue+" is not the flow's queue elsewhere")
+
+	// A derived entry point needs the task kind's Accept, a Resource and a not-found error
+	// per id of its path; and its command type is another flow's at most once.
+	start := base
+	start.Start = &worker.Start{Type: "listing.test_start", Method: "DELETE", Path: "/publications/{publication_id}",
+		NotFound: []*domain.Error{domain.ErrPublicationNotFound}, OperationID: "testStart"}
+	require.NoError(t, worker.Register(start, kind, handler).Check())
+	_, err = worker.Register(start, kind, handler).Kind(worker.Provide())
+	require.ErrorContains(t, err, "flow listing_update: entry point listing.test_start, but the task kind has no Accept")
+	start.Start.NotFound = nil
+	require.ErrorContains(t, worker.Register(start, kind, handler).Check(), "entry point listing.test_start: not one not-found error per id")
+	start.Start.Type = "listing.unpublish"
+	require.ErrorContains(t, validate(append(all[:len(all):len(all)], worker.Register(start, kind, handler))), "the same command type")
 
 	// A flow listed twice shares its every part with itself.
 	twice := append(all[:len(all):len(all)], listingupdate.Flow)

@@ -1,0 +1,55 @@
+package postgres
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/listingkit/listing/app/port"
+)
+
+// TaskGuards implements port.TaskGuards over the task tables of the registered flows: the
+// guards of sql/060_task_guards.sql (check_task_guards) on one task's row.
+type TaskGuards struct {
+	// Tables are the flows' task tables (app/worker/flows.TaskTables).
+	Tables []port.TaskTable
+}
+
+var _ port.TaskGuards = TaskGuards{}
+
+// Unfinished implements port.TaskGuards (task_unfinished, sql/060).
+func (g TaskGuards) Unfinished(ctx context.Context, column string, id uuid.UUID) (int, error) {
+	tx, _, err := mustTx(ctx, "postgres.TaskGuards.Unfinished")
+	if err != nil {
+		return 0, err
+	}
+	var n int
+	err = tx.QueryRow(ctx, `SELECT task_unfinished($1, $2)`, column, id).Scan(&n)
+	return n, TranslateError(err)
+}
+
+// Check implements port.TaskGuards.
+func (g TaskGuards) Check(ctx context.Context, queue string, id uuid.UUID) error {
+	tx, _, err := mustTx(ctx, "postgres.TaskGuards.Check")
+	if err != nil {
+		return err
+	}
+	table := ""
+	for _, t := range g.Tables {
+		if t.Queue == queue {
+			table = t.Table
+		}
+	}
+	if table == "" {
+		return fmt.Errorf("postgres.TaskGuards: no task table of queue %s", queue)
+	}
+	q := `SELECT check_task_guards($1, to_jsonb(t))::text FROM ` + pgx.Identifier{table}.Sanitize() + ` t WHERE t.id = $2`
+	var void string
+	err = tx.QueryRow(ctx, q, table, id).Scan(&void)
+	if err == pgx.ErrNoRows {
+		return nil // no such task: the engine's own read says so
+	}
+	return TranslateError(err)
+}
