@@ -32,8 +32,9 @@ DROP FUNCTION operator_overview_deliveries(timestamptz, timestamptz, text[], int
 --                p_request_types (the flows' request events) the last looks (a last_look
 --                field) and the other request events (requests); of a uniform random sample
 --                of at most p_sample of those requests (probed: its size), how many are
---                redeliveries (redelivered: an earlier request event of the same task is in
---                the log; one probe of outbox_dispatched_aggregate_id each).
+--                redeliveries (redelivered: an earlier request event of the same task was
+--                delivered before p_until; one probe of outbox_dispatched_aggregate_id per
+--                partition up to p_until's, the days ahead left out).
 -- The other columns of a row are NULL. Only the fields the figures need are kept of each row
 -- (in memory: work_mem 128 MB holds a minute and ten seconds of 100,000 operations). The log
 -- is read over its BRIN index whatever the planner's statistics (enable_seqscan off): a
@@ -105,7 +106,7 @@ LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, public SET wo
            count(*) FILTER (WHERE EXISTS (SELECT 1 FROM outbox_dispatched q
                                           WHERE q.aggregate_id = ds.aggregate_id AND q.aggregate_type = ds.aggregate_type
                                             AND q.created_at < ds.created_at AND q.workspace_id = ds.workspace_id
-                                            AND q.event_type = ds.event_type)) AS redelivered
+                                            AND q.event_type = ds.event_type AND q.dispatched_at < p_until)) AS redelivered
     FROM ds GROUP BY ds.destination
   )
   SELECT 'operation', o.op_type, o.accepted, o.succeeded, o.failed, coalesce(ol.sampled, 0),
