@@ -19,6 +19,8 @@
 -- +goose Up
 DROP FUNCTION operator_overview_log(timestamptz, timestamptz, int);
 DROP FUNCTION operator_overview_deliveries(timestamptz, timestamptz, text[], int);
+-- Where a row of the log is (its partition and place in it), to read a sampled row again.
+GRANT SELECT (tableoid, ctid) ON outbox_dispatched TO listing_inspector;
 
 -- operator_overview_minute returns one row per operation type (kind 'operation', name the
 -- type) and one per destination (kind 'destination', name the destination) of the log's
@@ -35,11 +37,13 @@ DROP FUNCTION operator_overview_deliveries(timestamptz, timestamptz, text[], int
 --                redeliveries (redelivered: an earlier request event of the same task was
 --                delivered before p_until; one probe of outbox_dispatched_aggregate_id per
 --                partition up to p_until's, the days ahead left out).
--- The other columns of a row are NULL. Only the fields the figures need are kept of each row
--- (in memory: work_mem 128 MB holds a minute and ten seconds of 100,000 operations). The log
--- is read over its BRIN index whatever the planner's statistics (enable_seqscan off): a
--- partition not yet analyzed (autovacuum off, or a new day) is otherwise read whole, each
--- round.
+-- The other columns of a row are NULL. Of each row read only what the counts need is kept (in
+-- memory, work_mem 128 MB: flags, the type or destination, where the row is, a random
+-- number); the counts are made in one pass over them (grouping sets), the candidates for
+-- both samples drawn in a second, and the sampled rows (at most 2 p_sample per flow) read
+-- again by their ctid for what the percentiles and probes need. The log is read over its
+-- BRIN index whatever the planner's statistics (enable_seqscan off): a partition not yet
+-- analyzed (autovacuum off, or a new day) is otherwise read whole, each round.
 -- +goose StatementBegin
 CREATE FUNCTION operator_overview_minute(p_from timestamptz, p_to timestamptz, p_until timestamptz,
                                          p_request_types text[], p_sample int)
@@ -49,73 +53,65 @@ RETURNS TABLE (kind text, name text, accepted bigint, succeeded bigint, failed b
 LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, public SET work_mem = '128MB'
   SET enable_seqscan = off AS $$
   WITH e AS MATERIALIZED (
-    SELECT x.op, x.fin, x.del, x.request, x.look,
-           CASE WHEN x.op THEN x.event_payload->>'type' END AS op_type,
-           CASE WHEN x.op THEN x.event_payload->>'status' END AS status,
-           CASE WHEN x.fin THEN x.event_payload->>'started_at' END AS started_at,
-           CASE WHEN x.fin THEN x.event_payload->>'operation_id' END AS operation_id,
-           CASE WHEN x.del THEN x.destination END AS destination,
-           CASE WHEN x.request AND NOT x.look THEN x.workspace_id END AS workspace_id,
-           CASE WHEN x.request AND NOT x.look THEN x.event_type END AS event_type,
-           CASE WHEN x.request AND NOT x.look THEN x.aggregate_type END AS aggregate_type,
-           CASE WHEN x.request AND NOT x.look THEN x.aggregate_id END AS aggregate_id,
-           CASE WHEN x.fin OR (x.request AND NOT x.look) THEN x.created_at END AS created_at,
-           random() AS u
-    FROM (SELECT y.*, y.op AND y.event_payload->>'status' IN ('succeeded', 'failed') AS fin,
-                 y.del AND y.event_type = ANY (p_request_types) AS request,
-                 y.del AND y.event_type = ANY (p_request_types) AND y.event_payload ? 'last_look' AS look
-          FROM (SELECT d.event_type = 'operation.status_changed' AND d.created_at >= p_from AND d.created_at < p_to AS op,
-                       d.dispatched_at < p_to AS del, d.event_payload, d.destination, d.workspace_id, d.event_type,
-                       d.aggregate_type, d.aggregate_id, d.created_at
-                FROM outbox_dispatched d
-                WHERE d.dispatched_at >= p_from AND d.dispatched_at < p_until) y
-          WHERE y.op OR y.del) x
-  ), o AS (
-    SELECT e.op_type, count(*) FILTER (WHERE e.status = 'pending') AS accepted,
+    SELECT y.op, y.del, y.op_type, y.status, y.destination,
+           y.del AND y.event_type = ANY (p_request_types) AS request,
+           y.del AND y.event_type = ANY (p_request_types) AND y.look AS look,
+           y.ctid, y.tableoid, random() AS u
+    FROM (SELECT d.event_type = 'operation.status_changed' AND d.created_at >= p_from AND d.created_at < p_to AS op,
+                 d.dispatched_at < p_to AS del, d.event_type,
+                 CASE WHEN d.event_type = 'operation.status_changed' THEN d.event_payload->>'type' END AS op_type,
+                 CASE WHEN d.event_type = 'operation.status_changed' THEN d.event_payload->>'status' END AS status,
+                 CASE WHEN d.event_type = ANY (p_request_types) THEN d.event_payload ? 'last_look' END AS look,
+                 d.destination, d.ctid, d.tableoid
+          FROM outbox_dispatched d
+          WHERE d.dispatched_at >= p_from AND d.dispatched_at < p_until) y
+    WHERE y.op OR y.del
+  ), n AS (
+    SELECT e.op, e.op_type, e.del, e.destination,
+           count(*) FILTER (WHERE e.status = 'pending') AS accepted,
            count(*) FILTER (WHERE e.status = 'succeeded') AS succeeded,
-           count(*) FILTER (WHERE e.status = 'failed') AS failed
-    FROM e WHERE e.op GROUP BY e.op_type
-  ), os AS (
-    SELECT x.op_type, x.created_at, x.started_at::timestamptz AS started_at, x.operation_id::uuid AS operation_id
-    FROM (SELECT e.op_type, e.created_at, e.started_at, e.operation_id,
-                 row_number() OVER (PARTITION BY e.op_type ORDER BY e.u) AS r
-          FROM e JOIN o ON o.op_type = e.op_type
-          WHERE e.fin AND e.u < 1.25::float8 * p_sample / nullif(o.succeeded + o.failed, 0)) x
+           count(*) FILTER (WHERE e.status = 'failed') AS failed,
+           count(*) AS delivered, count(*) FILTER (WHERE e.look) AS last_looks,
+           count(*) FILTER (WHERE e.request AND NOT e.look) AS requests
+    FROM e GROUP BY GROUPING SETS ((e.op, e.op_type), (e.del, e.destination))
+  ), c AS (
+    SELECT CASE WHEN o.op_type IS NOT NULL THEN 'operation' ELSE 'destination' END AS kind,
+           coalesce(o.op_type, d.destination) AS name, e.ctid, e.tableoid, e.u
+    FROM e
+    LEFT JOIN n o ON o.op AND e.op AND e.status IN ('succeeded', 'failed') AND o.op_type = e.op_type
+                     AND e.u < 1.25::float8 * p_sample / nullif(o.succeeded + o.failed, 0)
+    LEFT JOIN n d ON d.del AND e.request AND NOT e.look AND d.destination = e.destination
+                     AND e.u < 1.25::float8 * p_sample / nullif(d.requests, 0)
+    WHERE o.op_type IS NOT NULL OR d.destination IS NOT NULL
+  ), s AS (
+    SELECT x.kind, x.name, q.workspace_id, q.event_type, q.aggregate_type, q.aggregate_id, q.created_at, q.event_payload
+    FROM (SELECT c.*, row_number() OVER (PARTITION BY c.kind, c.name ORDER BY c.u) AS r FROM c) x
+    JOIN outbox_dispatched q ON q.tableoid = x.tableoid AND q.ctid = x.ctid
     WHERE x.r <= p_sample
   ), ol AS (
-    SELECT os.op_type, count(*) AS sampled,
-           percentile_cont(0.5) WITHIN GROUP (ORDER BY extract(epoch FROM os.started_at - p.created_at)) AS start_p50,
-           percentile_cont(0.99) WITHIN GROUP (ORDER BY extract(epoch FROM os.started_at - p.created_at)) AS start_p99,
-           percentile_cont(0.5) WITHIN GROUP (ORDER BY extract(epoch FROM os.created_at - p.created_at)) AS finish_p50,
-           percentile_cont(0.99) WITHIN GROUP (ORDER BY extract(epoch FROM os.created_at - p.created_at)) AS finish_p99
-    FROM os JOIN operations p ON p.id = os.operation_id
-    GROUP BY os.op_type
-  ), d AS (
-    SELECT e.destination, count(*) AS delivered, count(*) FILTER (WHERE e.look) AS last_looks,
-           count(*) FILTER (WHERE e.request AND NOT e.look) AS requests
-    FROM e WHERE e.del GROUP BY e.destination
-  ), ds AS (
-    SELECT x.destination, x.workspace_id, x.event_type, x.aggregate_type, x.aggregate_id, x.created_at
-    FROM (SELECT e.destination, e.workspace_id, e.event_type, e.aggregate_type, e.aggregate_id, e.created_at,
-                 row_number() OVER (PARTITION BY e.destination ORDER BY e.u) AS r
-          FROM e JOIN d ON d.destination = e.destination
-          WHERE e.request AND NOT e.look AND e.u < 1.25::float8 * p_sample / nullif(d.requests, 0)) x
-    WHERE x.r <= p_sample
+    SELECT s.name, count(*) AS sampled,
+           percentile_cont(0.5) WITHIN GROUP (ORDER BY extract(epoch FROM (s.event_payload->>'started_at')::timestamptz - p.created_at)) AS start_p50,
+           percentile_cont(0.99) WITHIN GROUP (ORDER BY extract(epoch FROM (s.event_payload->>'started_at')::timestamptz - p.created_at)) AS start_p99,
+           percentile_cont(0.5) WITHIN GROUP (ORDER BY extract(epoch FROM s.created_at - p.created_at)) AS finish_p50,
+           percentile_cont(0.99) WITHIN GROUP (ORDER BY extract(epoch FROM s.created_at - p.created_at)) AS finish_p99
+    FROM s JOIN operations p ON p.id = (s.event_payload->>'operation_id')::uuid
+    WHERE s.kind = 'operation'
+    GROUP BY s.name
   ), dp AS (
-    SELECT ds.destination, count(*) AS probed,
+    SELECT s.name, count(*) AS probed,
            count(*) FILTER (WHERE EXISTS (SELECT 1 FROM outbox_dispatched q
-                                          WHERE q.aggregate_id = ds.aggregate_id AND q.aggregate_type = ds.aggregate_type
-                                            AND q.created_at < ds.created_at AND q.workspace_id = ds.workspace_id
-                                            AND q.event_type = ds.event_type AND q.dispatched_at < p_until)) AS redelivered
-    FROM ds GROUP BY ds.destination
+                                          WHERE q.aggregate_id = s.aggregate_id AND q.aggregate_type = s.aggregate_type
+                                            AND q.created_at < s.created_at AND q.workspace_id = s.workspace_id
+                                            AND q.event_type = s.event_type AND q.dispatched_at < p_until)) AS redelivered
+    FROM s WHERE s.kind = 'destination' GROUP BY s.name
   )
   SELECT 'operation', o.op_type, o.accepted, o.succeeded, o.failed, coalesce(ol.sampled, 0),
          ol.start_p50, ol.start_p99, ol.finish_p50, ol.finish_p99, NULL::bigint, NULL::bigint, NULL::bigint, NULL::bigint, NULL::bigint
-  FROM o LEFT JOIN ol ON ol.op_type = o.op_type
+  FROM n o LEFT JOIN ol ON ol.name = o.op_type WHERE o.op
   UNION ALL
   SELECT 'destination', d.destination, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
          d.delivered, d.last_looks, d.requests, coalesce(dp.probed, 0), coalesce(dp.redelivered, 0)
-  FROM d LEFT JOIN dp ON dp.destination = d.destination
+  FROM n d LEFT JOIN dp ON dp.name = d.destination WHERE d.del
 $$;
 -- +goose StatementEnd
 ALTER FUNCTION operator_overview_minute(timestamptz, timestamptz, timestamptz, text[], int) OWNER TO listing_inspector;
@@ -124,6 +120,7 @@ GRANT EXECUTE ON FUNCTION operator_overview_minute(timestamptz, timestamptz, tim
 
 -- +goose Down
 DROP FUNCTION IF EXISTS operator_overview_minute(timestamptz, timestamptz, timestamptz, text[], int);
+REVOKE SELECT (tableoid, ctid) ON outbox_dispatched FROM listing_inspector;
 
 -- sql/054's definitions.
 -- operator_overview_log returns, per operation type, the operations accepted (their pending

@@ -102,6 +102,13 @@ func TestOverviewRoundCost(t *testing.T) {
 			ON CONFLICT (partition) DO UPDATE SET next_block = excluded.next_block`, m.Add(10*time.Second))
 	}
 	run(`SELECT overview_summarize_log()`)
+	if hold := os.Getenv("OVERVIEW_COST_HOLD"); hold != "" {
+		d, err := time.ParseDuration(hold)
+		require.NoError(t, err)
+		t.Logf("holding %s for %s (minute %s)", mig.URL, d, m.UTC().Format(time.RFC3339))
+		time.Sleep(d)
+		return
+	}
 	requests := []string{"store_verification.requested", "publication.requested", "listing_update.requested",
 		"unpublish.requested", "product_sync.requested", "material_transfer.requested", "media.requested", "ai_task.requested"}
 	type stmt struct {
