@@ -42,7 +42,9 @@ func TestOverviewRoundCost(t *testing.T) {
 	}
 	ws := uuid.New()
 	run(`INSERT INTO workspaces (id, name) VALUES ($1, 'ws')`, ws)
-	m := time.Now().Add(-time.Hour).Truncate(time.Minute)
+	// Two hours before today (UTC): the log in its default partition (the day partitions are
+	// today's and those ahead).
+	m := time.Now().UTC().Truncate(24 * time.Hour).Add(-2 * time.Hour)
 	start := time.Now()
 	// A million earlier events (the minute is a small part of its partition, as in a day).
 	run(`INSERT INTO outbox_dispatched (id, workspace_id, event_type, destination, aggregate_type, aggregate_id, event_payload,
