@@ -12,13 +12,13 @@ import (
 	"github.com/listingkit/listing/infra/outbox"
 )
 
-// The overview's samples (sql/050, sql/054): one row per minute and flow, and one per minute
+// The overview's samples (sql/050, sql/054, sql/064): one row per minute and flow, and one per minute
 // for the outbox, written by the console (RunSampler) and kept sampleRetention.
 
 const (
 	// sampleLag is how long after a minute ends it is sampled: its events committed by its
-	// end and delivered within sampleLag are counted (an outbox further behind than that
-	// shows as owed, not as throughput).
+	// end and delivered within sampleLag are counted, whenever the minute is sampled (an
+	// outbox further behind than that shows as owed, not as throughput).
 	sampleLag = 10 * time.Second
 	// sampleCatchUp bounds how many missed minutes one round samples (after a restart).
 	sampleCatchUp = 10
@@ -164,15 +164,11 @@ func (s *Server) readSample(ctx context.Context, m time.Time) ([]FlowSample, Out
 	if err != nil {
 		return nil, OutboxSample{}, err
 	}
-	ops, err := s.data.overviewLog(ctx, m, end, sampleSize)
-	if err != nil {
-		return nil, OutboxSample{}, err
-	}
 	requests := make([]string, 0, len(s.cfg.Flows))
 	for _, f := range s.cfg.Flows {
 		requests = append(requests, f.RequestEvent)
 	}
-	deliveries, err := s.data.overviewDeliveries(ctx, m, end, requests, sampleSize)
+	ops, deliveries, err := s.data.overviewMinute(ctx, m, end, end.Add(sampleLag), requests, sampleSize)
 	if err != nil {
 		return nil, OutboxSample{}, err
 	}
@@ -254,28 +250,6 @@ type opMinute struct {
 	startP50, startP99, finishP50, finishP99 *float64
 }
 
-func (r reader) overviewLog(ctx context.Context, from, to time.Time, sample int) (map[string]opMinute, error) {
-	rows, err := r.pool.Query(ctx, `SELECT op_type, accepted, succeeded, failed, sampled, start_p50, start_p99, finish_p50, finish_p99
-		FROM operator_overview_log($1, $2, $3)`, from, to, sample)
-	if err != nil {
-		return nil, fmt.Errorf("console.overviewLog: %w", err)
-	}
-	out := map[string]opMinute{}
-	var typ *string
-	var o opMinute
-	_, err = pgx.ForEachRow(rows, []any{&typ, &o.accepted, &o.succeeded, &o.failed, &o.sampled, &o.startP50, &o.startP99, &o.finishP50, &o.finishP99},
-		func() error {
-			if typ != nil {
-				out[*typ] = o
-			}
-			return nil
-		})
-	if err != nil {
-		return nil, fmt.Errorf("console.overviewLog: %w", err)
-	}
-	return out, nil
-}
-
 // destMinute is one destination's minute: of its requests (request events other than last
 // looks), probed were looked at and redelivered of those found to be redeliveries.
 type destMinute struct{ delivered, lastLooks, requests, probed, redelivered int64 }
@@ -291,23 +265,41 @@ func (d destMinute) redeliveries() (n int64, sample *int64) {
 	return int64(math.Round(float64(d.redelivered) * float64(d.requests) / float64(d.probed))), &probed
 }
 
-func (r reader) overviewDeliveries(ctx context.Context, from, to time.Time, requestTypes []string, sample int) (map[string]destMinute, error) {
-	rows, err := r.pool.Query(ctx, `SELECT destination, delivered, last_looks, requests, probed, redelivered
-		FROM operator_overview_deliveries($1, $2, $3, $4)`, from, to, requestTypes, sample)
+// overviewMinute reads the log's events delivered in [from, until) once
+// (operator_overview_minute): per operation type those committed in [from, to), per
+// destination those delivered in [from, to), the latencies and the redeliveries from samples of
+// at most sample each.
+func (r reader) overviewMinute(ctx context.Context, from, to, until time.Time, requestTypes []string, sample int) (map[string]opMinute, map[string]destMinute, error) {
+	rows, err := r.pool.Query(ctx, `SELECT kind, name, accepted, succeeded, failed, sampled, start_p50, start_p99, finish_p50, finish_p99,
+			delivered, last_looks, requests, probed, redelivered
+		FROM operator_overview_minute($1, $2, $3, $4, $5)`, from, to, until, requestTypes, sample)
 	if err != nil {
-		return nil, fmt.Errorf("console.overviewDeliveries: %w", err)
+		return nil, nil, fmt.Errorf("console.overviewMinute: %w", err)
 	}
-	out := map[string]destMinute{}
-	var dest string
-	var d destMinute
-	_, err = pgx.ForEachRow(rows, []any{&dest, &d.delivered, &d.lastLooks, &d.requests, &d.probed, &d.redelivered}, func() error {
-		out[dest] = d
-		return nil
-	})
+	ops, dests := map[string]opMinute{}, map[string]destMinute{}
+	var kind string
+	var name *string
+	var o struct{ accepted, succeeded, failed, sampled *int64 }
+	var op opMinute
+	var d struct{ delivered, lastLooks, requests, probed, redelivered *int64 }
+	_, err = pgx.ForEachRow(rows, []any{&kind, &name, &o.accepted, &o.succeeded, &o.failed, &o.sampled,
+		&op.startP50, &op.startP99, &op.finishP50, &op.finishP99, &d.delivered, &d.lastLooks, &d.requests, &d.probed, &d.redelivered},
+		func() error {
+			switch {
+			case name == nil: // an operation.status_changed without a type
+			case kind == "operation":
+				op.accepted, op.succeeded, op.failed, op.sampled = *o.accepted, *o.succeeded, *o.failed, *o.sampled
+				ops[*name] = op
+			case kind == "destination":
+				dests[*name] = destMinute{delivered: *d.delivered, lastLooks: *d.lastLooks, requests: *d.requests,
+					probed: *d.probed, redelivered: *d.redelivered}
+			}
+			return nil
+		})
 	if err != nil {
-		return nil, fmt.Errorf("console.overviewDeliveries: %w", err)
+		return nil, nil, fmt.Errorf("console.overviewMinute: %w", err)
 	}
-	return out, nil
+	return ops, dests, nil
 }
 
 // owed is the outbox's events pending or being dispatched at now, and the oldest one's age.

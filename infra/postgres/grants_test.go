@@ -56,10 +56,9 @@ var securityDefiners = map[string]definer{
 	// The overview's largest backlogs (sql/057): counts per workspace and flow, no payload.
 	"operator_backlogs(integer)":     {"listing_inspector", "listing_operator"},
 	"operator_held_backlogs(uuid[])": {"listing_inspector", "listing_operator"},
-	// The console's overview (sql/050, 054): counts and percentiles, no ids.
-	"operator_overview_tasks(timestamp with time zone)":                                              {"listing_inspector", "listing_operator"},
-	"operator_overview_log(timestamp with time zone,timestamp with time zone,integer)":               {"listing_inspector", "listing_operator"},
-	"operator_overview_deliveries(timestamp with time zone,timestamp with time zone,text[],integer)": {"listing_inspector", "listing_operator"},
+	// The console's overview (sql/050, 054, 064): counts and percentiles, no ids.
+	"operator_overview_tasks(timestamp with time zone)":                                                                   {"listing_inspector", "listing_operator"},
+	"operator_overview_minute(timestamp with time zone,timestamp with time zone,timestamp with time zone,text[],integer)": {"listing_inspector", "listing_operator"},
 	// The overview's sampler keeps the log's BRIN index summarized (sql/054): no rows returned.
 	"overview_summarize_log()": {"listing_owner", "listing_operator"},
 	// Retention of the login limits: deletes, across accounts, what no longer counts.
