@@ -82,7 +82,7 @@ func idsOf(rows []claimed) []uuid.UUID {
 // Fair share (FairShare; none when $7 is empty): a claimed row of a fair-shared queue ($7,
 // the task id in its payload's field $8 of the same index) that is not a last look and
 // whose task holds no slot yet (outbox_fair_slots) takes a free slot of its workspace's
-// queue in its lane (the payload's field $10, ” when absent: the store), 1..$9 per lane,
+// queue in its lane (the payload's field $10, empty when absent: the store), 1..$9 per lane,
 // the lowest first, the oldest rows first; a row that finds none, or loses its slot to a
 // concurrent claim (the slot's unique key), is held instead of leased (status held,
 // held_task = its task, held_lane = its lane: out of outbox_events_due). Held rows come back
