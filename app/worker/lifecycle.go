@@ -409,6 +409,12 @@ func (f Flow[T, W, R]) unfence(ctx context.Context, job Job, id uuid.UUID, deadl
 	})
 }
 
+// canSnooze reports whether job may be snoozed for delay more: it has snoozes left and the
+// delay keeps its total snoozed time within MaxSnooze.
+func canSnooze(job Job, delay time.Duration) bool {
+	return job.Snoozes < MaxSnoozes && job.Snoozed+delay <= MaxSnooze
+}
+
 // HeldRetry is how long a job whose record step gave up on its last attempt waits before
 // the delivery that records its held result (decide: a snooze, not an attempt).
 const HeldRetry = 2 * time.Second
@@ -585,12 +591,12 @@ func (f Flow[T, W, R]) decide(ctx context.Context, job Job, id uuid.UUID, r R, e
 		// spent on a record step that gave up: the job is snoozed (a snooze, not an
 		// attempt), and its next delivery records the held result without calling. Once the
 		// snoozes are spent the job ends and the reconciler delivers the task again.
-		if job.Snoozes < MaxSnoozes && job.Snoozed+HeldRetry <= MaxSnooze {
+		if canSnooze(job, HeldRetry) {
 			return OutcomeHeld, &SnoozeError{Delay: HeldRetry, Err: err}
 		}
 		return OutcomeHeld, Permanent(err)
 	}
-	if delay, ok := retryAfter(err); ok && !permanent(err) && job.Snoozes < MaxSnoozes && job.Snoozed+delay <= MaxSnooze {
+	if delay, ok := retryAfter(err); ok && !permanent(err) && canSnooze(job, delay) {
 		return OutcomeSnoozed, &SnoozeError{Delay: delay, Err: err}
 	}
 	if !permanent(err) && !job.LastAttempt {
