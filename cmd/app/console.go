@@ -60,7 +60,7 @@ func newConsole(ctx context.Context, cfg config.Config, log *slog.Logger) (*cons
 	}
 	cleanup := pool.Close
 	ccfg := console.Config{Operators: operators, Production: cfg.Production(), Pool: pool, Queues: flows.Queues(), Logger: log,
-		Platforms: cfg.Platforms, SessionTTL: cfg.ConsoleSessionTTL, SigninFailures: cfg.ConsoleSigninFailures}
+		Platforms: cfg.Platforms, StoreRateLimits: cfg.StoreRateLimits, SessionTTL: cfg.ConsoleSessionTTL, SigninFailures: cfg.ConsoleSigninFailures}
 	for _, f := range flows.All() {
 		ccfg.Flows = append(ccfg.Flows, console.Flow{Name: f.Name, Queue: f.Queue, Table: f.Table, Operation: f.Operation,
 			RequestEvent: f.Request.EventType()})

@@ -14,6 +14,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/listingkit/listing/domain"
 	"github.com/listingkit/listing/infra/bullmq"
 	"github.com/listingkit/listing/infra/outbox"
 	"github.com/listingkit/listing/infra/ratelimit"
@@ -48,6 +49,10 @@ type Config struct {
 	// (ratelimit.WaitLog, in the queues' Redis): the overview shows it per platform. Zero
 	// (no Client): not shown.
 	RateWaits ratelimit.WaitLog
+	// StoreRateLimits are the platforms' budgets of a store's requests (STORE_RATE_LIMITS):
+	// the workspace page tells from them, or from a store's own, when a store's backlog is
+	// expected to end.
+	StoreRateLimits map[string]domain.RateLimit
 	// Platforms are the platforms the overview's rate-limit waits list (each even at 0);
 	// those the log names beyond them are listed too.
 	Platforms []string

@@ -274,6 +274,7 @@ type workspaceData struct {
 	ID         uuid.UUID
 	Window     string
 	Flows      []FlowLoad
+	Stores     []StoreBacklog
 	Failed     []Operation
 	Operations []Operation
 }
@@ -288,6 +289,9 @@ func (s *Server) workspacePage(w http.ResponseWriter, r *http.Request) {
 	d := workspaceData{ID: id, Window: "24h"}
 	d.Flows, err = s.data.workspaceFlows(ctx, id, s.now().Add(-24*time.Hour))
 	if err == nil {
+		d.Stores, err = s.data.storeBacklogs(ctx, id)
+	}
+	if err == nil {
 		d.Failed, err = s.data.failedOperations(ctx, id, recentOpsLimit)
 	}
 	if err == nil {
@@ -299,6 +303,9 @@ func (s *Server) workspacePage(w http.ResponseWriter, r *http.Request) {
 	}
 	for i := range d.Flows {
 		d.Flows[i].Flow = s.flowOf(d.Flows[i].TaskTable)
+	}
+	for i := range d.Stores {
+		d.Stores[i] = paced(d.Stores[i], s.cfg.StoreRateLimits, s.now())
 	}
 	if len(d.Operations) == 0 && !slices.ContainsFunc(d.Flows, func(f FlowLoad) bool { return f.Pending+f.Running+f.Failed > 0 }) {
 		s.render(w, r, http.StatusNotFound, "workspace", page{Title: "Workspace", Error: "No workspace with this id has any operation.",

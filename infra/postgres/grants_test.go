@@ -52,6 +52,7 @@ var securityDefiners = map[string]definer{
 	"operator_workspaces(timestamp with time zone,integer)":                                       {"listing_inspector", "listing_operator"},
 	"operator_outbox_delivered(timestamp with time zone)":                                         {"listing_inspector", "listing_operator"},
 	"operator_recent_operations(uuid,integer)":                                                    {"listing_inspector", "listing_operator"},
+	"operator_store_backlogs(uuid)":                                                               {"listing_inspector", "listing_operator"},
 	"operator_workspace_flows(uuid,timestamp with time zone)":                                     {"listing_inspector", "listing_operator"},
 	// The overview's largest backlogs (sql/057): counts per workspace and flow, no payload.
 	"operator_backlogs(integer)":     {"listing_inspector", "listing_operator"},
