@@ -148,9 +148,11 @@ type Unpublish struct {
 var (
 	ErrUnpublishNotFound = NewError(KindNotFound, "UNPUBLISH_NOT_FOUND", "the unpublish does not exist")
 	// ErrPublicationUnpublished refuses an update or a second unpublish of a publication
-	// whose unpublish was accepted.
-	ErrPublicationUnpublished = NewError(KindConflict, "PUBLICATION_UNPUBLISHED",
-		"the publication is unpublished, or being unpublished")
+	// whose unpublish was accepted (and has not failed or been cancelled). The error of a
+	// guard (domain.GuardError): every other task of the publication is refused it, when it
+	// is accepted and when it runs.
+	ErrPublicationUnpublished = GuardError(NewError(KindConflict, "PUBLICATION_UNPUBLISHED",
+		"the publication is unpublished, or being unpublished"))
 	// ErrPublicationBusy: another change of the publication (a listing update) holds its push
 	// claim; the unpublish waits for it (a snooze with Retry-After).
 	ErrPublicationBusy = NewError(KindUnavailable, "PUBLICATION_BUSY",

@@ -2,6 +2,7 @@ package commands
 
 import (
 	"context"
+	"errors"
 
 	"github.com/google/uuid"
 
@@ -25,20 +26,21 @@ func (UpdateListing) CommandName() string { return "UpdateListing" }
 type UpdateListingHandler struct {
 	flow         FlowDeps
 	products     port.Products
-	publications Publications
+	publications port.Repository[domain.Publication]
 	updates      port.Repository[domain.ListingUpdate]
 }
 
 // NewUpdateListingHandler returns the handler. It panics on a nil dependency.
-func NewUpdateListingHandler(flow FlowDeps, products port.Products, publications Publications,
+func NewUpdateListingHandler(flow FlowDeps, products port.Products, publications port.Repository[domain.Publication],
 	updates port.Repository[domain.ListingUpdate]) UpdateListingHandler {
 	mustHave("UpdateListingHandler", flow, products, publications, updates)
 	return UpdateListingHandler{flow: flow, products: products, publications: publications, updates: updates}
 }
 
 // Handle implements bus.Handler. An unknown publication is PUBLICATION_NOT_FOUND; one that
-// has not succeeded (no platform product yet) is PUBLICATION_NOT_PUBLISHED; one whose unpublish
-// was accepted is PUBLICATION_UNPUBLISHED.
+// has not succeeded (no platform product yet) is PUBLICATION_NOT_PUBLISHED. A declared guard
+// that does not hold of the publication or its store refuses the update's insert with the
+// guard's error (sql/060_task_guards.sql).
 //
 // The request names no revision: the update pushes the product as this transaction reads it.
 // It records that revision (ProductRevision, also in the event and the response) and its
@@ -46,9 +48,15 @@ func NewUpdateListingHandler(flow FlowDeps, products port.Products, publications
 // the push happens is the worker's decision (an older revision than the platform holds is
 // never sent), not this command's: every request that passes the checks is accepted.
 func (h UpdateListingHandler) Handle(ctx context.Context, cmd UpdateListing) (Started[domain.ListingUpdate], error) {
-	pub, err := publishedForListing(ctx, h.publications, cmd.PublicationID)
+	pub, err := h.publications.Get(ctx, cmd.PublicationID)
+	if errors.Is(err, domain.ErrNotFound) {
+		err = domain.ErrPublicationNotFound
+	}
 	if err != nil {
 		return Started[domain.ListingUpdate]{}, err
+	}
+	if !pub.Published() {
+		return Started[domain.ListingUpdate]{}, domain.ErrPublicationNotPublished
 	}
 	p, err := getProduct(ctx, h.products, pub.ProductID)
 	if err != nil {

@@ -244,18 +244,6 @@ func (r Publications) ListOfProduct(ctx context.Context, productID uuid.UUID, pa
 	return r.ListWhere(ctx, page, "product_id = $4", []any{productID})
 }
 
-// Unpublishing reports whether an unpublish of publication id was accepted and has not
-// failed (the listing commands' refusal, PUBLICATION_UNPUBLISHED).
-func (r Publications) Unpublishing(ctx context.Context, id uuid.UUID) (bool, error) {
-	tx, _, err := mustTx(ctx, "postgres.publications.Unpublishing")
-	if err != nil {
-		return false, err
-	}
-	var yes bool
-	err = tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM unpublishes WHERE publication_id = $1 AND status <> 'failed')`, id).Scan(&yes)
-	return yes, TranslateError(err)
-}
-
 // ListingUpdates implements port.ListingUpdates.
 type ListingUpdates struct {
 	*Repository[domain.ListingUpdate]

@@ -98,10 +98,10 @@ func busyWait(remaining, lease time.Duration) time.Duration {
 	return max(min(remaining, lease/4), time.Second)
 }
 
-// begin runs with the update locked and unfinished: it refuses an update whose store is no
-// longer verified, or whose publication is not published or was unpublished since the update
-// was accepted, and applies the ordering rule
-// under the publication's row lock (see the package comment).
+// begin runs with the update locked and unfinished and the declared guards checked: it
+// refuses an update whose store is no longer verified, or whose publication is not
+// published, and applies the ordering rule under the publication's row lock (see the
+// package comment).
 func (h *Handler) begin(ctx context.Context, u *domain.ListingUpdate) (started, error) {
 	store, err := h.cfg.Stores.Get(ctx, u.StoreID)
 	if err != nil {
@@ -117,8 +117,6 @@ func (h *Handler) begin(ctx context.Context, u *domain.ListingUpdate) (started, 
 	s := started{store: store}
 	_, err = h.cfg.Publications.Update(ctx, u.PublicationID, func(p *domain.Publication) error {
 		switch {
-		case p.UnpublishedAt != nil:
-			return worker.Refuse(domain.ErrPublicationUnpublished)
 		case !p.Published():
 			return worker.Refuse(domain.ErrPublicationNotPublished)
 		case u.ProductRevision <= p.PushedRevision || u.ProductRevision < p.SentRevision:

@@ -4,7 +4,10 @@
 // (Publication.UnpublishedAt; its task status stays succeeded) and emits
 // publication.unpublished. It holds the publication's push claim while it deletes, like a
 // listing update (app/worker/listingupdate), so the two never call the platform at once; a
-// final failure releases it and leaves the publication published.
+// final failure releases it and leaves the publication published. From the unpublish's
+// acceptance until it fails or is cancelled, the publication carries it (unpublish_id) and
+// the guard "publication not unpublished" (sql/070_unpublish_guard.sql) refuses every other
+// task of the publication PUBLICATION_UNPUBLISHED, at acceptance and when it runs.
 package unpublish
 
 import (

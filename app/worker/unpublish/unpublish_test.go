@@ -11,6 +11,8 @@ import (
 
 	"github.com/listingkit/listing/app/port"
 	"github.com/listingkit/listing/app/worker"
+	"github.com/listingkit/listing/app/worker/flows"
+	"github.com/listingkit/listing/app/worker/listingupdate"
 	"github.com/listingkit/listing/app/worker/unpublish"
 	"github.com/listingkit/listing/domain"
 	"github.com/listingkit/listing/infra/platform"
@@ -36,9 +38,13 @@ type bundle struct {
 	u         domain.Unpublish
 	uop       domain.Operation
 	productID string
+	gateway   *platform.Client
+	product   domain.Product
 }
 
-func setup(t *testing.T, verified bool) *bundle {
+// setup builds the world; before runs after the publication is inserted and before its
+// unpublish is accepted.
+func setup(t *testing.T, verified bool, before ...func(*bundle)) *bundle {
 	t.Helper()
 	env := workertest.New(t)
 	sb, err := marketplace.New(marketplace.Config{Logger: env.Log})
@@ -81,13 +87,19 @@ func setup(t *testing.T, verified bool) *bundle {
 	pub.Status, pub.ExternalProductID = domain.TaskSucceeded, created.ID
 	pub.RecordPushed(1)
 	workertest.InsertTask(t, env, pubs, op, pub)
+	b := &bundle{env: env, sb: sb, h: h, stores: stores, cipher: cipher, pubs: pubs, pub: pub, productID: created.ID,
+		gateway: gateway, product: product}
+	for _, f := range before {
+		f(b)
+	}
 
 	uop := domain.NewOperation(env.Workspace, env.User, domain.OpUnpublish, "unpublish", uuid.Nil, now)
 	u := domain.NewUnpublish(uuid.New(), uop.ID, pub, now)
 	uop.ResourceID = u.ID
 	workertest.InsertTask(t, env, unpublishes.(port.Repository[domain.Unpublish]), uop, u)
 
-	return &bundle{env: env, sb: sb, h: h, stores: stores, cipher: cipher, pubs: pubs, pub: pub, u: u, uop: uop, productID: created.ID}
+	b.u, b.uop = u, uop
+	return b
 }
 
 func (b *bundle) handle(t *testing.T) error {
@@ -161,4 +173,35 @@ func TestLastLookOfAnUnverifiedStoreDoesNotCountAsDeleted(t *testing.T) {
 	require.Zero(t, b.sb.Calls(marketplace.EndpointFindProduct))
 	_, exists := b.sb.Product(apiKey, b.productID)
 	require.True(t, exists)
+}
+
+// A listing update accepted before the unpublish and run after the unpublish was accepted
+// (still pending) ends PUBLICATION_UNPUBLISHED without a call: the pending unpublish is on
+// the publication, and the guard refuses the update whether or not the unpublish ran.
+func TestUpdateAcceptedBeforeAPendingUnpublishEndsPublicationUnpublished(t *testing.T) {
+	t.Parallel()
+	var update domain.ListingUpdate
+	var updateOp domain.Operation
+	b := setup(t, true, func(b *bundle) {
+		now := time.Now()
+		updateOp = domain.NewOperation(b.env.Workspace, b.env.User, domain.OpListingUpdate, "listing_update", uuid.Nil, now)
+		update = domain.NewListingUpdate(uuid.New(), updateOp.ID, b.pub, b.product, now)
+		updateOp.ResourceID = update.ID
+		workertest.InsertTask(t, b.env, postgres.NewListingUpdates(), updateOp, update)
+	})
+	deps := b.env.Deps
+	deps.Guards = postgres.TaskGuardAnswers{TaskGuards: postgres.TaskGuards{Tables: flows.TaskTables()}}
+	updates, err := listingupdate.New(listingupdate.Config{Deps: deps, Updates: postgres.NewListingUpdates(), Publications: b.pubs,
+		Stores: b.stores, Cipher: b.cipher, Marketplace: b.gateway, Lease: time.Minute})
+	require.NoError(t, err)
+
+	err = updates.Handle(context.Background(), b.env.Job(t, update.RequestEvent(), 1, false))
+	require.True(t, worker.IsPermanent(err), "%v", err)
+	require.ErrorIs(t, err, domain.ErrPublicationUnpublished)
+	require.Equal(t, "PUBLICATION_UNPUBLISHED", b.env.Operation(t, updateOp.ID).ErrorCode)
+	require.Zero(t, b.sb.Calls(marketplace.EndpointUpdateProduct))
+
+	require.NoError(t, b.handle(t))
+	require.Equal(t, domain.OperationSucceeded, b.env.Operation(t, b.uop.ID).Status)
+	require.NotNil(t, workertest.Load(t, b.env, b.pubs, b.pub.ID).UnpublishedAt)
 }
