@@ -25,7 +25,7 @@ func TaskTableColumns() map[string][]string {
 // LifecycleColumns are the columns every task table has, as the repositories map them.
 func LifecycleColumns() []string {
 	var names []string
-	for _, c := range taskColumns(new(domain.Task)) {
+	for _, c := range taskColumns(nil, new(domain.Task)) {
 		names = append(names, c.name)
 	}
 	return names

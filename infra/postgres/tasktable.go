@@ -70,6 +70,16 @@ func (c column) value() any {
 		return *p
 	case *int:
 		return *p
+	case *int64:
+		return *p
+	case *bool:
+		return *p
+	case **bool:
+		return *p
+	case **time.Time:
+		return *p
+	case *domain.TaskStatus:
+		return *p
 	}
 	if c.null {
 		panic(fmt.Sprintf("postgres: column %s: no NULL for a field of type %T", c.name, c.ptr))
@@ -77,27 +87,28 @@ func (c column) value() any {
 	return reflect.ValueOf(c.ptr).Elem().Interface()
 }
 
-// taskColumns maps the lifecycle columns, which every task table has (sql/026's
-// prepare_task_table and the columns its task_tables triggers add), to domain.Task's fields.
+// taskColumns appends to cs the lifecycle columns, which every task table has (sql/026's
+// prepare_task_table and the columns its task_tables triggers add), mapped to t's fields.
 // A task table's Go and SQL columns are compared by TestTaskTableColumns.
-func taskColumns(t *domain.Task) []column {
-	return []column{col("id", &t.ID), col("workspace_id", &t.WorkspaceID), col("operation_id", &t.OperationID),
+func taskColumns(cs []column, t *domain.Task) []column {
+	return append(cs, col("id", &t.ID), col("workspace_id", &t.WorkspaceID), col("operation_id", &t.OperationID),
 		col("status", &t.Status), col("attempts", &t.Attempts), col("reconciliations", &t.Reconciliations),
 		col("error_code", &t.ErrorCode), col("error_message", &t.ErrorMessage), col("version", &t.Version),
 		col("created_at", &t.CreatedAt), col("updated_at", &t.UpdatedAt), col("redeliveries", &t.Redeliveries),
 		col("reconciled_attempts", &t.ReconciledAttempts), nullCol("first_dispatched_at", &t.FirstDispatchedAt),
 		nullCol("held_result", &t.HeldResult), nullCol("look_code", &t.Look.Code),
 		nullCol("look_message", &t.Look.Message), nullCol("looked_at", &t.Look.LookedAt),
-		nullCol("look_found", &t.Look.Found), nullCol("call_deadline", &t.CallDeadline)}
+		nullCol("look_found", &t.Look.Found), nullCol("call_deadline", &t.CallDeadline))
 }
 
 // taskTable returns the table of task type T, named name: the lifecycle columns of the
 // domain.Task that task gives (taskColumns), then the flow's own columns, which own declares
 // once each beside the field it maps. The caller adds notFound, and conflict and once if any.
 func taskTable[T any](name string, task func(*T) *domain.Task, own func(*T) []column) table[T] {
-	all := func(v *T) []column { return append(taskColumns(task(v)), own(v)...) }
 	var zero T
-	var names []string
+	n := len(taskColumns(nil, task(&zero))) + len(own(&zero))
+	all := func(v *T) []column { return append(taskColumns(make([]column, 0, n), task(v)), own(v)...) }
+	names := make([]string, 0, n)
 	for _, c := range all(&zero) {
 		names = append(names, c.name)
 	}
