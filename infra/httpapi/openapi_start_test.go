@@ -20,11 +20,9 @@ import (
 // named after the flow (store_disconnection: StoreDisconnection), and its operation.
 // renderOpenAPI then sets its operationId and its errors from Endpoints, as for every route.
 func setStartOperations(doc *yaml.Node, specs []worker.Spec) error {
-	paths := mapValue(doc, "paths")
-	components := mapValue(doc, "components")
-	params, schemas := mapValue(components, "parameters"), mapValue(components, "schemas")
-	if paths == nil || params == nil || schemas == nil {
-		return fmt.Errorf("openapi.yaml: no paths, components.parameters or components.schemas")
+	paths, params, schemas, err := docParts(doc)
+	if err != nil {
+		return err
 	}
 	for _, f := range specs {
 		st := f.Start
@@ -57,6 +55,17 @@ func setStartOperations(doc *yaml.Node, specs []worker.Spec) error {
 		setMapValue(item, strings.ToLower(st.Method), op, len(item.Content)/2)
 	}
 	return nil
+}
+
+// docParts are doc's paths, components.parameters and components.schemas.
+func docParts(doc *yaml.Node) (paths, params, schemas *yaml.Node, err error) {
+	paths = mapValue(doc, "paths")
+	components := mapValue(doc, "components")
+	params, schemas = mapValue(components, "parameters"), mapValue(components, "schemas")
+	if paths == nil || params == nil || schemas == nil {
+		return nil, nil, nil, fmt.Errorf("openapi.yaml: no paths, components.parameters or components.schemas")
+	}
+	return paths, params, schemas, nil
 }
 
 // accepted is the 202 of a derived entry point: the task under key, and its operation.
@@ -176,11 +185,9 @@ paths:
 // summaries and their 200s (the components <Schema>List and <Schema>Envelope when the
 // document has them, else the task's schema inline). renderOpenAPI then sets their errors.
 func setResourceOperations(doc *yaml.Node, specs []worker.Spec) error {
-	paths := mapValue(doc, "paths")
-	components := mapValue(doc, "components")
-	params, schemas := mapValue(components, "parameters"), mapValue(components, "schemas")
-	if paths == nil || params == nil || schemas == nil {
-		return fmt.Errorf("openapi.yaml: no paths, components.parameters or components.schemas")
+	paths, params, schemas, err := docParts(doc)
+	if err != nil {
+		return err
 	}
 	for _, f := range specs {
 		r := f.Resource

@@ -26,6 +26,16 @@ func sqlColumns(t *testing.T, db *pgtest.DB, table string) []string {
 	return cols
 }
 
+// taskTables returns the tables of task_tables, sorted.
+func taskTables(t *testing.T, db *pgtest.DB) []string {
+	t.Helper()
+	rows, err := db.Owner.Query(context.Background(), `SELECT table_name FROM task_tables ORDER BY 1`)
+	require.NoError(t, err)
+	tables, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	require.NoError(t, err)
+	return tables
+}
+
 // lifecycleColumns returns the lifecycle columns (postgres.LifecycleColumns) table lacks.
 func lifecycleColumns(t *testing.T, db *pgtest.DB, table string) (missing []string) {
 	t.Helper()
@@ -44,10 +54,7 @@ func lifecycleColumns(t *testing.T, db *pgtest.DB, table string) (missing []stri
 func TestTaskTablesAreTheFlows(t *testing.T) {
 	t.Parallel()
 	db := pgtest.New(t)
-	rows, err := db.Owner.Query(context.Background(), `SELECT table_name FROM task_tables ORDER BY 1`)
-	require.NoError(t, err)
-	registered, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	require.NoError(t, err)
+	registered := taskTables(t, db)
 	var tables []string
 	for _, f := range flows.All() {
 		tables = append(tables, f.Table)
@@ -70,10 +77,7 @@ func TestTaskTablesAreTheFlows(t *testing.T) {
 func TestTaskTableColumns(t *testing.T) {
 	t.Parallel()
 	db := pgtest.New(t)
-	rows, err := db.Owner.Query(context.Background(), `SELECT table_name FROM task_tables ORDER BY 1`)
-	require.NoError(t, err)
-	registered, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	require.NoError(t, err)
+	registered := taskTables(t, db)
 	mapped := postgres.TaskTableColumns()
 	for _, table := range registered {
 		goCols, ok := mapped[table]
