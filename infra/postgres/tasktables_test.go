@@ -60,15 +60,26 @@ func TestTaskTablesAreTheFlows(t *testing.T) {
 		tables = append(tables, f.Table)
 		require.Contains(t, registered, f.Table, "flow %s: its table is not a task table (prepare_task_table)", f.Name)
 		require.Empty(t, lifecycleColumns(t, db, f.Table), "flow %s: table %s lacks lifecycle columns", f.Name, f.Table)
-		if r := f.Resource; r != nil {
-			var def string
-			err := db.Owner.QueryRow(context.Background(), `SELECT indexdef FROM pg_indexes WHERE indexname = $1`, f.Table+"_list").Scan(&def)
-			require.NoError(t, err, "flow %s: no list index %s_list (prepare_task_table(table, list_by))", f.Name, f.Table)
-			require.Contains(t, def, "(workspace_id, "+r.ParentParam()+", created_at DESC, id DESC)", "flow %s: its list index", f.Name)
-		}
 	}
 	slices.Sort(tables)
 	require.Equal(t, tables, registered, "task_tables holds a table no flow declares")
+}
+
+// Every flow whose tasks are served under their parent (Spec.Resource) has the list index
+// those routes read (prepare_task_table(table, list_by)).
+func TestTaskResourcesHaveAListIndex(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	for _, f := range flows.All() {
+		r := f.Resource
+		if r == nil {
+			continue
+		}
+		var def string
+		err := db.Owner.QueryRow(context.Background(), `SELECT indexdef FROM pg_indexes WHERE indexname = $1`, f.Table+"_list").Scan(&def)
+		require.NoError(t, err, "flow %s: no list index %s_list (prepare_task_table(table, list_by))", f.Name, f.Table)
+		require.Contains(t, def, "(workspace_id, "+r.ParentParam()+", created_at DESC, id DESC)", "flow %s: its list index", f.Name)
+	}
 }
 
 // Go and SQL agree on every task table's columns: the columns of each table of task_tables
