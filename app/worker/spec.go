@@ -127,12 +127,6 @@ func Asks(what string) LastLook { return LastLook{Asks: what} }
 // CannotAsk declares that the flow's upstream cannot be asked before a final failure, and why.
 func CannotAsk(why string) LastLook { return LastLook{CannotAsk: why} }
 
-// LifecycleColumns are the columns every task table has, from the engine's
-// prepare_task_table: domain.Task's fields.
-var LifecycleColumns = []string{"id", "workspace_id", "operation_id", "status", "attempts", "reconciliations",
-	"error_code", "error_message", "version", "created_at", "updated_at", "redeliveries", "reconciled_attempts",
-	"first_dispatched_at", "held_result", "look_code", "look_message", "looked_at", "look_found", "call_deadline"}
-
 // Check reports every part s lacks, each named ("flow listing_update: no queue"), joined;
 // nil when s is whole.
 func (s Spec) Check() error {

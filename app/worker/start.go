@@ -32,6 +32,12 @@ type Start struct {
 	OperationID string
 	// Errors are the refusals Accept and the guards may answer, besides the shared ones.
 	Errors []*domain.Error
+	// Summary and Description document the endpoint in openapi.yaml, whose operation is
+	// generated from this declaration (make api-doc): the path and its parameters, the
+	// Idempotency-Key, the 202 with the task (the schema named after Spec.Name) and its
+	// operation, and the errors. Description says what the flow does and refuses; the body
+	// and the command type are added to it.
+	Summary, Description string
 }
 
 // Acceptance is what Kind.Accept builds a task of: who asks, the path's ids, and the task's

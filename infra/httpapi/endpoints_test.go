@@ -111,6 +111,12 @@ func renderOpenAPI(doc []byte, endpoints []Endpoint) ([]byte, error) {
 	if paths == nil {
 		return nil, fmt.Errorf("openapi.yaml: no paths")
 	}
+	if err := setStartOperations(root.Content[0], flows.All()); err != nil {
+		return nil, err
+	}
+	if err := setResourceOperations(root.Content[0], flows.All()); err != nil {
+		return nil, err
+	}
 	byRoute := map[string]Endpoint{}
 	for _, e := range endpoints {
 		byRoute[e.Method+" "+e.Path] = e

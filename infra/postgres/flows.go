@@ -12,30 +12,6 @@ import (
 	"github.com/listingkit/listing/domain"
 )
 
-// taskColumns are the columns every domain task table starts with (see sql/005_flows.sql).
-var taskColumns = []string{"id", "workspace_id", "operation_id", "status", "attempts", "reconciliations",
-	"error_code", "error_message", "version", "created_at", "updated_at", "redeliveries", "reconciled_attempts",
-	"first_dispatched_at", "held_result", "look_code", "look_message", "looked_at", "look_found", "call_deadline"}
-
-func taskScan(t *domain.Task) []any {
-	return []any{&t.ID, &t.WorkspaceID, &t.OperationID, &t.Status, &t.Attempts, &t.Reconciliations, &t.ErrorCode,
-		&t.ErrorMessage, &t.Version, &t.CreatedAt, &t.UpdatedAt, &t.Redeliveries, &t.ReconciledAttempts,
-		(*nullTime)(&t.FirstDispatchedAt), &t.HeldResult, (*nullText)(&t.Look.Code), (*nullText)(&t.Look.Message),
-		(*nullTime)(&t.Look.LookedAt), (*nullText)(&t.Look.Found), (*nullTime)(&t.CallDeadline)}
-}
-
-func taskValues(t *domain.Task) []any {
-	return []any{t.ID, t.WorkspaceID, t.OperationID, t.Status, t.Attempts, t.Reconciliations, t.ErrorCode,
-		t.ErrorMessage, t.Version, t.CreatedAt, t.UpdatedAt, t.Redeliveries, t.ReconciledAttempts,
-		nullTimeValue(t.FirstDispatchedAt), nullIfEmpty(t.HeldResult), nullTextValue(t.Look.Code),
-		nullTextValue(t.Look.Message), nullTimeValue(t.Look.LookedAt), nullTextValue(t.Look.Found),
-		nullTimeValue(t.CallDeadline)}
-}
-
-func taskKey(t *domain.Task) (uuid.UUID, time.Time) { return t.ID, t.CreatedAt }
-
-func cols(extra ...string) []string { return append(append([]string(nil), taskColumns...), extra...) }
-
 // operationsTable and operationColumns are the operations table as NewOperations maps it
 // (task repositories read it too: port.LockingOperation).
 const operationsTable = "operations"
@@ -140,18 +116,12 @@ var _ port.StoreVerifications = StoreVerifications{}
 
 // NewStoreVerifications returns the repository of store verifications.
 func NewStoreVerifications() StoreVerifications {
-	return StoreVerifications{newRepository(table[domain.StoreVerification]{
-		name:    "store_verifications",
-		columns: cols("store_id", "credentials_version", "valid"),
-		scan: func(v *domain.StoreVerification) []any {
-			return append(taskScan(&v.Task), &v.StoreID, &v.CredentialsVersion, &v.Valid)
-		},
-		values: func(v *domain.StoreVerification) []any {
-			return append(taskValues(&v.Task), v.StoreID, v.CredentialsVersion, v.Valid)
-		},
-		key:      func(v *domain.StoreVerification) (uuid.UUID, time.Time) { return taskKey(&v.Task) },
-		notFound: domain.ErrStoreVerificationNotFound,
-	})}
+	t := taskTable("store_verifications", func(v *domain.StoreVerification) *domain.Task { return &v.Task },
+		func(v *domain.StoreVerification) []column {
+			return []column{col("store_id", &v.StoreID), col("credentials_version", &v.CredentialsVersion), col("valid", &v.Valid)}
+		})
+	t.notFound = domain.ErrStoreVerificationNotFound
+	return StoreVerifications{newRepository(t)}
 }
 
 // ListOf implements port.StoreVerifications.
@@ -184,31 +154,20 @@ func NewMedia() *Repository[domain.Media] {
 
 // NewMediaTasks returns the repository of media processing tasks.
 func NewMediaTasks() *Repository[domain.MediaTask] {
-	return newRepository(table[domain.MediaTask]{
-		name:     "media_processings",
-		columns:  cols("media_id"),
-		scan:     func(t *domain.MediaTask) []any { return append(taskScan(&t.Task), &t.MediaID) },
-		values:   func(t *domain.MediaTask) []any { return append(taskValues(&t.Task), t.MediaID) },
-		key:      func(t *domain.MediaTask) (uuid.UUID, time.Time) { return taskKey(&t.Task) },
-		notFound: domain.ErrMediaProcessingNotFound,
-		conflict: domain.ErrMediaAlreadyComplete,
-	})
+	t := taskTable("media_processings", func(t *domain.MediaTask) *domain.Task { return &t.Task },
+		func(t *domain.MediaTask) []column { return []column{col("media_id", &t.MediaID)} })
+	t.notFound, t.conflict = domain.ErrMediaProcessingNotFound, domain.ErrMediaAlreadyComplete
+	return newRepository(t)
 }
 
 // NewMaterialTransfers returns the repository of material transfers.
 func NewMaterialTransfers() *Repository[domain.MaterialTransfer] {
-	return newRepository(table[domain.MaterialTransfer]{
-		name:    "material_transfers",
-		columns: cols("source_url", "media_id", "bytes", "stored"),
-		scan: func(t *domain.MaterialTransfer) []any {
-			return append(taskScan(&t.Task), &t.SourceURL, &t.MediaID, &t.Bytes, &t.Stored)
-		},
-		values: func(t *domain.MaterialTransfer) []any {
-			return append(taskValues(&t.Task), t.SourceURL, t.MediaID, t.Bytes, t.Stored)
-		},
-		key:      func(t *domain.MaterialTransfer) (uuid.UUID, time.Time) { return taskKey(&t.Task) },
-		notFound: domain.ErrTransferNotFound,
-	})
+	t := taskTable("material_transfers", func(t *domain.MaterialTransfer) *domain.Task { return &t.Task },
+		func(t *domain.MaterialTransfer) []column {
+			return []column{col("source_url", &t.SourceURL), col("media_id", &t.MediaID), col("bytes", &t.Bytes), col("stored", &t.Stored)}
+		})
+	t.notFound = domain.ErrTransferNotFound
+	return newRepository(t)
 }
 
 // Publications implements port.Publications.
@@ -220,23 +179,16 @@ var _ port.Publications = Publications{}
 
 // NewPublications returns the repository of publications.
 func NewPublications() Publications {
-	return Publications{newRepository(table[domain.Publication]{
-		name: "publications",
-		columns: cols("product_id", "store_id", "product_revision", "external_product_id", "product_snapshot",
-			"pushed_revision", "sent_revision", "pushing_update_id", "pushing_until", "unpublished_at"),
-		scan: func(p *domain.Publication) []any {
-			return append(taskScan(&p.Task), &p.ProductID, &p.StoreID, &p.ProductRevision, &p.ExternalProductID, &p.Snapshot,
-				&p.PushedRevision, &p.SentRevision, &p.Push.UpdateID, &p.Push.Until, &p.UnpublishedAt)
-		},
-		values: func(p *domain.Publication) []any {
-			return append(taskValues(&p.Task), p.ProductID, p.StoreID, p.ProductRevision, p.ExternalProductID, p.Snapshot,
-				p.PushedRevision, p.SentRevision, nullIfNil(p.Push.UpdateID), p.Push.Until, p.UnpublishedAt)
-		},
-		key:      func(p *domain.Publication) (uuid.UUID, time.Time) { return taskKey(&p.Task) },
-		notFound: domain.ErrPublicationNotFound,
-		conflict: domain.ErrProductAlreadyPublished,
-		once:     []string{"product_snapshot"},
-	})}
+	t := taskTable("publications", func(p *domain.Publication) *domain.Task { return &p.Task },
+		func(p *domain.Publication) []column {
+			return []column{col("product_id", &p.ProductID), col("store_id", &p.StoreID),
+				col("product_revision", &p.ProductRevision), col("external_product_id", &p.ExternalProductID),
+				col("product_snapshot", &p.Snapshot), col("pushed_revision", &p.PushedRevision),
+				col("sent_revision", &p.SentRevision), nullCol("pushing_update_id", &p.Push.UpdateID),
+				col("pushing_until", &p.Push.Until), col("unpublished_at", &p.UnpublishedAt)}
+		})
+	t.notFound, t.conflict, t.once = domain.ErrPublicationNotFound, domain.ErrProductAlreadyPublished, []string{"product_snapshot"}
+	return Publications{newRepository(t)}
 }
 
 // ListOfProduct implements port.Publications.
@@ -253,46 +205,40 @@ var _ port.ListingUpdates = ListingUpdates{}
 
 // NewListingUpdates returns the repository of listing updates.
 func NewListingUpdates() ListingUpdates {
-	return ListingUpdates{newRepository(table[domain.ListingUpdate]{
-		name:    "listing_updates",
-		columns: cols("publication_id", "product_id", "store_id", "product_revision", "product_snapshot", "outcome"),
-		scan: func(u *domain.ListingUpdate) []any {
-			return append(taskScan(&u.Task), &u.PublicationID, &u.ProductID, &u.StoreID, &u.ProductRevision, &u.Snapshot, &u.Outcome)
-		},
-		values: func(u *domain.ListingUpdate) []any {
-			return append(taskValues(&u.Task), u.PublicationID, u.ProductID, u.StoreID, u.ProductRevision, u.Snapshot, u.Outcome)
-		},
-		key:      func(u *domain.ListingUpdate) (uuid.UUID, time.Time) { return taskKey(&u.Task) },
-		notFound: domain.ErrListingUpdateNotFound,
-		once:     []string{"product_snapshot"},
-	})}
+	t := taskTable("listing_updates", func(u *domain.ListingUpdate) *domain.Task { return &u.Task },
+		func(u *domain.ListingUpdate) []column {
+			return []column{col("publication_id", &u.PublicationID), col("product_id", &u.ProductID), col("store_id", &u.StoreID),
+				col("product_revision", &u.ProductRevision), col("product_snapshot", &u.Snapshot), col("outcome", &u.Outcome)}
+		})
+	t.notFound, t.once = domain.ErrListingUpdateNotFound, []string{"product_snapshot"}
+	return ListingUpdates{newRepository(t)}
 }
 
 // TaskRepositories are the task repositories that are read by table (the API's derived task
 // resources, port.TaskReader), by task table.
 func TaskRepositories() map[string]any {
 	return map[string]any{
-		"listing_updates": NewListingUpdates(),
-		"unpublishes": newRepository(table[domain.Unpublish]{
-			name:    "unpublishes",
-			columns: cols("publication_id", "store_id", "external_product_id"),
-			scan: func(u *domain.Unpublish) []any {
-				return append(taskScan(&u.Task), &u.PublicationID, &u.StoreID, &u.ExternalProductID)
-			},
-			values: func(u *domain.Unpublish) []any {
-				return append(taskValues(&u.Task), u.PublicationID, u.StoreID, u.ExternalProductID)
-			},
-			key:      func(u *domain.Unpublish) (uuid.UUID, time.Time) { return taskKey(&u.Task) },
-			notFound: domain.ErrUnpublishNotFound,
-			conflict: domain.ErrPublicationUnpublished,
-		}),
-		"store_disconnections": newRepository(table[domain.StoreDisconnection]{
-			name: "store_disconnections", columns: cols("store_id"), notFound: domain.ErrStoreDisconnectionNotFound,
-			scan:   func(d *domain.StoreDisconnection) []any { return append(taskScan(&d.Task), &d.StoreID) },
-			values: func(d *domain.StoreDisconnection) []any { return append(taskValues(&d.Task), d.StoreID) },
-			key:    func(d *domain.StoreDisconnection) (uuid.UUID, time.Time) { return taskKey(&d.Task) },
-		}),
+		"listing_updates":      NewListingUpdates(),
+		"unpublishes":          newRepository(unpublishes()),
+		"store_disconnections": newRepository(storeDisconnections()),
 	}
+}
+
+func unpublishes() table[domain.Unpublish] {
+	t := taskTable("unpublishes", func(u *domain.Unpublish) *domain.Task { return &u.Task },
+		func(u *domain.Unpublish) []column {
+			return []column{col("publication_id", &u.PublicationID), col("store_id", &u.StoreID),
+				col("external_product_id", &u.ExternalProductID)}
+		})
+	t.notFound, t.conflict = domain.ErrUnpublishNotFound, domain.ErrPublicationUnpublished
+	return t
+}
+
+func storeDisconnections() table[domain.StoreDisconnection] {
+	t := taskTable("store_disconnections", func(d *domain.StoreDisconnection) *domain.Task { return &d.Task },
+		func(d *domain.StoreDisconnection) []column { return []column{col("store_id", &d.StoreID)} })
+	t.notFound = domain.ErrStoreDisconnectionNotFound
+	return t
 }
 
 // ListOf implements port.ListingUpdates.
@@ -309,19 +255,13 @@ var _ port.ProductSyncs = ProductSyncs{}
 
 // NewProductSyncs returns the repository of product syncs.
 func NewProductSyncs() ProductSyncs {
-	return ProductSyncs{newRepository(table[domain.ProductSync]{
-		name:    "product_syncs",
-		columns: cols("store_id", "next_page_token", "pages_done", "items_synced"),
-		scan: func(s *domain.ProductSync) []any {
-			return append(taskScan(&s.Task), &s.StoreID, &s.NextPageToken, &s.PagesDone, &s.ItemsSynced)
-		},
-		values: func(s *domain.ProductSync) []any {
-			return append(taskValues(&s.Task), s.StoreID, s.NextPageToken, s.PagesDone, s.ItemsSynced)
-		},
-		key:      func(s *domain.ProductSync) (uuid.UUID, time.Time) { return taskKey(&s.Task) },
-		notFound: domain.ErrProductSyncNotFound,
-		conflict: domain.ErrProductSyncAlreadyActive,
-	})}
+	t := taskTable("product_syncs", func(s *domain.ProductSync) *domain.Task { return &s.Task },
+		func(s *domain.ProductSync) []column {
+			return []column{col("store_id", &s.StoreID), col("next_page_token", &s.NextPageToken),
+				col("pages_done", &s.PagesDone), col("items_synced", &s.ItemsSynced)}
+		})
+	t.notFound, t.conflict = domain.ErrProductSyncNotFound, domain.ErrProductSyncAlreadyActive
+	return ProductSyncs{newRepository(t)}
 }
 
 // ListOf implements port.ProductSyncs.
@@ -362,23 +302,14 @@ func (r ProductSyncs) UpsertPlatformProducts(ctx context.Context, storeID, syncI
 
 // NewAITasks returns the repository of AI tasks.
 func NewAITasks() *Repository[domain.AITask] {
-	return newRepository(table[domain.AITask]{
-		name:    "ai_tasks",
-		columns: cols("kind", "product_id", "prompt", "output", "provider_request_id", "product_snapshot"),
-		scan: func(t *domain.AITask) []any {
-			return append(taskScan(&t.Task), &t.Kind, &t.ProductID, &t.Prompt, &t.Output, &t.ProviderRequestID, &t.Snapshot)
-		},
-		values: func(t *domain.AITask) []any {
-			var out any
-			if len(t.Output) > 0 {
-				out = t.Output
-			}
-			return append(taskValues(&t.Task), t.Kind, t.ProductID, t.Prompt, out, t.ProviderRequestID, t.Snapshot)
-		},
-		key:      func(t *domain.AITask) (uuid.UUID, time.Time) { return taskKey(&t.Task) },
-		notFound: domain.ErrAITaskNotFound,
-		once:     []string{"product_snapshot"},
-	})
+	t := taskTable("ai_tasks", func(t *domain.AITask) *domain.Task { return &t.Task },
+		func(t *domain.AITask) []column {
+			return []column{col("kind", &t.Kind), col("product_id", &t.ProductID), col("prompt", &t.Prompt),
+				nullCol("output", &t.Output), col("provider_request_id", &t.ProviderRequestID),
+				col("product_snapshot", &t.Snapshot)}
+		})
+	t.notFound, t.once = domain.ErrAITaskNotFound, []string{"product_snapshot"}
+	return newRepository(t)
 }
 
 // AILedger implements port.AILedger.

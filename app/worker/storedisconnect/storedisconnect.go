@@ -36,7 +36,13 @@ var Flow = worker.Register(worker.Spec{
 	Operation: domain.OpStoreDisconnection, StartedBy: "a store disconnection",
 	Start: &worker.Start{Type: "listing.disconnect_store", Method: "DELETE", Path: "/stores/{store_id}",
 		NotFound: []*domain.Error{domain.ErrStoreNotFound}, OperationID: "disconnectStore",
-		Errors: []*domain.Error{domain.ErrStoreBusy, domain.ErrStoreDisconnected}},
+		Errors:  []*domain.Error{domain.ErrStoreBusy, domain.ErrStoreDisconnected},
+		Summary: "Disconnect the store (idempotent).",
+		Description: "Revokes the store's authorization at its marketplace (POST /v1/authorizations/revoke; a repeat's 401 counts as done), " +
+			"then the store is `disconnected`, its credentials erased and `disconnected_at` set; `store.disconnected` is emitted. " +
+			"Refused 409 STORE_BUSY while a task of the store is pending or running. From acceptance, publish, product sync, " +
+			"listing update, unpublish and a second disconnection of the store are refused 409 STORE_DISCONNECTED, and so is a " +
+			"task of the store a worker meets; PUT …/authorization reconnects it (verified again)."},
 	LastLook: worker.Asks("asks whether the store's authorization is still active: revoked (401), the disconnection succeeded"),
 	Resource: &worker.Resource{Parent: "/stores/{store_id}", ParentTable: "stores", ParentNotFound: domain.ErrStoreNotFound,
 		Path: "disconnections", IDParam: "disconnection_id", Key: "store_disconnection",
