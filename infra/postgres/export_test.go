@@ -13,7 +13,7 @@ func TaskTableColumns() map[string][]string {
 		"store_verifications":  NewStoreVerifications().t.columns,
 		"media_processings":    NewMediaTasks().t.columns,
 		"material_transfers":   NewMaterialTransfers().t.columns,
-		"publications":         NewPublications().t.columns,
+		"publications":         append(NewPublications().t.columns, NewPublications().t.maintained...),
 		"product_syncs":        NewProductSyncs().t.columns,
 		"ai_tasks":             NewAITasks().t.columns,
 		"listing_updates":      NewListingUpdates().t.columns,

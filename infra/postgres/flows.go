@@ -188,6 +188,7 @@ func NewPublications() Publications {
 				col("pushing_until", &p.Push.Until), col("unpublished_at", &p.UnpublishedAt)}
 		})
 	t.notFound, t.conflict, t.once = domain.ErrPublicationNotFound, domain.ErrProductAlreadyPublished, []string{"product_snapshot"}
+	t.maintained = []string{"unpublish_id"} // the pending unpublish's mark (sql/070), its guard's to read
 	return Publications{newRepository(t)}
 }
 

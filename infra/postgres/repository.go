@@ -36,6 +36,10 @@ type table[T any] struct {
 	// once lists the columns written once: Insert writes them, and Save fills them only while
 	// they are NULL, so a value once stored never changes (e.g. a task's product snapshot).
 	once []string
+	// maintained lists the table's columns that the database alone writes (a trigger's mark,
+	// such as the pending unpublish of a publication): the repository neither reads nor
+	// writes them, and TestTaskTableColumns counts them as declared.
+	maintained []string
 }
 
 // Repository implements port.Repository[T] for a table.
