@@ -302,6 +302,7 @@ inline FAILTASK(c) {
 
 #define OWED(e) (obSt[e] == EV_PENDING)
 #define LIVE(e) (jSt[e] == J_WAIT || jSt[e] == J_ACTIVE || jSt[e] == J_FENCED)
+#define LOOKON(e) (evLook[e] && (LIVE(e) || OWED(e) || wJob[0] == e || wJob[1] == e))
 
 /* [E-new] a new outbox event (the reconciler's redelivery, a last look: a new event id, so a
    new job id) in a slot whose event and job are over and that no worker holds; a slot's old
@@ -320,9 +321,11 @@ inline NEWEV(k) {
      jSt[ne] = J_NONE; jOwner[ne] = 0; jLockT[ne] = 0; jStc[ne] = 0; jAtm[ne] = 0; jDefa[ne] = 0
   :: else ->
      /* the model's bound, 2 slots: none is free only when a last look is asked again while
-        the job of the one asked before is still live (its job stalled back, or its finish
-        lost); that job's delivery does what the new one's would, so the new one is left out */
-     assert(k && ((evLook[0] && (LIVE(0) || OWED(0))) || (evLook[1] && (LIVE(1) || OWED(1)))))
+        the one asked before is still under way (its event owed, its job live, or a worker on
+        it, its job lost with Redis); that look, not yet recorded, does what the new one
+        would, so the new one is left out (and should that one end without a record, the task
+        is stuck and the reconciler asks again) */
+     assert(k && (LOOKON(0) || LOOKON(1)))
   fi;
   ne = 0
 }
