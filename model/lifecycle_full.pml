@@ -1,11 +1,13 @@
 /*
- * lifecycle_next.pml: lifecycle.pml extended with the paths of the last look as a delivery of
- * its own, repeated Redis loss in a backlog, the record step's give-up with a held result, and
- * the call fence (model/README.md, "The next lifecycle model"). NOT YET CHECKED in full: it is
- * not among the searches of `make model`; the mutant searches run so far are listed in the
- * README. Once its property searches fit the CI budget it replaces lifecycle.pml.
+ * lifecycle_full.pml: lifecycle.pml with the paths it abstracts: the last look as a delivery
+ * of its own (lost, stalled, failing, fenced, raced by a new run), repeated Redis loss in a
+ * backlog, the record step's give-up with a held result, and the call fence (model/README.md,
+ * "The full lifecycle model"). Every path of both models is here, behind a switch; too many
+ * at once do not fit a search (23 million states and more), so each search of `make model`
+ * enables one new path, with one worker that may crash, and leaves the shutdown, the failed
+ * record transaction and a live worker's lock loss to lifecycle.pml's searches.
  *
- * lifecycle.pml: the delivery protocol from a committed outbox event to the external side
+ * As lifecycle.pml: the delivery protocol from a committed outbox event to the external side
  * effect it asks for, for one task (README.md maps every [tag] below to the file and function
  * it stands for). outbox.pml checks the outbox half; here the Outbox process does only what
  * that model proves.
@@ -84,6 +86,10 @@
 #ifndef REDIS
 #define REDIS 1         /* Redis restarts (each losing the data or keeping it) */
 #endif
+#ifndef REDIS_BUSY
+#define REDIS_BUSY 1    /* 0: Redis restarts only in a backlog (no worker on a job, no call in
+                           flight); a restart with a worker on a job is lifecycle.pml's path */
+#endif
 #ifndef STOPS
 #define STOPS 1         /* shutdowns (SIGTERM) of a worker holding a job */
 #endif
@@ -96,11 +102,20 @@
 #ifndef LOOKFAILS
 #define LOOKFAILS 1     /* last looks whose upstream request fails ([L-fail]) */
 #endif
+#ifndef CRASHERS
+#define CRASHERS NW     /* workers that may crash (once each): the searches of one new path let
+                           one crash (worker 0's; the workers are alike) */
+#endif
+#ifndef SNOOZES
+#define SNOOZES 1       /* snoozes: a Retry-After answer, or a held result on the last attempt */
+#endif
 #ifndef MAXFREE
 #define MAXFREE 1       /* free redeliveries (of a task that did not run, of a last look) that fit
                            in TASK_MAX_AGE: past them the task is too old ([E-age]) */
 #endif
+#ifndef DEADS
 #define DEADS 1         /* events the outbox dead-letters */
+#endif
 #define MAX_ATTEMPTS 2  /* OUTBOX_MAX_ATTEMPTS */
 #define JOB_ATTEMPTS 2  /* JOB_ATTEMPTS */
 #define MAX_STALLS   1  /* JOB_MAX_STALLS */
@@ -199,7 +214,7 @@ byte cTimer[NW];        /* ticks left of an orphaned call (its worker died) */
 byte cJob[NW];          /* the job of a call in flight */
 #endif
 
-byte snoozes = 1;       /* snoozes left: a Retry-After answer, or a held result on the last attempt */
+byte snoozes = SNOOZES;       /* snoozes left: a Retry-After answer, or a held result on the last attempt */
 byte redisRestarts = REDIS;
 byte lockLosses = LOSSES; /* a live worker's lock lost: renewals failed until it may have run out */
 byte stops = STOPS;     /* a worker stopped (SIGTERM) while it holds a job */
@@ -269,7 +284,7 @@ inline FINISH(j, kind, tk) {
      :: kind == 1 -> jSt[j] = J_WAIT; jOwner[j] = 0; jAtm[j]++
      :: kind == 2 -> jSt[j] = J_WAIT; jOwner[j] = 0
      :: kind == 3 -> jSt[j] = J_FENCED; jOwner[j] = 0
-     :: redisRestarts > 0 -> redisRestarts--; jOwner[j] = 0
+     :: REDIS_BUSY && redisRestarts > 0 -> redisRestarts--; jOwner[j] = 0
         /* [E-redis-keep] Redis restarts keeping its data while the finish is sent: the
            finish is lost; the worker, done with the job, no longer renews its lock, which runs
            out (no call in flight): the job is active without a lock, for the stalled check */
@@ -408,7 +423,7 @@ end:
 #define FENCECALL false
 #endif
 #define WAITING(j) (jSt[j] == J_WAIT || (jSt[j] == J_FENCED && !FENCECALL))
-#define CRASH inc == 0 -> goto crash
+#define CRASH inc == 0 && w < CRASHERS -> goto crash
 #define OTHER_IN_FLIGHT (cSt[1 - w] == C_SENT)
 #if GHOST_EXPIRY
 #define SENDIT cSt[w] = C_SENT; cJob[w] = j
@@ -705,6 +720,7 @@ inline LAND(w) {
 #define LOCKRUNS(j) (jSt[j] == J_ACTIVE && jOwner[j] != 0 && !W_ALIVE(jOwner[j]) && jLockT[j] > 0)
 #define STALLED(j) (jSt[j] == J_ACTIVE && jOwner[j] == 0)
 #define BUSY(w) (wJob[w] != NE || cSt[w] == C_SENT)
+#define IDLE (!BUSY(0) && !BUSY(1))
 /* RECONCILE_AFTER exceeds the longest a healthy task goes without moving, so a task is found
    stuck only when nothing is happening to it: no event owed by the outbox, no live job (the
    probe: waiting, delayed or active), no worker on it, no call in flight for it. */
@@ -826,7 +842,7 @@ end:
   :: /* [E-redis-lose] Redis restarts without persistence: every job, lock and de: key is
         gone (a restart that keeps the data: [E-redis-keep] in FINISH, and the lost reply of
         [D-publish]) */
-     atomic { redisRestarts > 0 -> redisRestarts--;
+     atomic { redisRestarts > 0 && (REDIS_BUSY || IDLE) -> redisRestarts--;
 #if GHOST_REDIS
        if :: wJob[0] != NE || wJob[1] != NE || cSt[0] == C_SENT || cSt[1] == C_SENT -> lostByRedis = 1
           :: else -> skip fi;
