@@ -137,6 +137,7 @@ model)
   queue "9     full: AI task, 2 losses in backlog"      $F "$FN -DTASK=1 -DHONOUR=0 -DSTRICT=1 -DREDIS=2 -DREDIS_BUSY=0" safety holds
   queue "4,8   full: publication, fence, TO>lock"       $F "$FN -DTASK=0 -DHONOUR=0 -DSTRICT=1 -DCALL_TO=2" safety holds
   queue "4,8   full: AI task, fence, TO>lock"           $F "$FN -DTASK=1 -DHONOUR=0 -DSTRICT=1 -DCALL_TO=2" safety holds
+  queue "2     full: publication, 2 looks fail"         $F "$FN -DTASK=0 -DLOOKFAILS=2" p2 holds
   queue "2     full: AI task, gives up, Redis backlog"  $F "$FN -DTASK=1 -DGIVEUPS=1 -DREDIS=1 -DREDIS_BUSY=0" p2 holds
   ;;
 mutants)
