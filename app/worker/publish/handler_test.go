@@ -536,19 +536,43 @@ func TestStalledPublicationTakesALastLook(t *testing.T) {
 	b := setup(t)
 	f := b.seed(t, "sk_test_pub_stall", true)
 	kind := publish.Tasks(b.Deps, b.pubs)
+	b.ran(t, f)
 	require.NoError(t, kind.Abandon(context.Background(), f.job, worker.FailureOf(domain.ErrJobStalled)))
-	require.Equal(t, domain.TaskPending, b.state(t, f).pub.Status)
+	require.Equal(t, domain.TaskRunning, b.state(t, f).pub.Status)
 	require.Equal(t, 1, b.CountOutbox(t, "publication.requested", f.pub.ID))
 	// The look's own job stalls as well: no look completed, so nothing is recorded; the
 	// reconciler asks the look again.
 	require.NoError(t, kind.Abandon(context.Background(), b.lastLook(t, f, "JOB_STALLED", "m"), worker.FailureOf(domain.ErrJobStalled)))
 	s := b.state(t, f)
-	require.Equal(t, domain.TaskPending, s.pub.Status, "no failure recorded blind")
+	require.Equal(t, domain.TaskRunning, s.pub.Status, "no failure recorded blind")
 	require.Equal(t, worker.LastLooked, b.reconcile(t, f, worker.RedeliveryPolicy{Max: 2, MaxAge: time.Hour}))
 	require.True(t, worker.IsPermanent(b.handler.Handle(context.Background(), b.latestLook(t, f))))
 	s = b.state(t, f)
 	require.Equal(t, domain.TaskFailed, s.pub.Status)
 	require.Equal(t, "JOB_STALLED", s.pub.ErrorCode)
+}
+
+// A job that stalled too often before its handler ever started (its workers died before
+// Begin) fails nothing and asks no look: nothing reached the platform, so, as a lost job's
+// task, the reconciler delivers it again for free (no try spent), and that delivery publishes.
+func TestStalledBeforeItStartedIsDeliveredAgainForFree(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	f := b.seed(t, "sk_test_pub_stall_unrun", true)
+	kind := publish.Tasks(b.Deps, b.pubs)
+	require.NoError(t, kind.Abandon(context.Background(), f.job, worker.FailureOf(domain.ErrJobStalled)))
+	s := b.state(t, f)
+	require.Equal(t, domain.TaskPending, s.pub.Status, "no failure of a task that never started")
+	require.False(t, s.pub.Look.Asked(), "no last look asked")
+	require.Zero(t, b.CountOutbox(t, "publication.requested", f.pub.ID))
+
+	require.Equal(t, worker.RedeliveredUnrun, b.reconcile(t, f, worker.RedeliveryPolicy{Max: 1, MaxAge: time.Hour}))
+	s = b.state(t, f)
+	require.Zero(t, s.pub.Reconciliations, "a free redelivery: no try spent")
+	require.Equal(t, 1, s.pub.Redeliveries)
+	require.NoError(t, b.handler.Handle(context.Background(), f.job))
+	b.requireSucceeded(t, f)
+	require.Equal(t, 1, b.sandbox.ProductsWithRef(f.pub.ExternalRef()))
 }
 
 // Credentials revoked since the store's verification: the create is refused (401) and so is
