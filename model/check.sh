@@ -135,6 +135,8 @@ model)
   queue "8     full: AI task, record gives up, Redis"   $F "$FN -DTASK=1 -DHONOUR=0 -DSTRICT=1 -DGIVEUPS=1 -DREDIS=1" safety holds
   queue "9     full: publication, 2 losses in backlog"  $F "$FN -DTASK=0 -DHONOUR=0 -DSTRICT=1 -DREDIS=2 -DREDIS_BUSY=0" safety holds
   queue "9     full: AI task, 2 losses in backlog"      $F "$FN -DTASK=1 -DHONOUR=0 -DSTRICT=1 -DREDIS=2 -DREDIS_BUSY=0" safety holds
+  queue "9     full: publication, both workers crash"  $F "$FN -DTASK=0 -DHONOUR=0 -DSTRICT=1 -DCRASHERS=2" safety holds
+  queue "9     full: AI task, both workers crash"      $F "$FN -DTASK=1 -DHONOUR=0 -DSTRICT=1 -DCRASHERS=2" safety holds
   queue "4,8   full: publication, fence, TO>lock"       $F "$FN -DTASK=0 -DHONOUR=0 -DSTRICT=1 -DCALL_TO=2" safety holds
   queue "4,8   full: AI task, fence, TO>lock"           $F "$FN -DTASK=1 -DHONOUR=0 -DSTRICT=1 -DCALL_TO=2" safety holds
   queue "2     full: publication, 2 looks fail"         $F "$FN -DTASK=0 -DLOOKFAILS=2" p2 holds
@@ -171,6 +173,8 @@ mutants)
   queue "full: no call fence / 8 publication"          $F "$FN -DMUT_NO_FENCE -DTASK=0 -DHONOUR=0 -DSTRICT=1 -DCALL_TO=2" safety violated show
   queue "full: look ignores the fence / 6 publ."       $F "$FN -DMUT_LOOK_NO_FENCE -DTASK=0 -DHONOUR=1 -DCALL_TO=2" safety violated show
   queue "full: look ignores a new run / 6 publ."       $F "$FN -DMUT_LOOK_NO_RUN_CHECK -DTASK=0 -DHONOUR=1" safety violated show
+  queue "full: stall fails an unrun task / 9 publ."    $F "$FN -DMUT_STALL_FAILS_UNRUN -DTASK=0 -DHONOUR=0 -DSTRICT=1 -DCRASHERS=2" safety violated show
+  queue "full: stall fails an unrun task / 9 AI task"  $F "$FN -DMUT_STALL_FAILS_UNRUN -DTASK=1 -DHONOUR=0 -DSTRICT=1 -DCRASHERS=2" safety violated
   ;;
 *) echo "usage: $0 model|mutants"; exit 2 ;;
 esac

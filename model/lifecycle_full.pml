@@ -237,7 +237,6 @@ bool lostByExpiry;      /* a job's lock ran out while its holder's call was in f
 bool lostByRedis;       /* Redis lost a job while a worker was on it or its call in flight */
 #endif
 bool gaveUp;            /* a record step gave up after a successful call (property 8) */
-bool stalledOut;        /* a job of the task stalled past JOB_MAX_STALLS (property 9) */
 
 #define W_ALIVE(tok) (wInc[((tok) - 1) % NW] == ((tok) - 1) / NW && !wDown[((tok) - 1) % NW])
 
@@ -303,9 +302,9 @@ inline FAILTASK(c) {
      /* 6: a publication never fails while the platform holds its product (OUTCOME_UNKNOWN
         says it may) */
      assert(TASK == AI || effects == 0 || c == F_UNKNOWN || EXCUSED);
-     /* 9: a task whose handler never ran is never failed before TASK_MAX_AGE, unless its
-        job stalled past JOB_MAX_STALLS (JOB_STALLED: the workers died on it before it began) */
-     assert(everRan || AGED || stalledOut);
+     /* 9: a task whose handler never ran is never failed before TASK_MAX_AGE (not even when
+        its job stalled past JOB_MAX_STALLS: the workers died on it before it began) */
+     assert(everRan || AGED);
      /* 10: no final failure of a started publication before a last look completed and found
         the work absent; OUTCOME_UNKNOWN only when none could complete before TASK_MAX_AGE */
      assert(TASK == AI || !everRan || (c == F_PLAIN && lookFound == L_NOTDONE) ||
@@ -363,8 +362,15 @@ inline FINALFAIL() {
 #endif
 }
 
-/* [W-abandon] Kind.Abandon of job j (stalled past the limit): a request asks its last look; a
-   last look records the held failure only if a look completed and found the work absent */
+/* [W-abandon] Kind.Abandon of job j (stalled past the limit): a last look records the held
+   failure only if a look completed and found the work absent; a request of a task that never
+   started records nothing (the reconciler delivers it again for free, as a lost job's); else
+   it asks its last look */
+#ifndef MUT_STALL_FAILS_UNRUN
+#define UNRUN_LEFT :: !evLook[j] && !everRan -> skip
+#else
+#define UNRUN_LEFT :: false   /* mutant: a task that never started is failed (or looked at) too */
+#endif
 inline ABANDON(j) {
 #if LASTLOOK
   if
@@ -374,10 +380,14 @@ inline ABANDON(j) {
 #else
      if :: lookFound == L_NOTDONE -> FAILTASK(F_PLAIN) :: else -> skip fi
 #endif
+  UNRUN_LEFT
   :: else -> REQUESTLOOK()
   fi
 #else
-  FAILTASK(F_PLAIN)
+  if
+  UNRUN_LEFT
+  :: else -> FAILTASK(F_PLAIN)
+  fi
 #endif
 }
 
@@ -476,7 +486,7 @@ end:
      atomic { stops > 0 -> stops--; FINISH(j, 2, tok) };
      goto end
   :: /* [W-abandon] stalled too often: JOB_STALLED, or its last look asked; then the job */
-     atomic { jDefa[j] -> stalledOut = 1; ABANDON(j) };
+     atomic { jDefa[j] -> ABANDON(j) };
      goto complete
   :: atomic { !jDefa[j] && evLook[j] }; goto look
   :: /* [W-begin] step A, begin CAS: a finished task is skipped (the job completes); a held
