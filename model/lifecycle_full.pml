@@ -47,9 +47,10 @@
  * the end of a finished job's retention / de: key TTL. A live worker's lock does not run out
  * (it is renewed every LockDuration/2); Redis losing its data takes every lock at once.
  *
- * Bounded configuration: one task (TASK), 2 event slots (0 the request, 1 the one the
- * reconciler may add; jobId = event id), the Outbox contract, 2 workers that may each crash
- * once and restart, one Redis restart (keeping or losing the data), one Retry-After.
+ * Bounded configuration: one task (TASK), 2 event slots (the request, the reconciler's
+ * redeliveries and the last looks; jobId = event id), the Outbox contract, 2 workers of which
+ * CRASHERS may each crash once and restart, REDIS Redis restarts (keeping or losing the data;
+ * with REDIS_BUSY 0 only in a backlog), one Retry-After (SNOOZES), and the switches below.
  *
  * State that no step reads any more is reset (a finished job's counters, a delivered event's
  * attempts, a call's job once it is over), and a ghost is kept only where an assertion reads
