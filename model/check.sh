@@ -101,7 +101,14 @@ queue() {  # queue NAME MODEL DEFINES MODE EXPECT [show]: starts the search when
 }
 
 L=lifecycle.pml
+F=lifecycle_full.pml
 O=outbox.pml
+# lifecycle_full.pml's searches: each enables one path lifecycle.pml does not have (the last
+# look a delivery of its own is in all of them, the call fence too) and leaves out the paths
+# lifecycle.pml checks (shutdown, failed record transaction, a live worker's lock loss); one
+# worker may crash (the workers are alike), and Redis restarts, where a search has them, may
+# also be only in a backlog (REDIS_BUSY=0: no worker on a job, no call in flight)
+FN="-DSTOPS=0 -DRECFAILS=0 -DLOSSES=0 -DCRASHERS=1 -DGIVEUPS=0 -DLOOKFAILS=0 -DREDIS=0"
 t0=$SECONDS
 case ${1:-model} in
 model)
@@ -122,6 +129,18 @@ model)
   queue "2     publication: reaches a terminal state"   $L "-DTASK=0" p2 holds
   queue "2     AI task: reaches a terminal state"       $L "-DTASK=1" p2 holds
   queue "limit AI, ignores key: one billed run"         $L "-DTASK=1 -DHONOUR=0 -DSTRICT=1 -DAI_ONCE=1" safety violated show
+  queue "6,10  full: publication, 2 looks fail"         $F "$FN -DTASK=0 -DHONOUR=0 -DSTRICT=1 -DLOOKFAILS=2" safety holds
+  queue "6,10  full: publication, Redis restart"        $F "$FN -DTASK=0 -DHONOUR=0 -DSTRICT=1 -DREDIS=1" safety holds
+  queue "8     full: publication, record gives up"      $F "$FN -DTASK=0 -DHONOUR=0 -DSTRICT=1 -DGIVEUPS=1" safety holds
+  queue "8     full: AI task, record gives up, Redis"   $F "$FN -DTASK=1 -DHONOUR=0 -DSTRICT=1 -DGIVEUPS=1 -DREDIS=1" safety holds
+  queue "9     full: publication, 2 losses in backlog"  $F "$FN -DTASK=0 -DHONOUR=0 -DSTRICT=1 -DREDIS=2 -DREDIS_BUSY=0" safety holds
+  queue "9     full: AI task, 2 losses in backlog"      $F "$FN -DTASK=1 -DHONOUR=0 -DSTRICT=1 -DREDIS=2 -DREDIS_BUSY=0" safety holds
+  queue "9     full: publication, both workers crash"  $F "$FN -DTASK=0 -DHONOUR=0 -DSTRICT=1 -DCRASHERS=2" safety holds
+  queue "9     full: AI task, both workers crash"      $F "$FN -DTASK=1 -DHONOUR=0 -DSTRICT=1 -DCRASHERS=2" safety holds
+  queue "4,8   full: publication, fence, TO>lock"       $F "$FN -DTASK=0 -DHONOUR=0 -DSTRICT=1 -DCALL_TO=2" safety holds
+  queue "4,8   full: AI task, fence, TO>lock"           $F "$FN -DTASK=1 -DHONOUR=0 -DSTRICT=1 -DCALL_TO=2" safety holds
+  queue "2     full: publication, 2 looks fail"         $F "$FN -DTASK=0 -DLOOKFAILS=2" p2 holds
+  queue "2     full: AI task, gives up, Redis backlog"  $F "$FN -DTASK=1 -DGIVEUPS=1 -DREDIS=1 -DREDIS_BUSY=0" p2 holds
   ;;
 mutants)
   echo "mutant / property                            result    (exhaustive; cpu and wall in seconds; $JOBS at a time)"
@@ -147,6 +166,15 @@ mutants)
   queue "hand-back before the call ends / 4 AI task"   $L "-DMUT_HANDBACK_IN_FLIGHT -DTASK=1 -DHONOUR=0 -DSTRICT=1" safety violated
   queue "no cancel on lock loss / 4 publication"       $L "-DMUT_NO_LOSS_CANCEL -DTASK=0 -DHONOUR=0" safety violated show
   queue "no cancel on lock loss / 4 AI task"           $L "-DMUT_NO_LOSS_CANCEL -DTASK=1 -DHONOUR=0" safety violated
+  queue "full: unrun redelivery counts / 9 AI task"    $F "$FN -DMUT_UNRUN_COUNTS -DTASK=1 -DHONOUR=1 -DREDIS=2 -DREDIS_BUSY=0" safety violated show
+  queue "full: no held-result check / 8 AI task"       $F "$FN -DMUT_NO_HELD_CHECK -DTASK=1 -DHONOUR=0 -DSTRICT=1 -DGIVEUPS=1" safety violated show
+  queue "full: fail without a look / 10 publication"   $F "$FN -DMUT_NO_LOOK_WAIT -DTASK=0 -DHONOUR=0 -DSTRICT=1" safety violated show
+  queue "full: failed look fails blind / 10 publ."     $F "$FN -DMUT_BLIND_FAIL -DTASK=0 -DHONOUR=0 -DSTRICT=1 -DLOOKFAILS=2" safety violated show
+  queue "full: no call fence / 8 publication"          $F "$FN -DMUT_NO_FENCE -DTASK=0 -DHONOUR=0 -DSTRICT=1 -DCALL_TO=2" safety violated show
+  queue "full: look ignores the fence / 6 publ."       $F "$FN -DMUT_LOOK_NO_FENCE -DTASK=0 -DHONOUR=1 -DCALL_TO=2" safety violated show
+  queue "full: look ignores a new run / 6 publ."       $F "$FN -DMUT_LOOK_NO_RUN_CHECK -DTASK=0 -DHONOUR=1" safety violated show
+  queue "full: stall fails an unrun task / 9 publ."    $F "$FN -DMUT_STALL_FAILS_UNRUN -DTASK=0 -DHONOUR=0 -DSTRICT=1 -DCRASHERS=2" safety violated show
+  queue "full: stall fails an unrun task / 9 AI task"  $F "$FN -DMUT_STALL_FAILS_UNRUN -DTASK=1 -DHONOUR=0 -DSTRICT=1 -DCRASHERS=2" safety violated
   ;;
 *) echo "usage: $0 model|mutants"; exit 2 ;;
 esac

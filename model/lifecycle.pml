@@ -4,6 +4,11 @@
  * it stands for). outbox.pml checks the outbox half; here the Outbox process does only what
  * that model proves.
  *
+ * This model abstracts four paths of the code: the last look is joined with the failure it
+ * precedes, Redis restarts once, the record step never gives up, and there is no call fence.
+ * lifecycle_full.pml has them (its searches one path each); this one keeps both workers'
+ * crashes with the shutdown, the failed record transaction and a live worker's lock loss.
+ *
  * Actors:
  *   Outbox      the outbox's contract (outbox.pml): an event is marked dispatched only after
  *               its job was added; while owed it may add the job again (at most MAX_ATTEMPTS

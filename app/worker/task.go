@@ -99,7 +99,9 @@ func (k Kind[T]) Queue() string { return k.QueueName }
 // Abandon implements TaskKind. A flow that asks a last look requests it instead of failing
 // the task. When job is that last look already, the failure it held is recorded only if a
 // look completed and found the work absent; otherwise nothing changes and the reconciler
-// asks the look again (no final failure without a completed look).
+// asks the look again (no final failure without a completed look). A task whose handler
+// never started (no attempt) is left alone: nothing reached the upstream, so, as when its job
+// is lost, the reconciler delivers it again for free until TASK_MAX_AGE.
 func (k Kind[T]) Abandon(ctx context.Context, job Job, f Failure) error {
 	id, err := k.TaskID(job)
 	if err != nil {
@@ -118,7 +120,11 @@ func (k Kind[T]) Abandon(ctx context.Context, job Job, f Failure) error {
 				return ErrSkip // no completed look says the work is absent: asked again
 			}
 			return k.Fail(ctx, id, Failure{Code: l.Code, Message: l.Message})
-		case k.AsksLastLook:
+		}
+		if v, err := k.Tasks.Get(ctx, id); err == nil && k.TaskOf(&v).Attempts == 0 {
+			return ErrSkip // never started: delivered again by the reconciler, for free
+		}
+		if k.AsksLastLook {
 			return k.RequestLastLook(ctx, id, f)
 		}
 		return k.Fail(ctx, id, f)

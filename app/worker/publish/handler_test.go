@@ -364,6 +364,56 @@ func TestLastLookFindsTheProductAndSucceeds(t *testing.T) {
 	b.requireSucceeded(t, f)
 }
 
+// startsDuringLook is a Marketplace on which a duplicate delivery of the publication's
+// request starts the task (its Attempts counted) and sends its create while a last look asks
+// for the product: the look finds nothing, and the create lands after it looked.
+type startsDuringLook struct {
+	port.Marketplace
+	during func()
+}
+
+func (s startsDuringLook) FindProductByExternalRef(ctx context.Context, creds port.Credentials, ref string) (*port.PlatformProduct, error) {
+	p, err := s.Marketplace.FindProductByExternalRef(ctx, creds, ref)
+	s.during()
+	return p, err
+}
+
+// A last look records its failure only if no delivery started the task since the look read
+// it: here a duplicate delivery of the request (its job added again once the first was
+// removed) starts the task and its create lands after the look found nothing. The look
+// records nothing (that run decides), so the publication is not failed while the platform
+// holds its product, and the next delivery finds the product and succeeds.
+func TestLastLookLeavesATaskStartedSinceItReadIt(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	f := b.seed(t, "sk_test_pub_look_race", true)
+	job := f.job
+	job.LastAttempt = true
+	b.sandbox.InjectFault(sandbox.Fault{Endpoint: marketplace.EndpointCreateProduct, Status: 500})
+	require.True(t, worker.IsPermanent(b.handler.Handle(context.Background(), job)))
+	s := b.state(t, f)
+	require.Equal(t, domain.TaskRunning, s.pub.Status)
+	require.Equal(t, 1, s.pub.Attempts)
+
+	look := b.newHandler(t, startsDuringLook{Marketplace: b.gateway, during: func() {
+		b.ran(t, f)
+		_, err := b.gateway.CreateProduct(context.Background(), f.creds, f.pub.ID.String(), input(f))
+		require.NoError(t, err)
+	}})
+	require.NoError(t, look.Handle(context.Background(), b.lastLook(t, f, "PLATFORM_UNAVAILABLE", "m")))
+	s = b.state(t, f)
+	require.Equal(t, domain.TaskRunning, s.pub.Status, "no failure recorded over the run that started since the look")
+	require.Empty(t, s.pub.ErrorCode)
+	require.NotEqual(t, domain.LookNotDone, s.pub.Look.Found, "the stale look is not recorded as completed")
+	require.Equal(t, 1, b.sandbox.ProductsWithRef(f.pub.ExternalRef()))
+
+	// The next delivery finds the product by external_ref: one product, the publication
+	// succeeded.
+	require.NoError(t, b.handler.Handle(context.Background(), f.job))
+	b.requireSucceeded(t, f)
+	require.Equal(t, 1, b.sandbox.ProductsWithRef(f.pub.ExternalRef()))
+}
+
 // input is a create request of f's publication.
 func input(f fixture) port.ProductInput {
 	return port.ProductInput{ExternalRef: f.pub.ExternalRef(), Title: "Blue mug", Price: "12.50", Currency: "EUR"}
@@ -486,19 +536,43 @@ func TestStalledPublicationTakesALastLook(t *testing.T) {
 	b := setup(t)
 	f := b.seed(t, "sk_test_pub_stall", true)
 	kind := publish.Tasks(b.Deps, b.pubs)
+	b.ran(t, f)
 	require.NoError(t, kind.Abandon(context.Background(), f.job, worker.FailureOf(domain.ErrJobStalled)))
-	require.Equal(t, domain.TaskPending, b.state(t, f).pub.Status)
+	require.Equal(t, domain.TaskRunning, b.state(t, f).pub.Status)
 	require.Equal(t, 1, b.CountOutbox(t, "publication.requested", f.pub.ID))
 	// The look's own job stalls as well: no look completed, so nothing is recorded; the
 	// reconciler asks the look again.
 	require.NoError(t, kind.Abandon(context.Background(), b.lastLook(t, f, "JOB_STALLED", "m"), worker.FailureOf(domain.ErrJobStalled)))
 	s := b.state(t, f)
-	require.Equal(t, domain.TaskPending, s.pub.Status, "no failure recorded blind")
+	require.Equal(t, domain.TaskRunning, s.pub.Status, "no failure recorded blind")
 	require.Equal(t, worker.LastLooked, b.reconcile(t, f, worker.RedeliveryPolicy{Max: 2, MaxAge: time.Hour}))
 	require.True(t, worker.IsPermanent(b.handler.Handle(context.Background(), b.latestLook(t, f))))
 	s = b.state(t, f)
 	require.Equal(t, domain.TaskFailed, s.pub.Status)
 	require.Equal(t, "JOB_STALLED", s.pub.ErrorCode)
+}
+
+// A job that stalled too often before its handler ever started (its workers died before
+// Begin) fails nothing and asks no look: nothing reached the platform, so, as a lost job's
+// task, the reconciler delivers it again for free (no try spent), and that delivery publishes.
+func TestStalledBeforeItStartedIsDeliveredAgainForFree(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	f := b.seed(t, "sk_test_pub_stall_unrun", true)
+	kind := publish.Tasks(b.Deps, b.pubs)
+	require.NoError(t, kind.Abandon(context.Background(), f.job, worker.FailureOf(domain.ErrJobStalled)))
+	s := b.state(t, f)
+	require.Equal(t, domain.TaskPending, s.pub.Status, "no failure of a task that never started")
+	require.False(t, s.pub.Look.Asked(), "no last look asked")
+	require.Zero(t, b.CountOutbox(t, "publication.requested", f.pub.ID))
+
+	require.Equal(t, worker.RedeliveredUnrun, b.reconcile(t, f, worker.RedeliveryPolicy{Max: 1, MaxAge: time.Hour}))
+	s = b.state(t, f)
+	require.Zero(t, s.pub.Reconciliations, "a free redelivery: no try spent")
+	require.Equal(t, 1, s.pub.Redeliveries)
+	require.NoError(t, b.handler.Handle(context.Background(), f.job))
+	b.requireSucceeded(t, f)
+	require.Equal(t, 1, b.sandbox.ProductsWithRef(f.pub.ExternalRef()))
 }
 
 // Credentials revoked since the store's verification: the create is refused (401) and so is

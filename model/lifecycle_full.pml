@@ -1,11 +1,13 @@
 /*
- * lifecycle_next.pml: lifecycle.pml extended with the paths of the last look as a delivery of
- * its own, repeated Redis loss in a backlog, the record step's give-up with a held result, and
- * the call fence (model/README.md, "The next lifecycle model"). NOT YET CHECKED in full: it is
- * not among the searches of `make model`; the mutant searches run so far are listed in the
- * README. Once its property searches fit the CI budget it replaces lifecycle.pml.
+ * lifecycle_full.pml: lifecycle.pml with the paths it abstracts: the last look as a delivery
+ * of its own (lost, stalled, failing, fenced, raced by a new run), repeated Redis loss in a
+ * backlog, the record step's give-up with a held result, and the call fence (model/README.md,
+ * "The full lifecycle model"). Every path of both models is here, behind a switch; too many
+ * at once do not fit a search (23 million states and more), so each search of `make model`
+ * enables one new path, with one worker that may crash, and leaves the shutdown, the failed
+ * record transaction and a live worker's lock loss to lifecycle.pml's searches.
  *
- * lifecycle.pml: the delivery protocol from a committed outbox event to the external side
+ * As lifecycle.pml: the delivery protocol from a committed outbox event to the external side
  * effect it asks for, for one task (README.md maps every [tag] below to the file and function
  * it stands for). outbox.pml checks the outbox half; here the Outbox process does only what
  * that model proves.
@@ -45,9 +47,10 @@
  * the end of a finished job's retention / de: key TTL. A live worker's lock does not run out
  * (it is renewed every LockDuration/2); Redis losing its data takes every lock at once.
  *
- * Bounded configuration: one task (TASK), 2 event slots (0 the request, 1 the one the
- * reconciler may add; jobId = event id), the Outbox contract, 2 workers that may each crash
- * once and restart, one Redis restart (keeping or losing the data), one Retry-After.
+ * Bounded configuration: one task (TASK), 2 event slots (the request, the reconciler's
+ * redeliveries and the last looks; jobId = event id), the Outbox contract, 2 workers of which
+ * CRASHERS may each crash once and restart, REDIS Redis restarts (keeping or losing the data;
+ * with REDIS_BUSY 0 only in a backlog), one Retry-After (SNOOZES), and the switches below.
  *
  * State that no step reads any more is reset (a finished job's counters, a delivered event's
  * attempts, a call's job once it is over), and a ghost is kept only where an assertion reads
@@ -84,6 +87,10 @@
 #ifndef REDIS
 #define REDIS 1         /* Redis restarts (each losing the data or keeping it) */
 #endif
+#ifndef REDIS_BUSY
+#define REDIS_BUSY 1    /* 0: Redis restarts only in a backlog (no worker on a job, no call in
+                           flight); a restart with a worker on a job is lifecycle.pml's path */
+#endif
 #ifndef STOPS
 #define STOPS 1         /* shutdowns (SIGTERM) of a worker holding a job */
 #endif
@@ -96,11 +103,20 @@
 #ifndef LOOKFAILS
 #define LOOKFAILS 1     /* last looks whose upstream request fails ([L-fail]) */
 #endif
+#ifndef CRASHERS
+#define CRASHERS NW     /* workers that may crash (once each): the searches of one new path let
+                           one crash (worker 0's; the workers are alike) */
+#endif
+#ifndef SNOOZES
+#define SNOOZES 1       /* snoozes: a Retry-After answer, or a held result on the last attempt */
+#endif
 #ifndef MAXFREE
 #define MAXFREE 1       /* free redeliveries (of a task that did not run, of a last look) that fit
                            in TASK_MAX_AGE: past them the task is too old ([E-age]) */
 #endif
+#ifndef DEADS
 #define DEADS 1         /* events the outbox dead-letters */
+#endif
 #define MAX_ATTEMPTS 2  /* OUTBOX_MAX_ATTEMPTS */
 #define JOB_ATTEMPTS 2  /* JOB_ATTEMPTS */
 #define MAX_STALLS   1  /* JOB_MAX_STALLS */
@@ -199,7 +215,7 @@ byte cTimer[NW];        /* ticks left of an orphaned call (its worker died) */
 byte cJob[NW];          /* the job of a call in flight */
 #endif
 
-byte snoozes = 1;       /* snoozes left: a Retry-After answer, or a held result on the last attempt */
+byte snoozes = SNOOZES;       /* snoozes left: a Retry-After answer, or a held result on the last attempt */
 byte redisRestarts = REDIS;
 byte lockLosses = LOSSES; /* a live worker's lock lost: renewals failed until it may have run out */
 byte stops = STOPS;     /* a worker stopped (SIGTERM) while it holds a job */
@@ -222,7 +238,6 @@ bool lostByExpiry;      /* a job's lock ran out while its holder's call was in f
 bool lostByRedis;       /* Redis lost a job while a worker was on it or its call in flight */
 #endif
 bool gaveUp;            /* a record step gave up after a successful call (property 8) */
-bool stalledOut;        /* a job of the task stalled past JOB_MAX_STALLS (property 9) */
 
 #define W_ALIVE(tok) (wInc[((tok) - 1) % NW] == ((tok) - 1) / NW && !wDown[((tok) - 1) % NW])
 
@@ -269,7 +284,7 @@ inline FINISH(j, kind, tk) {
      :: kind == 1 -> jSt[j] = J_WAIT; jOwner[j] = 0; jAtm[j]++
      :: kind == 2 -> jSt[j] = J_WAIT; jOwner[j] = 0
      :: kind == 3 -> jSt[j] = J_FENCED; jOwner[j] = 0
-     :: redisRestarts > 0 -> redisRestarts--; jOwner[j] = 0
+     :: REDIS_BUSY && redisRestarts > 0 -> redisRestarts--; jOwner[j] = 0
         /* [E-redis-keep] Redis restarts keeping its data while the finish is sent: the
            finish is lost; the worker, done with the job, no longer renews its lock, which runs
            out (no call in flight): the job is active without a lock, for the stalled check */
@@ -288,9 +303,9 @@ inline FAILTASK(c) {
      /* 6: a publication never fails while the platform holds its product (OUTCOME_UNKNOWN
         says it may) */
      assert(TASK == AI || effects == 0 || c == F_UNKNOWN || EXCUSED);
-     /* 9: a task whose handler never ran is never failed before TASK_MAX_AGE, unless its
-        job stalled past JOB_MAX_STALLS (JOB_STALLED: the workers died on it before it began) */
-     assert(everRan || AGED || stalledOut);
+     /* 9: a task whose handler never ran is never failed before TASK_MAX_AGE (not even when
+        its job stalled past JOB_MAX_STALLS: the workers died on it before it began) */
+     assert(everRan || AGED);
      /* 10: no final failure of a started publication before a last look completed and found
         the work absent; OUTCOME_UNKNOWN only when none could complete before TASK_MAX_AGE */
      assert(TASK == AI || !everRan || (c == F_PLAIN && lookFound == L_NOTDONE) ||
@@ -302,6 +317,7 @@ inline FAILTASK(c) {
 
 #define OWED(e) (obSt[e] == EV_PENDING)
 #define LIVE(e) (jSt[e] == J_WAIT || jSt[e] == J_ACTIVE || jSt[e] == J_FENCED)
+#define LOOKON(e) (evLook[e] && (LIVE(e) || OWED(e) || wJob[0] == e || wJob[1] == e))
 
 /* [E-new] a new outbox event (the reconciler's redelivery, a last look: a new event id, so a
    new job id) in a slot whose event and job are over and that no worker holds; a slot's old
@@ -320,9 +336,11 @@ inline NEWEV(k) {
      jSt[ne] = J_NONE; jOwner[ne] = 0; jLockT[ne] = 0; jStc[ne] = 0; jAtm[ne] = 0; jDefa[ne] = 0
   :: else ->
      /* the model's bound, 2 slots: none is free only when a last look is asked again while
-        the job of the one asked before is still live (its job stalled back, or its finish
-        lost); that job's delivery does what the new one's would, so the new one is left out */
-     assert(k && ((evLook[0] && (LIVE(0) || OWED(0))) || (evLook[1] && (LIVE(1) || OWED(1)))))
+        the one asked before is still under way (its event owed, its job live, or a worker on
+        it, its job lost with Redis); that look, not yet recorded, does what the new one
+        would, so the new one is left out (and should that one end without a record, the task
+        is stuck and the reconciler asks again) */
+     assert(k && (LOOKON(0) || LOOKON(1)))
   fi;
   ne = 0
 }
@@ -345,8 +363,15 @@ inline FINALFAIL() {
 #endif
 }
 
-/* [W-abandon] Kind.Abandon of job j (stalled past the limit): a request asks its last look; a
-   last look records the held failure only if a look completed and found the work absent */
+/* [W-abandon] Kind.Abandon of job j (stalled past the limit): a last look records the held
+   failure only if a look completed and found the work absent; a request of a task that never
+   started records nothing (the reconciler delivers it again for free, as a lost job's); else
+   it asks its last look */
+#ifndef MUT_STALL_FAILS_UNRUN
+#define UNRUN_LEFT :: !evLook[j] && !everRan -> skip
+#else
+#define UNRUN_LEFT :: false   /* mutant: a task that never started is failed (or looked at) too */
+#endif
 inline ABANDON(j) {
 #if LASTLOOK
   if
@@ -356,10 +381,14 @@ inline ABANDON(j) {
 #else
      if :: lookFound == L_NOTDONE -> FAILTASK(F_PLAIN) :: else -> skip fi
 #endif
+  UNRUN_LEFT
   :: else -> REQUESTLOOK()
   fi
 #else
-  FAILTASK(F_PLAIN)
+  if
+  UNRUN_LEFT
+  :: else -> FAILTASK(F_PLAIN)
+  fi
 #endif
 }
 
@@ -405,7 +434,7 @@ end:
 #define FENCECALL false
 #endif
 #define WAITING(j) (jSt[j] == J_WAIT || (jSt[j] == J_FENCED && !FENCECALL))
-#define CRASH inc == 0 -> goto crash
+#define CRASH inc == 0 && w < CRASHERS -> goto crash
 #define OTHER_IN_FLIGHT (cSt[1 - w] == C_SENT)
 #if GHOST_EXPIRY
 #define SENDIT cSt[w] = C_SENT; cJob[w] = j
@@ -458,7 +487,7 @@ end:
      atomic { stops > 0 -> stops--; FINISH(j, 2, tok) };
      goto end
   :: /* [W-abandon] stalled too often: JOB_STALLED, or its last look asked; then the job */
-     atomic { jDefa[j] -> stalledOut = 1; ABANDON(j) };
+     atomic { jDefa[j] -> ABANDON(j) };
      goto complete
   :: atomic { !jDefa[j] && evLook[j] }; goto look
   :: /* [W-begin] step A, begin CAS: a finished task is skipped (the job completes); a held
@@ -702,6 +731,7 @@ inline LAND(w) {
 #define LOCKRUNS(j) (jSt[j] == J_ACTIVE && jOwner[j] != 0 && !W_ALIVE(jOwner[j]) && jLockT[j] > 0)
 #define STALLED(j) (jSt[j] == J_ACTIVE && jOwner[j] == 0)
 #define BUSY(w) (wJob[w] != NE || cSt[w] == C_SENT)
+#define IDLE (!BUSY(0) && !BUSY(1))
 /* RECONCILE_AFTER exceeds the longest a healthy task goes without moving, so a task is found
    stuck only when nothing is happening to it: no event owed by the outbox, no live job (the
    probe: waiting, delayed or active), no worker on it, no call in flight for it. */
@@ -823,7 +853,7 @@ end:
   :: /* [E-redis-lose] Redis restarts without persistence: every job, lock and de: key is
         gone (a restart that keeps the data: [E-redis-keep] in FINISH, and the lost reply of
         [D-publish]) */
-     atomic { redisRestarts > 0 -> redisRestarts--;
+     atomic { redisRestarts > 0 && (REDIS_BUSY || IDLE) -> redisRestarts--;
 #if GHOST_REDIS
        if :: wJob[0] != NE || wJob[1] != NE || cSt[0] == C_SENT || cSt[1] == C_SENT -> lostByRedis = 1
           :: else -> skip fi;
