@@ -207,7 +207,7 @@ func (r *Runner) consumer(queue string, h worker.Handler) func(jobCtx, runCtx co
 		}
 		if deferred != "" {
 			outcomes.WithLabelValues(OutcomeFailed).Inc()
-			log.ErrorContext(jobCtx, "job failed without running: its task fails", "queue", queue, "job_id", job.ID,
+			log.ErrorContext(jobCtx, "job failed without running: its task fails after its last look, or, never started, is delivered again", "queue", queue, "job_id", job.ID,
 				"event_type", job.EventType, "workspace_id", job.WorkspaceID.String(), "reason", deferred,
 				"code", domain.ErrJobStalled.Code, "retry", false)
 			err := worker.Permanent(errors.New(deferred))
