@@ -238,7 +238,8 @@ func (v *verifications) pipeline(ctx context.Context, o options, dcfg outbox.Dis
 		return fail(err)
 	}
 	p.closes = append(p.closes, func() { _ = transport.Close() })
-	deps := worker.Deps{Tx: postgres.Transactor{Pool: v.db.App}, Operations: v.ops, Events: v.events, Now: time.Now}
+	deps := worker.Deps{Tx: postgres.Transactor{Pool: v.db.App}, Operations: v.ops, Events: v.events, Now: time.Now,
+		Guards: postgres.TaskGuards{Tables: flows.TaskTables()}}
 	kind := storeverify.Tasks(deps, v.tasks)
 	flow := worker.Flow[domain.StoreVerification, struct{}, struct{}]{Kind: kind,
 		Call: func(context.Context, domain.StoreVerification, struct{}, worker.Tx) (struct{}, error) {

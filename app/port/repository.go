@@ -150,6 +150,24 @@ type LockPreloader interface {
 	PreloadLocking(ctx context.Context, id uuid.UUID) context.Context
 }
 
+type checksGuardsKey struct{}
+
+// CheckingGuards marks ctx, with LockingOperation, for a step that checks the declared
+// guards of the task it locks (TaskGuards.Check): the task repository's locking read of the
+// task (or the read a group transaction sends ahead, LockPreloader) also checks them, in the
+// same statement, under the same locks Check takes, and TaskGuards.Check of that task in the
+// step's transaction answers from it without a statement of its own. An adapter that cannot
+// ignores the mark (Check then runs its own statement).
+func CheckingGuards(ctx context.Context) context.Context {
+	return context.WithValue(ctx, checksGuardsKey{}, true)
+}
+
+// ChecksGuards reports whether ctx was marked with CheckingGuards.
+func ChecksGuards(ctx context.Context) bool {
+	v, _ := ctx.Value(checksGuardsKey{}).(bool)
+	return v
+}
+
 // LocksOperation reports whether ctx was marked with LockingOperation.
 func LocksOperation(ctx context.Context) bool {
 	v, _ := ctx.Value(locksOperationKey{}).(bool)

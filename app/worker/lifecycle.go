@@ -286,15 +286,21 @@ func (f Flow[T, W, R]) run(ctx context.Context, job Job, id uuid.UUID) (R, error
 	var held []byte
 	var fenced time.Duration
 	var deadline time.Time
-	// The task's locking read (with its operation) may be sent ahead with the group's others.
-	err := d.groupStep(preloadLocking(ctx, f.Tasks, id), job, id, func(ctx context.Context) error {
+	// The task's locking read (with its operation) may be sent ahead with the group's others,
+	// and check the task's guards (port.CheckingGuards) in the same statement.
+	gctx := ctx
+	if d.Guards != nil {
+		gctx = port.CheckingGuards(ctx)
+	}
+	err := d.groupStep(preloadLocking(gctx, f.Tasks, id), job, id, func(ctx context.Context) error {
 		// Set on every run: a group commit may run this again alone.
 		var zero W
 		w, refused, busy, held, fenced, deadline = zero, nil, nil, nil, 0, time.Time{}
 		// The task's write goes with the COMMIT unless Begin may refuse it: a refusal's
-		// OnFail may read the task again.
+		// OnFail may read the task again. A guard's refusal writes nothing here (errRefused):
+		// the task's failure is written below, before OnFail.
 		// The operation is locked and read with the task (one round trip), for StartOperation.
-		v, err := updateWith(f.Tasks, f.Begin == nil && d.Guards == nil)(port.LockingOperation(ctx), id, func(v *T) error {
+		v, err := updateWith(f.Tasks, f.Begin == nil)(port.LockingOperation(ctx), id, func(v *T) error {
 			t := f.TaskOf(v)
 			if t.Status.Terminal() {
 				return errFinished
@@ -311,7 +317,7 @@ func (f Flow[T, W, R]) run(ctx context.Context, job Job, id uuid.UUID) (R, error
 				var ref refusal
 				if errors.As(err, &ref) {
 					refused = ref.reason
-					return t.Fail(ref.reason.Code, ref.reason.Message, d.Now())
+					return errRefused
 				}
 				return err
 			}
@@ -342,6 +348,11 @@ func (f Flow[T, W, R]) run(ctx context.Context, job Job, id uuid.UUID) (R, error
 		if (busy != nil && errors.Is(err, errBusy)) || (held != nil && errors.Is(err, errHeld)) ||
 			(fenced > 0 && errors.Is(err, errFenced)) {
 			return nil // nothing written: the group's other steps commit
+		}
+		if refused != nil && errors.Is(err, errRefused) {
+			v, err = f.Tasks.Update(ctx, id, func(v *T) error {
+				return f.TaskOf(v).Fail(refused.Code, refused.Message, d.Now())
+			})
 		}
 		if err != nil {
 			return err

@@ -203,6 +203,10 @@ var errHeld = errors.New("worker: result held")
 // writing anything: the delivery waits for the fence.
 var errFenced = errors.New("worker: call fenced")
 
+// errRefused ends a begin step whose task a guard refused before writing anything: the step
+// then writes the task's failure itself.
+var errRefused = errors.New("worker: refused by a guard")
+
 // errFinished is ErrSkip returned by a step that found its task finished before writing
 // anything: in a group transaction it fails no other step.
 var errFinished = fmt.Errorf("%w (nothing written)", ErrSkip)

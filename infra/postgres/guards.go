@@ -8,6 +8,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/listingkit/listing/app/port"
+	"github.com/listingkit/listing/domain"
 )
 
 // TaskGuards implements port.TaskGuards over the task tables of the registered flows: the
@@ -45,6 +46,9 @@ func (g TaskGuards) Check(ctx context.Context, queue string, id uuid.UUID) error
 	if table == "" {
 		return fmt.Errorf("postgres.TaskGuards: no task table of queue %s", queue)
 	}
+	if g, ok := takeLocked[guardRefusal](ctx, guardsOf(table), id); ok {
+		return g.err() // checked by the task's locking read (port.CheckingGuards)
+	}
 	q := `SELECT check_task_guards($1, to_jsonb(t))::text FROM ` + pgx.Identifier{table}.Sanitize() + ` t WHERE t.id = $2`
 	var void string
 	err = tx.QueryRow(ctx, q, table, id).Scan(&void)
@@ -53,3 +57,23 @@ func (g TaskGuards) Check(ctx context.Context, queue string, id uuid.UUID) error
 	}
 	return TranslateError(err)
 }
+
+// guardRefusal is what task_guard_refusal (sql/068) answered of a task with its locking read
+// (port.CheckingGuards), kept in the transaction for Check: the code of the guard error, or
+// "" when every guard holds.
+type guardRefusal struct{ code string }
+
+// err is the refusal as Check returns it.
+func (g guardRefusal) err() error {
+	if g.code == "" {
+		return nil
+	}
+	if e, ok := domain.GuardErrorOf(g.code); ok {
+		return e
+	}
+	return fmt.Errorf("postgres.TaskGuards: guard error code %s has no domain.GuardError", g.code)
+}
+
+// guardsOf names, among the rows a transaction keeps (keepLocked), the guards' answer of a
+// task of table.
+func guardsOf(table string) string { return table + " guards" }

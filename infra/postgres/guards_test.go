@@ -2,6 +2,7 @@ package postgres_test
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -9,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
+	"github.com/listingkit/listing/app/port"
 	"github.com/listingkit/listing/app/worker"
 	"github.com/listingkit/listing/app/worker/flows"
 	"github.com/listingkit/listing/domain"
@@ -72,4 +74,84 @@ func TestTaskGuards(t *testing.T) {
 	_, err = db.Owner.Exec(ctx, `UPDATE store_verifications SET status = 'succeeded'`)
 	require.NoError(t, err)
 	require.Equal(t, 0, unfinished())
+}
+
+// A task's locking read under port.CheckingGuards checks its guards in the same statement:
+// TaskGuards.Check of that task then answers from it, without a statement of its own, what
+// held when the row was locked (a change of the store committed after that is not seen:
+// the answer is the read's), and the guard's refusal; in a group transaction the read sent
+// ahead (port.LockPreloader) does the same. Without the mark, Check reads the row itself.
+func TestTaskGuardsCheckedByTheLockingRead(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	_, err := db.Owner.Exec(ctx, `INSERT INTO task_guards (name, aggregate_table, task_column, holds, error_code)
+		VALUES ('test: store not blocked', 'stores', 'store_id', $$a.name <> 'blocked'$$, 'TEST_STORE_BLOCKED')`)
+	require.NoError(t, err)
+	ws := uuid.New()
+	now := time.Now().UTC().Truncate(time.Microsecond)
+	store, _, task := seedVerification(ctx, t, db, ws, now)
+	counter := &tripCounter{}
+	pool := tracedPool(ctx, t, db, 4, counter)
+	tasks := postgres.NewStoreVerifications()
+	guards := postgres.TaskGuards{Tables: flows.TaskTables()}
+	name := func(n string) {
+		_, err := db.Owner.Exec(ctx, `UPDATE stores SET name = $2 WHERE id = $1`, store.ID, n)
+		require.NoError(t, err)
+	}
+	// check locks the task under mark, renames the store to rename (committed beside), then
+	// checks: Check's answer and its round trips (a refusal raised by its own statement fails
+	// the transaction).
+	check := func(mark func(context.Context) context.Context, rename string) (checked error, trips int64) {
+		err := postgres.InTx(ctx, pool, postgres.Scope{WorkspaceID: ws}, func(ctx context.Context, _ pgx.Tx) error {
+			if _, err := tasks.Update(port.LockingOperation(mark(ctx)), task.ID, func(*domain.StoreVerification) error {
+				return worker.ErrSkip // nothing to write
+			}); !errors.Is(err, worker.ErrSkip) {
+				return err
+			}
+			name(rename)
+			before := counter.trips.Load()
+			checked = guards.Check(ctx, worker.QueueStoreVerification, task.ID)
+			trips = counter.trips.Load() - before
+			return nil
+		})
+		if checked == nil {
+			require.NoError(t, err)
+		}
+		return checked, trips
+	}
+	unmarked := func(ctx context.Context) context.Context { return ctx }
+
+	err, trips := check(port.CheckingGuards, "blocked")
+	require.NoError(t, err, "the guard held when the task was locked")
+	require.Zero(t, trips)
+	err, trips = check(port.CheckingGuards, "open")
+	require.ErrorIs(t, err, errTestGuard, "the store was blocked when the task was locked")
+	require.Zero(t, trips)
+	err, trips = check(unmarked, "blocked")
+	require.ErrorIs(t, err, errTestGuard, "Check reads the store as it is now")
+	require.EqualValues(t, 1, trips)
+	err, trips = check(unmarked, "open")
+	require.NoError(t, err)
+	require.EqualValues(t, 1, trips)
+
+	// Read ahead by a group transaction.
+	name("blocked")
+	tr := postgres.Transactor{Pool: pool}
+	var checked error
+	trips = -1
+	require.NoError(t, tr.InGroupTx(tasks.PreloadLocking(port.CheckingGuards(ctx), task.ID), ws, task.ID, func(ctx context.Context) error {
+		if _, err := tasks.Update(port.LockingOperation(ctx), task.ID, func(*domain.StoreVerification) error {
+			return worker.ErrSkip
+		}); !errors.Is(err, worker.ErrSkip) {
+			return err
+		}
+		before := counter.trips.Load()
+		checked = guards.Check(ctx, worker.QueueStoreVerification, task.ID)
+		trips = counter.trips.Load() - before
+		return nil
+	}))
+	require.ErrorIs(t, checked, errTestGuard)
+	require.Zero(t, trips)
 }

@@ -58,6 +58,9 @@ type Repository[T any] struct {
 	// a task table (one with an operation_id column; port.LockingOperation): the task's columns,
 	// then the operation's, the task's row locked first.
 	lockOperation string
+	// lockGuarded is lockOperation that also checks the declared guards of the task
+	// (task_guard_refusal, sql/068) as its last column (port.CheckingGuards).
+	lockGuarded string
 }
 
 var _ port.Repository[domain.Operation] = (*Repository[domain.Operation])(nil)
@@ -83,15 +86,20 @@ func newRepository[T any](t table[T]) *Repository[T] {
 		}
 	}
 	update := fmt.Sprintf("UPDATE %s SET %s WHERE id = $1", t.name, strings.Join(set, ", "))
-	lockOperation := ""
+	lockOperation, lockGuarded := "", ""
 	if t.name != operationsTable && slices.Contains(t.columns, "operation_id") {
 		// FOR UPDATE OF t, o locks each joined row's task, then its operation (the executor
-		// locks the row marks in the order the clause names them).
-		lockOperation = "SELECT " + qualified("t", t.columns) + ", " + qualified("o", operationColumns) +
-			" FROM " + t.name + " t JOIN " + operationsTable + " o ON o.id = t.operation_id WHERE t.id = $1 FOR UPDATE OF t, o"
+		// locks the row marks in the order the clause names them). The guards' column is
+		// computed with the row under the lock (a row updated meanwhile is locked, then
+		// computed again on its latest version).
+		sel := "SELECT " + qualified("t", t.columns) + ", " + qualified("o", operationColumns)
+		from := " FROM " + t.name + " t JOIN " + operationsTable + " o ON o.id = t.operation_id WHERE t.id = $1 FOR UPDATE OF t, o"
+		lockOperation = sel + from
+		lockGuarded = sel + ", task_guard_refusal('" + t.name + "', to_jsonb(t))" + from
 	}
 	return &Repository[T]{
 		lockOperation: lockOperation,
+		lockGuarded:   lockGuarded,
 		t:             t,
 		insert:        fmt.Sprintf("INSERT INTO %s (%s) VALUES (%s) ON CONFLICT DO NOTHING", t.name, cols, strings.Join(ph, ", ")),
 		sel:           fmt.Sprintf("SELECT %s FROM %s", cols, t.name),
@@ -192,7 +200,12 @@ func (r *Repository[T]) get(ctx context.Context, id uuid.UUID, lock string) (T, 
 // alone, under its lock: the operations repository then reads (and reports) the operation
 // itself.
 func (r *Repository[T]) getWithOperation(ctx context.Context, tx pgx.Tx, id uuid.UUID) (v T, err error) {
-	v, o, err := r.scanWithOperation(tx.QueryRow(ctx, r.lockOperation, id))
+	guarded := port.ChecksGuards(ctx)
+	q := r.lockOperation
+	if guarded {
+		q = r.lockGuarded
+	}
+	v, o, refusal, err := r.scanWithOperation(tx.QueryRow(ctx, q, id), guarded)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		// No task, or no operation in sight: the task alone.
@@ -202,6 +215,9 @@ func (r *Repository[T]) getWithOperation(ctx context.Context, tx pgx.Tx, id uuid
 		}
 	case err == nil:
 		keepLocked(ctx, operationsTable, o.ID, o)
+		if guarded {
+			keepLocked(ctx, guardsOf(r.t.name), id, refusal)
+		}
 	}
 	if err != nil {
 		var zero T
@@ -210,23 +226,40 @@ func (r *Repository[T]) getWithOperation(ctx context.Context, tx pgx.Tx, id uuid
 	return v, nil
 }
 
-// scanWithOperation scans a row of lockOperation: the task, then its operation.
-func (r *Repository[T]) scanWithOperation(row pgx.Row) (v T, o domain.Operation, err error) {
-	err = row.Scan(append(r.t.scan(&v), operationScan(&o)...)...)
-	return v, o, err
+// scanWithOperation scans a row of lockOperation (the task, then its operation), or of
+// lockGuarded when guarded (then the guards' answer).
+func (r *Repository[T]) scanWithOperation(row pgx.Row, guarded bool) (v T, o domain.Operation, g guardRefusal, err error) {
+	dest := append(r.t.scan(&v), operationScan(&o)...)
+	var code *string
+	if guarded {
+		dest = append(dest, &code)
+	}
+	err = row.Scan(dest...)
+	if code != nil {
+		g.code = *code
+	}
+	return v, o, g, err
 }
 
 var _ port.LockPreloader = (*Repository[domain.Publication])(nil)
 
 // PreloadLocking implements port.LockPreloader for a task table (one with an operation_id
-// column); for any other table it returns ctx as it is.
+// column); for any other table it returns ctx as it is. Under port.CheckingGuards the read
+// also checks the task's guards, for TaskGuards.Check in the step: a group's steps then see
+// the guards as they held when the group began, under the aggregates' locks (the order in
+// which separate transactions would have run them, the check first).
 func (r *Repository[T]) PreloadLocking(ctx context.Context, id uuid.UUID) context.Context {
 	if r.lockOperation == "" {
 		return ctx
 	}
-	return context.WithValue(ctx, preloadKey{}, &preload{sql: r.lockOperation, args: []any{id},
+	guarded := port.ChecksGuards(ctx)
+	q := r.lockOperation
+	if guarded {
+		q = r.lockGuarded
+	}
+	return context.WithValue(ctx, preloadKey{}, &preload{sql: q, args: []any{id},
 		read: func(row pgx.Row) ([]preloadedRow, error) {
-			v, o, err := r.scanWithOperation(row)
+			v, o, g, err := r.scanWithOperation(row, guarded)
 			switch {
 			case errors.Is(err, pgx.ErrNoRows):
 				// No task, or no operation in sight: the step reads (and reports) them itself.
@@ -234,7 +267,11 @@ func (r *Repository[T]) PreloadLocking(ctx context.Context, id uuid.UUID) contex
 			case err != nil:
 				return nil, fmt.Errorf("%s: %w", r.op("Get"), TranslateError(err))
 			}
-			return []preloadedRow{{table: r.t.name, id: id, v: v}, {table: operationsTable, id: o.ID, v: o}}, nil
+			rows := []preloadedRow{{table: r.t.name, id: id, v: v}, {table: operationsTable, id: o.ID, v: o}}
+			if guarded {
+				rows = append(rows, preloadedRow{table: guardsOf(r.t.name), id: id, v: g})
+			}
+			return rows, nil
 		}})
 }
 

@@ -12,10 +12,12 @@
 //
 //   - "idempotent": the service as assembled, the bus logging/metrics → RLS transaction →
 //     idempotency;
-//   - "baseline": the same assembly whose Application.Bus is then replaced by one without the
-//     idempotency middleware (bus.New(bus.Observe(...), postgres.TxMiddleware(pool)), on the
-//     assembly's pool). Requests still carry an Idempotency-Key and go through the same HTTP
-//     handler; only the record is not kept.
+//   - "baseline": the same assembly whose bus (the one its routes were built with) is then
+//     rebuilt in place without the idempotency middleware and its opening statement: the
+//     service's chain (bus.Observe, postgres.TxMiddleware on the assembly's pool,
+//     commandstream.Guard, commandstream.Expiry) less the guard's. Requests still carry an
+//     Idempotency-Key and go through the same HTTP handler; only the record is not kept
+//     (the final check counts one record per first execution, none per baseline request).
 //
 // Each of -clients concurrent clients (default 32) uses a workspace of its own. After a
 // warm-up, rounds alternate baseline / first execution (order swapped every other round), then
@@ -72,6 +74,7 @@ import (
 
 	listing "github.com/listingkit/listing"
 	"github.com/listingkit/listing/app/bus"
+	"github.com/listingkit/listing/infra/commandstream"
 	"github.com/listingkit/listing/infra/config"
 	"github.com/listingkit/listing/infra/postgres"
 )
@@ -454,8 +457,8 @@ type server struct {
 }
 
 // serve assembles the API with the wire injector listing.InitializeAPI, as cmd/app does, and
-// serves it on a loopback port; withIdem false then replaces the assembly's bus by one
-// without the idempotency middleware (the baseline).
+// serves it on a loopback port; withIdem false then rebuilds the assembly's bus without the
+// idempotency middleware (the baseline).
 func serve(ctx context.Context, cfg config.Config, log *slog.Logger, withIdem bool) (*server, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -476,7 +479,9 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger, withIdem bo
 			ln.Close()
 			return nil, err
 		}
-		api.App.Bus = bus.New(bus.Observe(log, m), postgres.TxMiddleware(api.Pool))
+		// In place: the routes hold the bus they were built with (httpapi.Runs), so a
+		// new *bus.Bus in Application would change nothing they run.
+		*api.App.Bus = *bus.New(bus.Observe(log, m), postgres.TxMiddleware(api.Pool), commandstream.Guard(), commandstream.Expiry())
 	}
 	hs := &http.Server{Handler: api.Server, ReadHeaderTimeout: 10 * time.Second}
 	go func() { _ = hs.Serve(ln) }()
