@@ -306,7 +306,7 @@ func ProvideApplication(cfg config.Config, b *bus.Bus, pool *pgxpool.Pool, hashe
 	flow := commands.FlowDeps{Operations: repos.Operations, Events: events, Now: now}
 	accounts := repos.Accounts
 	kinds, err := flows.Kinds(provided(cfg, worker.Deps{Tx: postgres.Transactor{Pool: pool}, Operations: repos.Operations,
-		Events: events, Now: time.Now, Guards: postgres.TaskGuardAnswers{TaskGuards: postgres.TaskGuards{Tables: flows.TaskTables()}}}, repos, nil, nil, nil, nil, nil))
+		Events: events, Now: time.Now, Guards: postgres.TaskGuards{Tables: flows.TaskTables()}}, repos, nil, nil, nil, nil, nil))
 	if err != nil {
 		return nil, err
 	}

@@ -104,7 +104,7 @@ func ProvideExternals(cfg config.Config, log *slog.Logger) (*Externals, func(), 
 // (sql/060_task_guards.sql) of every registered flow's tasks included.
 func ProvideWorkerDeps(pool *pgxpool.Pool, repos *Repositories, events *outbox.EventPublisher, log *slog.Logger) worker.Deps {
 	return worker.Deps{Tx: postgres.Transactor{Pool: pool}, Operations: repos.Operations, Events: events, Now: time.Now, Log: log,
-		Guards: postgres.TaskGuardAnswers{TaskGuards: postgres.TaskGuards{Tables: flows.TaskTables()}}}
+		Guards: postgres.TaskGuards{Tables: flows.TaskTables()}}
 }
 
 // TaskKinds describes the task of every queue to the engine.

@@ -31,7 +31,9 @@ func (g TaskGuards) Unfinished(ctx context.Context, column string, id uuid.UUID)
 	return n, TranslateError(err)
 }
 
-// Check implements port.TaskGuards.
+// Check implements port.TaskGuards: the domain.GuardError of the first guard that does not
+// hold of the aggregates task id names, nil when every guard holds or there is no such task;
+// from the task's locking read when it asked (port.CheckingGuards), else by one statement.
 func (g TaskGuards) Check(ctx context.Context, queue string, id uuid.UUID) error {
 	tx, _, err := mustTx(ctx, "postgres.TaskGuards.Check")
 	if err != nil {
@@ -49,13 +51,19 @@ func (g TaskGuards) Check(ctx context.Context, queue string, id uuid.UUID) error
 	if g, ok := takeLocked[guardRefusal](ctx, guardsOf(table), id); ok {
 		return g.err() // checked by the task's locking read (port.CheckingGuards)
 	}
-	q := `SELECT check_task_guards($1, to_jsonb(t))::text FROM ` + pgx.Identifier{table}.Sanitize() + ` t WHERE t.id = $2`
-	var void string
-	err = tx.QueryRow(ctx, q, table, id).Scan(&void)
-	if err == pgx.ErrNoRows {
+	// Answered, not raised (task_guard_refusal): a refusal leaves the transaction usable, so
+	// the task's failure is recorded in it.
+	q := `SELECT task_guard_refusal($1, to_jsonb(t)) FROM ` + pgx.Identifier{table}.Sanitize() + ` t WHERE t.id = $2`
+	var code *string
+	switch err = tx.QueryRow(ctx, q, table, id).Scan(&code); {
+	case err == pgx.ErrNoRows:
 		return nil // no such task: the engine's own read says so
+	case err != nil:
+		return TranslateError(err)
+	case code == nil:
+		return nil
 	}
-	return TranslateError(err)
+	return guardRefusal{code: *code}.err()
 }
 
 // guardRefusal is what task_guard_refusal (sql/068) answered of a task with its locking read

@@ -59,7 +59,7 @@ func setup(t *testing.T, key string) *bundle {
 	require.NoError(t, err)
 	b.stores, b.pubs, b.updates = postgres.NewStores(), postgres.NewPublications(), postgres.NewListingUpdates()
 	// The declared guards, as the service checks them in every begin step.
-	b.Deps.Guards = postgres.TaskGuardAnswers{TaskGuards: postgres.TaskGuards{Tables: []port.TaskTable{{Queue: worker.QueueListingUpdate, Table: "listing_updates"}}}}
+	b.Deps.Guards = postgres.TaskGuards{Tables: []port.TaskTable{{Queue: worker.QueueListingUpdate, Table: "listing_updates"}}}
 	b.handler = b.newHandler(t, b.gateway, b.Deps)
 	b.creds, err = port.NewCredentials(key)
 	require.NoError(t, err)

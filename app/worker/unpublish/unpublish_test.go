@@ -190,7 +190,7 @@ func TestUpdateAcceptedBeforeAPendingUnpublishEndsPublicationUnpublished(t *test
 		workertest.InsertTask(t, b.env, postgres.NewListingUpdates(), updateOp, update)
 	})
 	deps := b.env.Deps
-	deps.Guards = postgres.TaskGuardAnswers{TaskGuards: postgres.TaskGuards{Tables: flows.TaskTables()}}
+	deps.Guards = postgres.TaskGuards{Tables: flows.TaskTables()}
 	updates, err := listingupdate.New(listingupdate.Config{Deps: deps, Updates: postgres.NewListingUpdates(), Publications: b.pubs,
 		Stores: b.stores, Cipher: b.cipher, Marketplace: b.gateway, Lease: time.Minute})
 	require.NoError(t, err)

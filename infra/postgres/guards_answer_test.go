@@ -18,10 +18,10 @@ import (
 
 var errTestPaused = domain.GuardError(domain.NewError(domain.KindConflict, "TEST_STORE_PAUSED", "the store is paused"))
 
-// TaskGuardAnswers.Check answers a guard that does not hold with its error and leaves the
-// transaction usable: the begin step records the task's failure in it. It answers nil when
-// every guard holds.
-func TestTaskGuardAnswersLeaveTheTransactionUsable(t *testing.T) {
+// TaskGuards.Check, asked without the task's locking read, answers a guard that does not hold
+// with its error and leaves the transaction usable: the begin step records the task's failure
+// in it. It answers nil when every guard holds.
+func TestTaskGuardsCheckLeavesTheTransactionUsable(t *testing.T) {
 	t.Parallel()
 	db := pgtest.New(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -31,7 +31,7 @@ func TestTaskGuardAnswersLeaveTheTransactionUsable(t *testing.T) {
 	require.NoError(t, err)
 	ws := uuid.New()
 	store, _, task := seedVerification(ctx, t, db, ws, time.Now().UTC().Truncate(time.Microsecond))
-	guards := postgres.TaskGuardAnswers{TaskGuards: postgres.TaskGuards{Tables: flows.TaskTables()}}
+	guards := postgres.TaskGuards{Tables: flows.TaskTables()}
 	check := func() (checked error) {
 		require.NoError(t, postgres.InTx(ctx, db.App, postgres.Scope{WorkspaceID: ws}, func(ctx context.Context, tx pgx.Tx) error {
 			checked = guards.Check(ctx, worker.QueueStoreVerification, task.ID)
