@@ -29,6 +29,8 @@ type claimed struct {
 	DueAt time.Time
 	// Held: the claim held the row (fair share: no free slot) instead of leasing it.
 	Held bool
+	// Lane is a held row's lane (held_lane); empty for a leased row.
+	Lane string
 }
 
 // byWorkspace indexes rows by workspace.
@@ -86,7 +88,7 @@ func idsOf(rows []claimed) []uuid.UUID {
 // the lowest first, the oldest rows first; a row that finds none, or loses its slot to a
 // concurrent claim (the slot's unique key), is held instead of leased (status held,
 // held_task = its task, held_lane = its lane: out of outbox_events_due). Held rows come back
-// with held = true, after the leased ones.
+// with held = true and their lane, after the leased ones.
 const claimSQL = `
 	WITH w AS (SELECT DISTINCT ON (u.ws) u.ws, u.lw FROM unnest($1::uuid[], $6::timestamptz[]) AS u(ws, lw) ORDER BY u.ws, u.lw),
 	e AS (
@@ -126,14 +128,14 @@ const claimSQL = `
 	         held_lane = (SELECT h.lane FROM hold h WHERE h.id = o.id), locked_by = NULL, locked_until = NULL
 	  WHERE o.id = ANY (ARRAY(SELECT id FROM hold))
 	  RETURNING o.id, o.workspace_id, o.event_type, o.destination, o.event_payload, o.metadata, o.created_at, o.attempt_count,
-	            o.next_attempt_at, now() AS now, o.aggregate_type, o.aggregate_id, true AS held),
+	            o.next_attempt_at, now() AS now, o.aggregate_type, o.aggregate_id, true AS held, o.held_lane AS lane),
 	leased AS (
 	  UPDATE outbox_events o
 	  SET locked_by = $3, locked_until = now() + $4 * interval '1 millisecond',
 	      attempt_count = o.attempt_count + CASE WHEN o.id = ANY (ARRAY(SELECT id FROM e WHERE expired)) THEN 1 ELSE 0 END
 	  WHERE o.id = ANY (ARRAY(SELECT id FROM live WHERE id NOT IN (SELECT id FROM hold)))
 	  RETURNING o.id, o.workspace_id, o.event_type, o.destination, o.event_payload, o.metadata, o.created_at, o.attempt_count,
-	            o.next_attempt_at, now() AS now, o.aggregate_type, o.aggregate_id, false AS held)
+	            o.next_attempt_at, now() AS now, o.aggregate_type, o.aggregate_id, false AS held, '' AS lane)
 	SELECT * FROM leased UNION ALL SELECT * FROM held`
 
 // claim claims up to limit due rows of each of wss under token, in one committed
@@ -171,7 +173,7 @@ func collectClaimed(rows pgx.Rows) (out []claimed, now time.Time, err error) {
 		var c claimed
 		var meta []byte
 		if err := rows.Scan(&c.ID, &c.WorkspaceID, &c.EventType, &c.Destination, &c.Payload, &meta, &c.CreatedAt, &c.Attempts,
-			&c.DueAt, &now, &c.AggregateType, &c.AggregateID, &c.Held); err != nil {
+			&c.DueAt, &now, &c.AggregateType, &c.AggregateID, &c.Held, &c.Lane); err != nil {
 			return nil, time.Time{}, err
 		}
 		c.Metadata = parseMetadata(meta)

@@ -131,6 +131,12 @@ func (d *Dispatcher) sweepFairShare(ctx context.Context) {
 	}
 }
 
+// heldLane is one (workspace, queue, lane) triple with held events.
+type heldLane struct {
+	ws         uuid.UUID
+	dest, lane string
+}
+
 // sweep is one pass of the fair-share sweep over the lanes with held events: it releases
 // held events into free slots (every held event, up to BatchSize per lane, when the queue is
 // not fair-shared), queues the workspaces it released events of, and frees the stale slots
@@ -140,16 +146,24 @@ func (d *Dispatcher) sweep(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("outbox.Dispatcher.sweep: %w", err)
 	}
-	type lane struct {
-		ws         uuid.UUID
-		dest, lane string
-	}
-	lanes, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (l lane, err error) {
+	lanes, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (l heldLane, err error) {
 		return l, r.Scan(&l.ws, &l.dest, &l.lane)
 	})
 	if err != nil {
 		return fmt.Errorf("outbox.Dispatcher.sweep: %w", err)
 	}
+	if err := d.unhold(ctx, lanes, true); err != nil {
+		return fmt.Errorf("outbox.Dispatcher.sweep: %w", err)
+	}
+	return nil
+}
+
+// unhold gives the free slots of lanes to their oldest held events (unholdSQL) and queues
+// the workspaces it released events of; with stale, it also frees the stale slots of the
+// full lanes (staleSlotsSQL). A claim runs it, without stale, on the lanes it held rows of:
+// a row it held because a concurrent claim of the workspace took the slot it chose, while
+// another slot of the lane was free, is released at once instead of at the next sweep.
+func (d *Dispatcher) unhold(ctx context.Context, lanes []heldLane, stale bool) error {
 	for len(lanes) > 0 {
 		// One statement per RoundWorkspaces workspaces, scoped to them.
 		var wss []uuid.UUID
@@ -167,7 +181,7 @@ func (d *Dispatcher) sweep(ctx context.Context) error {
 		}
 		lanes = lanes[n:]
 		type state struct {
-			lane
+			heldLane
 			used     int
 			oldest   float64
 			released int
@@ -177,7 +191,7 @@ func (d *Dispatcher) sweep(ctx context.Context) error {
 			read: func(rows pgx.Rows) error {
 				for rows.Next() {
 					var s state
-					if err := rows.Scan(&s.ws, &s.dest, &s.lane.lane, &s.used, &s.oldest, &s.released); err != nil {
+					if err := rows.Scan(&s.ws, &s.dest, &s.lane, &s.used, &s.oldest, &s.released); err != nil {
 						return err
 					}
 					got = append(got, s)
@@ -185,24 +199,38 @@ func (d *Dispatcher) sweep(ctx context.Context) error {
 				return rows.Err()
 			}}
 		if err := inWorkspaces(ctx, d.pool, []scopedStmt{st})[0]; err != nil {
-			return fmt.Errorf("outbox.Dispatcher.sweep: %w", err)
+			return err
 		}
 		for _, s := range got {
 			if s.released > 0 {
 				d.queue.push(s.ws)
 			}
 			q, fair := d.fair.byQueue[s.dest]
-			if !fair || d.fair.slots == 0 || s.used < d.fair.slots || s.oldest < d.cfg.FairShare.StaleSlotAge.Seconds() {
+			if !stale || !fair || d.fair.slots == 0 || s.used < d.fair.slots || s.oldest < d.cfg.FairShare.StaleSlotAge.Seconds() {
 				continue
 			}
 			stale := scopedStmt{wss: []uuid.UUID{s.ws}, sql: fmt.Sprintf(staleSlotsSQL, pgx.Identifier{q.Table}.Sanitize()),
-				args: []any{s.ws, s.dest, d.cfg.FairShare.StaleSlotAge.Seconds(), s.lane.lane}}
+				args: []any{s.ws, s.dest, d.cfg.FairShare.StaleSlotAge.Seconds(), s.lane}}
 			if err := inWorkspaces(ctx, d.pool, []scopedStmt{stale})[0]; err != nil {
-				return fmt.Errorf("outbox.Dispatcher.sweep: %w", err)
+				return err
 			}
 		}
 	}
 	return nil
+}
+
+// heldLanesOf returns the distinct lanes of the held rows among rows.
+func heldLanesOf(rows []claimed) []heldLane {
+	var out []heldLane
+	seen := map[heldLane]bool{}
+	for _, r := range rows {
+		l := heldLane{ws: r.WorkspaceID, dest: r.Destination, lane: r.Lane}
+		if r.Held && !seen[l] {
+			seen[l] = true
+			out = append(out, l)
+		}
+	}
+	return out
 }
 
 // fairSlots is the unholdSQL's $3 for the sweep: the slots when fair share is on, else 0

@@ -48,12 +48,18 @@ func (d *Dispatcher) dispatchRound(ctx context.Context, wss []uuid.UUID) {
 			d.queue.requeue(ws)
 		}
 	}
-	// Held rows (fair share) wait in the outbox for a slot: nothing to deliver.
-	rows = slices.DeleteFunc(rows, func(r claimed) bool { return r.Held })
-	if len(rows) == 0 {
-		return
+	// Held rows (fair share) wait in the outbox for a slot: nothing to deliver. A row held
+	// because a concurrent claim took the slot it chose may leave a slot of its lane free:
+	// once the leased rows are delivered, unhold gives it one at once.
+	held := heldLanesOf(rows)
+	if rows = slices.DeleteFunc(rows, func(r claimed) bool { return r.Held }); len(rows) > 0 {
+		d.deliver(ctx, token, rows, claimedAt)
 	}
-	d.deliver(ctx, token, rows, claimedAt)
+	if len(held) > 0 && ctx.Err() == nil {
+		if err := d.unhold(ctx, held, false); err != nil && ctx.Err() == nil {
+			d.log.Warn("outbox fair-share release after a claim failed; the sweep releases them", "error", SanitizeError(err, d.cfg.ErrorMaxLen))
+		}
+	}
 }
 
 // toMessage builds the delivered message: UUID = event id (the BullMQ jobId), payload = job
