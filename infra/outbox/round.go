@@ -36,6 +36,7 @@ func (d *Dispatcher) dispatchRound(ctx context.Context, wss []uuid.UUID) {
 	claimedAt := time.Now() // the leases end at the server's now() + Lease, a little later
 	limit := min(d.cfg.BatchSize, max(1, d.cfg.RoundEvents/len(wss)))
 	rows, err := d.claim(ctx, wss, token, limit)
+	d.queue.claimed(wss)
 	if err != nil && ctx.Err() == nil {
 		// Workspaces whose claim failed are found again by the next discovery.
 		d.log.Warn("outbox claim failed", "workspaces", len(wss), "error", SanitizeError(err, d.cfg.ErrorMaxLen))
