@@ -3,6 +3,8 @@ package outbox
 import (
 	"context"
 	"fmt"
+	"slices"
+	"sync"
 	"time"
 
 	"github.com/google/uuid"
@@ -152,18 +154,77 @@ func (d *Dispatcher) sweep(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("outbox.Dispatcher.sweep: %w", err)
 	}
-	if err := d.unhold(ctx, lanes, true); err != nil {
+	d.held.replace(lanes)
+	if err := d.unhold(ctx, lanes, true, true); err != nil {
 		return fmt.Errorf("outbox.Dispatcher.sweep: %w", err)
 	}
 	return nil
 }
 
-// unhold gives the free slots of lanes to their oldest held events (unholdSQL) and queues
-// the workspaces it released events of; with stale, it also frees the stale slots of the
-// full lanes (staleSlotsSQL). A claim runs it, without stale, on the lanes it held rows of:
-// a row it held because a concurrent claim of the workspace took the slot it chose, while
-// another slot of the lane was free, is released at once instead of at the next sweep.
-func (d *Dispatcher) unhold(ctx context.Context, lanes []heldLane, stale bool) error {
+// heldLanes is what a dispatcher knows of the lanes with held events, per workspace: those
+// its claims held rows of, and those the last sweep listed (every lane with held events).
+// A round gives their free slots to their held events before it claims (refill), so that
+// a slot freed by a task's end is refilled by the round the end's wake-up causes.
+type heldLanes struct {
+	mu sync.Mutex
+	m  map[uuid.UUID][]heldLane
+}
+
+// add records lanes.
+func (h *heldLanes) add(lanes []heldLane) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, l := range lanes {
+		if !slices.Contains(h.m[l.ws], l) {
+			h.m[l.ws] = append(h.m[l.ws], l)
+		}
+	}
+}
+
+// replace makes lanes (a sweep's listing) the lanes known.
+func (h *heldLanes) replace(lanes []heldLane) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	clear(h.m)
+	for _, l := range lanes {
+		h.m[l.ws] = append(h.m[l.ws], l)
+	}
+}
+
+// of returns the known lanes of wss.
+func (h *heldLanes) of(wss []uuid.UUID) []heldLane {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var out []heldLane
+	for _, ws := range wss {
+		out = append(out, h.m[ws]...)
+	}
+	return out
+}
+
+// refill gives the free slots of the held lanes known of wss to their oldest held events
+// (pending, due now), for the claim that follows to admit them. A failure is logged: the
+// sweep releases them.
+func (d *Dispatcher) refill(ctx context.Context, wss []uuid.UUID) {
+	if d.fair.slots == 0 {
+		return
+	}
+	lanes := d.held.of(wss)
+	if len(lanes) == 0 {
+		return
+	}
+	if err := d.unhold(ctx, lanes, false, false); err != nil && ctx.Err() == nil {
+		d.log.Warn("outbox fair-share refill failed; the sweep releases the held events", "error", SanitizeError(err, d.cfg.ErrorMaxLen))
+	}
+}
+
+// unhold gives the free slots of lanes to their oldest held events (unholdSQL) and, with
+// push, queues the workspaces it released events of; with stale, it also frees the stale
+// slots of the full lanes (staleSlotsSQL). A round runs it on the lanes it held rows of,
+// after its claim: a row held because a concurrent claim (another dispatcher's) took the
+// slot it chose, while another slot of the lane was free, is released at once instead of
+// at the next sweep.
+func (d *Dispatcher) unhold(ctx context.Context, lanes []heldLane, stale, push bool) error {
 	for len(lanes) > 0 {
 		// One statement per RoundWorkspaces workspaces, scoped to them.
 		var wss []uuid.UUID
@@ -202,7 +263,7 @@ func (d *Dispatcher) unhold(ctx context.Context, lanes []heldLane, stale bool) e
 			return err
 		}
 		for _, s := range got {
-			if s.released > 0 {
+			if push && s.released > 0 {
 				d.queue.push(s.ws)
 			}
 			q, fair := d.fair.byQueue[s.dest]
