@@ -26,8 +26,8 @@ type FairShare struct {
 	LaneField string
 	// Queues are the fair-shared queues (the flows' request queues).
 	Queues []FairQueue
-	// SweepInterval is the period of the sweep that gives free slots to held events the
-	// tasks' own release missed (a slot freed while a claim was holding), frees the slots of
+	// SweepInterval is the period of the sweep that gives free slots to held events no
+	// round refilled (a task's end whose wake-up was lost), frees the slots of
 	// tasks that ended without releasing them, and releases every held event when fair share
 	// is off. Default 1s.
 	SweepInterval time.Duration
