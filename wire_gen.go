@@ -295,7 +295,7 @@ func InitializeWork(ctx context.Context, cfg config.Config, q *Queues, reg *prom
 		cleanup()
 		return nil, nil, err
 	}
-	runner, err := ProvideRunner(cfg, transport, v, taskKinds, reg, log)
+	runner, err := ProvideRunner(cfg, transport, v, taskKinds, pool, eventPublisher, reg, log)
 	if err != nil {
 		cleanup5()
 		cleanup4()

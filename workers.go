@@ -271,11 +271,29 @@ func ProvideTransport(cfg config.Config, bcfg bullmq.Config, q *Queues, pool *pg
 
 // ProvideRunner builds the consumers of every queue, refusing to start without a handler and
 // a task kind of every registered flow (flows.Check); their metrics (job outcomes, handler
-// time, queue depth) are registered on reg.
+// time, queue depth) are registered on reg. With fair share on (FAIR_SHARE_SLOTS), the end
+// of a request queue's task wakes the dispatchers for its workspace (the slot it freed).
 func ProvideRunner(cfg config.Config, transport jobs.Transport, handlers map[string]worker.Handler, kinds TaskKinds,
-	reg *prometheus.Registry, log *slog.Logger) (*jobs.Runner, error) {
+	pool *pgxpool.Pool, events *outbox.EventPublisher, reg *prometheus.Registry, log *slog.Logger) (*jobs.Runner, error) {
 	if err := flows.Check(byQueue(kinds), handlers); err != nil {
 		return nil, err
+	}
+	slots, err := cfg.FairSlots()
+	if err != nil {
+		return nil, err
+	}
+	var ended func(string, worker.Job)
+	if slots > 0 {
+		fair := map[string]bool{}
+		for _, q := range fairQueues() {
+			fair[q.Queue] = true
+		}
+		wake := events.TaskEnded(pool)
+		ended = func(queue string, job worker.Job) {
+			if fair[queue] {
+				wake(job.WorkspaceID)
+			}
+		}
 	}
 	var timeout time.Duration
 	if cfg.Memory() {
@@ -284,7 +302,7 @@ func ProvideRunner(cfg config.Config, transport jobs.Transport, handlers map[str
 		timeout = jobs.HandlerTimeout(cfg.MemoryLease())
 	}
 	return jobs.NewRunner(jobs.Config{Transport: transport, Concurrency: cfg.WorkerConcurrency, Handlers: handlers,
-		Kinds: byQueue(kinds), JobTimeout: timeout, ShutdownTimeout: cfg.WorkerStopTimeout, Logger: log, Registerer: reg})
+		Kinds: byQueue(kinds), JobTimeout: timeout, ShutdownTimeout: cfg.WorkerStopTimeout, TaskEnded: ended, Logger: log, Registerer: reg})
 }
 
 // Work is the assembled job consumers.

@@ -249,7 +249,14 @@ func (v *verifications) pipeline(ctx context.Context, o options, dcfg outbox.Dis
 			return map[string]any{}, nil
 		}}
 	h := worker.HandlerFunc(func(ctx context.Context, job worker.Job) error { return wrap(ctx, job, flow) })
-	p.runner, err = jobs.NewRunner(jobs.Config{Transport: transport, Concurrency: o.workers, Logger: log,
+	// As the service does with fair share on (ProvideRunner): a task's end wakes the
+	// dispatcher for its workspace.
+	var ended func(string, worker.Job)
+	if dcfg.FairShare.Slots > 0 {
+		wake := v.events.TaskEnded(v.db.App)
+		ended = func(_ string, job worker.Job) { wake(job.WorkspaceID) }
+	}
+	p.runner, err = jobs.NewRunner(jobs.Config{Transport: transport, Concurrency: o.workers, Logger: log, TaskEnded: ended,
 		Handlers: map[string]worker.Handler{worker.QueueStoreVerification: h},
 		Kinds:    map[string]worker.TaskKind{worker.QueueStoreVerification: kind}, Registerer: prometheus.NewRegistry()})
 	if err != nil {

@@ -75,6 +75,11 @@ type Config struct {
 	// Logger receives a line for what no handler logged (a panic, an unreadable envelope, a
 	// deferred failure). Default slog.Default().
 	Logger *slog.Logger
+	// TaskEnded, when set, is called with the queue and the job after a handler returned
+	// an outcome that ends the job's task (completed, failed for good, or failed without
+	// running), once the task's end is committed: fair share (outbox.FairShare) wakes the
+	// dispatchers there, so that the slot the task freed is refilled at once.
+	TaskEnded func(queue string, job worker.Job)
 	// Registerer receives the Metrics and, when the Transport has one (QueueCollectors), a
 	// collector of its queues' depth. Optional: nil keeps them unregistered. Collectors
 	// already registered on it (by another Runner) are reused.
@@ -218,6 +223,7 @@ func (r *Runner) consumer(queue string, h worker.Handler) func(jobCtx, runCtx co
 				}
 			}
 			t.Settle(jobCtx, msg, job, err)
+			r.taskEnded(queue, job)
 			return
 		}
 		if tk, ok := t.(Taker); ok {
@@ -246,19 +252,32 @@ func (r *Runner) consumer(queue string, h worker.Handler) func(jobCtx, runCtx co
 		cancel()
 		duration.Observe(time.Since(start).Seconds())
 		_, snoozed := worker.SnoozeOf(err)
+		ended := false
 		switch {
 		case err == nil:
 			outcomes.WithLabelValues(OutcomeCompleted).Inc()
+			ended = true
 		case runCtx.Err() != nil && errors.Is(err, context.Canceled):
 			// Shutdown: the transport hands the job back without counting an attempt.
 		case snoozed:
 			outcomes.WithLabelValues(OutcomeSnoozed).Inc()
 		case worker.IsPermanent(err) || job.LastAttempt:
 			outcomes.WithLabelValues(OutcomeFailed).Inc()
+			ended = true
 		default:
 			outcomes.WithLabelValues(OutcomeRetry).Inc()
 		}
+		if ended {
+			r.taskEnded(queue, job)
+		}
 		t.Settle(jobCtx, msg, job, err)
+	}
+}
+
+// taskEnded calls Config.TaskEnded, when set.
+func (r *Runner) taskEnded(queue string, job worker.Job) {
+	if r.cfg.TaskEnded != nil {
+		r.cfg.TaskEnded(queue, job)
 	}
 }
 

@@ -74,6 +74,7 @@ type Dispatcher struct {
 	low      *lowWater
 	disc     discoveryMark // feed's alone
 	fair     fairShare
+	held     heldLanes
 	wake     chan struct{}
 	claimSeq atomic.Uint64
 	running  atomic.Bool
@@ -107,6 +108,7 @@ func NewDispatcher(cfg DispatcherConfig, pool *pgxpool.Pool, publishers Publishe
 		low:     newLowWater(cfg.FullClaimInterval),
 		disc:    discoveryMark{every: cfg.FullClaimInterval},
 		fair:    newFairShare(cfg.FairShare),
+		held:    heldLanes{m: map[uuid.UUID][]heldLane{}},
 		wake:    make(chan struct{}, 1),
 	}, nil
 }

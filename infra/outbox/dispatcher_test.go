@@ -838,6 +838,39 @@ func TestWorkspaceQueueRounds(t *testing.T) {
 	require.False(t, ok, "an empty queue waits until cancelled")
 }
 
+// A workspace is claimed by one round at a time: queued again while its claim runs, it keeps
+// its place, passed over, until the claim ends.
+func TestWorkspaceQueueOneClaimAtATime(t *testing.T) {
+	q := newWSQueue()
+	ctx := context.Background()
+	a, b, c := uuid.New(), uuid.New(), uuid.New()
+	q.push(a)
+	got, _ := q.pop(ctx, 3)
+	require.Equal(t, []uuid.UUID{a}, got)
+	q.push(a, b, c)
+	got, _ = q.pop(ctx, 1)
+	require.Equal(t, []uuid.UUID{b}, got, "a's claim runs: passed over")
+	q.claimed([]uuid.UUID{a, b})
+	got, _ = q.pop(ctx, 3)
+	require.Equal(t, []uuid.UUID{a, c}, got, "a kept its place")
+
+	q.push(a)
+	done := make(chan []uuid.UUID)
+	go func() { got, _ := q.pop(ctx, 3); done <- got }()
+	select {
+	case <-done:
+		t.Fatal("popped a workspace whose claim runs")
+	case <-time.After(50 * time.Millisecond):
+	}
+	q.claimed([]uuid.UUID{a, c})
+	select {
+	case got := <-done:
+		require.Equal(t, []uuid.UUID{a}, got)
+	case <-time.After(5 * time.Second):
+		t.Fatal("the claim's end did not wake pop")
+	}
+}
+
 // Discovery (outbox_due_workspaces, a loose index scan since sql/015) returns each
 // workspace with a due pending row or an expired lease once, the longest-waiting first, up
 // to the limit; rows not yet due, leases still valid, and dispatched or dead-lettered rows

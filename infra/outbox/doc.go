@@ -126,15 +126,22 @@
 //     without a task id, and every event of another destination.
 //   - A slot is freed when its task ends: every task table gets a trigger
 //     (prepare_task_fair_share, AFTER UPDATE OF status leaving pending/running, AFTER DELETE)
-//     that, in the transaction ending the task, deletes its slot and sets the oldest held
-//     event of its workspace's queue and lane pending, due now (the next claim of the workspace admits
-//     it), and deletes the task's own held requests.
+//     that, in the transaction ending the task, deletes its slot, or, when the task held none
+//     (it ended while its request was held), deletes its held requests (sql/067).
+//   - The slot is refilled by the dispatcher: the worker that ended the task wakes the
+//     dispatchers for its workspace (EventPublisher.TaskEnded, jobs.Config.TaskEnded), and
+//     each round first gives the free slots of the held lanes it knows of its workspaces
+//     (heldLanes: those its claims held rows of, and the sweep's listing) to their oldest
+//     held events (refill, unholdSQL: pending, due now), which its claim then admits. A
+//     round whose claim held rows gives their lanes' free slots at once after it (a row that
+//     lost its slot to another dispatcher's claim). One claim of a workspace runs at a time
+//     per dispatcher (wsQueue).
 //   - The sweep (sweepFairShare, every FairShare.SweepInterval) walks the (workspace, queue,
 //     lane) triples with held events (outbox_held_lanes, a loose index scan), gives each
-//     one's free slots to its oldest held events (unholdSQL: a slot freed while a claim was
-//     holding), frees the slots of a full queue older than StaleSlotAge whose task is no
-//     longer pending or running (a task that ended before its request was claimed), and,
-//     with fair share off, releases every held event (BatchSize per pair and pass).
+//     one's free slots to its oldest held events (a refill a lost wake-up missed), frees the
+//     slots of a full queue older than StaleSlotAge whose task is no longer pending or
+//     running (a task that ended before its request was claimed), and, with fair share off,
+//     releases every held event (BatchSize per pair and pass).
 //
 // A job lost with Redis, or with its worker, keeps its task unfinished and so its slot: the
 // stalled check or the reconciler delivers the task again (through at once: it holds a slot),
@@ -142,9 +149,10 @@
 //
 // Finding and dropping a workspace's held requests: they are the rows of outbox_events with
 // status = 'held' of the workspace (index outbox_events_held: workspace_id, destination,
-// created_at), held_task naming the task each asks for (index outbox_events_held_task). Ending
-// a task (any status but pending and running, in its table) drops its held requests in the
-// same transaction; nothing else needs to touch them. listing_fair_share_held{flow} counts
+// held_lane, created_at), held_task naming the task each asks for (index
+// outbox_events_held_task). Ending a task that holds no slot (any status but pending and
+// running, in its table) drops its held requests in the same transaction; nothing else needs
+// to touch them. listing_fair_share_held{flow} counts
 // them (outbox_held_counts).
 //
 // # Guarantees

@@ -3,6 +3,8 @@ package outbox
 import (
 	"context"
 	"fmt"
+	"slices"
+	"sync"
 	"time"
 
 	"github.com/google/uuid"
@@ -24,8 +26,8 @@ type FairShare struct {
 	LaneField string
 	// Queues are the fair-shared queues (the flows' request queues).
 	Queues []FairQueue
-	// SweepInterval is the period of the sweep that gives free slots to held events the
-	// tasks' own release missed (a slot freed while a claim was holding), frees the slots of
+	// SweepInterval is the period of the sweep that gives free slots to held events no
+	// round refilled (a task's end whose wake-up was lost), frees the slots of
 	// tasks that ended without releasing them, and releases every held event when fair share
 	// is off. Default 1s.
 	SweepInterval time.Duration
@@ -131,6 +133,12 @@ func (d *Dispatcher) sweepFairShare(ctx context.Context) {
 	}
 }
 
+// heldLane is one (workspace, queue, lane) triple with held events.
+type heldLane struct {
+	ws         uuid.UUID
+	dest, lane string
+}
+
 // sweep is one pass of the fair-share sweep over the lanes with held events: it releases
 // held events into free slots (every held event, up to BatchSize per lane, when the queue is
 // not fair-shared), queues the workspaces it released events of, and frees the stale slots
@@ -140,16 +148,83 @@ func (d *Dispatcher) sweep(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("outbox.Dispatcher.sweep: %w", err)
 	}
-	type lane struct {
-		ws         uuid.UUID
-		dest, lane string
-	}
-	lanes, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (l lane, err error) {
+	lanes, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (l heldLane, err error) {
 		return l, r.Scan(&l.ws, &l.dest, &l.lane)
 	})
 	if err != nil {
 		return fmt.Errorf("outbox.Dispatcher.sweep: %w", err)
 	}
+	d.held.replace(lanes)
+	if err := d.unhold(ctx, lanes, true, true); err != nil {
+		return fmt.Errorf("outbox.Dispatcher.sweep: %w", err)
+	}
+	return nil
+}
+
+// heldLanes is what a dispatcher knows of the lanes with held events, per workspace: those
+// its claims held rows of, and those the last sweep listed (every lane with held events).
+// A round gives their free slots to their held events before it claims (refill), so that
+// a slot freed by a task's end is refilled by the round the end's wake-up causes.
+type heldLanes struct {
+	mu sync.Mutex
+	m  map[uuid.UUID][]heldLane
+}
+
+// add records lanes.
+func (h *heldLanes) add(lanes []heldLane) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, l := range lanes {
+		if !slices.Contains(h.m[l.ws], l) {
+			h.m[l.ws] = append(h.m[l.ws], l)
+		}
+	}
+}
+
+// replace makes lanes (a sweep's listing) the lanes known.
+func (h *heldLanes) replace(lanes []heldLane) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	clear(h.m)
+	for _, l := range lanes {
+		h.m[l.ws] = append(h.m[l.ws], l)
+	}
+}
+
+// of returns the known lanes of wss.
+func (h *heldLanes) of(wss []uuid.UUID) []heldLane {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var out []heldLane
+	for _, ws := range wss {
+		out = append(out, h.m[ws]...)
+	}
+	return out
+}
+
+// refill gives the free slots of the held lanes known of wss to their oldest held events
+// (pending, due now), for the claim that follows to admit them. A failure is logged: the
+// sweep releases them.
+func (d *Dispatcher) refill(ctx context.Context, wss []uuid.UUID) {
+	if d.fair.slots == 0 {
+		return
+	}
+	lanes := d.held.of(wss)
+	if len(lanes) == 0 {
+		return
+	}
+	if err := d.unhold(ctx, lanes, false, false); err != nil && ctx.Err() == nil {
+		d.log.Warn("outbox fair-share refill failed; the sweep releases the held events", "error", SanitizeError(err, d.cfg.ErrorMaxLen))
+	}
+}
+
+// unhold gives the free slots of lanes to their oldest held events (unholdSQL) and, with
+// push, queues the workspaces it released events of; with stale, it also frees the stale
+// slots of the full lanes (staleSlotsSQL). A round runs it on the lanes it held rows of,
+// after its claim: a row held because a concurrent claim (another dispatcher's) took the
+// slot it chose, while another slot of the lane was free, is released at once instead of
+// at the next sweep.
+func (d *Dispatcher) unhold(ctx context.Context, lanes []heldLane, stale, push bool) error {
 	for len(lanes) > 0 {
 		// One statement per RoundWorkspaces workspaces, scoped to them.
 		var wss []uuid.UUID
@@ -167,7 +242,7 @@ func (d *Dispatcher) sweep(ctx context.Context) error {
 		}
 		lanes = lanes[n:]
 		type state struct {
-			lane
+			heldLane
 			used     int
 			oldest   float64
 			released int
@@ -177,7 +252,7 @@ func (d *Dispatcher) sweep(ctx context.Context) error {
 			read: func(rows pgx.Rows) error {
 				for rows.Next() {
 					var s state
-					if err := rows.Scan(&s.ws, &s.dest, &s.lane.lane, &s.used, &s.oldest, &s.released); err != nil {
+					if err := rows.Scan(&s.ws, &s.dest, &s.lane, &s.used, &s.oldest, &s.released); err != nil {
 						return err
 					}
 					got = append(got, s)
@@ -185,24 +260,38 @@ func (d *Dispatcher) sweep(ctx context.Context) error {
 				return rows.Err()
 			}}
 		if err := inWorkspaces(ctx, d.pool, []scopedStmt{st})[0]; err != nil {
-			return fmt.Errorf("outbox.Dispatcher.sweep: %w", err)
+			return err
 		}
 		for _, s := range got {
-			if s.released > 0 {
+			if push && s.released > 0 {
 				d.queue.push(s.ws)
 			}
 			q, fair := d.fair.byQueue[s.dest]
-			if !fair || d.fair.slots == 0 || s.used < d.fair.slots || s.oldest < d.cfg.FairShare.StaleSlotAge.Seconds() {
+			if !stale || !fair || d.fair.slots == 0 || s.used < d.fair.slots || s.oldest < d.cfg.FairShare.StaleSlotAge.Seconds() {
 				continue
 			}
 			stale := scopedStmt{wss: []uuid.UUID{s.ws}, sql: fmt.Sprintf(staleSlotsSQL, pgx.Identifier{q.Table}.Sanitize()),
-				args: []any{s.ws, s.dest, d.cfg.FairShare.StaleSlotAge.Seconds(), s.lane.lane}}
+				args: []any{s.ws, s.dest, d.cfg.FairShare.StaleSlotAge.Seconds(), s.lane}}
 			if err := inWorkspaces(ctx, d.pool, []scopedStmt{stale})[0]; err != nil {
-				return fmt.Errorf("outbox.Dispatcher.sweep: %w", err)
+				return err
 			}
 		}
 	}
 	return nil
+}
+
+// heldLanesOf returns the distinct lanes of the held rows among rows.
+func heldLanesOf(rows []claimed) []heldLane {
+	var out []heldLane
+	seen := map[heldLane]bool{}
+	for _, r := range rows {
+		l := heldLane{ws: r.WorkspaceID, dest: r.Destination, lane: r.Lane}
+		if r.Held && !seen[l] {
+			seen[l] = true
+			out = append(out, l)
+		}
+	}
+	return out
 }
 
 // fairSlots is the unholdSQL's $3 for the sweep: the slots when fair share is on, else 0

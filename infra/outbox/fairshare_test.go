@@ -119,11 +119,20 @@ type fairWorker struct {
 	start map[string]time.Time // task id -> first job start
 	wsOf  map[string]uuid.UUID
 	order []string
+	// ended, when set, is called with the workspace after each task's end, as the service's
+	// workers call EventPublisher.TaskEnded.
+	ended func(uuid.UUID)
 }
 
 // startFairWorker runs a fairWorker until the test ends.
 func startFairWorker(t *testing.T, db *pgtest.DB, q *bullQueue, work time.Duration) *fairWorker {
-	w := &fairWorker{t: t, db: db, q: q, work: work, runs: map[string]int{}, start: map[string]time.Time{}, wsOf: map[string]uuid.UUID{}}
+	return startFairWorkerEnding(t, db, q, work, nil)
+}
+
+// startFairWorkerEnding is startFairWorker calling ended after each task's end.
+func startFairWorkerEnding(t *testing.T, db *pgtest.DB, q *bullQueue, work time.Duration, ended func(uuid.UUID)) *fairWorker {
+	w := &fairWorker{t: t, db: db, q: q, work: work, runs: map[string]int{}, start: map[string]time.Time{}, wsOf: map[string]uuid.UUID{},
+		ended: ended}
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	wg.Go(func() { w.run(ctx) })
@@ -178,6 +187,9 @@ func (w *fairWorker) run(ctx context.Context) {
 		if err != nil {
 			w.t.Errorf("task %s: %v", ev.ThingID, err)
 		}
+		if w.ended != nil {
+			w.ended(env.WorkspaceID)
+		}
 	}
 }
 
@@ -231,6 +243,30 @@ func TestFairShareAdmitsAnotherWorkspaceBeforeTheBacklog(t *testing.T) {
 	require.Less(t, w.ran(n), len(backlog)-100, "Q waited for N's backlog")
 
 	waitFor(t, 60*time.Second, "N's backlog drains", func() bool { return w.ran(n) == len(backlog) })
+	requireDrained(t, db)
+}
+
+// TestFairShareRefillsAFreedSlotAtOnce: with 1 slot, K tasks of one lane go through it one
+// after another. The dispatcher's discovery and sweep run once a second only; the worker
+// tells the dispatcher of each task's end (EventPublisher.TaskEnded), so each freed slot is
+// refilled at once: the K jobs drain in well under K seconds, where a refill that waits for
+// the next discovery or sweep takes about a second a job.
+func TestFairShareRefillsAFreedSlotAtOnce(t *testing.T) {
+	db, q := fairSetup(t)
+	ws := createWorkspace(t, db)
+	const k = 20
+	fairPublishIn(t, db, ws, "store-a", k)
+	cfg := fairConfig(1)
+	cfg.PollInterval, cfg.BusyPollInterval, cfg.FairShare.SweepInterval = time.Second, time.Second, time.Second
+	pub, err := NewEventPublisher(PublisherConfig{Routes: testRoutes})
+	require.NoError(t, err)
+	startDispatcher(t, db, cfg, q.router())
+	began := time.Now()
+	w := startFairWorkerEnding(t, db, q, time.Millisecond, pub.TaskEnded(db.App))
+	waitFor(t, 3*k*time.Second, "the lane's jobs", func() bool { return w.ran(ws) == k })
+	took := time.Since(began)
+	t.Logf("%d jobs through 1 slot in %s", k, took)
+	require.Less(t, took, k*time.Second/4, "a freed slot waited for the next discovery or sweep")
 	requireDrained(t, db)
 }
 

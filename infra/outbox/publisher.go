@@ -21,6 +21,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/listingkit/listing/app/port"
 	"github.com/listingkit/listing/domain"
@@ -159,6 +160,21 @@ func (p *EventPublisher) wakeAfterCommit(ctx context.Context) error {
 			p.cfg.Signal.Signal(scope.WorkspaceID)
 		}
 	})
+}
+
+// TaskEnded returns what a worker calls once a task of a fair-shared queue (FairShare) of
+// workspace ws has ended in database pool: the end's transaction freed the task's slot and
+// set the next held request of its lane pending (sql/053), and the next claim of the
+// workspace admits it. The function queues ws on a Dispatcher of this process on that
+// database, or else tells the configured Signal, as a commit does; without it the request
+// waits for the dispatchers' next discovery.
+func (p *EventPublisher) TaskEnded(pool *pgxpool.Pool) func(ws uuid.UUID) {
+	db := pool.Config().ConnConfig.Database
+	return func(ws uuid.UUID) {
+		if !wakeLocal(db, ws) && p.cfg.Signal != nil {
+			p.cfg.Signal.Signal(ws)
+		}
+	}
 }
 
 // connDatabases caches the database name of connections: pgx's Conn.Config copies the whole

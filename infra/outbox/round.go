@@ -35,7 +35,9 @@ func (d *Dispatcher) dispatchRound(ctx context.Context, wss []uuid.UUID) {
 	token := fmt.Sprintf("%s/%d", d.cfg.ID, d.claimSeq.Add(1))
 	claimedAt := time.Now() // the leases end at the server's now() + Lease, a little later
 	limit := min(d.cfg.BatchSize, max(1, d.cfg.RoundEvents/len(wss)))
+	d.refill(ctx, wss)
 	rows, err := d.claim(ctx, wss, token, limit)
+	d.queue.claimed(wss)
 	if err != nil && ctx.Err() == nil {
 		// Workspaces whose claim failed are found again by the next discovery.
 		d.log.Warn("outbox claim failed", "workspaces", len(wss), "error", SanitizeError(err, d.cfg.ErrorMaxLen))
@@ -48,12 +50,19 @@ func (d *Dispatcher) dispatchRound(ctx context.Context, wss []uuid.UUID) {
 			d.queue.requeue(ws)
 		}
 	}
-	// Held rows (fair share) wait in the outbox for a slot: nothing to deliver.
-	rows = slices.DeleteFunc(rows, func(r claimed) bool { return r.Held })
-	if len(rows) == 0 {
-		return
+	// Held rows (fair share) wait in the outbox for a slot: nothing to deliver. A row held
+	// because a concurrent claim took the slot it chose may leave a slot of its lane free:
+	// once the leased rows are delivered, unhold gives it one at once.
+	held := heldLanesOf(rows)
+	d.held.add(held)
+	if rows = slices.DeleteFunc(rows, func(r claimed) bool { return r.Held }); len(rows) > 0 {
+		d.deliver(ctx, token, rows, claimedAt)
 	}
-	d.deliver(ctx, token, rows, claimedAt)
+	if len(held) > 0 && ctx.Err() == nil {
+		if err := d.unhold(ctx, held, false, true); err != nil && ctx.Err() == nil {
+			d.log.Warn("outbox fair-share release after a claim failed; the sweep releases them", "error", SanitizeError(err, d.cfg.ErrorMaxLen))
+		}
+	}
 }
 
 // toMessage builds the delivered message: UUID = event id (the BullMQ jobId), payload = job

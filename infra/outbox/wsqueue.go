@@ -10,17 +10,36 @@ import (
 // wsQueue holds the workspaces waiting for a batch, each at most once, in two FIFOs: fresh
 // workspaces (found by discovery or notification) go before continuing ones (re-queued
 // after a full batch), so a new event waits for at most the batches already in flight, and
-// backlogs take turns.
+// backlogs take turns. A workspace is claimed by one round at a time: pop passes over the
+// workspaces whose claim is running (they keep their place) until claimed reports it ended.
+// Two concurrent claims of a workspace would take the same free slots of a fair-shared lane
+// (fair share), one of them holding its rows instead, and would each get a smaller batch;
+// one after the other, the second claims what the first left. Publishing and marking still
+// overlap the next claim.
 type wsQueue struct {
-	mu     sync.Mutex
-	fresh  []uuid.UUID
-	cont   []uuid.UUID
-	queued map[uuid.UUID]struct{}
-	signal chan struct{}
+	mu       sync.Mutex
+	fresh    []uuid.UUID
+	cont     []uuid.UUID
+	queued   map[uuid.UUID]struct{}
+	claiming map[uuid.UUID]struct{}
+	signal   chan struct{}
 }
 
 func newWSQueue() *wsQueue {
-	return &wsQueue{queued: map[uuid.UUID]struct{}{}, signal: make(chan struct{}, 1)}
+	return &wsQueue{queued: map[uuid.UUID]struct{}{}, claiming: map[uuid.UUID]struct{}{}, signal: make(chan struct{}, 1)}
+}
+
+// claimed reports that the claim of ids (popped together) ended.
+func (q *wsQueue) claimed(ids []uuid.UUID) {
+	q.mu.Lock()
+	for _, id := range ids {
+		delete(q.claiming, id)
+	}
+	more := len(q.fresh)+len(q.cont) > 0
+	q.mu.Unlock()
+	if more {
+		q.notify()
+	}
 }
 
 // push queues fresh workspaces.
@@ -56,17 +75,31 @@ func (q *wsQueue) notify() {
 	}
 }
 
-// take moves up to n ids from the front of *from to the end of out.
-func take(from *[]uuid.UUID, n int, out []uuid.UUID) []uuid.UUID {
-	k := min(n, len(*from))
-	out = append(out, (*from)[:k]...)
-	clear((*from)[:k])
-	*from = (*from)[k:]
+// take moves up to n ids not in skip from the front of *from to the end of out; the ids
+// it passes over keep their order at the front.
+func take(from *[]uuid.UUID, n int, out []uuid.UUID, skip map[uuid.UUID]struct{}) []uuid.UUID {
+	src := *from
+	var kept []uuid.UUID
+	i := 0
+	for ; i < len(src) && n > 0; i++ {
+		if _, busy := skip[src[i]]; busy {
+			kept = append(kept, src[i])
+			continue
+		}
+		out = append(out, src[i])
+		n--
+	}
+	// src[i-len(kept):i] receives the passed-over ids, the front before it is dropped.
+	copy(src[i-len(kept):i], kept)
+	clear(src[:i-len(kept)])
+	*from = src[i-len(kept):]
 	return out
 }
 
-// pop takes up to n queued workspaces, fresh ones first (at most n-1 of them while a
-// continuing one waits), waiting for at least one. It returns false when ctx is cancelled.
+// pop takes up to n queued workspaces whose claim is not running, fresh ones first (at most
+// n-1 of them while a continuing one waits), waiting for at least one, and marks them
+// claiming (the caller reports the claim's end with claimed). It returns false when ctx is
+// cancelled.
 func (q *wsQueue) pop(ctx context.Context, n int) ([]uuid.UUID, bool) {
 	for {
 		if ctx.Err() != nil {
@@ -79,10 +112,11 @@ func (q *wsQueue) pop(ctx context.Context, n int) ([]uuid.UUID, bool) {
 		if n > 1 && len(q.cont) > 0 {
 			freshMax = n - 1
 		}
-		out := take(&q.fresh, freshMax, nil)
-		out = take(&q.cont, n-len(out), out)
+		out := take(&q.fresh, freshMax, nil, q.claiming)
+		out = take(&q.cont, n-len(out), out, q.claiming)
 		for _, id := range out {
 			delete(q.queued, id)
+			q.claiming[id] = struct{}{}
 		}
 		more := len(q.fresh)+len(q.cont) > 0
 		q.mu.Unlock()
