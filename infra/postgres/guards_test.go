@@ -22,8 +22,9 @@ var errTestGuard = domain.GuardError(domain.NewError(domain.KindConflict, "TEST_
 
 // A declared guard (a row of task_guards) binds every task table with its column: a task
 // whose aggregate breaks it is refused at insert with the guard's domain error, and
-// TaskGuards.Check (the begin step's check) answers that error for a task already there;
-// the declaring flow's own table (except_table) is not bound.
+// TaskGuards.Check (the begin step's check) answers that error for a task already there,
+// leaving the transaction usable (the begin step records the task's failure in it); the
+// declaring flow's own table (except_table) is not bound.
 func TestTaskGuards(t *testing.T) {
 	t.Parallel()
 	db := pgtest.New(t)
@@ -37,9 +38,13 @@ func TestTaskGuards(t *testing.T) {
 	store, _, task := seedVerification(ctx, t, db, ws, now)
 	guards := postgres.TaskGuards{Tables: flows.TaskTables()}
 	check := func() error {
-		return postgres.InTx(ctx, db.App, postgres.Scope{WorkspaceID: ws}, func(ctx context.Context, _ pgx.Tx) error {
-			return guards.Check(ctx, worker.QueueStoreVerification, task.ID)
-		})
+		var checked error
+		require.NoError(t, postgres.InTx(ctx, db.App, postgres.Scope{WorkspaceID: ws}, func(ctx context.Context, tx pgx.Tx) error {
+			checked = guards.Check(ctx, worker.QueueStoreVerification, task.ID)
+			_, err := tx.Exec(ctx, `UPDATE store_verifications SET error_code = 'X' WHERE id = $1`, task.ID)
+			return err
+		}), "a write after the check, in its transaction")
+		return checked
 	}
 	insert := func() error {
 		op := domain.NewOperation(ws, uuid.Nil, "store.verify", "store", store.ID, now)
