@@ -31,12 +31,9 @@ type StoreBacklog struct {
 	ExpectedEnd time.Time
 }
 
-// storesLimit bounds the stores a workspace page lists (the most unfinished tasks first).
-const storesLimit = 100
-
 func (r reader) storeBacklogs(ctx context.Context, ws uuid.UUID) ([]StoreBacklog, error) {
 	rows, err := r.pool.Query(ctx, `SELECT store_id, name, platform, rate_per_second, rate_burst, pending, running
-		FROM operator_store_backlogs($1) LIMIT $2`, ws, storesLimit)
+		FROM operator_store_backlogs($1)`, ws) // at most 100, the most unfinished tasks first
 	if err != nil {
 		return nil, fmt.Errorf("console.storeBacklogs: %w", err)
 	}

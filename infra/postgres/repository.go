@@ -200,11 +200,7 @@ func (r *Repository[T]) get(ctx context.Context, id uuid.UUID, lock string) (T, 
 // alone, under its lock: the operations repository then reads (and reports) the operation
 // itself.
 func (r *Repository[T]) getWithOperation(ctx context.Context, tx pgx.Tx, id uuid.UUID) (v T, err error) {
-	guarded := port.ChecksGuards(ctx)
-	q := r.lockOperation
-	if guarded {
-		q = r.lockGuarded
-	}
+	q, guarded := r.lockQuery(ctx)
 	v, o, refusal, err := r.scanWithOperation(tx.QueryRow(ctx, q, id), guarded)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
@@ -224,6 +220,15 @@ func (r *Repository[T]) getWithOperation(ctx context.Context, tx pgx.Tx, id uuid
 		return zero, fmt.Errorf("%s: %w", r.op("Get"), TranslateError(err))
 	}
 	return v, nil
+}
+
+// lockQuery is the task's locking read with its operation: lockGuarded under
+// port.CheckingGuards (guarded), else lockOperation.
+func (r *Repository[T]) lockQuery(ctx context.Context) (q string, guarded bool) {
+	if port.ChecksGuards(ctx) {
+		return r.lockGuarded, true
+	}
+	return r.lockOperation, false
 }
 
 // scanWithOperation scans a row of lockOperation (the task, then its operation), or of
@@ -252,11 +257,7 @@ func (r *Repository[T]) PreloadLocking(ctx context.Context, id uuid.UUID) contex
 	if r.lockOperation == "" {
 		return ctx
 	}
-	guarded := port.ChecksGuards(ctx)
-	q := r.lockOperation
-	if guarded {
-		q = r.lockGuarded
-	}
+	q, guarded := r.lockQuery(ctx)
 	return context.WithValue(ctx, preloadKey{}, &preload{sql: q, args: []any{id},
 		read: func(row pgx.Row) ([]preloadedRow, error) {
 			v, o, g, err := r.scanWithOperation(row, guarded)
