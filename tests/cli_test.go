@@ -140,6 +140,24 @@ func TestOutboxCLIJSON(t *testing.T) {
 	require.JSONEq(t, `{"items": []}`, stdout)
 	stdout, _, _ = appOutbox(t, db, "stats")
 	require.Contains(t, stdout, `"oldest_created_at"`)
+
+	// A delivered event lives in the log, not in the live table: stats counts it there.
+	_, err = db.Owner.Exec(t.Context(), `INSERT INTO outbox_dispatched (id, workspace_id, event_type, destination, aggregate_type,
+		aggregate_id, event_payload, metadata, attempt_count, created_at, dispatched_at)
+		VALUES (gen_random_uuid(), $1, 'store.verification_requested', 'store-verification', 'store', 'x', '{}', '{}', 1,
+			now() - interval '2 seconds', now() - interval '1 second')`, ws)
+	require.NoError(t, err)
+	stdout, stderr, ok := appOutbox(t, db, "stats")
+	require.True(t, ok, stderr)
+	var stats struct {
+		Delivered struct {
+			LastHour      int64            `json:"last_hour"`
+			ByDestination map[string]int64 `json:"by_destination"`
+		} `json:"delivered"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(stdout), &stats), stdout)
+	require.EqualValues(t, 1, stats.Delivered.LastHour, "the log's last hour: %s", stdout)
+	require.Equal(t, map[string]int64{"store-verification": 1}, stats.Delivered.ByDestination)
 }
 
 // TestEverySubcommandStopsCleanlyOnSignal: each long-running subcommand, run as a real child

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"text/template"
@@ -153,6 +154,7 @@ func requireServed(t *testing.T, served []map[string]string, where, expr string)
 	t.Helper()
 	parsed, err := metricsql.Parse(expr)
 	require.NoError(t, err, "%s: %s", where, expr)
+	requirePromQL(t, where, expr, parsed)
 	selectors := 0
 	metricsql.VisitAll(parsed, func(e metricsql.Expr) {
 		me, ok := e.(*metricsql.MetricExpr)
@@ -166,6 +168,48 @@ func requireServed(t *testing.T, served []map[string]string, where, expr string)
 		}
 	})
 	require.Positive(t, selectors, "%s: %s selects no metric", where, expr)
+}
+
+// PromQL's functions of a range vector, its other functions and its aggregation operators.
+// metricsql parses a superset of PromQL (MetricsQL): a function of its own, or `rate(x)`
+// without a window, parses there and fails in Prometheus.
+var (
+	promQLRangeFunctions = strings.Fields(`rate irate increase delta idelta deriv predict_linear
+		holt_winters double_exponential_smoothing resets changes avg_over_time min_over_time
+		max_over_time sum_over_time count_over_time quantile_over_time stddev_over_time
+		stdvar_over_time last_over_time present_over_time absent_over_time mad_over_time`)
+	promQLFunctions = strings.Fields(`abs absent ceil clamp clamp_max clamp_min day_of_month
+		day_of_week day_of_year days_in_month exp floor histogram_quantile histogram_count
+		histogram_sum histogram_fraction histogram_avg hour label_join label_replace ln log2
+		log10 minute month round scalar sgn sort sort_desc sqrt time timestamp vector year`)
+	promQLAggregations = strings.Fields(`sum min max avg group stddev stdvar count count_values
+		bottomk topk quantile limitk limit_ratio`)
+	metricsQLWith = regexp.MustCompile(`(?i)\bwith\s*\(`)
+)
+
+// requirePromQL requires expr, parsed by metricsql, to be PromQL: its functions and
+// aggregations are PromQL's, each range function has a range selector with its window, and
+// it uses no WITH template.
+func requirePromQL(t *testing.T, where, expr string, parsed metricsql.Expr) {
+	t.Helper()
+	require.NotRegexp(t, metricsQLWith, expr, "%s: WITH is MetricsQL, not PromQL", where)
+	metricsql.VisitAll(parsed, func(e metricsql.Expr) {
+		switch e := e.(type) {
+		case *metricsql.FuncExpr:
+			ranged := slices.Contains(promQLRangeFunctions, e.Name)
+			require.True(t, ranged || slices.Contains(promQLFunctions, e.Name), "%s: %s is not a PromQL function (in %s)",
+				where, e.Name, expr)
+			if ranged {
+				require.True(t, slices.ContainsFunc(e.Args, func(a metricsql.Expr) bool {
+					r, ok := a.(*metricsql.RollupExpr)
+					return ok && r.Window != nil
+				}), "%s: %s needs a range selector with its window, as x[5m] (in %s)", where, e.Name, expr)
+			}
+			require.False(t, e.KeepMetricNames, "%s: keep_metric_names is MetricsQL (in %s)", where, expr)
+		case *metricsql.AggrFuncExpr:
+			require.True(t, slices.Contains(promQLAggregations, e.Name), "%s: %s is not a PromQL aggregation (in %s)", where, e.Name, expr)
+		}
+	})
 }
 
 func matchesAny(t *testing.T, served []map[string]string, filters []metricsql.LabelFilter) bool {

@@ -82,7 +82,8 @@ func (r reader) failures(ctx context.Context, f failureFilter, limit int) ([]Fai
 }
 
 // WorkspaceLoad is one workspace on the workspaces page: its unfinished tasks (pending or
-// running) and its failures since the page's window began.
+// running) and its failures since the page's window began. OldestUnfinishedAt is the last
+// move of the unfinished task that moved least recently (nil: none unfinished).
 type WorkspaceLoad struct {
 	ID                 uuid.UUID
 	Name               string
@@ -107,7 +108,7 @@ func (r reader) workspaces(ctx context.Context, since time.Time, limit int) ([]W
 }
 
 // FlowLoad is one flow of one workspace: its tasks pending, running and failed since the
-// window began.
+// window began; OldestUnfinishedAt as WorkspaceLoad's.
 type FlowLoad struct {
 	Flow, TaskTable          string
 	Pending, Running, Failed int64

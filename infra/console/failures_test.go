@@ -112,6 +112,7 @@ func TestWorkspacesPages(t *testing.T) {
 	require.Positive(t, iBusy)
 	require.Positive(t, iCalm)
 	require.Less(t, iBusy, iCalm, "the largest backlog first")
+	require.Contains(t, body, `<a href="/workspaces/`+calm.String()+`#workspace-failures">1</a>`, "its failures link to its own")
 
 	status, body = b.c.get("/workspaces/" + busy.String())
 	require.Equal(t, http.StatusOK, status)

@@ -26,8 +26,8 @@ type overviewRange struct {
 }
 
 var overviewRanges = []overviewRange{
-	{"hour", "the last hour, per minute", 60, time.Minute},
-	{"day", "the last day, per ten minutes", 144, 10 * time.Minute},
+	{"hour", "The last hour, per minute", 60, time.Minute},
+	{"day", "The last day, per ten minutes", 144, 10 * time.Minute},
 }
 
 // FlowNow is one flow's row on the overview.
@@ -341,7 +341,7 @@ func outboxCharts(rows []OutboxSample, from, end time.Time, rng overviewRange) (
 		per = "per ten minutes"
 	}
 	delivered = Chart{ID: "delivered-chart", Title: "Events delivered " + per, Unit: "events", End: end, Step: rng.Step,
-		Series: []Series{{Points: del}}, Bars: true}
+		Series: []Series{{Name: "delivered", Points: del}}, Bars: true}
 	owed = Chart{ID: "owed-chart", Title: "Events owed (pending or being dispatched)", Unit: "events", End: end, Step: rng.Step,
 		Series: []Series{{Name: "owed", Points: own}}}
 	return delivered, owed

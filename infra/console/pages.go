@@ -247,13 +247,15 @@ type stateCount struct {
 
 type queuesData struct {
 	Enabled bool
+	// States are the job states the counts are read for, in the order they are shown.
+	States  []string
 	Queues  []queueView
 	Actions []QueueAction
 }
 
 func (s *Server) queuesPage(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
-	d := queuesData{Enabled: s.cfg.BullMQ.Client != nil}
+	d := queuesData{Enabled: s.cfg.BullMQ.Client != nil, States: bullmq.JobStates()}
 	if d.Enabled {
 		now := s.now()
 		for _, q := range s.cfg.Queues {

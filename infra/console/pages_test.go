@@ -223,6 +223,8 @@ func TestQueuesPage(t *testing.T) {
 	}
 	require.Contains(t, body, "<h2 id=\"q-store-verification\">store-verification</h2>")
 	require.Contains(t, body, "<th scope=\"col\">failed</th>")
+	require.Regexp(t, `<tr><th scope="row"><a href="#q-`+b.queue+`">`+b.queue+`</a></th><td>1</td>(<td>\d+</td>){4}<td><strong class="err">3</strong></td>`,
+		body, "the summary: a job waiting, three failed")
 	require.Contains(t, body, ` · operation <a href="/operations?id=`+op.String()+`">`, "a task's job links to its operation")
 	require.Contains(t, body, `of workspace <a href="/workspaces/`+ws.String()+`">`)
 	require.Equal(t, 2, strings.Count(body, " · operation <a "), "a job without an envelope links nowhere")
