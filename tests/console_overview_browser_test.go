@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/http"
 	"os"
 	"path/filepath"
 	"testing"
@@ -18,6 +19,9 @@ import (
 	"github.com/listingkit/listing/infra/config"
 	"github.com/listingkit/listing/infra/postgres/pgtest"
 	"github.com/listingkit/listing/infra/ratelimit"
+	"github.com/listingkit/listing/infra/sandbox"
+	"github.com/listingkit/listing/infra/sandbox/marketplace"
+	"github.com/listingkit/listing/internal/servicetest"
 )
 
 // The console's overview, failures, queues and operation pages in a real browser (headless
@@ -29,7 +33,7 @@ import (
 // from the samples the console writes when it starts; the failures page lists the failure
 // with its code without any id typed; its job on the queues page links to its operation;
 // the product sync's operation shows a progress bar. Screenshots of each page are saved in
-// the test's temporary directory, and copied to CONSOLE_SCREENSHOTS when set.
+// CONSOLE_SCREENSHOTS when set (screenshots).
 func TestConsoleOverviewInBrowser(t *testing.T) {
 	browser := chromiumPath(t)
 	t.Parallel()
@@ -170,16 +174,7 @@ func TestConsoleOverviewInBrowser(t *testing.T) {
 		require.NoError(t, err)
 		return v
 	}
-	shots := t.TempDir()
-	shot := func(name string) {
-		t.Helper()
-		png, err := chromedp.Run(bctx, chromedp.FullScreenshot(100))
-		require.NoError(t, err)
-		require.NoError(t, os.WriteFile(filepath.Join(shots, name+".png"), png, 0o644))
-		if dir := os.Getenv("CONSOLE_SCREENSHOTS"); dir != "" {
-			require.NoError(t, os.WriteFile(filepath.Join(dir, name+".png"), png, 0o644))
-		}
-	}
+	shot := screenshots(t, bctx)
 
 	// Sign in: the form says what to paste.
 	require.NoError(t, chromedp.Do(bctx, chromedp.Navigate(base+"/"), chromedp.WaitVisible(css(`#token`))))
@@ -245,7 +240,151 @@ func TestConsoleOverviewInBrowser(t *testing.T) {
 	require.EqualValues(t, 40, value)
 	require.Contains(t, textOf(`#progress`), "40 of 100 (40%)")
 	shot("product-sync")
-	t.Logf("screenshots in %s", shots)
+}
+
+// TestConsoleAfterARun: the same pages over what the service itself left, not rows a test
+// wrote: the whole service runs in this process (servicetest.StartAll) and `app console`
+// beside it, as the real binary. A publication the marketplace fails (HTTP 500 on every
+// attempt, then its last look finds nothing) and a product sync of 400 pages, slowed to 300
+// ms a page, still running: the overview charts the minute the service worked in (once the
+// console sampled it), the failures page lists the publication with its code without any id
+// typed, its failed jobs on the queues page are one failure linked to its operation, and the
+// sync's operation shows how far it is as a bar. Its screenshots are named run-*.
+func TestConsoleAfterARun(t *testing.T) {
+	browser := chromiumPath(t)
+	t.Parallel()
+	env := servicetest.StartAll(t)
+	ctx := context.Background()
+	acct := env.Register("console-run@example.com")
+	ws := "/v1/workspaces/" + acct.WorkspaceID
+	storeID := seedVerifiedStore(t, env, acct, "shop-1")
+	sb := env.Work.Externals.MarketplaceSandbox
+
+	// The publication: every attempt answered 500; its last look finds no product.
+	product := seedProduct(t, env, acct)
+	sb.InjectFault(sandbox.Fault{Endpoint: marketplace.EndpointCreateProduct, Status: http.StatusInternalServerError,
+		Count: env.Config.JobAttempts})
+	resp := env.Do(servicetest.Request{Method: "POST", Path: ws + "/products/" + product + "/publications", Token: acct.AccessToken,
+		Header: idemKey(), Body: map[string]any{"store_id": storeID}})
+	require.Equal(t, http.StatusAccepted, resp.Status, "%s", resp.Body)
+	failedOp := seedField(t, resp, "operation", "id")
+	failed := env.WaitOperation(acct, failedOp)
+	require.Equal(t, "failed", failed["status"], "%v", failed)
+	code, _ := failed["error"].(map[string]any)["code"].(string)
+	require.NotEmpty(t, code, "%v", failed)
+
+	// The product sync: 400 pages of 50 at 300 ms each, two minutes at least.
+	sb.Seed("sk_test_seed", 20_000)
+	sb.SetLatency(300 * time.Millisecond)
+	resp = env.Do(servicetest.Request{Method: "POST", Path: ws + "/stores/" + storeID + "/product-syncs", Token: acct.AccessToken,
+		Header: idemKey(), Body: map[string]any{}})
+	require.Equal(t, http.StatusAccepted, resp.Status, "%s", resp.Body)
+	syncOp := seedField(t, resp, "operation", "id")
+	// syncProgress is the sync's progress.done as the API shows it (0: none yet).
+	syncProgress := func() float64 {
+		o := env.Do(servicetest.Request{Method: "GET", Path: ws + "/operations/" + syncOp, Token: acct.AccessToken}).JSON(t)["operation"].(map[string]any)
+		require.Equal(t, "running", o["status"], "the sync is still running: %v", o)
+		p, _ := o["progress"].(map[string]any)
+		done, _ := p["done"].(float64)
+		return done
+	}
+	seedEventually(t, 30*time.Second, func() bool { return syncProgress() > 0 }, "the sync never reported progress")
+
+	// The console, as the real binary, on the service's database and queues.
+	const secret = "ada-run-secret-0123456789"
+	addr := seedFreeAddr(t)
+	base := "http://" + addr
+	proc := seedStartProc(t, "console", seedEnv(env.DB.AppURL, env.Config.BullMQPrefix, map[string]string{
+		"CONSOLE_ADDR":          addr,
+		"CONSOLE_TOKENS":        "ada:" + secret,
+		"OPERATOR_DATABASE_URL": env.DB.OperatorURL,
+	}), "console")
+	seedWaitHTTP(t, proc, base+"/signin")
+	// The console samples a minute ten seconds after it ends: the publication's minute is
+	// charted within 70 s of its failure.
+	seedEventually(t, 100*time.Second, func() bool {
+		var n int
+		require.NoError(t, env.DB.Owner.QueryRow(ctx,
+			`SELECT count(*) FROM overview_flow_samples WHERE flow = 'publication' AND failed > 0`).Scan(&n))
+		return n > 0
+	}, "the console never sampled the publication's minute")
+
+	bctx := newBrowser(t, browser)
+	css := func(sel string) chromedp.CSS { return chromedp.CSS(sel) }
+	textOf := func(sel string) string {
+		t.Helper()
+		v, err := chromedp.Run(bctx, chromedp.Text(css(sel)))
+		require.NoError(t, err)
+		return v
+	}
+	shot := screenshots(t, bctx)
+	require.NoError(t, chromedp.Do(bctx, chromedp.Navigate(base+"/"), chromedp.WaitVisible(css(`#token`)),
+		chromedp.SendKeys(css(`#token`), secret), chromedp.Submit(css(`#token`)), chromedp.WaitVisible(css(`#flows-now`))))
+
+	// The overview: the publication failed in the last hour, the sync running, and charts.
+	row, err := chromedp.Run(bctx, chromedp.Text(css(`#flows-now tr:has(a[href="/?flow=publication"])`)))
+	require.NoError(t, err)
+	require.Regexp(t, `publication\s+0\s+0\s+\S+\s+0\s+\S+\s+1\b`, row, "none waiting or running, 1 failed in the hour")
+	row, err = chromedp.Run(bctx, chromedp.Text(css(`#flows-now tr:has(a[href="/?flow=product_sync"])`)))
+	require.NoError(t, err)
+	require.Regexp(t, `product_sync\s+0\s+0\s+\S+\s+1\s`, row, "the sync running")
+	for _, chart := range []string{"throughput-chart", "latency-chart", "owed-chart"} {
+		n, err := chromedp.Run(bctx, chromedp.Evaluate[int](fmt.Sprintf(`document.querySelectorAll('#%s polyline, #%s circle').length`, chart, chart)))
+		require.NoError(t, err, chart)
+		require.NotZero(t, n, "chart %s has no line", chart)
+	}
+	shot("run-overview")
+
+	// Failures: the publication with its code, no id typed.
+	require.NoError(t, chromedp.Do(bctx, chromedp.Click(css(`header a[href="/failures"]`)), chromedp.WaitVisible(css(`#failures`))))
+	text := textOf(`#failures`)
+	require.Contains(t, text, failedOp)
+	require.Contains(t, text, code)
+	shot("run-failures")
+
+	// Queues: its attempt's job and its last look's, one failure linked to the operation.
+	const queue = "listing-publish"
+	require.NoError(t, chromedp.Do(bctx, chromedp.Click(css(`header a[href="/queues"]`)), chromedp.WaitVisible(css(`#q-`+queue))))
+	group := textOf(`section[aria-labelledby="q-` + queue + `"] article.failure`)
+	require.Contains(t, group, "One failure of operation "+failedOp+": 2 failed jobs")
+	require.Contains(t, group, code)
+	require.NotContains(t, group, "message nacked")
+	shot("run-queues")
+	require.NoError(t, chromedp.Do(bctx, chromedp.Click(css(`section[aria-labelledby="q-`+queue+`"] div.job a[href="/operations?id=`+failedOp+`"]`)),
+		chromedp.WaitVisible(css(`#operation`))))
+	require.Contains(t, textOf(`main`), code)
+
+	// The sync's operation, from its workspace's page: a bar of the products synced so far.
+	require.NoError(t, chromedp.Do(bctx, chromedp.Navigate(base+"/workspaces/"+acct.WorkspaceID),
+		chromedp.WaitVisible(css(`a[href="/operations?id=`+syncOp+`"]`))))
+	shot("run-workspace")
+	before := syncProgress()
+	require.NoError(t, chromedp.Do(bctx, chromedp.Click(css(`a[href="/operations?id=`+syncOp+`"]`)),
+		chromedp.WaitVisible(css(`#progress progress`))))
+	value, err := chromedp.Run(bctx, chromedp.Evaluate[float64](`document.querySelector('#progress progress').value`))
+	require.NoError(t, err)
+	require.GreaterOrEqual(t, value, before, "the bar shows the progress the API showed before it")
+	require.Less(t, value, 20_000.0)
+	shot("run-product-sync")
+	require.Positive(t, syncProgress(), "the sync was still running while it was looked at")
+}
+
+// screenshots returns shot: shot(name) saves a screenshot of the whole page bctx shows as
+// name.png in the directory CONSOLE_SCREENSHOTS names, or, when it is unset, in the test's
+// temporary directory (removed when the test ends).
+func screenshots(t *testing.T, bctx context.Context) func(name string) {
+	dir := os.Getenv("CONSOLE_SCREENSHOTS")
+	if dir == "" {
+		dir = t.TempDir()
+	} else {
+		t.Cleanup(func() { t.Logf("screenshots in %s", dir) })
+	}
+	return func(name string) {
+		t.Helper()
+		png, err := chromedp.Run(bctx, chromedp.FullScreenshot(100))
+		require.NoError(t, err)
+		require.NoError(t, os.WriteFile(filepath.Join(dir, name+".png"), png, 0o644))
+	}
 }
 
 // newBrowser starts headless chromium at path for the test; its context ends with the test
