@@ -17,7 +17,8 @@
 //     letters across workspaces with their sanitized error, attempts and redrive history, the
 //     latest redrives and purges; redrive and purge forms (reason required); /outbox/event
 //     shows one event's status;
-//   - /queues: per BullMQ queue the counts by state, the oldest waiting job's age, failed jobs
+//   - /queues: a table of every BullMQ queue first (its counts by state, the oldest waiting
+//     job's age), then per queue the counts by state, the oldest waiting job's age, failed jobs
 //     with their failedReason and stack, those of one operation (an attempt and its last
 //     look) shown as one failure; retry and remove forms (reason required);
 //   - /operations: one operation by id, or a workspace's recent failed operations.
