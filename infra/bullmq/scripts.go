@@ -322,28 +322,31 @@ local function maxEvents(metaKey)
   end
   return m
 end
-local function removeJobKeys(jk)
-  rcall("DEL", jk, jk .. ":logs", jk .. ":dependencies", jk .. ":processed",
-    jk .. ":failed", jk .. ":unsuccessful")
-end
--- removeJobsKeys is removeJobKeys for the jobs ids names (prefix .. id), their keys
--- deleted by one DEL per 800 jobs.
-local function removeJobsKeys(prefix, ids)
-  local ks = {}
-  for _, id in ipairs(ids) do
-    local jk = prefix .. id
-    ks[#ks + 1] = jk
-    ks[#ks + 1] = jk .. ":logs"
-    ks[#ks + 1] = jk .. ":dependencies"
-    ks[#ks + 1] = jk .. ":processed"
-    ks[#ks + 1] = jk .. ":failed"
-    ks[#ks + 1] = jk .. ":unsuccessful"
-    if #ks >= 4800 then
-      rcall("DEL", unpack(ks))
-      ks = {}
-    end
+-- dels gathers the keys a script deletes: one DEL per 4800 keys (flushDels), so that the
+-- finish script deletes the settled jobs' locks and the trimmed jobs' keys together.
+local dels = {}
+local function flushDels()
+  if #dels > 0 then
+    rcall("DEL", unpack(dels))
+    dels = {}
   end
-  if #ks > 0 then rcall("DEL", unpack(ks)) end
+end
+local function delKey(k)
+  dels[#dels + 1] = k
+  if #dels >= 4800 then flushDels() end
+end
+-- removeJobKeys deletes the keys of the job jk (at the next flushDels).
+local function removeJobKeys(jk)
+  delKey(jk)
+  delKey(jk .. ":logs")
+  delKey(jk .. ":dependencies")
+  delKey(jk .. ":processed")
+  delKey(jk .. ":failed")
+  delKey(jk .. ":unsuccessful")
+end
+-- removeJobsKeys is removeJobKeys for the jobs ids names (prefix .. id).
+local function removeJobsKeys(prefix, ids)
+  for _, id in ipairs(ids) do removeJobKeys(prefix .. id) end
 end
 local function pausedOrMaxed(metaKey, activeKey)
   local attrs = rcall("HMGET", metaKey, "paused", "concurrency")
@@ -367,7 +370,9 @@ end
 //
 // Unlike BullMQ, the locks of the batch are read in one MGET, a batch of at
 // least activeBatchMin settled jobs leaves active by one rewrite of the list
-// (LRANGE, DEL, RPUSH of the rest in order) rather than one LREM each, a settled job is
+// (LRANGE, DEL, RPUSH of the rest in order) rather than one LREM each, the
+// settled jobs' locks and the keys of the jobs removed or trimmed go in one DEL
+// (per 4800 keys), a settled job is
 // not removed from the stalled set (the stalled check passes over ids no longer
 // in active, as Node's does: LREM finds nothing), the events stream is trimmed by the XADD of each completed
 // or failed event (MAXLEN ~, the same bound) rather than by an XTRIM first,
@@ -609,9 +614,9 @@ for i = 1, n do
   codes[i] = code
 end
 
-if #locks > 0 then
-  rcall("DEL", unpack(locks))
-end
+-- The settled jobs' locks go with the keys of the jobs removed and trimmed, in one DEL
+-- (flushDels, before the take: a job retried to wait may be taken again below).
+for _, lk in ipairs(locks) do delKey(lk) end
 for set, z in pairs(zadds) do
   rcall("ZADD", set, unpack(z))
 end
@@ -637,6 +642,7 @@ for _, t in pairs(trims) do
     if #ids > 0 then rcall("ZREMRANGEBYRANK", set, 0, -(count + 1)) end
   end
 end
+flushDels()
 
 local fetch = tonumber(ARGV[3])
 if fetch > 0 then
