@@ -220,3 +220,44 @@ func dedupPublisher(t *testing.T, window time.Duration) (*redis.Client, string, 
 	require.NoError(t, err)
 	return rdb, q, pub
 }
+
+// One add call checks its job keys with one EXISTS; a job that exists, and a job repeated
+// within the call, are duplicates all the same (nothing written, a duplicated event), with
+// and without the dedup window.
+func TestAddOneCallExistingAndRepeated(t *testing.T) {
+	t.Parallel()
+	for _, window := range []time.Duration{-1, time.Minute} {
+		rdb := newRedis(t)
+		q := newQueue(t, rdb, "bull")
+		pub, err := bullmq.NewPublisher(bullmq.PublisherConfig{Config: bullmq.Config{Client: rdb, DedupWindow: window}}, nil)
+		require.NoError(t, err)
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		a, b, c := job(behaviour{}, nil), job(behaviour{}, nil), job(behaviour{}, nil)
+		_, err = pub.Add(ctx, q, []bullmq.Job{a})
+		require.NoError(t, err)
+		b2 := b
+		b2.Data = mustJSON(behaviour{Behave: "fail"})
+		res, err := pub.Add(ctx, q, []bullmq.Job{b, a, c, b2})
+		require.NoError(t, err)
+		assert.Equal(t, []bullmq.AddResult{{ID: b.ID, Status: bullmq.Created}, {ID: a.ID, Status: bullmq.Duplicate},
+			{ID: c.ID, Status: bullmq.Created}, {ID: b.ID, Status: bullmq.Duplicate}}, res, "window %s", window)
+		assert.Equal(t, []string{c.ID, b.ID, a.ID}, rdb.LRange(ctx, "bull:"+q+":wait", 0, -1).Val())
+		assert.Equal(t, string(b.Data), rdb.HGet(ctx, "bull:"+q+":"+b.ID, "data").Val(), "the first b is kept")
+		dup := 0
+		for _, m := range rdb.XRange(ctx, "bull:"+q+":events", "-", "+").Val() {
+			if m.Values["event"] == "duplicated" {
+				dup++
+			}
+		}
+		assert.Equal(t, 2, dup)
+
+		// No job of the call exists beforehand: the one EXISTS finds none.
+		d, e := job(behaviour{}, nil), job(behaviour{}, nil)
+		res, err = pub.Add(ctx, q, []bullmq.Job{d, e, d})
+		require.NoError(t, err)
+		assert.Equal(t, []bullmq.AddResult{{ID: d.ID, Status: bullmq.Created}, {ID: e.ID, Status: bullmq.Created},
+			{ID: d.ID, Status: bullmq.Duplicate}}, res, "window %s", window)
+		assert.Equal(t, []string{e.ID, d.ID, c.ID, b.ID, a.ID}, rdb.LRange(ctx, "bull:"+q+":wait", 0, -1).Val())
+	}
+}

@@ -1,6 +1,18 @@
 package bullmq
 
-import "github.com/redis/go-redis/v9"
+import (
+	"strconv"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// activeBatchMin is how many settled jobs of one finish call take the active list's
+// rewrite (one LRANGE, DEL and RPUSH) instead of one LREM each; activeScan bounds the list
+// the rewrite reads (a longer list: one LREM each).
+const (
+	activeBatchMin = 4
+	activeScan     = 1000
+)
 
 // The Lua scripts below are ours, written from the facts in docs/bullmq-wire.md
 // (BullMQ 6.7.0's Redis layout) and checked against real Node.js BullMQ in the
@@ -11,8 +23,9 @@ import "github.com/redis/go-redis/v9"
 // Cluster slot because Config.ClusterSafe requires the hash tag in it.
 
 // addScript adds standard jobs (no delay, no priority, no parent), each
-// exactly as BullMQ 6.7.0 adds one; the meta read (one HMGET) and the marker
-// are done once per call. A job whose id is a member of one of the window's
+// exactly as BullMQ 6.7.0 adds one; the meta read (one HMGET), the marker and
+// the check that a job hash exists (one EXISTS of every job key, each job
+// checked on its own only when one exists) are done once per call. A job whose id is a member of one of the window's
 // bucket sets (Config.DedupWindow) is deduplicated like one whose de: key
 // lives; a created job with a member is added to the current bucket, whose
 // expiry is then set. The buckets are read once per call (one SMISMEMBER of
@@ -59,6 +72,15 @@ if #members > 0 then
   end
 end
 local remembered = {}
+-- One EXISTS of every job key of the call: when none exists (the usual case) no job is
+-- checked on its own. A job created earlier in the call is a duplicate like one found.
+local anyExists = false
+if n > 0 then
+  local jks = {}
+  for i = 1, n do jks[i] = KEYS[5 + nb + 2 * i] end
+  anyExists = rcall("EXISTS", unpack(jks)) > 0
+end
+local created = {}
 for i = 1, n do
   local jk = KEYS[5 + nb + 2 * i]
   local dk = KEYS[6 + nb + 2 * i]
@@ -68,7 +90,7 @@ for i = 1, n do
   local member = ARGV[a + 7]
   local code = 1
   local current = jobId
-  if rcall("EXISTS", jk) == 1 then
+  if created[jobId] or (anyExists and rcall("EXISTS", jk) == 1) then
     rcall("XADD", KEYS[5], "MAXLEN", "~", maxEvents, "*", "event", "duplicated", "jobId", jobId)
     code = 0
   end
@@ -110,6 +132,7 @@ for i = 1, n do
     rcall("XADD", KEYS[5], "*", "event", "added", "jobId", jobId, "name", name)
     rcall("XADD", KEYS[5], "MAXLEN", "~", maxEvents, "*", "event", "waiting", "jobId", jobId)
     pushed[#pushed + 1] = jobId
+    created[jobId] = true
     if member ~= "" then
       known[member] = true
       remembered[#remembered + 1] = member
@@ -299,28 +322,31 @@ local function maxEvents(metaKey)
   end
   return m
 end
-local function removeJobKeys(jk)
-  rcall("DEL", jk, jk .. ":logs", jk .. ":dependencies", jk .. ":processed",
-    jk .. ":failed", jk .. ":unsuccessful")
-end
--- removeJobsKeys is removeJobKeys for the jobs ids names (prefix .. id), their keys
--- deleted by one DEL per 800 jobs.
-local function removeJobsKeys(prefix, ids)
-  local ks = {}
-  for _, id in ipairs(ids) do
-    local jk = prefix .. id
-    ks[#ks + 1] = jk
-    ks[#ks + 1] = jk .. ":logs"
-    ks[#ks + 1] = jk .. ":dependencies"
-    ks[#ks + 1] = jk .. ":processed"
-    ks[#ks + 1] = jk .. ":failed"
-    ks[#ks + 1] = jk .. ":unsuccessful"
-    if #ks >= 4800 then
-      rcall("DEL", unpack(ks))
-      ks = {}
-    end
+-- dels gathers the keys a script deletes: one DEL per 4800 keys (flushDels), so that the
+-- finish script deletes the settled jobs' locks and the trimmed jobs' keys together.
+local dels = {}
+local function flushDels()
+  if #dels > 0 then
+    rcall("DEL", unpack(dels))
+    dels = {}
   end
-  if #ks > 0 then rcall("DEL", unpack(ks)) end
+end
+local function delKey(k)
+  dels[#dels + 1] = k
+  if #dels >= 4800 then flushDels() end
+end
+-- removeJobKeys deletes the keys of the job jk (at the next flushDels).
+local function removeJobKeys(jk)
+  delKey(jk)
+  delKey(jk .. ":logs")
+  delKey(jk .. ":dependencies")
+  delKey(jk .. ":processed")
+  delKey(jk .. ":failed")
+  delKey(jk .. ":unsuccessful")
+end
+-- removeJobsKeys is removeJobKeys for the jobs ids names (prefix .. id).
+local function removeJobsKeys(prefix, ids)
+  for _, id in ipairs(ids) do removeJobKeys(prefix .. id) end
 end
 local function pausedOrMaxed(metaKey, activeKey)
   local attrs = rcall("HMGET", metaKey, "paused", "concurrency")
@@ -342,7 +368,11 @@ end
 //   - "wait": back to delayed like a snooze, but snz and snzms unchanged too;
 //   - "handback": to the front of wait, no attempt counted.
 //
-// Unlike BullMQ, the locks of the batch are read in one MGET, a settled job is
+// Unlike BullMQ, the locks of the batch are read in one MGET, a batch of at
+// least activeBatchMin settled jobs leaves active by one rewrite of the list
+// (LRANGE, DEL, RPUSH of the rest in order) rather than one LREM each, the
+// settled jobs' locks and the keys of the jobs removed or trimmed go in one DEL
+// (per 4800 keys), a settled job is
 // not removed from the stalled set (the stalled check passes over ids no longer
 // in active, as Node's does: LREM finds nothing), the events stream is trimmed by the XADD of each completed
 // or failed event (MAXLEN ~, the same bound) rather than by an XTRIM first,
@@ -366,7 +396,9 @@ end
 // Returns {codes, taken, nextDelayedMs, rateLimitTTLms}: one code per job,
 // attemptsMade (>= 0) or a negative BullMQ error code (-1 missing job,
 // -2 missing lock, -3 not active, -6 lock of another worker).
-var finishScript = redis.NewScript("local rcall = redis.call\n" + finishHelpersLua + takeLua + `
+var finishScript = redis.NewScript("local rcall = redis.call\n" +
+	"local activeBatchMin, activeScan = " + strconv.Itoa(activeBatchMin) + ", " + strconv.Itoa(activeScan) + "\n" +
+	finishHelpersLua + takeLua + `
 local K = {wait = KEYS[1], active = KEYS[2], prioritized = KEYS[3], events = KEYS[4],
   stalled = KEYS[5], meta = KEYS[6], completed = KEYS[7], failed = KEYS[8], marker = KEYS[9],
   delayed = KEYS[10], pc = KEYS[11], limiter = KEYS[12]}
@@ -495,6 +527,56 @@ local lockKeys = {}
 for i = 1, n do lockKeys[i] = KEYS[11 + 3 * i] end
 local currents = {}
 if n > 0 then currents = rcall("MGET", unpack(lockKeys)) end
+-- The jobs whose lock holds their token leave active. From activeBatchMin of them on,
+-- and while active is shorter than activeScan, by one LRANGE and a rewrite of the list
+-- (DEL, RPUSH of the rest in order: three commands) instead of one LREM each; each id
+-- taken from the tail first, as LREM -1 does. inActive[i] says whether job i was there.
+local inActive = nil
+local owned = {}
+for i = 1, n do
+  if currents[i] == ARGV[9 + 12 * (i - 1) + 1] then owned[#owned + 1] = i end
+end
+if #owned >= activeBatchMin then
+  local all = rcall("LRANGE", K.active, 0, activeScan - 1)
+  if #all < activeScan then
+    local want = {}
+    for _, i in ipairs(owned) do
+      local id = ARGV[9 + 12 * (i - 1)]
+      want[id] = (want[id] or 0) + 1
+    end
+    local found = {}
+    local removed = 0
+    for p = #all, 1, -1 do
+      local id = all[p]
+      if (want[id] or 0) > 0 then
+        want[id] = want[id] - 1
+        found[id] = (found[id] or 0) + 1
+        all[p] = false
+        removed = removed + 1
+      end
+    end
+    if removed > 0 then
+      local keep = {}
+      for p = 1, #all do
+        if all[p] then keep[#keep + 1] = all[p] end
+      end
+      rcall("DEL", K.active)
+      if #keep > 0 then rcall("RPUSH", K.active, unpack(keep)) end
+    end
+    inActive = {}
+    for _, i in ipairs(owned) do
+      local id = ARGV[9 + 12 * (i - 1)]
+      if (found[id] or 0) > 0 then
+        found[id] = found[id] - 1
+        inActive[i] = true
+      end
+    end
+  end
+end
+local function leaveActive(i, jobId)
+  if inActive then return inActive[i] == true end
+  return rcall("LREM", K.active, -1, jobId) >= 1
+end
 for i = 1, n do
   local jk = KEYS[10 + 3 * i]
   local a = 9 + 12 * (i - 1)
@@ -514,7 +596,7 @@ for i = 1, n do
     code = -2
   end
   if code == 0 then
-    if rcall("LREM", K.active, -1, jobId) < 1 then
+    if not leaveActive(i, jobId) then
       code = -3
       if rcall("EXISTS", jk) == 0 then code = -1 end
     elseif kind == "retry" then
@@ -532,9 +614,9 @@ for i = 1, n do
   codes[i] = code
 end
 
-if #locks > 0 then
-  rcall("DEL", unpack(locks))
-end
+-- The settled jobs' locks go with the keys of the jobs removed and trimmed, in one DEL
+-- (flushDels, before the take: a job retried to wait may be taken again below).
+for _, lk in ipairs(locks) do delKey(lk) end
 for set, z in pairs(zadds) do
   rcall("ZADD", set, unpack(z))
 end
@@ -560,6 +642,7 @@ for _, t in pairs(trims) do
     if #ids > 0 then rcall("ZREMRANGEBYRANK", set, 0, -(count + 1)) end
   end
 end
+flushDels()
 
 local fetch = tonumber(ARGV[3])
 if fetch > 0 then
