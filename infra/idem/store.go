@@ -209,7 +209,9 @@ func buildRecord(id uuid.UUID, status string, mac []byte, keyID string, respStat
 }
 
 // insertSQL writes the completed record of scope ($1..$5) with id $6, fingerprint ($7, $8),
-// response ($9..$11) and retention ($12, microseconds). It fails at the unique constraint
+// response ($9..$11) and retention ($12, microseconds; never less than MinRetention: the
+// table has no CHECK constraints, sql/087, so the statement holds the status and the
+// bound itself). It fails at the unique constraint
 // (23505) when a record of the scope exists: one committed after the request looked, or, once
 // it has committed, one written by a transaction still open, which it waits for. A plain
 // INSERT, so that the commit may send it merged with the transaction's other writes
@@ -218,7 +220,10 @@ const insertSQL = `INSERT INTO idempotency_requests (id, workspace_id, user_id, 
     request_fingerprint, fingerprint_key_id, status, response_status, response_headers, response_body,
     completed_at, expires_at)
   VALUES ($6, $1, $2, $3, $4, $5, $7, $8, 'completed', $9, $10, $11, now(),
-    now() + $12::bigint * interval '1 microsecond')`
+    now() + greatest($12::bigint, 86400000000) * interval '1 microsecond')`
+
+// The bound in insertSQL is MinRetention in microseconds (this fails to compile otherwise).
+var _ = [1]int{}[int64(MinRetention/time.Microsecond)-86400000000]
 
 // replaceSQL is insertSQL in place of an expired record of the scope, which the request saw;
 // it fails (division by zero, 22012) when the scope's record is live by then, so that the
