@@ -205,8 +205,8 @@ func NormalizePath(p string) string {
 // value, and sorts the parameters. A value that does not parse is only trimmed.
 func NormalizeContentType(v string) string {
 	v = strings.TrimSpace(v)
-	if v == "" {
-		return ""
+	if v == "" || isPlainMediaType(v) {
+		return v
 	}
 	mt, params, err := mime.ParseMediaType(v)
 	if err != nil {
@@ -219,6 +219,27 @@ func NormalizeContentType(v string) string {
 		return s
 	}
 	return v
+}
+
+// isPlainMediaType reports whether v is a media type already in normal form: lower-case
+// type and subtype tokens, no parameters (application/json); NormalizeContentType would
+// return it unchanged.
+func isPlainMediaType(v string) bool {
+	slash := strings.IndexByte(v, '/')
+	if slash <= 0 || slash == len(v)-1 {
+		return false
+	}
+	for i := 0; i < len(v); i++ {
+		c := v[i]
+		switch {
+		case i == slash:
+		case 'a' <= c && c <= 'z', '0' <= c && c <= '9':
+		case strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0:
+		default:
+			return false
+		}
+	}
+	return true
 }
 
 // isJSONMediaType reports whether a normalized content type announces JSON. An absent content
