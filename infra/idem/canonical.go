@@ -229,7 +229,15 @@ func (p *parser) array(depth int) (jvalue, error) {
 // string parses a JSON string at p.pos (which holds the opening quote).
 func (p *parser) string() ([]rune, error) {
 	p.pos++ // "
-	var out []rune
+	// One allocation: the string's bytes bound its code points (to the next unescaped quote).
+	n := 0
+	for i := p.pos; i < len(p.data) && p.data[i] != '"'; i++ {
+		if p.data[i] == '\\' {
+			i++
+		}
+		n++
+	}
+	out := make([]rune, 0, n)
 	for p.pos < len(p.data) {
 		c := p.data[p.pos]
 		switch {

@@ -14,6 +14,7 @@ import (
 	"path"
 	"slices"
 	"strings"
+	"sync"
 
 	"github.com/listingkit/listing/app/bus"
 )
@@ -122,8 +123,27 @@ type Fingerprint struct {
 
 // Fingerprinter computes and verifies request fingerprints. It is safe for concurrent use.
 type Fingerprinter struct {
-	current Key
-	byID    map[string]Key
+	current *macKey
+	byID    map[string]*macKey
+}
+
+// macKey is a Key with the HMAC states made with it, reused across requests (an HMAC-SHA256
+// costs four allocations to set up, a fingerprint's message a few more).
+type macKey struct {
+	Key
+	pool sync.Pool // of *macState
+}
+
+// macState is one HMAC of a key and a buffer for the message it authenticates.
+type macState struct {
+	h   hash.Hash
+	msg []byte
+}
+
+func newMacKey(k Key) *macKey {
+	mk := &macKey{Key: cloneKey(k)}
+	mk.pool.New = func() any { return &macState{h: hmac.New(sha256.New, mk.Secret)} }
+	return mk
 }
 
 // NewFingerprinter returns a Fingerprinter over keys; keys[0] is the current key.
@@ -131,10 +151,11 @@ func NewFingerprinter(keys []Key) (*Fingerprinter, error) {
 	if err := validateKeys(keys); err != nil {
 		return nil, fmt.Errorf("idem.NewFingerprinter: %w", err)
 	}
-	f := &Fingerprinter{current: cloneKey(keys[0]), byID: make(map[string]Key, len(keys))}
+	f := &Fingerprinter{byID: make(map[string]*macKey, len(keys))}
 	for _, k := range keys {
-		f.byID[k.ID] = cloneKey(k)
+		f.byID[k.ID] = newMacKey(k)
 	}
+	f.current = f.byID[keys[0].ID]
 	return f, nil
 }
 
@@ -145,7 +166,7 @@ func (f *Fingerprinter) CurrentKeyID() string { return f.current.ID }
 
 // Fingerprint fingerprints a request with the current key.
 func (f *Fingerprinter) Fingerprint(method, reqPath string, in bus.FingerprintInput) Fingerprint {
-	return Fingerprint{KeyID: f.current.ID, MAC: mac(f.current.Secret, method, reqPath, in)}
+	return Fingerprint{KeyID: f.current.ID, MAC: f.current.mac(nil, method, reqPath, in)}
 }
 
 // ErrUnknownKeyID is returned by Verify when a record names a key that is no longer
@@ -160,7 +181,8 @@ func (f *Fingerprinter) Verify(method, reqPath string, in bus.FingerprintInput, 
 	if !ok {
 		return false, fmt.Errorf("idem.Fingerprinter.Verify: key id %q: %w", stored.KeyID, ErrUnknownKeyID)
 	}
-	return hmac.Equal(mac(k.Secret, method, reqPath, in), stored.MAC), nil
+	var sum [sha256.Size]byte
+	return hmac.Equal(k.mac(sum[:0], method, reqPath, in), stored.MAC), nil
 }
 
 // NormalizeMethod upper-cases an HTTP method.
@@ -173,6 +195,9 @@ func NormalizePath(p string) string {
 	if p == "" {
 		return "/"
 	}
+	if p[0] == '/' {
+		return path.Clean(p) // allocates only when it changes p
+	}
 	return path.Clean("/" + p)
 }
 
@@ -180,8 +205,8 @@ func NormalizePath(p string) string {
 // value, and sorts the parameters. A value that does not parse is only trimmed.
 func NormalizeContentType(v string) string {
 	v = strings.TrimSpace(v)
-	if v == "" {
-		return ""
+	if v == "" || isPlainMediaType(v) {
+		return v
 	}
 	mt, params, err := mime.ParseMediaType(v)
 	if err != nil {
@@ -194,6 +219,27 @@ func NormalizeContentType(v string) string {
 		return s
 	}
 	return v
+}
+
+// isPlainMediaType reports whether v is a media type already in normal form: lower-case
+// type and subtype tokens, no parameters (application/json); NormalizeContentType would
+// return it unchanged.
+func isPlainMediaType(v string) bool {
+	slash := strings.IndexByte(v, '/')
+	if slash <= 0 || slash == len(v)-1 {
+		return false
+	}
+	for i := 0; i < len(v); i++ {
+		c := v[i]
+		switch {
+		case i == slash:
+		case 'a' <= c && c <= 'z', '0' <= c && c <= '9':
+		case strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0:
+		default:
+			return false
+		}
+	}
+	return true
 }
 
 // isJSONMediaType reports whether a normalized content type announces JSON. An absent content
@@ -224,28 +270,38 @@ func normalizedHeaders(h map[string]string) [][2]string {
 	return out
 }
 
-// mac computes the HMAC over a length-prefixed message: domain, method, normalized path, the
-// semantic headers, the body's normal form tag ("json" or "raw") and the normalized body.
-// Every part is length-prefixed, so no two different requests share a message.
-func mac(secret []byte, method, reqPath string, in bus.FingerprintInput) []byte {
-	m := hmac.New(sha256.New, secret)
-	writeFrame(m, []byte(fingerprintDomain))
-	writeFrame(m, []byte(NormalizeMethod(method)))
-	writeFrame(m, []byte(NormalizePath(reqPath)))
+// mac appends to b the HMAC over a length-prefixed message: domain, method, normalized path,
+// the semantic headers, the body's normal form tag ("json" or "raw") and the normalized body.
+// Every part is length-prefixed, so no two different requests share a message. The message
+// is built in one buffer and written once, with an HMAC state of k's pool.
+func (k *macKey) mac(b []byte, method, reqPath string, in bus.FingerprintInput) []byte {
+	st := k.pool.Get().(*macState)
+	msg := appendFrame(st.msg[:0], fingerprintDomain)
+	msg = appendFrame(msg, NormalizeMethod(method))
+	msg = appendFrame(msg, NormalizePath(reqPath))
 	headers := normalizedHeaders(in.Headers)
-	writeUvarint(m, uint64(len(headers)))
+	msg = binary.AppendUvarint(msg, uint64(len(headers)))
 	contentType := ""
 	for _, h := range headers {
-		writeFrame(m, []byte(h[0]))
-		writeFrame(m, []byte(h[1]))
+		msg = appendFrame(msg, h[0])
+		msg = appendFrame(msg, h[1])
 		if h[0] == "Content-Type" {
 			contentType = h[1]
 		}
 	}
 	kind, body := normalizeBody(contentType, in.Body)
-	writeFrame(m, []byte(kind))
-	writeFrame(m, body)
-	return m.Sum(nil)
+	msg = appendFrame(msg, kind)
+	msg = appendFrame(msg, body)
+	st.h.Reset()
+	st.h.Write(msg)
+	b = st.h.Sum(b)
+	if cap(msg) <= 64<<10 { // a large body's buffer is not kept
+		st.msg = msg
+	} else {
+		st.msg = nil
+	}
+	k.pool.Put(st)
+	return b
 }
 
 // normalizeBody returns the body's normal form: JSON bodies (by content type) in canonical
@@ -260,14 +316,9 @@ func normalizeBody(contentType string, body []byte) (kind string, normalized []b
 	return "raw", body
 }
 
-func writeFrame(h hash.Hash, b []byte) {
-	writeUvarint(h, uint64(len(b)))
-	h.Write(b)
-}
-
-func writeUvarint(h hash.Hash, n uint64) {
-	var buf [binary.MaxVarintLen64]byte
-	h.Write(buf[:binary.PutUvarint(buf[:], n)])
+func appendFrame[T string | []byte](b []byte, part T) []byte {
+	b = binary.AppendUvarint(b, uint64(len(part)))
+	return append(b, part...)
 }
 
 // SemanticHeaders picks from request headers those that change a request's meaning and so

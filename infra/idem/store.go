@@ -4,9 +4,11 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/binary"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
+	"unicode/utf8"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -58,17 +60,16 @@ func (s Scope) validate() error {
 // domain tag and the length-prefixed scope.
 func (s Scope) LockID() int64 {
 	s = s.normalized()
-	h := sha256.New()
-	h.Write([]byte("listingkit/idempotency-lock/v1\x00"))
-	h.Write(s.WorkspaceID[:])
-	h.Write(s.UserID[:])
-	var n [binary.MaxVarintLen64]byte
+	var buf [256]byte // on the stack for the usual method and path
+	msg := append(buf[:0], "listingkit/idempotency-lock/v1\x00"...)
+	msg = append(msg, s.WorkspaceID[:]...)
+	msg = append(msg, s.UserID[:]...)
 	for _, part := range []string{s.Method, s.Path} {
-		h.Write(n[:binary.PutUvarint(n[:], uint64(len(part)))])
-		h.Write([]byte(part))
+		msg = appendFrame(msg, part)
 	}
-	h.Write(s.Key[:])
-	return int64(binary.BigEndian.Uint64(h.Sum(nil)[:8]))
+	msg = append(msg, s.Key[:]...)
+	sum := sha256.Sum256(msg)
+	return int64(binary.BigEndian.Uint64(sum[:8]))
 }
 
 // Record is a stored idempotency record as the middleware needs it.
@@ -141,6 +142,16 @@ func readLook(rows pgx.Rows) (Look, error) {
 		}
 		return Look{}, errors.New("no row")
 	}
+	// A fresh key's row (no record: r.id is NULL) is read from its raw values: the lock's
+	// answer alone, without planning the scan of eight NULL columns.
+	if raw := rows.RawValues(); len(raw) == 9 && raw[1] == nil && len(raw[0]) == 1 {
+		locked := raw[0][0] == 1 // binary
+		if rows.FieldDescriptions()[0].Format == pgx.TextFormatCode {
+			locked = raw[0][0] == 't'
+		}
+		rows.Close()
+		return Look{Locked: locked}, rows.Err()
+	}
 	if err := rows.Scan(&locked, &rid, &status, &mac, &keyID, &respStatus, &headers, &body, &expired); err != nil {
 		return Look{}, err
 	}
@@ -198,7 +209,9 @@ func buildRecord(id uuid.UUID, status string, mac []byte, keyID string, respStat
 }
 
 // insertSQL writes the completed record of scope ($1..$5) with id $6, fingerprint ($7, $8),
-// response ($9..$11) and retention ($12, microseconds). It fails at the unique constraint
+// response ($9..$11) and retention ($12, microseconds; never less than MinRetention: the
+// table has no CHECK constraints, sql/087, so the statement holds the status and the
+// bound itself). It fails at the unique constraint
 // (23505) when a record of the scope exists: one committed after the request looked, or, once
 // it has committed, one written by a transaction still open, which it waits for. A plain
 // INSERT, so that the commit may send it merged with the transaction's other writes
@@ -207,7 +220,10 @@ const insertSQL = `INSERT INTO idempotency_requests (id, workspace_id, user_id, 
     request_fingerprint, fingerprint_key_id, status, response_status, response_headers, response_body,
     completed_at, expires_at)
   VALUES ($6, $1, $2, $3, $4, $5, $7, $8, 'completed', $9, $10, $11, now(),
-    now() + $12::bigint * interval '1 microsecond')`
+    now() + greatest($12::bigint, 86400000000) * interval '1 microsecond')`
+
+// The bound in insertSQL is MinRetention in microseconds (this fails to compile otherwise).
+var _ = [1]int{}[int64(MinRetention/time.Microsecond)-86400000000]
 
 // replaceSQL is insertSQL in place of an expired record of the scope, which the request saw;
 // it fails (division by zero, 22012) when the scope's record is live by then, so that the
@@ -233,10 +249,7 @@ SELECT 1 / count(*)::int FROM w`
 // scope was committed by another transaction after this one looked, the commit fails with
 // postgres.ErrRunAgain (wrapped): the invocation runs again and finds that record.
 func (s *Store) SaveAtCommit(ctx context.Context, scope Scope, id uuid.UUID, fp Fingerprint, retention time.Duration, resp bus.Response, replacing bool) error {
-	headers := resp.Header
-	if headers == nil {
-		headers = map[string]string{}
-	}
+	headers := headersJSON(resp.Header)
 	body := resp.Body
 	if body == nil {
 		body = []byte{}
@@ -262,6 +275,47 @@ func (s *Store) SaveAtCommit(ctx context.Context, scope Scope, id uuid.UUID, fp 
 		return fmt.Errorf("idem.Store.SaveAtCommit: %w", err)
 	}
 	return nil
+}
+
+// headersJSON encodes stored headers as the JSON object response_headers holds (jsonb: the
+// order of the members does not matter), without encoding/json's reflection and sorting.
+func headersJSON(h map[string]string) []byte {
+	n := 2
+	for k, v := range h {
+		if !utf8.ValidString(k) || !utf8.ValidString(v) {
+			b, _ := json.Marshal(h) // invalid UTF-8 becomes U+FFFD, as before
+			return b
+		}
+		n += len(k) + len(v) + 6
+	}
+	b := make([]byte, 0, n)
+	b = append(b, '{')
+	for k, v := range h {
+		if len(b) > 1 {
+			b = append(b, ',')
+		}
+		b = appendJSONString(b, k)
+		b = append(b, ':')
+		b = appendJSONString(b, v)
+	}
+	return append(b, '}')
+}
+
+// appendJSONString appends s, valid UTF-8, as a JSON string.
+func appendJSONString(b []byte, s string) []byte {
+	const hex = "0123456789abcdef"
+	b = append(b, '"')
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; {
+		case c == '"' || c == '\\':
+			b = append(b, '\\', c)
+		case c < 0x20:
+			b = append(b, '\\', 'u', '0', '0', hex[c>>4], hex[c&0xF])
+		default:
+			b = append(b, c)
+		}
+	}
+	return append(b, '"')
 }
 
 // DeleteExpired deletes up to limit expired records of the transaction's workspace and returns
