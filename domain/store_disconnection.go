@@ -15,6 +15,11 @@ type StoreDisconnection struct {
 	StoreID uuid.UUID
 }
 
+// StoreDisconnected is the state of a store whose authorization was revoked at the
+// marketplace and credentials erased (status disconnected, disconnected_at); replacing its
+// credentials reconnects it (ReplaceCredentials).
+var StoreDisconnected = DeclareState(State{Aggregate: "stores", Status: "disconnected", Since: "disconnected_at"})
+
 // OpStoreDisconnection is the operation type of a store disconnection.
 const OpStoreDisconnection = "store.disconnection"
 
@@ -23,6 +28,10 @@ var (
 	ErrStoreDisconnectionNotFound = NewError(KindNotFound, "STORE_DISCONNECTION_NOT_FOUND", "the store disconnection does not exist")
 	// ErrStoreBusy: a task of the store is pending or running; disconnect it once they end.
 	ErrStoreBusy = NewError(KindConflict, "STORE_BUSY", "a task of the store is still pending or running; retry once it ends")
+	// ErrStoreDisconnected: the store is disconnected, or its disconnection was accepted; a
+	// guard (domain.GuardError): every task of the store is refused it.
+	ErrStoreDisconnected = GuardError(NewError(KindConflict, "STORE_DISCONNECTED",
+		"the store is disconnected; replace its authorization to reconnect it"))
 )
 
 // NewStoreDisconnection returns a pending disconnection of store.

@@ -130,7 +130,7 @@ func (h steps) lockStore(ctx context.Context, id uuid.UUID, self int) (domain.St
 	if err != nil {
 		return store, err
 	}
-	if store.Status == domain.StoreDisconnected {
+	if store.In(domain.StoreDisconnected) {
 		return store, domain.ErrStoreDisconnected
 	}
 	n, err := h.env.Deps.Guards.Unfinished(ctx, "store_id", id)
@@ -183,7 +183,7 @@ func (h steps) revoke(ctx context.Context, d domain.StoreDisconnection, r revoca
 // record records the store disconnected, erases its credentials and emits store.disconnected.
 func (h steps) record(ctx context.Context, d *domain.StoreDisconnection, _ struct{}) (any, error) {
 	now := h.env.Deps.Now().UTC()
-	store, err := h.env.Stores.Update(ctx, d.StoreID, func(s *domain.Store) error { s.Disconnect(now); return nil })
+	store, err := h.env.Stores.Update(ctx, d.StoreID, func(s *domain.Store) error { s.Enter(domain.StoreDisconnected, now); return nil })
 	if err == nil {
 		err = h.env.Stores.SetCredentials(ctx, d.StoreID, port.SealedCredentials{Ciphertext: []byte{}})
 	}
