@@ -420,8 +420,11 @@ func TestCanarySecretsNeverLeak(t *testing.T) {
 		c.wait(id, "failed")
 	}
 	t.Logf("%s failing paths failed", time.Now().Format(time.StampMilli))
-	_, op = c.start("POST", "/stores", map[string]any{"platform": "sandbox", "shop_id": "shop-d", "name": "Shop D",
+	// A store disconnected: its revoke carries a canary key; its credentials are then erased.
+	createdD, op := c.start("POST", "/stores", map[string]any{"platform": "sandbox", "shop_id": "shop-d", "name": "Shop D",
 		"credentials": map[string]string{"api_key": keyOne}}, http.StatusCreated)
+	c.wait(op, "succeeded")
+	_, op = c.start("DELETE", "/stores/"+canaryID(t, createdD, "store"), nil, http.StatusAccepted)
 	c.wait(op, "succeeded")
 
 	// Everything settles: no operation still running, every outbox event delivered.
@@ -448,6 +451,7 @@ func TestCanarySecretsNeverLeak(t *testing.T) {
 	require.Positive(t, env.Count(`SELECT count(*) FROM idempotency_requests WHERE status = 'completed'`))
 	require.Positive(t, env.Count(`SELECT count(*) FROM outbox_all_events`))
 	require.GreaterOrEqual(t, env.Count(`SELECT count(*) FROM operations WHERE status = 'failed' AND error_code <> ''`), 3)
+	require.Equal(t, 1, env.Count(`SELECT count(*) FROM stores WHERE length(credentials_sealed) = 0`), "only the disconnected store's are erased")
 	require.Equal(t, 4, env.Count(`SELECT count(*) FROM stores`))
 	dump := canaryDumpRedis(t, rdb, prefix, streamFrom)
 	require.Greater(t, len(dump), 10, "the BullMQ keys of this test")

@@ -30,7 +30,7 @@ func TestMessageRoutesAreServedAndDocumented(t *testing.T) {
 	require.NoError(t, err)
 
 	types := MessageCommandTypes()
-	require.Len(t, types, 9)
+	require.Len(t, types, 10)
 	require.Equal(t, types, s.Catalogue().Types())
 	for _, typ := range types {
 		c, ok := s.Catalogue().Lookup(typ)

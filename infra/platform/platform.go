@@ -392,3 +392,27 @@ func bounded(s string, max int) string {
 	}
 	return s[:max]
 }
+
+// RevokeAuthorization revokes the authorization of creds at the marketplace
+// (POST /v1/authorizations/revoke). Its repeat meets 401 (the key is revoked already: the
+// first call's answer was lost), which counts as done.
+func (c *Client) RevokeAuthorization(ctx context.Context, creds port.Credentials) error {
+	if creds.APIKey() == "" { // not a repeat: nothing to revoke with
+		return fmt.Errorf("platform.RevokeAuthorization: no credentials: %w", port.ErrPlatformRejected)
+	}
+	err := c.do(ctx, "platform.RevokeAuthorization", creds, http.MethodPost, "/v1/authorizations/revoke", nil, "", nil, nil)
+	if errors.Is(err, port.ErrPlatformUnauthorized) {
+		return nil
+	}
+	return err
+}
+
+// AuthorizationActive reports whether the authorization of creds is still active
+// (GET /v1/authorizations/current): false once revoked (401).
+func (c *Client) AuthorizationActive(ctx context.Context, creds port.Credentials) (bool, error) {
+	err := c.do(ctx, "platform.AuthorizationActive", creds, http.MethodGet, "/v1/authorizations/current", nil, "", nil, nil)
+	if errors.Is(err, port.ErrPlatformUnauthorized) {
+		return false, nil
+	}
+	return err == nil, err
+}

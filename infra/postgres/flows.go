@@ -273,8 +273,9 @@ func NewListingUpdates() ListingUpdates {
 // resources, port.TaskReader), by task table.
 func TaskRepositories() map[string]any {
 	return map[string]any{
-		"listing_updates": NewListingUpdates(),
-		"unpublishes":     newRepository(unpublishes()),
+		"listing_updates":      NewListingUpdates(),
+		"unpublishes":          newRepository(unpublishes()),
+		"store_disconnections": newRepository(storeDisconnections()),
 	}
 }
 
@@ -285,6 +286,13 @@ func unpublishes() table[domain.Unpublish] {
 				col("external_product_id", &u.ExternalProductID)}
 		})
 	t.notFound, t.conflict = domain.ErrUnpublishNotFound, domain.ErrPublicationUnpublished
+	return t
+}
+
+func storeDisconnections() table[domain.StoreDisconnection] {
+	t := taskTable("store_disconnections", func(d *domain.StoreDisconnection) *domain.Task { return &d.Task },
+		func(d *domain.StoreDisconnection) []column { return []column{col("store_id", &d.StoreID)} })
+	t.notFound = domain.ErrStoreDisconnectionNotFound
 	return t
 }
 

@@ -21,6 +21,7 @@ import (
 	"github.com/listingkit/listing/app/worker/mediaproc"
 	"github.com/listingkit/listing/app/worker/productsync"
 	"github.com/listingkit/listing/app/worker/publish"
+	"github.com/listingkit/listing/app/worker/storedisconnect"
 	"github.com/listingkit/listing/app/worker/storeverify"
 	"github.com/listingkit/listing/app/worker/transfer"
 	"github.com/listingkit/listing/app/worker/unpublish"
@@ -37,6 +38,7 @@ var all = []worker.Registration{
 	aitask.Flow,
 	listingupdate.Flow,
 	unpublish.Flow,
+	storedisconnect.Flow,
 }
 
 // All returns the registered flows' declarations.

@@ -12,6 +12,7 @@ import (
 	"github.com/listingkit/listing/app/port"
 	"github.com/listingkit/listing/app/worker"
 	"github.com/listingkit/listing/app/worker/listingupdate"
+	"github.com/listingkit/listing/app/worker/storedisconnect"
 	"github.com/listingkit/listing/domain"
 )
 
@@ -30,6 +31,7 @@ type (
 	fakeMarket   struct{ port.Marketplace }
 	fakeAI       struct{ port.AIProvider }
 	fakeGuards   struct{ port.TaskGuards }
+	fakeAuth     struct{ storedisconnect.Authorizations }
 )
 
 // provided is what a process provides: every dependency a flow of the registry may need,
@@ -47,6 +49,7 @@ func provided(without ...string) worker.Provided {
 		"publications": repo[domain.Publication]{}, "syncs": fakeSyncs{},
 		"ai tasks": repo[domain.AITask]{}, "ledger": fakeLedger{},
 		"updates": repo[domain.ListingUpdate]{}, "unpublishes": repo[domain.Unpublish]{},
+		"disconnections": repo[domain.StoreDisconnection]{}, "authorizations": fakeAuth{},
 		"cipher": fakeCipher{}, "storage": fakeStorage{}, "fetcher": fakeFetcher{},
 		"marketplace": fakeMarket{}, "ai": fakeAI{}, "inspect": inspect, "budget": &worker.StoreBudget{},
 	}

@@ -31,6 +31,10 @@ const (
 	EndpointDeleteProduct = "DELETE /v1/products/{id}"
 	EndpointFindProduct   = "GET /v1/products?external_ref"
 	EndpointListProducts  = "GET /v1/products"
+	// EndpointRevoke revokes the bearer key (200 {"revoked": true}); any later call with it,
+	// this one included, is 401. EndpointCurrent answers 200 {"active": true} until then.
+	EndpointRevoke  = "POST /v1/authorizations/revoke"
+	EndpointCurrent = "GET /v1/authorizations/current"
 )
 
 // Config configures New.
@@ -150,6 +154,7 @@ type Sandbox struct {
 	limited  int
 	adminMux *http.ServeMux
 	keys     *ratelimit.Local // the buckets of Config.Rate, by api key
+	revoked  map[string]bool  // api keys revoked (EndpointRevoke)
 }
 
 // New returns a sandbox.
@@ -158,7 +163,7 @@ func New(cfg Config) (*Sandbox, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("marketplace.New: %w", err)
 	}
-	s := &Sandbox{cfg: cfg, keys: &ratelimit.Local{Now: cfg.Now}}
+	s := &Sandbox{cfg: cfg, keys: &ratelimit.Local{Now: cfg.Now}, revoked: map[string]bool{}}
 	s.resetLocked()
 	s.ignore = cfg.IgnoreIdempotencyKey
 	return s, nil
@@ -319,6 +324,10 @@ func endpointOf(r *http.Request) string {
 		return EndpointUpdateProduct
 	case strings.HasPrefix(r.URL.Path, "/v1/products/") && r.Method == http.MethodDelete:
 		return EndpointDeleteProduct
+	case r.URL.Path == "/v1/authorizations/revoke" && r.Method == http.MethodPost:
+		return EndpointRevoke
+	case r.URL.Path == "/v1/authorizations/current" && r.Method == http.MethodGet:
+		return EndpointCurrent
 	case r.URL.Path == "/v1/products" && r.Method == http.MethodGet:
 		if r.URL.Query().Has("external_ref") {
 			return EndpointFindProduct
@@ -354,8 +363,23 @@ func (s *Sandbox) handle(r *http.Request, endpoint string) response {
 		return response{status: http.StatusTooManyRequests, header: h, body: errBody("rate_limited", "too many requests for this api key")}
 	}
 	invalid := strings.HasPrefix(key, s.cfg.InvalidKeyPrefix)
+	s.mu.Lock()
+	revoked := s.revoked[key]
+	if endpoint == EndpointRevoke && !revoked {
+		s.revoked[key] = true
+	}
+	s.mu.Unlock()
 	var resp response
+	switch {
+	case revoked:
+		return response{status: http.StatusUnauthorized, body: errBody("unauthorized", "the api key was revoked")}
+	case endpoint == EndpointRevoke:
+		resp = response{status: http.StatusOK, body: map[string]any{"revoked": true}}
+	case endpoint == EndpointCurrent:
+		resp = response{status: http.StatusOK, body: map[string]any{"active": true}}
+	}
 	switch endpoint {
+	case EndpointRevoke, EndpointCurrent:
 	case EndpointVerify:
 		resp = s.verify(r, invalid)
 	default:
