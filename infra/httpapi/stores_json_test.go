@@ -6,6 +6,9 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"go.yaml.in/yaml/v3"
+
+	"github.com/listingkit/listing/domain"
 )
 
 // A store's declared states (domain.DeclareState) are members after verified_at, in their
@@ -32,4 +35,26 @@ func TestStoreJSONStates(t *testing.T) {
 	}{ID: "s", Status: "gone", VerifiedAt: &at, GoneAt: &at, CredentialsVersion: 2, CreatedAt: at, UpdatedAt: at})
 	require.NoError(t, err)
 	require.Equal(t, string(want), string(got))
+}
+
+// The Store schema of openapi.yaml names every state flows declared of stores
+// (domain.DeclareState): its status among the statuses, its Since column among the members.
+func TestStoreSchemaNamesTheDeclaredStates(t *testing.T) {
+	var doc struct {
+		Components struct {
+			Schemas struct {
+				Store struct {
+					Properties map[string]struct {
+						Enum []string `yaml:"enum"`
+					} `yaml:"properties"`
+				} `yaml:"Store"`
+			} `yaml:"schemas"`
+		} `yaml:"components"`
+	}
+	require.NoError(t, yaml.Unmarshal(OpenAPIDocument(), &doc))
+	props := doc.Components.Schemas.Store.Properties
+	for _, st := range domain.States("stores") {
+		require.Contains(t, props["status"].Enum, st.Status, "openapi.yaml: Store.status")
+		require.Contains(t, props, st.Since, "openapi.yaml: Store")
+	}
 }
