@@ -7,7 +7,8 @@ import (
 	"github.com/google/uuid"
 )
 
-// StoreStatus is the verification state of a store's credentials.
+// StoreStatus is the verification state of a store's credentials, or a state a flow gave
+// stores (DeclareState).
 type StoreStatus string
 
 // Store statuses.
@@ -15,9 +16,6 @@ const (
 	StorePendingVerification StoreStatus = "pending_verification"
 	StoreVerified            StoreStatus = "verified"
 	StoreInvalid             StoreStatus = "invalid"
-	// StoreDisconnected: its authorization was revoked at the marketplace and its
-	// credentials erased; replacing them reconnects it (ReplaceCredentials).
-	StoreDisconnected StoreStatus = "disconnected"
 )
 
 // Store is a workspace's shop on a marketplace. Its credentials live sealed in the database;
@@ -34,8 +32,9 @@ type Store struct {
 	ShopName           string // as the platform reports it, after a verification
 	StatusReason       string
 	VerifiedAt         *time.Time
-	// DisconnectedAt is when the store was disconnected (status disconnected); nil otherwise.
-	DisconnectedAt *time.Time
+	// StateSince is when the store entered its status when that is a declared state
+	// (DeclareState: its Since column); nil otherwise.
+	StateSince *time.Time
 	// RateLimit is the store's own budget of requests to its marketplace; the zero
 	// RateLimit: its platform's (STORE_RATE_LIMITS).
 	RateLimit RateLimit
@@ -51,10 +50,6 @@ var (
 	ErrStoreExists               = NewError(KindConflict, "STORE_ALREADY_EXISTS", "this workspace already has a store for this platform shop")
 	ErrPlatformUnsupported       = NewError(KindInvalid, "PLATFORM_UNSUPPORTED", "the platform is not supported").WithField("platform", "unsupported")
 	ErrStoreNotVerified          = NewError(KindConflict, "STORE_NOT_VERIFIED", "the store's credentials are not verified")
-	// ErrStoreDisconnected: the store is disconnected, or its disconnection was accepted; a
-	// guard (domain.GuardError): every task of the store is refused it.
-	ErrStoreDisconnected = GuardError(NewError(KindConflict, "STORE_DISCONNECTED",
-		"the store is disconnected; replace its authorization to reconnect it"))
 )
 
 // NewStore validates and returns a store awaiting its first verification.
@@ -85,29 +80,20 @@ func NewStore(id, workspaceID uuid.UUID, platform, shopID, name string, platform
 		Status: StorePendingVerification, CredentialsVersion: 1, CreatedAt: now, UpdatedAt: now}, nil
 }
 
-// ReplaceCredentials records new credentials: the store awaits verification again.
-// A disconnected store is reconnected by it.
+// ReplaceCredentials records new credentials: the store awaits verification again, whatever
+// state it was in (a declared one included: a disconnected store is reconnected by it).
 func (s *Store) ReplaceCredentials(now time.Time) {
 	s.CredentialsVersion++
-	s.Status, s.StatusReason, s.UpdatedAt, s.DisconnectedAt = StorePendingVerification, "", now, nil
+	s.Status, s.StatusReason, s.UpdatedAt, s.StateSince = StorePendingVerification, "", now, nil
 }
 
-// Disconnect records the store disconnected (its credentials are erased beside it).
-func (s *Store) Disconnect(now time.Time) {
-	s.Status, s.StatusReason, s.DisconnectedAt, s.UpdatedAt = StoreDisconnected, "", &now, now
+// Enter records the store in the declared state st (DeclareState) since now.
+func (s *Store) Enter(st State, now time.Time) {
+	s.Status, s.StatusReason, s.StateSince, s.UpdatedAt = StoreStatus(st.Status), "", &now, now
 }
 
-// Usable refuses a store a task may not use: ErrStoreDisconnected when disconnected,
-// ErrStoreNotVerified when its current credentials are not verified.
-func (s Store) Usable() error {
-	switch s.Status {
-	case StoreVerified:
-		return nil
-	case StoreDisconnected:
-		return ErrStoreDisconnected
-	}
-	return ErrStoreNotVerified
-}
+// In reports whether the store is in the declared state st.
+func (s Store) In(st State) bool { return string(s.Status) == st.Status }
 
 // RecordVerification applies a verification result of credentialsVersion. It reports false
 // when the credentials were replaced since (the result is stale and ignored).

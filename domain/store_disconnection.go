@@ -1,19 +1,18 @@
 package domain
 
-import (
-	"time"
-
-	"github.com/google/uuid"
-)
+import "github.com/google/uuid"
 
 // StoreDisconnection revokes a store's authorization at its marketplace, then records the
-// store disconnected (Store.Disconnect) and erases its credentials
-// (app/worker/storedisconnect). While it is pending or running the store is disconnecting:
-// the guard "store connected" (ErrStoreDisconnected) refuses every other task of the store.
+// store StoreDisconnected (app/worker/storedisconnect). While it is pending or running, the
+// guard "store connected" (ErrStoreDisconnected) refuses every other task of the store.
 type StoreDisconnection struct {
 	Task
 	StoreID uuid.UUID
 }
+
+// StoreDisconnected: the store's authorization was revoked and its credentials erased;
+// replacing them reconnects it (ReplaceCredentials).
+var StoreDisconnected = DeclareState(State{Aggregate: "stores", Status: "disconnected", Since: "disconnected_at"})
 
 // OpStoreDisconnection is the operation type of a store disconnection.
 const OpStoreDisconnection = "store.disconnection"
@@ -23,12 +22,11 @@ var (
 	ErrStoreDisconnectionNotFound = NewError(KindNotFound, "STORE_DISCONNECTION_NOT_FOUND", "the store disconnection does not exist")
 	// ErrStoreBusy: a task of the store is pending or running; disconnect it once they end.
 	ErrStoreBusy = NewError(KindConflict, "STORE_BUSY", "a task of the store is still pending or running; retry once it ends")
+	// ErrStoreDisconnected: the store is disconnected, or its disconnection was accepted; a
+	// guard (domain.GuardError): every task of the store is refused it.
+	ErrStoreDisconnected = GuardError(NewError(KindConflict, "STORE_DISCONNECTED",
+		"the store is disconnected; replace its authorization to reconnect it"))
 )
-
-// NewStoreDisconnection returns a pending disconnection of store.
-func NewStoreDisconnection(id, workspaceID, operationID, store uuid.UUID, now time.Time) StoreDisconnection {
-	return StoreDisconnection{Task: NewTask(id, workspaceID, operationID, now), StoreID: store}
-}
 
 // StoreDisconnectionRequested asks a worker to disconnect a store.
 type StoreDisconnectionRequested struct {

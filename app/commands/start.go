@@ -90,13 +90,16 @@ func getProduct(ctx context.Context, products port.Products, id uuid.UUID) (doma
 }
 
 // getVerifiedStore loads a store of the transaction's workspace and refuses it unless its
-// current credentials are verified (domain.Store.Usable: STORE_DISCONNECTED, STORE_NOT_VERIFIED).
+// current credentials are verified: with the error of a declared guard of the store first
+// (Stores.Refusal: a state a flow gave it, STORE_DISCONNECTED), else STORE_NOT_VERIFIED.
 func getVerifiedStore(ctx context.Context, stores port.Stores, id uuid.UUID) (domain.Store, error) {
 	s, err := stores.Get(ctx, id)
-	if err != nil {
-		return s, err
+	if err == nil && s.Status != domain.StoreVerified {
+		if err = stores.Refusal(ctx, id); err == nil {
+			err = domain.ErrStoreNotVerified
+		}
 	}
-	return s, s.Usable()
+	return s, err
 }
 
 // sealCredentials seals a store's credentials (bound to its workspace and id) and stores

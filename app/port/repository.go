@@ -60,6 +60,10 @@ type Stores interface {
 	SetCredentials(ctx context.Context, storeID uuid.UUID, c SealedCredentials) error
 	// Credentials returns the sealed credentials and the version they belong to.
 	Credentials(ctx context.Context, storeID uuid.UUID) (SealedCredentials, int, error)
+	// Refusal returns the domain.GuardError of the first declared guard of stores
+	// (sql/060_task_guards.sql) that does not hold of the store, nil when all hold: what a
+	// task naming it would be refused. It locks the store's row FOR KEY SHARE.
+	Refusal(ctx context.Context, storeID uuid.UUID) error
 }
 
 // ProductSyncs adds the lookup of a store's active sync.

@@ -22,13 +22,13 @@ func (g guardsOf) Unfinished(context.Context, string, uuid.UUID) (int, error) { 
 func TestLifecycleGuardRefusesBeforeBegin(t *testing.T) {
 	l := newLifecycle(t)
 	began := 0
-	l.env.Deps.Guards = guardsOf{err: domain.ErrStoreDisconnected}
+	l.env.Deps.Guards = guardsOf{err: domain.ErrPublicationUnpublished}
 	f := l.flow(t, func() (string, error) { return "done", nil }, func(*domain.MaterialTransfer) error { began++; return nil })
 	tr, job := l.task(t)
 	require.True(t, worker.IsPermanent(f.Handle(context.Background(), job)))
 	got, op := l.state(t, tr)
 	require.Equal(t, domain.TaskFailed, got.Status)
-	require.Equal(t, "STORE_DISCONNECTED", got.ErrorCode)
+	require.Equal(t, "PUBLICATION_UNPUBLISHED", got.ErrorCode)
 	require.Equal(t, domain.OperationFailed, op.Status)
 	require.Zero(t, began)
 	require.Zero(t, l.calls)

@@ -1,8 +1,11 @@
 package httpapi
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"net/http"
+	"slices"
 	"time"
 
 	"github.com/listingkit/listing/app/bus"
@@ -13,18 +16,20 @@ import (
 )
 
 type storeJSON struct {
-	ID                 string     `json:"id"`
-	Platform           string     `json:"platform"`
-	ShopID             string     `json:"shop_id"`
-	Name               string     `json:"name"`
-	Status             string     `json:"status"`
-	StatusReason       string     `json:"status_reason,omitempty"`
-	ShopName           string     `json:"shop_name,omitempty"`
-	VerifiedAt         *time.Time `json:"verified_at"`
-	DisconnectedAt     *time.Time `json:"disconnected_at"`
-	CredentialsVersion int        `json:"credentials_version"`
-	CreatedAt          time.Time  `json:"created_at"`
-	UpdatedAt          time.Time  `json:"updated_at"`
+	ID           string     `json:"id"`
+	Platform     string     `json:"platform"`
+	ShopID       string     `json:"shop_id"`
+	Name         string     `json:"name"`
+	Status       string     `json:"status"`
+	StatusReason string     `json:"status_reason,omitempty"`
+	ShopName     string     `json:"shop_name,omitempty"`
+	VerifiedAt   *time.Time `json:"verified_at"`
+	// States are the columns of the states flows declared of stores (domain.DeclareState),
+	// each shown after verified_at: when the store entered the state, null unless in it.
+	States             []stateJSON `json:"-"`
+	CredentialsVersion int         `json:"credentials_version"`
+	CreatedAt          time.Time   `json:"created_at"`
+	UpdatedAt          time.Time   `json:"updated_at"`
 	// RateLimit is the store's effective budget of requests to its marketplace; null when
 	// none applies.
 	RateLimit *rateLimitJSON `json:"rate_limit"`
@@ -38,10 +43,44 @@ type rateLimitJSON struct {
 	Source    string  `json:"source"`
 }
 
+// stateJSON is a declared state's column of a store (storeJSON.States).
+type stateJSON struct {
+	Name  string
+	Since *time.Time
+}
+
+// MarshalJSON implements json.Marshaler: the store's members, with its States' after
+// verified_at, in their order of declaration.
+func (v storeJSON) MarshalJSON() ([]byte, error) {
+	type members storeJSON
+	b, err := json.Marshal(members(v))
+	at := bytes.Index(b, []byte(`,"credentials_version":`))
+	if err != nil || len(v.States) == 0 || at < 0 {
+		return b, err
+	}
+	out := slices.Clone(b[:at])
+	for _, st := range v.States {
+		name, _ := json.Marshal(st.Name)
+		since, err := json.Marshal(st.Since)
+		if err != nil {
+			return nil, err
+		}
+		out = append(append(append(append(out, ','), name...), ':'), since...)
+	}
+	return append(out, b[at:]...), nil
+}
+
 func (s *Server) storeBody(v domain.Store) storeJSON {
 	out := storeJSON{ID: v.ID.String(), Platform: v.Platform, ShopID: v.ShopID, Name: v.Name, Status: string(v.Status),
-		StatusReason: v.StatusReason, ShopName: v.ShopName, VerifiedAt: v.VerifiedAt, DisconnectedAt: v.DisconnectedAt, CredentialsVersion: v.CredentialsVersion,
+		StatusReason: v.StatusReason, ShopName: v.ShopName, VerifiedAt: v.VerifiedAt, CredentialsVersion: v.CredentialsVersion,
 		CreatedAt: v.CreatedAt.UTC(), UpdatedAt: v.UpdatedAt.UTC()}
+	for _, st := range domain.States("stores") {
+		var since *time.Time
+		if v.In(st) {
+			since = v.StateSince
+		}
+		out.States = append(out.States, stateJSON{Name: st.Since, Since: since})
+	}
 	switch platform := s.cfg.StoreRateLimits[v.Platform]; {
 	case !v.RateLimit.IsZero():
 		out.RateLimit = &rateLimitJSON{PerSecond: v.RateLimit.PerSecond, Burst: v.RateLimit.Burst, Source: "store"}

@@ -53,26 +53,80 @@ type Stores struct{ *Repository[domain.Store] }
 
 var _ port.Stores = Stores{}
 
-// NewStores returns the repository of stores.
+// NewStores returns the repository of stores. The columns of the states flows declared of
+// stores (domain.DeclareState) follow the store's own: each holds Store.StateSince while
+// the store is in its state, NULL otherwise.
 func NewStores() Stores {
+	states := domain.States("stores")
+	columns := []string{"id", "workspace_id", "platform", "shop_id", "name", "status", "status_reason", "shop_name",
+		"verified_at", "credentials_version", "created_at", "updated_at", "rate_per_second", "rate_burst"}
+	for _, st := range states {
+		columns = append(columns, st.Since)
+	}
 	return Stores{newRepository(table[domain.Store]{
-		name: "stores",
-		columns: []string{"id", "workspace_id", "platform", "shop_id", "name", "status", "status_reason", "shop_name",
-			"verified_at", "credentials_version", "created_at", "updated_at", "rate_per_second", "rate_burst", "disconnected_at"},
+		name:    "stores",
+		columns: columns,
 		scan: func(s *domain.Store) []any {
-			return []any{&s.ID, &s.WorkspaceID, &s.Platform, &s.ShopID, &s.Name, &s.Status, &s.StatusReason, &s.ShopName,
-				&s.VerifiedAt, &s.CredentialsVersion, &s.CreatedAt, &s.UpdatedAt, &s.RateLimit.PerSecond, &s.RateLimit.Burst, &s.DisconnectedAt}
+			out := []any{&s.ID, &s.WorkspaceID, &s.Platform, &s.ShopID, &s.Name, &s.Status, &s.StatusReason, &s.ShopName,
+				&s.VerifiedAt, &s.CredentialsVersion, &s.CreatedAt, &s.UpdatedAt, &s.RateLimit.PerSecond, &s.RateLimit.Burst}
+			for range states {
+				out = append(out, stateSince{&s.StateSince})
+			}
+			return out
 		},
 		values: func(s *domain.Store) []any {
 			// The sealed credentials are not part of the aggregate: SetCredentials writes them,
 			// in the transaction that inserts or replaces them.
-			return []any{s.ID, s.WorkspaceID, s.Platform, s.ShopID, s.Name, s.Status, s.StatusReason, s.ShopName,
-				s.VerifiedAt, s.CredentialsVersion, s.CreatedAt, s.UpdatedAt, s.RateLimit.PerSecond, s.RateLimit.Burst, s.DisconnectedAt}
+			out := []any{s.ID, s.WorkspaceID, s.Platform, s.ShopID, s.Name, s.Status, s.StatusReason, s.ShopName,
+				s.VerifiedAt, s.CredentialsVersion, s.CreatedAt, s.UpdatedAt, s.RateLimit.PerSecond, s.RateLimit.Burst}
+			for _, st := range states {
+				var since *time.Time
+				if s.In(st) {
+					since = s.StateSince
+				}
+				out = append(out, since)
+			}
+			return out
 		},
 		key:      func(s *domain.Store) (uuid.UUID, time.Time) { return s.ID, s.CreatedAt },
 		notFound: domain.ErrStoreNotFound,
 		conflict: domain.ErrStoreExists,
 	})}
+}
+
+// stateSince scans a declared state's Since column into Store.StateSince: NULL (the store is
+// in another state) leaves it as it is.
+type stateSince struct{ to **time.Time }
+
+// Scan implements sql.Scanner.
+func (s stateSince) Scan(src any) error {
+	switch v := src.(type) {
+	case nil:
+	case time.Time:
+		*s.to = &v
+	default:
+		return fmt.Errorf("postgres: cannot scan %T into a time", src)
+	}
+	return nil
+}
+
+// Refusal implements port.Stores: task_guard_refusal (sql/068) of the store, for a task of
+// no flow in particular naming it in every guarded column.
+func (s Stores) Refusal(ctx context.Context, storeID uuid.UUID) error {
+	tx, _, err := mustTx(ctx, "postgres.Stores.Refusal")
+	if err != nil {
+		return err
+	}
+	var code *string
+	err = tx.QueryRow(ctx, `SELECT task_guard_refusal('', (SELECT jsonb_object_agg(task_column, $1::text)
+		FROM task_guards WHERE aggregate_table = 'stores'))`, storeID).Scan(&code)
+	switch {
+	case err != nil:
+		return fmt.Errorf("postgres.Stores.Refusal: %w", TranslateError(err))
+	case code == nil:
+		return nil
+	}
+	return guardRefusal{code: *code}.err()
 }
 
 // SetCredentials implements port.Stores.

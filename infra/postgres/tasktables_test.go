@@ -204,6 +204,6 @@ func TestPrepareTaskTableListAndDrop(t *testing.T) {
 		  (SELECT count(*) FROM task_guards WHERE name = 'demo parent')`).Scan(&table, &tasks, &guards))
 	require.Equal(t, []int{0, 0, 0}, []int{table, tasks, guards})
 
-	_, err := db.App.Exec(ctx, `SELECT drop_task_table('store_disconnections')`)
+	_, err := db.App.Exec(ctx, `SELECT drop_task_table('unpublishes')`)
 	require.ErrorContains(t, err, "permission denied")
 }

@@ -1,15 +1,13 @@
-// Package storedisconnect handles the store disconnection queue: a disconnection
-// (domain.StoreDisconnectionRequested) revokes the store's authorization at its marketplace
-// (POST /v1/authorizations/revoke; a repeat's 401 counts as revoked), then records the store
-// disconnected, erases its credentials and emits store.disconnected.
+// Package storedisconnect is the store disconnection: it revokes the store's authorization
+// at its marketplace, then records the store disconnected (domain.StoreDisconnected), erases
+// its credentials and emits store.disconnected.
 //
 // It never revokes the key under another task of the store: the command refuses STORE_BUSY
 // while any is pending or running, and from its acceptance the guard "store connected"
-// (sql/061) refuses every new task of the store STORE_DISCONNECTED, at acceptance and when
-// it runs. Its begin step locks the store and counts again (a task accepted just before
-// it), waiting (STORE_BUSY, a snooze) while another runs. A redelivery after the revoke
-// revokes again (401: done); one after the record finds the task finished. Its last look
-// asks whether the authorization is still active: revoked, the disconnection succeeded.
+// (sql/061) refuses every new task of the store STORE_DISCONNECTED. Its begin step locks the
+// store and counts again (a task accepted just before it), snoozing while another runs. A
+// redelivery after the revoke revokes again (401: done); one after the record finds the task
+// finished. Its last look asks whether the authorization is still active.
 package storedisconnect
 
 import (
@@ -28,8 +26,7 @@ import (
 // Queue is the store disconnection queue.
 const Queue = "listing-store-disconnection"
 
-// Flow registers the store disconnections with the engine (app/worker/flows lists it). Its
-// entry point, DELETE …/stores/{store_id} and listing.disconnect_store, is derived (Start).
+// Flow registers the store disconnections (app/worker/flows lists it).
 var Flow = worker.Register(worker.Spec{
 	Name: "store_disconnection", Queue: Queue, Table: "store_disconnections", Request: domain.StoreDisconnectionRequested{},
 	TaskIDField: "disconnection_id", AggregateColumn: "id", NotFound: domain.ErrStoreDisconnectionNotFound,
@@ -40,9 +37,8 @@ var Flow = worker.Register(worker.Spec{
 		Summary: "Disconnect the store (idempotent).",
 		Description: "Revokes the store's authorization at its marketplace (POST /v1/authorizations/revoke; a repeat's 401 counts as done), " +
 			"then the store is `disconnected`, its credentials erased and `disconnected_at` set; `store.disconnected` is emitted. " +
-			"Refused 409 STORE_BUSY while a task of the store is pending or running. From acceptance, publish, product sync, " +
-			"listing update, unpublish and a second disconnection of the store are refused 409 STORE_DISCONNECTED, and so is a " +
-			"task of the store a worker meets; PUT …/authorization reconnects it (verified again)."},
+			"Refused 409 STORE_BUSY while a task of the store is pending or running. From acceptance, every other task of the store " +
+			"is refused 409 STORE_DISCONNECTED; PUT …/authorization reconnects it (verified again)."},
 	LastLook: worker.Asks("asks whether the store's authorization is still active: revoked (401), the disconnection succeeded"),
 	Resource: &worker.Resource{Parent: "/stores/{store_id}", ParentTable: "stores", ParentNotFound: domain.ErrStoreNotFound,
 		Path: "disconnections", IDParam: "disconnection_id", Key: "store_disconnection",
@@ -130,7 +126,7 @@ func (h steps) lockStore(ctx context.Context, id uuid.UUID, self int) (domain.St
 	if err != nil {
 		return store, err
 	}
-	if store.Status == domain.StoreDisconnected {
+	if store.In(domain.StoreDisconnected) {
 		return store, domain.ErrStoreDisconnected
 	}
 	n, err := h.env.Deps.Guards.Unfinished(ctx, "store_id", id)
@@ -146,7 +142,7 @@ func (h steps) accept(ctx context.Context, a worker.Acceptance) (domain.StoreDis
 	if err != nil {
 		return domain.StoreDisconnection{}, err
 	}
-	return domain.NewStoreDisconnection(a.TaskID, a.WorkspaceID, a.OperationID, store.ID, a.Now), nil
+	return domain.StoreDisconnection{Task: domain.NewTask(a.TaskID, a.WorkspaceID, a.OperationID, a.Now), StoreID: store.ID}, nil
 }
 
 // begin waits while another task of the store runs, then reads the credentials to revoke.
@@ -183,7 +179,7 @@ func (h steps) revoke(ctx context.Context, d domain.StoreDisconnection, r revoca
 // record records the store disconnected, erases its credentials and emits store.disconnected.
 func (h steps) record(ctx context.Context, d *domain.StoreDisconnection, _ struct{}) (any, error) {
 	now := h.env.Deps.Now().UTC()
-	store, err := h.env.Stores.Update(ctx, d.StoreID, func(s *domain.Store) error { s.Disconnect(now); return nil })
+	store, err := h.env.Stores.Update(ctx, d.StoreID, func(s *domain.Store) error { s.Enter(domain.StoreDisconnected, now); return nil })
 	if err == nil {
 		err = h.env.Stores.SetCredentials(ctx, d.StoreID, port.SealedCredentials{Ciphertext: []byte{}})
 	}

@@ -23,13 +23,6 @@ import (
 	"github.com/listingkit/listing/infra/sandbox"
 )
 
-// Revoked reports whether apiKey was revoked (EndpointRevoke).
-func (s *Sandbox) Revoked(apiKey string) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.revoked[apiKey]
-}
-
 // Endpoint names, used by Calls, Stats and Fault.Endpoint.
 const (
 	EndpointVerify        = "POST /v1/stores/verify"
