@@ -110,7 +110,7 @@ func (s stateSince) Scan(src any) error {
 	return nil
 }
 
-// Refusal implements port.Stores: task_guard_refusal (sql/068) of the store, for a task of
+// Refusal implements port.Stores: task_guard_check (sql/086) of the store, for a task of
 // no flow in particular naming it in every guarded column.
 func (s Stores) Refusal(ctx context.Context, storeID uuid.UUID) error {
 	tx, _, err := mustTx(ctx, "postgres.Stores.Refusal")
@@ -118,7 +118,7 @@ func (s Stores) Refusal(ctx context.Context, storeID uuid.UUID) error {
 		return err
 	}
 	var code *string
-	err = tx.QueryRow(ctx, `SELECT task_guard_refusal('', (SELECT jsonb_object_agg(task_column, $1::text)
+	err = tx.QueryRow(ctx, `SELECT task_guard_check('', (SELECT jsonb_object_agg(task_column, $1::text)
 		FROM task_guards WHERE aggregate_table = 'stores'))`, storeID).Scan(&code)
 	switch {
 	case err != nil:
