@@ -519,7 +519,7 @@ func ProvideDispatcher(cfg config.Config, pool *pgxpool.Pool, pubs outbox.Publis
 		return nil, err
 	}
 	dcfg := outbox.DispatcherConfig{MaxAttempts: cfg.OutboxMaxAttempts, Lease: cfg.OutboxLease, DisableListen: true,
-		FairShare: outbox.FairShare{Slots: slots, Queues: fairQueues(), LaneField: fairLaneField}}
+		FairShare: outbox.FairShare{Slots: slots, AloneFactor: outbox.DefaultAloneFactor, Queues: fairQueues(), LaneField: fairLaneField}}
 	if !cfg.Memory() {
 		dcfg.WakeRedis, dcfg.WakeChannel = rdb, wakeChannel(cfg)
 	}
