@@ -50,6 +50,7 @@ func (d *Dispatcher) dispatchRound(ctx context.Context, wss []uuid.UUID) {
 	// once the leased rows are delivered, unhold gives it one at once.
 	held := heldLanesOf(rows)
 	d.held.add(held)
+	d.held.retreat(rows)
 	byWS := byWorkspace(rows)
 	for _, ws := range wss {
 		full := len(byWS[ws]) >= limit
