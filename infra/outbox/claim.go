@@ -87,7 +87,8 @@ func idsOf(rows []claimed) []uuid.UUID {
 // queue in its lane (the payload's field $10, empty when absent: the store), 1..$9 per lane
 // (1..$13 for a workspace and queue of the pairs $11, $12: a lane alone, FairShare.AloneFactor),
 // the lowest first, and no more than that bound less the lane's slots taken (a lane that was
-// alone may hold slots numbered above $9 until their tasks end), the oldest rows first; a row that finds none, or loses its slot to a
+// alone may hold slots numbered above $9 until their tasks end; the numbers looked at are
+// 1..the lane's slots taken + its candidates, among which as many as its candidates are free), the oldest rows first; a row that finds none, or loses its slot to a
 // concurrent claim (the slot's unique key), is held instead of leased (status held,
 // held_task = its task, held_lane = its lane: out of outbox_events_due). Held rows come back
 // with held = true and their lane, after the leased ones. The slots of the claimed
@@ -124,14 +125,15 @@ const claimSQL = `
 	  WHERE l.task ~* '^[0-9a-f]{8}-?[0-9a-f]{4}-?[0-9a-f]{4}-?[0-9a-f]{4}-?[0-9a-f]{12}$'
 	    AND l.task::uuid NOT IN (SELECT t.task FROM taken t)),
 	lanes AS (
-	  SELECT p.ws, p.dest, p.lane, p.cap, p.cap - (SELECT count(*) FROM taken t WHERE t.ws = p.ws AND t.dest = p.dest AND t.lane = p.lane) AS room
-	  FROM (SELECT DISTINCT c.ws, c.dest, c.lane,
-	               CASE WHEN (c.ws, c.dest) IN (SELECT a.ws, a.dest FROM unnest($11::uuid[], $12::text[]) AS a(ws, dest))
-	                    THEN $13::int ELSE $9::int END AS cap
-	        FROM cand c) p),
+	  SELECT q.*, q.cap - q.used AS room FROM (
+	    SELECT p.*, (SELECT count(*) FROM taken t WHERE t.ws = p.ws AND t.dest = p.dest AND t.lane = p.lane)::int AS used
+	    FROM (SELECT c.ws, c.dest, c.lane, count(*)::int AS n,
+	                 CASE WHEN (c.ws, c.dest) IN (SELECT a.ws, a.dest FROM unnest($11::uuid[], $12::text[]) AS a(ws, dest))
+	                      THEN $13::int ELSE $9::int END AS cap
+	          FROM cand c GROUP BY c.ws, c.dest, c.lane) p) q),
 	free AS (
 	  SELECT p.ws, p.dest, p.lane, g.slot, row_number() OVER (PARTITION BY p.ws, p.dest, p.lane ORDER BY g.slot) AS rn
-	  FROM lanes p CROSS JOIN generate_series(1, p.cap) AS g(slot)
+	  FROM lanes p CROSS JOIN generate_series(1, least(p.cap, p.used + p.n)) AS g(slot)
 	  WHERE (p.ws, p.dest, p.lane, g.slot) NOT IN (SELECT t.ws, t.dest, t.lane, t.slot FROM taken t)),
 	took AS (
 	  INSERT INTO outbox_fair_slots (workspace_id, destination, lane, slot, task_id, event_id)
