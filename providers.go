@@ -518,8 +518,14 @@ func ProvideDispatcher(cfg config.Config, pool *pgxpool.Pool, pubs outbox.Publis
 	if err != nil {
 		return nil, err
 	}
+	// A lane alone in its queue may take 4 × the default slots; FAIR_SHARE_SLOTS set to a
+	// number is the bound, alone or not.
+	alone := 0
+	if cfg.FairShareSlots == "" {
+		alone = outbox.DefaultAloneFactor
+	}
 	dcfg := outbox.DispatcherConfig{MaxAttempts: cfg.OutboxMaxAttempts, Lease: cfg.OutboxLease, DisableListen: true,
-		FairShare: outbox.FairShare{Slots: slots, Queues: fairQueues(), LaneField: fairLaneField}}
+		FairShare: outbox.FairShare{Slots: slots, AloneFactor: alone, Queues: fairQueues(), LaneField: fairLaneField}}
 	if !cfg.Memory() {
 		dcfg.WakeRedis, dcfg.WakeChannel = rdb, wakeChannel(cfg)
 	}

@@ -80,7 +80,7 @@ func e2eOurs(ctx context.Context, o options) (float64, error) {
 	var handled atomic.Int64 // jobs whose lifecycle ended in success (the record committed)
 	// Fair share as the service runs it by default: FAIR_SHARE_SLOTS unset, the workers'
 	// concurrency as WORKER_CONCURRENCY.
-	fair := outbox.FairShare{Slots: config.FairShareFactor * o.workers, Queues: fairQueues(), LaneField: "store_id"}
+	fair := outbox.FairShare{Slots: config.FairShareFactor * o.workers, AloneFactor: outbox.DefaultAloneFactor, Queues: fairQueues(), LaneField: "store_id"}
 	p, err := v.pipeline(ctx, o, outbox.DispatcherConfig{MetricsInterval: -1, DisableListen: true, FairShare: fair},
 		func(ctx context.Context, job worker.Job, handle worker.Handler) error {
 			err := handle.Handle(ctx, job)

@@ -19,10 +19,13 @@ import (
 
 // fairOptions size the fairness section (flags -fair-*).
 type fairOptions struct {
-	backlog    int // workspace N's tasks queued at once
-	secs       int // Q publishes one task a second for this long
-	workspaces int // the many-workspaces drain: workspaces ...
-	per        int // ... times tasks each
+	backlog    int  // workspace N's tasks queued at once
+	secs       int  // Q publishes one task a second for this long
+	workspaces int  // the many-workspaces drain: workspaces ...
+	per        int  // ... times tasks each
+	alone      bool // only N alone, fair share on against off (-fair-alone)
+	progress   bool // print N's jobs done every 5 s (-fair-progress)
+	factor     int  // FairShare.AloneFactor (-fair-alone-factor)
 }
 
 // benchFairness measures fair share (FAIR_SHARE_SLOTS, the default 4 × workers) against the
@@ -33,6 +36,9 @@ type fairOptions struct {
 func benchFairness(ctx context.Context, o options, t *table) error {
 	f := o.fair
 	slots := config.FairShareFactor * o.workers
+	if f.alone {
+		return benchFairAlone(ctx, o, t, slots)
+	}
 	fair, err := fairRun(ctx, o, slots, []int{f.backlog}, f.secs, true)
 	if err != nil {
 		return fmt.Errorf("fair share: %w", err)
@@ -75,6 +81,22 @@ func benchFairness(ctx context.Context, o options, t *table) error {
 	t.add(line{measure: fmt.Sprintf("fairness: %d workspaces × %d jobs drain", f.workspaces, f.per),
 		ours: fairDrain.drain.Round(time.Millisecond).String(), peer: "FIFO (fair share off)", peerFig: fifoDrain.drain.Round(time.Millisecond).String(),
 		ratio: fairDrain.drain.Seconds() / fifoDrain.drain.Seconds(), target: "≤ 1.1×", met: fairDrain.drain.Seconds() <= 1.1*fifoDrain.drain.Seconds()})
+	return nil
+}
+
+// benchFairAlone runs N alone only, fair share on against off (-fair-alone).
+func benchFairAlone(ctx context.Context, o options, t *table, slots int) error {
+	f := o.fair
+	alone, err := fairRun(ctx, o, slots, []int{f.backlog}, f.secs, false)
+	if err != nil {
+		return fmt.Errorf("N alone: %w", err)
+	}
+	aloneFIFO, err := fairRun(ctx, o, 0, []int{f.backlog}, f.secs, false)
+	if err != nil {
+		return fmt.Errorf("N alone, FIFO: %w", err)
+	}
+	t.add(line{measure: "fairness: N alone, fair share on", ours: perSec(alone.nRate, "jobs"), peer: "fair share off", peerFig: perSec(aloneFIFO.nRate, "jobs"),
+		ratio: alone.nRate / aloneFIFO.nRate, target: "≥ 0.9×", met: alone.nRate/aloneFIFO.nRate >= 0.9})
 	return nil
 }
 
@@ -134,7 +156,7 @@ func fairRun(ctx context.Context, o options, slots int, backlog []int, secs int,
 	nAt := map[uuid.UUID]int64{}        // Q's tasks: N's jobs done when it started
 	kind := storeverify.Tasks(worker.Deps{}, v.tasks)
 	p, err := v.pipeline(ctx, o, outbox.DispatcherConfig{MetricsInterval: -1, DisableListen: true,
-		FairShare: outbox.FairShare{Slots: slots, Queues: fq, LaneField: "store_id"}},
+		FairShare: outbox.FairShare{Slots: slots, AloneFactor: o.fair.factor, Queues: fq, LaneField: "store_id"}},
 		func(ctx context.Context, job worker.Job, handle worker.Handler) error {
 			if job.WorkspaceID == q {
 				if id, err := kind.TaskID(job); err == nil {
@@ -164,6 +186,24 @@ func fairRun(ctx context.Context, o options, slots int, backlog []int, secs int,
 	start = time.Now()
 	stop := p.run(ctx)
 	defer stop()
+	if o.fair.progress {
+		pctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		go func() {
+			tick := time.NewTicker(5 * time.Second)
+			defer tick.Stop()
+			for prev := int64(0); ; {
+				select {
+				case <-pctx.Done():
+					return
+				case <-tick.C:
+				}
+				n := nDone.Load()
+				fmt.Printf("     +%3.0fs N done %d (%d/s)\n", time.Since(start).Seconds(), n, (n-prev)/5)
+				prev = n
+			}
+		}()
+	}
 
 	commits := map[uuid.UUID]time.Time{}
 	if secs > 0 {

@@ -41,6 +41,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"github.com/listingkit/listing/infra/outbox"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -100,6 +101,9 @@ func main() {
 	flag.IntVar(&o.fair.secs, "fair-secs", 60, "fairness: seconds workspace Q publishes one task a second")
 	flag.IntVar(&o.fair.workspaces, "fair-workspaces", 1000, "fairness: workspaces of the many-workspaces drain")
 	flag.IntVar(&o.fair.per, "fair-per", 50, "fairness: tasks per workspace of the many-workspaces drain")
+	flag.BoolVar(&o.fair.alone, "fair-alone", false, "fairness: only N alone, fair share on against off")
+	flag.BoolVar(&o.fair.progress, "fair-progress", false, "fairness: print N's jobs done every 5 s")
+	flag.IntVar(&o.fair.factor, "fair-alone-factor", outbox.DefaultAloneFactor, "fairness: FairShare.AloneFactor (1: a lane never takes more than its slots)")
 	flag.StringVar(&o.redisURL, "redis", envOr("REDIS_URL", "redis://127.0.0.1:6379/0"), "Redis URL")
 	flag.StringVar(&o.adminURL, "admin", envOr("TEST_DATABASE_URL", "postgres://root@127.0.0.1:5432/postgres"), "PostgreSQL superuser URL")
 	flag.StringVar(&o.cpuprof, "cpuprofile", "", "write a CPU profile of this process (the Go side of every section) to this file")

@@ -84,8 +84,11 @@ func idsOf(rows []claimed) []uuid.UUID {
 // Fair share (FairShare; none when $7 is empty): a claimed row of a fair-shared queue ($7,
 // the task id in its payload's field $8 of the same index) that is not a last look and
 // whose task holds no slot yet (outbox_fair_slots) takes a free slot of its workspace's
-// queue in its lane (the payload's field $10, empty when absent: the store), 1..$9 per lane,
-// the lowest first, the oldest rows first; a row that finds none, or loses its slot to a
+// queue in its lane (the payload's field $10, empty when absent: the store), 1..$9 per lane
+// (1..$13 for a workspace and queue of the pairs $11, $12: a lane alone, FairShare.AloneFactor),
+// the lowest first, and no more than that bound less the lane's slots taken (a lane that was
+// alone may hold slots numbered above $9 until their tasks end; the numbers looked at are
+// 1..the lane's slots taken + its candidates, among which as many as its candidates are free), the oldest rows first; a row that finds none, or loses its slot to a
 // concurrent claim (the slot's unique key), is held instead of leased (status held,
 // held_task = its task, held_lane = its lane: out of outbox_events_due). Held rows come back
 // with held = true and their lane, after the leased ones. The slots of the claimed
@@ -121,13 +124,22 @@ const claimSQL = `
 	  FROM live l
 	  WHERE l.task ~* '^[0-9a-f]{8}-?[0-9a-f]{4}-?[0-9a-f]{4}-?[0-9a-f]{4}-?[0-9a-f]{12}$'
 	    AND l.task::uuid NOT IN (SELECT t.task FROM taken t)),
+	lanes AS (
+	  SELECT q.*, q.cap - q.used AS room FROM (
+	    SELECT p.*, (SELECT count(*) FROM taken t WHERE t.ws = p.ws AND t.dest = p.dest AND t.lane = p.lane)::int AS used
+	    FROM (SELECT c.ws, c.dest, c.lane, count(*)::int AS n,
+	                 CASE WHEN (c.ws, c.dest) IN (SELECT a.ws, a.dest FROM unnest($11::uuid[], $12::text[]) AS a(ws, dest))
+	                      THEN $13::int ELSE $9::int END AS cap
+	          FROM cand c GROUP BY c.ws, c.dest, c.lane) p) q),
 	free AS (
 	  SELECT p.ws, p.dest, p.lane, g.slot, row_number() OVER (PARTITION BY p.ws, p.dest, p.lane ORDER BY g.slot) AS rn
-	  FROM (SELECT DISTINCT ws, dest, lane FROM cand) p CROSS JOIN generate_series(1, $9::int) AS g(slot)
+	  FROM lanes p CROSS JOIN generate_series(1, least(p.cap, p.used + p.n)) AS g(slot)
 	  WHERE (p.ws, p.dest, p.lane, g.slot) NOT IN (SELECT t.ws, t.dest, t.lane, t.slot FROM taken t)),
 	took AS (
 	  INSERT INTO outbox_fair_slots (workspace_id, destination, lane, slot, task_id, event_id)
-	  SELECT c.ws, c.dest, c.lane, f.slot, c.task, c.id FROM cand c JOIN free f ON f.ws = c.ws AND f.dest = c.dest AND f.lane = c.lane AND f.rn = c.rn
+	  SELECT c.ws, c.dest, c.lane, f.slot, c.task, c.id
+	  FROM cand c JOIN free f ON f.ws = c.ws AND f.dest = c.dest AND f.lane = c.lane AND f.rn = c.rn
+	  JOIN lanes p ON p.ws = c.ws AND p.dest = c.dest AND p.lane = c.lane AND c.rn <= p.room
 	  ON CONFLICT DO NOTHING
 	  RETURNING event_id),
 	hold AS (SELECT c.id FROM cand c WHERE c.id NOT IN (SELECT event_id FROM took)),
@@ -155,8 +167,9 @@ func (d *Dispatcher) claim(ctx context.Context, wss []uuid.UUID, token string, l
 	var out []claimed
 	var now time.Time
 	marks := d.low.begin(wss)
+	aloneWS, aloneDests := d.aloneOf(wss)
 	st := scopedStmt{wss: wss, sql: claimSQL, args: []any{wss, limit, token, d.cfg.Lease.Milliseconds(), d.cfg.MaxAttempts, marks.at,
-		d.fair.queues, d.fair.fields, d.fair.slots, d.fair.lane},
+		d.fair.queues, d.fair.fields, d.fair.slots, d.fair.lane, aloneWS, aloneDests, d.fair.alone},
 		read: func(rows pgx.Rows) (err error) {
 			out, now, err = collectClaimed(rows)
 			return err

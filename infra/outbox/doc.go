@@ -135,7 +135,14 @@
 //     held events (refill, unholdSQL: pending, due now), which its claim then admits. A
 //     round whose claim held rows gives their lanes' free slots at once after it (a row that
 //     lost its slot to another dispatcher's claim). One claim of a workspace runs at a time
-//     per dispatcher (wsQueue).
+//     per dispatcher (wsQueue). A lane whose last claim was full and held rows is not
+//     refilled (its claims give the free slots to the requests they read, oldest first),
+//     and a refill walks a lane's held events after its front mark (heldLanes.front), not
+//     from the index's first entry; TaskEnded wakes a workspace at most once per
+//     TaskEndedGap.
+//   - A lane alone (no other workspace known to have events held in its queue) takes up to
+//     FairShare.AloneFactor × Slots slots; once another has, it takes none above Slots
+//     (claimSQL counts the lane's slots taken, whatever their numbers).
 //   - The sweep (sweepFairShare, every FairShare.SweepInterval) walks the (workspace, queue,
 //     lane) triples with held events (outbox_held_lanes, a loose index scan), gives each
 //     one's free slots to its oldest held events (a refill a lost wake-up missed), frees the

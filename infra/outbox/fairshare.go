@@ -1,6 +1,7 @@
 package outbox
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"slices"
@@ -19,6 +20,15 @@ type FairShare struct {
 	// Slots is the most tasks of one workspace and lane admitted into one queue at once
 	// (FAIR_SHARE_SLOTS). 0 turns fair share off: held events go back to the claim.
 	Slots int
+	// AloneFactor lets a lane take up to AloneFactor × Slots slots while no other workspace
+	// has events held in its queue (as this dispatcher knows: its claims' and its sweep's
+	// listing, at most SweepInterval old), so that one busy workspace alone keeps the
+	// workers busy while each slot waits for its task's end, the wake-up, a round and a
+	// claim before its next job. Once another workspace has events held there, the lane takes
+	// no slot above Slots (those taken drain with their tasks). A newcomer that is never
+	// held (a workspace publishing a few tasks) waits in Redis behind at most AloneFactor ×
+	// Slots jobs of the busy one. 0 or 1: Slots always.
+	AloneFactor int
 	// LaneField is the payload's JSON field naming a request's lane (the store it calls):
 	// each lane of a workspace's queue has its own Slots, so that one lane's backlog (a
 	// store waiting for its rate limit in the slots it holds) never holds back another's.
@@ -36,6 +46,10 @@ type FairShare struct {
 	StaleSlotAge time.Duration
 }
 
+// DefaultAloneFactor is the service's FairShare.AloneFactor: a lane alone in its queue takes
+// up to 4 × FAIR_SHARE_SLOTS slots.
+const DefaultAloneFactor = 4
+
 // FairQueue is one fair-shared queue: the flow's name (the gauge's label), its request
 // events' queue, the JSON field of their payload that holds the task id, and the task table.
 type FairQueue struct {
@@ -47,12 +61,16 @@ type FairQueue struct {
 type fairShare struct {
 	queues, fields []string
 	slots          int
-	lane           string
-	byQueue        map[string]FairQueue
+	// alone is a lane's slots while no other workspace has events held in its queue
+	// (AloneFactor × Slots; slots when AloneFactor is 0 or 1).
+	alone   int
+	lane    string
+	byQueue map[string]FairQueue
 }
 
 func newFairShare(c FairShare) fairShare {
-	f := fairShare{queues: []string{}, fields: []string{}, slots: c.Slots, lane: c.LaneField, byQueue: map[string]FairQueue{}}
+	f := fairShare{queues: []string{}, fields: []string{}, slots: c.Slots, alone: c.Slots * max(c.AloneFactor, 1), lane: c.LaneField,
+		byQueue: map[string]FairQueue{}}
 	for _, q := range c.Queues {
 		f.byQueue[q.Queue] = q
 		if c.Slots > 0 {
@@ -72,6 +90,9 @@ func (c FairShare) validate() error {
 	if c.Slots < 0 || c.Slots > 100000 {
 		return fmt.Errorf("outbox: FairShare.Slots must be in [0, 100000], got %d", c.Slots)
 	}
+	if c.AloneFactor < 0 || c.AloneFactor > 100 || c.Slots*max(c.AloneFactor, 1) > 100000 {
+		return fmt.Errorf("outbox: FairShare.AloneFactor must be in [0, 100] with AloneFactor × Slots at most 100000, got %d", c.AloneFactor)
+	}
 	for _, q := range c.Queues {
 		if q.Queue == "" || q.TaskIDField == "" || q.Table == "" {
 			return fmt.Errorf("outbox: FairShare queue %q needs Queue, TaskIDField and Table", q.Queue)
@@ -84,29 +105,46 @@ func (c FairShare) validate() error {
 const heldLanesLimit = 10000
 
 // unholdSQL gives, for each (workspace $1[i], queue $2[i], lane $5[i]), its free slots (of
-// $3; all of its held events, up to $4, when $3 is 0) to its oldest held events: back to
-// pending, due now. It returns per triple the slots in use and the oldest slot's age in
-// seconds, and how many events it released.
+// $6[i]; all of its held events, up to $4, when $3 is 0) to its oldest held events after
+// (created_at, id) ($7[i], $8[i]; the zero time for none): back to pending, due now. It
+// returns per triple the slots in use and the oldest slot's age in seconds, how many events
+// it released, and the (created_at, id) of the last one (null when none).
+//
+// The walk starts after the lane's front mark (heldLanes.front, the last event a refill
+// released), not at the index's first entry: the entries of the events released before
+// stay in outbox_events_held, their row versions dead, until an index scan can mark them
+// dead (no older snapshot left) or a vacuum removes them, and under load a walk from the
+// front passed thousands of them at every refill (a 50,000-event backlog: 17 ms a refill,
+// most of the dispatcher's time). An event held again after the mark passed it (a released
+// one a claim held again) is older than the mark: the sweep, which walks from the front
+// once a SweepInterval, releases it. The update finds its rows by primary key: its status
+// condition, "held" as the column's CHECK allows (pending, held, dead_letter), matches no
+// partial index's predicate (as pendingByID, claim.go).
 const unholdSQL = `
-	WITH p AS (SELECT * FROM unnest($1::uuid[], $2::text[], $5::text[]) AS p(ws, dest, lane)),
+	WITH p AS (SELECT * FROM unnest($1::uuid[], $2::text[], $5::text[], $6::int[], $7::timestamptz[], $8::uuid[])
+	           AS p(ws, dest, lane, cap, at, after)),
 	u AS (
-	  SELECT p.ws, p.dest, p.lane, count(s.slot) AS used, coalesce(extract(epoch FROM now() - min(s.taken_at)), 0)::float8 AS oldest
+	  SELECT p.ws, p.dest, p.lane, p.cap, p.at, p.after, count(s.slot) AS used,
+	         coalesce(extract(epoch FROM now() - min(s.taken_at)), 0)::float8 AS oldest
 	  FROM p LEFT JOIN outbox_fair_slots s ON s.workspace_id = p.ws AND s.destination = p.dest AND s.lane = p.lane
-	  GROUP BY p.ws, p.dest, p.lane),
+	  GROUP BY p.ws, p.dest, p.lane, p.cap, p.at, p.after),
 	x AS (
-	  SELECT h.id, u.ws, u.dest, u.lane FROM u CROSS JOIN LATERAL (
-	    SELECT o.id FROM outbox_events o
+	  SELECT h.id, h.created_at, u.ws, u.dest, u.lane FROM u CROSS JOIN LATERAL (
+	    SELECT o.id, o.created_at FROM outbox_events o
 	    WHERE o.workspace_id = u.ws AND o.destination = u.dest AND o.held_lane = u.lane AND o.status = 'held'
+	      AND (o.created_at, o.id) > (u.at, u.after)
 	    ORDER BY o.created_at, o.id
-	    LIMIT CASE WHEN $3::int = 0 THEN $4::int ELSE greatest($3::int - u.used, 0) END
+	    LIMIT CASE WHEN $3::int = 0 THEN $4::int ELSE greatest(u.cap - u.used, 0) END
 	    FOR UPDATE SKIP LOCKED) h),
 	r AS (
 	  UPDATE outbox_events o SET status = 'pending', held_task = NULL, held_lane = NULL, next_attempt_at = now()
-	  WHERE o.id = ANY (ARRAY(SELECT id FROM x)) AND o.status = 'held'
+	  WHERE o.id = ANY (ARRAY(SELECT id FROM x)) AND o.status NOT IN ('pending', 'dead_letter')
 	  RETURNING o.id)
-	SELECT u.ws, u.dest, u.lane, u.used, u.oldest,
-	       (SELECT count(*) FROM r JOIN x ON x.id = r.id WHERE x.ws = u.ws AND x.dest = u.dest AND x.lane = u.lane) AS released
-	FROM u`
+	SELECT u.ws, u.dest, u.lane, u.cap, u.used, u.oldest, l.released, l.at, l.id
+	FROM u CROSS JOIN LATERAL (
+	  SELECT count(*) AS released, max(x.created_at) AS at,
+	         (array_agg(x.id ORDER BY x.created_at DESC, x.id DESC))[1] AS id
+	  FROM r JOIN x ON x.id = r.id WHERE x.ws = u.ws AND x.dest = u.dest AND x.lane = u.lane) l`
 
 // staleSlotsSQL frees the slots of queue $2 and lane $4 in the transaction's workspace $1
 // taken more than $3 seconds ago whose task (in table %s) is finished or gone: tasks that
@@ -168,6 +206,63 @@ func (d *Dispatcher) sweep(ctx context.Context) error {
 type heldLanes struct {
 	mu sync.Mutex
 	m  map[uuid.UUID][]heldLane
+	// dests counts, per queue, the known lanes with held events of each workspace: a lane
+	// of a queue where no other workspace has any is alone (FairShare.AloneFactor).
+	dests map[string]map[uuid.UUID]int
+	// unread holds, per workspace, the lanes whose last claim was full and held rows of
+	// them: the lane has pending requests its claims have not read yet, which its next claim
+	// admits into its free slots, oldest first. A refill of such a lane would set held
+	// requests pending behind them (due now), where the claims would hold them again before
+	// reaching them: every admission while a backlog is first read would cost its request
+	// a hold, a release and another hold.
+	unread map[uuid.UUID][]heldLane
+	// front holds, per lane, the last event a refill released (unholdSQL's walk starts
+	// after it).
+	front map[heldLane]heldMark
+}
+
+// heldMark is a position in a lane's held events: (created_at, id).
+type heldMark struct {
+	at time.Time
+	id uuid.UUID
+}
+
+// retreat moves the front mark of each held row's lane among rows back before the row when
+// the row is not after it (a released event a claim held again: the next refill walks from
+// it, not the sweep a SweepInterval later).
+func (h *heldLanes) retreat(rows []claimed) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, r := range rows {
+		l := heldLane{ws: r.WorkspaceID, dest: r.Destination, lane: r.Lane}
+		cur, ok := h.front[l]
+		if !r.Held || !ok {
+			continue
+		}
+		if r.CreatedAt.Before(cur.at) || (r.CreatedAt.Equal(cur.at) && bytes.Compare(r.ID[:], cur.id[:]) <= 0) {
+			h.front[l] = heldMark{at: r.CreatedAt, id: uuid.Nil}
+		}
+	}
+}
+
+// frontOf returns the front mark of l (the zero mark for none).
+func (h *heldLanes) frontOf(l heldLane) heldMark {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.front[l]
+}
+
+// advance moves the front mark of l to m when m is after it.
+func (h *heldLanes) advance(l heldLane, m heldMark) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.front == nil {
+		h.front = map[heldLane]heldMark{}
+	}
+	cur := h.front[l]
+	if m.at.After(cur.at) || (m.at.Equal(cur.at) && bytes.Compare(m.id[:], cur.id[:]) > 0) {
+		h.front[l] = m
+	}
 }
 
 // add records lanes.
@@ -177,8 +272,20 @@ func (h *heldLanes) add(lanes []heldLane) {
 	for _, l := range lanes {
 		if !slices.Contains(h.m[l.ws], l) {
 			h.m[l.ws] = append(h.m[l.ws], l)
+			h.count(l)
 		}
 	}
+}
+
+// count adds l to dests; h.mu is held.
+func (h *heldLanes) count(l heldLane) {
+	if h.dests == nil {
+		h.dests = map[string]map[uuid.UUID]int{}
+	}
+	if h.dests[l.dest] == nil {
+		h.dests[l.dest] = map[uuid.UUID]int{}
+	}
+	h.dests[l.dest][l.ws]++
 }
 
 // replace makes lanes (a sweep's listing) the lanes known.
@@ -186,20 +293,94 @@ func (h *heldLanes) replace(lanes []heldLane) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	clear(h.m)
+	clear(h.dests)
+	clear(h.unread)
+	// The marks of the lanes with nothing held any more go.
+	for l := range h.front {
+		if !slices.Contains(lanes, l) {
+			delete(h.front, l)
+		}
+	}
 	for _, l := range lanes {
 		h.m[l.ws] = append(h.m[l.ws], l)
+		h.count(l)
 	}
 }
 
-// of returns the known lanes of wss.
+// alone reports whether no workspace but ws is known to have events held in queue dest.
+func (h *heldLanes) alone(ws uuid.UUID, dest string) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	byWS := h.dests[dest]
+	_, mine := byWS[ws]
+	return len(byWS) == 0 || (mine && len(byWS) == 1)
+}
+
+// capOf is the slots a lane of ws in queue dest may take now: fairShare.alone while no
+// other workspace is known to have events held in dest, else the slots.
+func (d *Dispatcher) capOf(ws uuid.UUID, dest string) int {
+	if d.fair.alone > d.fair.slots && d.held.alone(ws, dest) {
+		return d.fair.alone
+	}
+	return d.fair.slots
+}
+
+// aloneOf returns the (workspace, queue) pairs of wss and the fair-shared queues whose lanes
+// may take fairShare.alone slots (capOf), as the claim's parallel arrays.
+func (d *Dispatcher) aloneOf(wss []uuid.UUID) (ws []uuid.UUID, dests []string) {
+	ws, dests = []uuid.UUID{}, []string{}
+	if d.fair.alone <= d.fair.slots {
+		return ws, dests
+	}
+	for _, w := range wss {
+		for _, q := range d.fair.queues {
+			if d.held.alone(w, q) {
+				ws, dests = append(ws, w), append(dests, q)
+			}
+		}
+	}
+	return ws, dests
+}
+
+// of returns the known lanes of wss but those whose last claim left requests unread.
 func (h *heldLanes) of(wss []uuid.UUID) []heldLane {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	var out []heldLane
 	for _, ws := range wss {
-		out = append(out, h.m[ws]...)
+		for _, l := range h.m[ws] {
+			if !slices.Contains(h.unread[ws], l) {
+				out = append(out, l)
+			}
+		}
 	}
 	return out
+}
+
+// read returns lanes but those whose last claim left requests unread.
+func (h *heldLanes) read(lanes []heldLane) []heldLane {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return slices.DeleteFunc(slices.Clone(lanes), func(l heldLane) bool { return slices.Contains(h.unread[l.ws], l) })
+}
+
+// claimed records the lanes of ws whose claim (full: it read as many rows as it could)
+// held rows: those left unread when full, none otherwise.
+func (h *heldLanes) claimed(ws uuid.UUID, full bool, held []heldLane) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.unread == nil {
+		h.unread = map[uuid.UUID][]heldLane{}
+	}
+	delete(h.unread, ws)
+	if !full {
+		return
+	}
+	for _, l := range held {
+		if l.ws == ws {
+			h.unread[ws] = append(h.unread[ws], l)
+		}
+	}
 }
 
 // refill gives the free slots of the held lanes known of wss to their oldest held events
@@ -230,6 +411,9 @@ func (d *Dispatcher) unhold(ctx context.Context, lanes []heldLane, stale, push b
 		var wss []uuid.UUID
 		var ws []uuid.UUID
 		var dests, lns []string
+		var caps []int
+		var ats []time.Time
+		var afters []uuid.UUID
 		seen := map[uuid.UUID]bool{}
 		n := 0
 		for n < len(lanes) && (seen[lanes[n].ws] || len(wss) < d.cfg.RoundWorkspaces) {
@@ -238,22 +422,38 @@ func (d *Dispatcher) unhold(ctx context.Context, lanes []heldLane, stale, push b
 				wss = append(wss, lanes[n].ws)
 			}
 			ws, dests, lns = append(ws, lanes[n].ws), append(dests, lanes[n].dest), append(lns, lanes[n].lane)
+			caps = append(caps, d.capOf(lanes[n].ws, lanes[n].dest))
+			// The sweep walks from the front; a refill after its lane's mark.
+			m := heldMark{at: time.Unix(0, 0)}
+			if !stale {
+				if f := d.held.frontOf(lanes[n]); !f.at.IsZero() {
+					m = f
+				}
+			}
+			ats, afters = append(ats, m.at), append(afters, m.id)
 			n++
 		}
 		lanes = lanes[n:]
 		type state struct {
 			heldLane
+			capacity int
 			used     int
 			oldest   float64
 			released int
+			last     heldMark
 		}
 		var got []state
-		st := scopedStmt{wss: wss, sql: unholdSQL, args: []any{ws, dests, d.fairSlots(), d.cfg.BatchSize, lns},
+		st := scopedStmt{wss: wss, sql: unholdSQL, args: []any{ws, dests, d.fairSlots(), d.cfg.BatchSize, lns, caps, ats, afters},
 			read: func(rows pgx.Rows) error {
 				for rows.Next() {
 					var s state
-					if err := rows.Scan(&s.ws, &s.dest, &s.lane, &s.used, &s.oldest, &s.released); err != nil {
+					var at *time.Time
+					var id *uuid.UUID
+					if err := rows.Scan(&s.ws, &s.dest, &s.lane, &s.capacity, &s.used, &s.oldest, &s.released, &at, &id); err != nil {
 						return err
+					}
+					if at != nil && id != nil {
+						s.last = heldMark{at: *at, id: *id}
 					}
 					got = append(got, s)
 				}
@@ -263,11 +463,14 @@ func (d *Dispatcher) unhold(ctx context.Context, lanes []heldLane, stale, push b
 			return err
 		}
 		for _, s := range got {
+			if !stale && s.released > 0 {
+				d.held.advance(s.heldLane, s.last)
+			}
 			if push && s.released > 0 {
 				d.queue.push(s.ws)
 			}
 			q, fair := d.fair.byQueue[s.dest]
-			if !stale || !fair || d.fair.slots == 0 || s.used < d.fair.slots || s.oldest < d.cfg.FairShare.StaleSlotAge.Seconds() {
+			if !stale || !fair || d.fair.slots == 0 || s.used < s.capacity || s.oldest < d.cfg.FairShare.StaleSlotAge.Seconds() {
 				continue
 			}
 			stale := scopedStmt{wss: []uuid.UUID{s.ws}, sql: fmt.Sprintf(staleSlotsSQL, pgx.Identifier{q.Table}.Sanitize()),

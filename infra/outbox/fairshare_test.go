@@ -459,3 +459,51 @@ func TestFairShareReleasesACancelledBacklogAndStaleSlots(t *testing.T) {
 		return countSQL(t, db, `SELECT count(*) FROM outbox_events`) == 0
 	})
 }
+
+// TestFairShareLaneAloneGoesPastItsSlots: with 4 slots and AloneFactor 3, one workspace
+// alone in the queue (no other has events held there) takes 12 slots, not 4: its jobs keep
+// the workers busy while each slot waits for its task's end and its refill. Once another
+// workspace has events held in the queue, both get 4: the second is admitted into 4 slots
+// of its own, and the first takes no new slot until its tasks ended below 4.
+func TestFairShareLaneAloneGoesPastItsSlots(t *testing.T) {
+	db, q := fairSetup(t)
+	n, other := createWorkspace(t, db), createWorkspace(t, db)
+	fairPublish(t, db, n, 40)
+	cfg := fairConfig(4)
+	cfg.FairShare.AloneFactor = 3
+	startDispatcher(t, db, cfg, q.router())
+	slotsOf := func(ws uuid.UUID) int {
+		return countSQL(t, db, `SELECT count(*) FROM outbox_fair_slots WHERE workspace_id = $1`, ws)
+	}
+	heldOf := func(ws uuid.UUID) int {
+		return countSQL(t, db, `SELECT count(*) FROM outbox_events WHERE status = 'held' AND workspace_id = $1`, ws)
+	}
+	waitFor(t, 20*time.Second, "N alone in 12 slots, the rest held", func() bool { return slotsOf(n) == 12 && heldOf(n) == 28 })
+	waitFor(t, 10*time.Second, "N's 12 jobs in Redis", func() bool {
+		return q.rdb.LLen(context.Background(), q.prefix+":"+q.queue+":wait").Val() == 12
+	})
+
+	// Another workspace's backlog: held beyond its 4 slots, and from then on N is not alone.
+	fairPublish(t, db, other, 10)
+	waitFor(t, 20*time.Second, "the other workspace in 4 slots", func() bool { return slotsOf(other) == 4 && heldOf(other) == 6 })
+	// 10 of N's 12 admitted tasks end: N keeps 2 slots and gets 2 back, 4 in all.
+	ending := lookupSlots(t, db, n)[:10]
+	_, err := db.Owner.Exec(context.Background(), `UPDATE fair_tasks SET status = 'succeeded' WHERE id = ANY ($1)`, ending)
+	require.NoError(t, err)
+	waitFor(t, 20*time.Second, "N refilled to 4 slots", func() bool { return slotsOf(n) == 4 && heldOf(n) == 26 })
+	time.Sleep(3 * cfg.FairShare.SweepInterval) // a sweep or two: nothing more admitted
+	require.Equal(t, 4, slotsOf(n))
+	require.Equal(t, 26, heldOf(n))
+	require.Equal(t, 4, slotsOf(other))
+
+	w := startFairWorker(t, db, q, time.Millisecond)
+	waitFor(t, 60*time.Second, "both backlogs drain", func() bool {
+		return countSQL(t, db, `SELECT count(*) FROM fair_tasks WHERE status = 'succeeded'`) == 50
+	})
+	w.mu.Lock()
+	for task, k := range w.runs {
+		require.Equal(t, 1, k, "task %s ran %d times", task, k)
+	}
+	w.mu.Unlock()
+	requireDrained(t, db)
+}

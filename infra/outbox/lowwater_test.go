@@ -260,13 +260,13 @@ func TestClaimFindsRowsByPrimaryKey(t *testing.T) {
 		one, list := scopeOf([]uuid.UUID{ws, other})
 		_, err = tx.Exec(ctx, scopeSQL, one, list)
 		require.NoError(t, err)
-		args := fmt.Sprintf(`'{%s,%s}', 500, 'token', 30000, 20, '{"%s","%[3]s"}', '{%s}', '{thing_id}', 1, ''`,
+		args := fmt.Sprintf(`'{%s,%s}', 500, 'token', 30000, 20, '{"%s","%[3]s"}', '{%s}', '{thing_id}', 1, '', '{}', '{}', 1`,
 			ws, other, mark.UTC().Format(time.RFC3339Nano), testQueue)
 		var plan string
 		require.NoError(t, tx.QueryRow(ctx, sql+` (`+args+`)`).Scan(&plan))
 		return plan
 	}
-	_, err = conn.Exec(ctx, `PREPARE p (uuid[], int, text, bigint, int, timestamptz[], text[], text[], int, text) AS `+claimSQL)
+	_, err = conn.Exec(ctx, `PREPARE p (uuid[], int, text, bigint, int, timestamptz[], text[], text[], int, text, uuid[], text[], int) AS `+claimSQL)
 	require.NoError(t, err)
 	t.Cleanup(func() { _, _ = conn.Exec(context.Background(), `DEALLOCATE p`) })
 	claim(`EXPLAIN (FORMAT JSON) EXECUTE p`, time.Time{})

@@ -168,13 +168,65 @@ func (p *EventPublisher) wakeAfterCommit(ctx context.Context) error {
 // workspace admits it. The function queues ws on a Dispatcher of this process on that
 // database, or else tells the configured Signal, as a commit does; without it the request
 // waits for the dispatchers' next discovery.
+//
+// The wake-ups of one workspace are coalesced: at most one every TaskEndedGap, a later end
+// waking it at the gap's end. Each wake-up costs the workspace a dispatcher round (a refill
+// and a claim statement); one per task's end made a busy workspace's rounds as many as its
+// jobs, each admitting a job or two. The slots' buffer (FAIR_SHARE_SLOTS beyond the
+// workers) covers the gap many times over.
 func (p *EventPublisher) TaskEnded(pool *pgxpool.Pool) func(ws uuid.UUID) {
 	db := pool.Config().ConnConfig.Database
-	return func(ws uuid.UUID) {
+	wake := func(ws uuid.UUID) {
 		if !wakeLocal(db, ws) && p.cfg.Signal != nil {
 			p.cfg.Signal.Signal(ws)
 		}
 	}
+	c := &coalescer{gap: TaskEndedGap, last: map[uuid.UUID]time.Time{}, due: map[uuid.UUID]bool{}, wake: wake}
+	return c.call
+}
+
+// TaskEndedGap is the least time between two wake-ups of one workspace by TaskEnded.
+const TaskEndedGap = 20 * time.Millisecond
+
+// coalescer calls wake for a workspace at most once per gap: a call within the gap of the
+// last one schedules one at its end (once).
+type coalescer struct {
+	gap  time.Duration
+	mu   sync.Mutex
+	last map[uuid.UUID]time.Time
+	due  map[uuid.UUID]bool
+	wake func(uuid.UUID)
+}
+
+func (c *coalescer) call(ws uuid.UUID) {
+	now := time.Now()
+	c.mu.Lock()
+	if c.due[ws] {
+		c.mu.Unlock()
+		return
+	}
+	if since := now.Sub(c.last[ws]); since < c.gap {
+		c.due[ws] = true
+		c.mu.Unlock()
+		time.AfterFunc(c.gap-since, func() {
+			c.mu.Lock()
+			delete(c.due, ws)
+			c.last[ws] = time.Now()
+			c.mu.Unlock()
+			c.wake(ws)
+		})
+		return
+	}
+	if len(c.last) >= connDatabasesMax {
+		for k, t := range c.last { // forget the workspaces woken more than a gap ago
+			if now.Sub(t) >= c.gap {
+				delete(c.last, k)
+			}
+		}
+	}
+	c.last[ws] = now
+	c.mu.Unlock()
+	c.wake(ws)
 }
 
 // connDatabases caches the database name of connections: pgx's Conn.Config copies the whole

@@ -42,23 +42,32 @@ func (d *Dispatcher) dispatchRound(ctx context.Context, wss []uuid.UUID) {
 		// Workspaces whose claim failed are found again by the next discovery.
 		d.log.Warn("outbox claim failed", "workspaces", len(wss), "error", SanitizeError(err, d.cfg.ErrorMaxLen))
 	}
-	if len(rows) == 0 {
+	if err != nil {
 		return
-	}
-	for ws, idx := range byWorkspace(rows) {
-		if len(idx) >= limit {
-			d.queue.requeue(ws)
-		}
 	}
 	// Held rows (fair share) wait in the outbox for a slot: nothing to deliver. A row held
 	// because a concurrent claim took the slot it chose may leave a slot of its lane free:
 	// once the leased rows are delivered, unhold gives it one at once.
 	held := heldLanesOf(rows)
 	d.held.add(held)
+	d.held.retreat(rows)
+	byWS := byWorkspace(rows)
+	for _, ws := range wss {
+		full := len(byWS[ws]) >= limit
+		if full {
+			d.queue.requeue(ws)
+		}
+		if d.fair.slots > 0 {
+			d.held.claimed(ws, full, held)
+		}
+	}
+	if len(rows) == 0 {
+		return
+	}
 	if rows = slices.DeleteFunc(rows, func(r claimed) bool { return r.Held }); len(rows) > 0 {
 		d.deliver(ctx, token, rows, claimedAt)
 	}
-	if len(held) > 0 && ctx.Err() == nil {
+	if held = d.held.read(held); len(held) > 0 && ctx.Err() == nil {
 		if err := d.unhold(ctx, held, false, true); err != nil && ctx.Err() == nil {
 			d.log.Warn("outbox fair-share release after a claim failed; the sweep releases them", "error", SanitizeError(err, d.cfg.ErrorMaxLen))
 		}
