@@ -3,7 +3,6 @@ package bullmq
 import (
 	"context"
 	"fmt"
-	"os"
 	"testing"
 	"time"
 
@@ -19,27 +18,10 @@ import (
 // copy per settled job, from the tail, as LREM -1 does.
 func TestFinishBatchRewritesActive(t *testing.T) {
 	t.Parallel()
-	url := os.Getenv("REDIS_URL")
-	if url == "" {
-		url = "redis://127.0.0.1:6379/0"
-	}
-	opt, err := redis.ParseURL(url)
-	require.NoError(t, err)
-	rdb := redis.NewClient(opt)
-	t.Cleanup(func() { _ = rdb.Close() })
+	w, rdb := finishTestWorker(t)
+	k := w.keys
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-
-	cfg := WorkerConfig{Config: Config{Client: rdb}, Queue: "t" + uuid.NewString()[:8], Concurrency: 10}
-	w, err := NewWorker(cfg, func(context.Context, *Job) (any, error) { return nil, nil })
-	require.NoError(t, err)
-	k := w.keys
-	t.Cleanup(func() {
-		keys, _ := rdb.Keys(context.Background(), k.base+"*").Result()
-		if len(keys) > 0 {
-			rdb.Del(context.Background(), keys...)
-		}
-	})
 
 	ids := []string{"j1", "j2", "j3", "j4", "j5", "j6"}
 	var reqs []*finishReq
@@ -70,27 +52,10 @@ func TestFinishBatchRewritesActive(t *testing.T) {
 // attempt: the settled jobs' locks are deleted (with the trimmed jobs' keys) before the take.
 func TestFinishRetryTakenAgainKeepsNewLock(t *testing.T) {
 	t.Parallel()
-	url := os.Getenv("REDIS_URL")
-	if url == "" {
-		url = "redis://127.0.0.1:6379/0"
-	}
-	opt, err := redis.ParseURL(url)
-	require.NoError(t, err)
-	rdb := redis.NewClient(opt)
-	t.Cleanup(func() { _ = rdb.Close() })
+	w, rdb := finishTestWorker(t)
+	k := w.keys
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-
-	cfg := WorkerConfig{Config: Config{Client: rdb}, Queue: "t" + uuid.NewString()[:8], Concurrency: 10}
-	w, err := NewWorker(cfg, func(context.Context, *Job) (any, error) { return nil, nil })
-	require.NoError(t, err)
-	k := w.keys
-	t.Cleanup(func() {
-		keys, _ := rdb.Keys(context.Background(), k.base+"*").Result()
-		if len(keys) > 0 {
-			rdb.Del(context.Background(), keys...)
-		}
-	})
 	var reqs []*finishReq
 	for _, id := range []string{"r", "c1", "c2", "c3", "c4"} {
 		require.NoError(t, rdb.HSet(ctx, k.job(id), "name", "n", "data", "{}", "opts", "{}").Err())
@@ -118,4 +83,21 @@ func TestFinishRetryTakenAgainKeepsNewLock(t *testing.T) {
 	assert.Equal(t, int64(1), rdb.ZCard(ctx, k.completed).Val())
 	assert.Equal(t, int64(1), rdb.Exists(ctx, k.job("c1"), k.job("c2"), k.job("c3"), k.job("c4")).Val())
 	assert.Equal(t, int64(0), rdb.Exists(ctx, k.lock("c1"), k.lock("c2"), k.lock("c3"), k.lock("c4")).Val())
+}
+
+// finishTestWorker is a worker of a queue of its own on testRedis, for calling its finish
+// script directly; the queue's keys go when t ends.
+func finishTestWorker(t *testing.T) (*Worker, *redis.Client) {
+	t.Helper()
+	rdb := testRedis(t)
+	cfg := WorkerConfig{Config: Config{Client: rdb}, Queue: "t" + uuid.NewString()[:8], Concurrency: 10}
+	w, err := NewWorker(cfg, func(context.Context, *Job) (any, error) { return nil, nil })
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		keys, _ := rdb.Keys(context.Background(), w.keys.base+"*").Result()
+		if len(keys) > 0 {
+			rdb.Del(context.Background(), keys...)
+		}
+	})
+	return w, rdb
 }
