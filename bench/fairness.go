@@ -47,13 +47,9 @@ func benchFairness(ctx context.Context, o options, t *table) error {
 	if err != nil {
 		return fmt.Errorf("FIFO: %w", err)
 	}
-	alone, err := fairRun(ctx, o, slots, []int{f.backlog}, f.secs, false)
+	alone, aloneFIFO, err := fairAlone(ctx, o, slots)
 	if err != nil {
-		return fmt.Errorf("N alone: %w", err)
-	}
-	aloneFIFO, err := fairRun(ctx, o, 0, []int{f.backlog}, f.secs, false)
-	if err != nil {
-		return fmt.Errorf("N alone, FIFO: %w", err)
+		return err
 	}
 	fmt.Printf("   Q's commit → job start p99: fair share %s, FIFO %s; N's jobs/s: %.0f, alone %.0f, alone with fair share off %.0f\n",
 		fair.qP99.Round(time.Millisecond), fifo.qP99.Round(time.Millisecond), fair.nRate, alone.nRate, aloneFIFO.nRate)
@@ -62,9 +58,7 @@ func benchFairness(ctx context.Context, o options, t *table) error {
 		ratio: fair.qP99.Seconds() / max(fifo.qP99.Seconds(), 1e-9), target: "≤ 2s", met: fair.qP99 <= 2*time.Second})
 	t.add(line{measure: "fairness: N's throughput beside Q", ours: perSec(fair.nRate, "jobs"), peer: "N alone", peerFig: perSec(alone.nRate, "jobs"),
 		ratio: fair.nRate / alone.nRate, target: "≥ 0.9×", met: fair.nRate/alone.nRate >= 0.9})
-	// One workspace alone loses at most a tenth of its throughput to fair share.
-	t.add(line{measure: "fairness: N alone, fair share on", ours: perSec(alone.nRate, "jobs"), peer: "fair share off", peerFig: perSec(aloneFIFO.nRate, "jobs"),
-		ratio: alone.nRate / aloneFIFO.nRate, target: "≥ 0.9×", met: alone.nRate/aloneFIFO.nRate >= 0.9})
+	addAloneLine(t, alone, aloneFIFO)
 
 	many := make([]int, f.workspaces)
 	for i := range many {
@@ -86,18 +80,31 @@ func benchFairness(ctx context.Context, o options, t *table) error {
 
 // benchFairAlone runs N alone only, fair share on against off (-fair-alone).
 func benchFairAlone(ctx context.Context, o options, t *table, slots int) error {
+	alone, aloneFIFO, err := fairAlone(ctx, o, slots)
+	if err != nil {
+		return err
+	}
+	addAloneLine(t, alone, aloneFIFO)
+	return nil
+}
+
+// fairAlone runs workspace N's backlog alone, with fair share (slots) and without.
+func fairAlone(ctx context.Context, o options, slots int) (alone, aloneFIFO fairResult, err error) {
 	f := o.fair
-	alone, err := fairRun(ctx, o, slots, []int{f.backlog}, f.secs, false)
-	if err != nil {
-		return fmt.Errorf("N alone: %w", err)
+	if alone, err = fairRun(ctx, o, slots, []int{f.backlog}, f.secs, false); err != nil {
+		return alone, aloneFIFO, fmt.Errorf("N alone: %w", err)
 	}
-	aloneFIFO, err := fairRun(ctx, o, 0, []int{f.backlog}, f.secs, false)
-	if err != nil {
-		return fmt.Errorf("N alone, FIFO: %w", err)
+	if aloneFIFO, err = fairRun(ctx, o, 0, []int{f.backlog}, f.secs, false); err != nil {
+		return alone, aloneFIFO, fmt.Errorf("N alone, FIFO: %w", err)
 	}
+	return alone, aloneFIFO, nil
+}
+
+// addAloneLine adds the line of N alone: one workspace alone loses at most a tenth of its
+// throughput to fair share.
+func addAloneLine(t *table, alone, aloneFIFO fairResult) {
 	t.add(line{measure: "fairness: N alone, fair share on", ours: perSec(alone.nRate, "jobs"), peer: "fair share off", peerFig: perSec(aloneFIFO.nRate, "jobs"),
 		ratio: alone.nRate / aloneFIFO.nRate, target: "≥ 0.9×", met: alone.nRate/aloneFIFO.nRate >= 0.9})
-	return nil
 }
 
 // fairResult is one run's figures.
