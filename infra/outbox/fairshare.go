@@ -227,6 +227,11 @@ type heldMark struct {
 	id uuid.UUID
 }
 
+// after reports whether m comes after o in the lanes' order (created_at, id).
+func (m heldMark) after(o heldMark) bool {
+	return m.at.After(o.at) || (m.at.Equal(o.at) && bytes.Compare(m.id[:], o.id[:]) > 0)
+}
+
 // retreat moves the front mark of each held row's lane among rows back before the row when
 // the row is not after it (a released event a claim held again: the next refill walks from
 // it, not the sweep a SweepInterval later).
@@ -239,7 +244,7 @@ func (h *heldLanes) retreat(rows []claimed) {
 		if !r.Held || !ok {
 			continue
 		}
-		if r.CreatedAt.Before(cur.at) || (r.CreatedAt.Equal(cur.at) && bytes.Compare(r.ID[:], cur.id[:]) <= 0) {
+		if !(heldMark{at: r.CreatedAt, id: r.ID}).after(cur) {
 			h.front[l] = heldMark{at: r.CreatedAt, id: uuid.Nil}
 		}
 	}
@@ -259,8 +264,7 @@ func (h *heldLanes) advance(l heldLane, m heldMark) {
 	if h.front == nil {
 		h.front = map[heldLane]heldMark{}
 	}
-	cur := h.front[l]
-	if m.at.After(cur.at) || (m.at.Equal(cur.at) && bytes.Compare(m.id[:], cur.id[:]) > 0) {
+	if m.after(h.front[l]) {
 		h.front[l] = m
 	}
 }
@@ -295,15 +299,17 @@ func (h *heldLanes) replace(lanes []heldLane) {
 	clear(h.m)
 	clear(h.dests)
 	clear(h.unread)
-	// The marks of the lanes with nothing held any more go.
-	for l := range h.front {
-		if !slices.Contains(lanes, l) {
-			delete(h.front, l)
-		}
-	}
+	listed := make(map[heldLane]struct{}, len(lanes))
 	for _, l := range lanes {
 		h.m[l.ws] = append(h.m[l.ws], l)
 		h.count(l)
+		listed[l] = struct{}{}
+	}
+	// The marks of the lanes with nothing held any more go.
+	for l := range h.front {
+		if _, ok := listed[l]; !ok {
+			delete(h.front, l)
+		}
 	}
 }
 
