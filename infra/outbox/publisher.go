@@ -198,6 +198,9 @@ type coalescer struct {
 	wake func(uuid.UUID)
 }
 
+// coalescerMax bounds the workspaces a coalescer remembers.
+const coalescerMax = 4096
+
 func (c *coalescer) call(ws uuid.UUID) {
 	now := time.Now()
 	c.mu.Lock()
@@ -217,12 +220,10 @@ func (c *coalescer) call(ws uuid.UUID) {
 		})
 		return
 	}
-	if len(c.last) >= connDatabasesMax {
-		for k, t := range c.last { // forget the workspaces woken more than a gap ago
-			if now.Sub(t) >= c.gap {
-				delete(c.last, k)
-			}
-		}
+	if len(c.last) >= coalescerMax {
+		// Forget every workspace's last wake-up: the next call of each wakes at once, and
+		// the map is walked once per coalescerMax workspaces, not at every call.
+		clear(c.last)
 	}
 	c.last[ws] = now
 	c.mu.Unlock()
