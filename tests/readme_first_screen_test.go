@@ -1,10 +1,12 @@
 package tests
 
 import (
+	"context"
 	"os"
 	"os/exec"
 	"regexp"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -54,19 +56,21 @@ func TestReadmeTenLines(t *testing.T) {
 	env := servicetest.StartAll(t)
 	script := strings.Replace(block, "B="+api, "B="+env.URL+"/v1", 1)
 
-	cmd := exec.Command("bash", "-c", script)
+	// The example runs in a process group of its own, killed whole (bash, curl, sleep) after a
+	// minute; Run returns once its output is closed, so the buffers are read after it.
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "bash", "-c", script)
 	cmd.Dir = ".."
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+	cmd.WaitDelay = 5 * time.Second
 	var out, errOut strings.Builder
 	cmd.Stdout, cmd.Stderr = &out, &errOut
-	require.NoError(t, cmd.Start())
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
-	select {
-	case err := <-done:
-		require.NoError(t, err, "stdout:\n%s\nstderr:\n%s", out.String(), errOut.String())
-	case <-time.After(time.Minute):
-		_ = cmd.Process.Kill()
+	if err := cmd.Run(); ctx.Err() != nil {
 		t.Fatalf("the example did not finish in a minute; so far:\n%s\n%s", out.String(), errOut.String())
+	} else {
+		require.NoError(t, err, "stdout:\n%s\nstderr:\n%s", out.String(), errOut.String())
 	}
 	require.Empty(t, errOut.String(), "stdout:\n%s", out.String())
 	lines := strings.Split(strings.TrimSpace(out.String()), "\n")

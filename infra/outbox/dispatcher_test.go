@@ -842,7 +842,8 @@ func TestWorkspaceQueueRounds(t *testing.T) {
 // its place, passed over, until the claim ends.
 func TestWorkspaceQueueOneClaimAtATime(t *testing.T) {
 	q := newWSQueue()
-	ctx := context.Background()
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel) // a pop still waiting when the test fails returns
 	a, b, c := uuid.New(), uuid.New(), uuid.New()
 	q.push(a)
 	got, _ := q.pop(ctx, 3)
@@ -855,7 +856,7 @@ func TestWorkspaceQueueOneClaimAtATime(t *testing.T) {
 	require.Equal(t, []uuid.UUID{a, c}, got, "a kept its place")
 
 	q.push(a)
-	done := make(chan []uuid.UUID)
+	done := make(chan []uuid.UUID, 1)
 	go func() { got, _ := q.pop(ctx, 3); done <- got }()
 	select {
 	case <-done:
