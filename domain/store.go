@@ -95,6 +95,14 @@ func (s *Store) Enter(st State, now time.Time) {
 // In reports whether the store is in the declared state st.
 func (s Store) In(st State) bool { return string(s.Status) == st.Status }
 
+// Since returns when the store entered the declared state st: nil when it is not in it.
+func (s Store) Since(st State) *time.Time {
+	if !s.In(st) {
+		return nil
+	}
+	return s.StateSince
+}
+
 // RecordVerification applies a verification result of credentialsVersion. It reports false
 // when the credentials were replaced since (the result is stale and ignored).
 func (s *Store) RecordVerification(credentialsVersion int, valid bool, shopName, reason string, now time.Time) bool {

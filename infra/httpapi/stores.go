@@ -75,11 +75,7 @@ func (s *Server) storeBody(v domain.Store) storeJSON {
 		StatusReason: v.StatusReason, ShopName: v.ShopName, VerifiedAt: v.VerifiedAt, CredentialsVersion: v.CredentialsVersion,
 		CreatedAt: v.CreatedAt.UTC(), UpdatedAt: v.UpdatedAt.UTC()}
 	for _, st := range domain.States("stores") {
-		var since *time.Time
-		if v.In(st) {
-			since = v.StateSince
-		}
-		out.States = append(out.States, stateJSON{Name: st.Since, Since: since})
+		out.States = append(out.States, stateJSON{Name: st.Since, Since: v.Since(st)})
 	}
 	switch platform := s.cfg.StoreRateLimits[v.Platform]; {
 	case !v.RateLimit.IsZero():

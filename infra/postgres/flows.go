@@ -80,11 +80,7 @@ func NewStores() Stores {
 			out := []any{s.ID, s.WorkspaceID, s.Platform, s.ShopID, s.Name, s.Status, s.StatusReason, s.ShopName,
 				s.VerifiedAt, s.CredentialsVersion, s.CreatedAt, s.UpdatedAt, s.RateLimit.PerSecond, s.RateLimit.Burst}
 			for _, st := range states {
-				var since *time.Time
-				if s.In(st) {
-					since = s.StateSince
-				}
-				out = append(out, since)
+				out = append(out, s.Since(st))
 			}
 			return out
 		},
